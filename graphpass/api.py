@@ -1,0 +1,98 @@
+"""The Python API the CLI is a thin layer over: load, optimize, save."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import onnx_graphsurgeon as gs
+
+from graphpass import pipelines
+from graphpass.cost_model import create as create_cost_model
+from graphpass.infra.context import PassContext
+from graphpass.infra.manager import PassManager
+from graphpass.ir import model_io
+from graphpass.ir.graph import count_nodes, op_histogram
+from graphpass.report import OptimizeReport
+
+__all__ = ["OptimizeResult", "optimize"]
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    graph: gs.Graph
+    report: OptimizeReport
+
+
+def optimize(
+    model: model_io.ModelSource | gs.Graph,
+    *,
+    pipeline: str | None = None,
+    passes: Sequence[str] | None = None,
+    disable: Iterable[str] = (),
+    enable: Iterable[str] = (),
+    target: str = "ascend910a",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    verify_each: bool = False,
+    dump_dir: str | Path | None = None,
+    max_rounds: int = 4,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    seed: int = 0,
+    cost_model: Any = None,
+    on_pass: Callable[[str, int, int, int], None] | None = None,
+    name: str | None = None,
+) -> OptimizeResult:
+    """Run a pipeline over ``model`` (a path, bytes, ModelProto, or an already loaded graph).
+
+    A graph passed in is optimized in place and returned. Unknown pass, pipeline or target
+    names raise :class:`graphpass.UsageError`; a malformed model raises
+    :class:`graphpass.BadModelError`; ``verify_each`` failures raise
+    :class:`graphpass.VerificationError`.
+    """
+    shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
+    cm = cost_model if cost_model is not None else create_cost_model(target)
+    if isinstance(model, gs.Graph):
+        graph = model
+        label = name or graph.name or "<graph>"
+    else:
+        label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
+        graph = model_io.load(model, input_shapes=shapes or None)
+    ctx = PassContext(
+        target=target,
+        disabled=set(disable),
+        enabled=set(enable),
+        max_rounds=max_rounds,
+        verify_each=verify_each,
+        dump_dir=Path(dump_dir) if dump_dir else None,
+        input_shapes=shapes,
+        options={k: dict(v) for k, v in (options or {}).items()},
+        cost_model=cm,
+        seed=seed,
+        on_pass=on_pass,
+    )
+    nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
+    cost_before = cm.estimate(graph).total_us if getattr(cm, "active", False) else None
+    t0 = time.perf_counter()
+    manager = PassManager(names, ctx)
+    records = manager.run(graph)
+    seconds = time.perf_counter() - t0
+    report = OptimizeReport(
+        model=label,
+        target=target,
+        passes=records,
+        skipped=manager.skipped,
+        nodes_before=nodes_before,
+        nodes_after=count_nodes(graph),
+        ops_before=ops_before,
+        ops_after=op_histogram(graph),
+        seconds=seconds,
+        cost_before_us=cost_before,
+        cost_after_us=cm.estimate(graph).total_us if getattr(cm, "active", False) else None,
+        explanations=list(ctx.explanations),
+    )
+    if not getattr(cm, "active", False):
+        report.notes.append("no Ascend cost model loaded yet: estimates are not available")
+    return OptimizeResult(graph, report)

@@ -1,0 +1,383 @@
+"""The ``graphpass`` command line: a thin layer over the Python API.
+
+Exit codes: 0 success, 1 verification failed, 2 bad input or usage, 3 internal error (a bug:
+the message names the failing pass; rerun with -v for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from graphpass.errors import GraphpassError, UsageError, VerificationError
+
+__all__ = ["main"]
+
+log = logging.getLogger("graphpass")
+
+
+# ------------------------------------------------------------------------------------------
+# argument helpers
+
+
+def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
+    """``["x:1,3,640,640", "y:4"]`` -> ``{"x": [1, 3, 640, 640], "y": [4]}``."""
+    shapes: dict[str, list[int]] = {}
+    for item in values or []:
+        for spec in item.split():
+            name, sep, dims = spec.rpartition(":")
+            if not sep or not name:
+                raise UsageError(f"--input-shape '{spec}': expected NAME:D1,D2,... (e.g. x:1,3,224,224)")
+            try:
+                shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+            except ValueError:
+                raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
+    return shapes
+
+
+def _split_names(values: Sequence[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(n.strip() for n in v.split(",") if n.strip())
+    return out
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    import tempfile
+
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.exists():
+        raise UsageError(f"output folder '{folder}' does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    logging.basicConfig(level=level, format="graphpass: %(levelname)s: %(message)s", stream=sys.stderr)
+
+
+def _progress(total_nodes: int, quiet: bool):
+    """A rich progress bar over pass applications, for big graphs on a terminal."""
+    if quiet or total_nodes < 20_000 or not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    progress = Progress(transient=True)
+    task = progress.add_task("optimizing", total=None)
+
+    def on_pass(name: str, rnd: int, k: int, total: int) -> None:
+        progress.update(task, description=f"round {rnd}: {name} ({k + 1}/{total})")
+
+    return progress, on_pass
+
+
+# ------------------------------------------------------------------------------------------
+# verbs
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    import graphpass as gp
+    from graphpass import verify as V
+    from graphpass.ir import model_io
+
+    out = model_io.check_output_path(args.output)
+    if args.report:
+        model_io.check_output_path(args.report)
+    if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
+        raise UsageError(f"--dump-dir '{args.dump_dir}' exists and is not a folder")
+    shapes = parse_input_shapes(args.input_shape)
+    options = {}
+    if args.fold_size_limit is not None:
+        options["fold_constants"] = {"size_limit": args.fold_size_limit}
+    # Check pass names before loading the model: usage errors come first.
+    from graphpass import pipelines
+
+    pipelines.build(args.pipeline, _split_names(args.passes) or None,
+                    set(_split_names(args.disable)), set(_split_names(args.enable)))
+    graph = gp.load(args.model, input_shapes=shapes or None)
+    from graphpass.ir.graph import count_nodes
+
+    progress, on_pass = _progress(count_nodes(graph), args.quiet)
+    try:
+        if progress:
+            progress.start()
+        result = gp.optimize(
+            graph,
+            pipeline=args.pipeline,
+            passes=_split_names(args.passes) or None,
+            disable=_split_names(args.disable),
+            enable=_split_names(args.enable),
+            target=args.target,
+            input_shapes=shapes,
+            verify_each=args.verify_each,
+            dump_dir=args.dump_dir,
+            max_rounds=args.max_rounds,
+            options=options,
+            seed=args.seed,
+            on_pass=on_pass,
+            name=Path(args.model).name,
+        )
+    finally:
+        if progress:
+            progress.stop()
+    model = gp.to_proto(result.graph)
+    model_io.save_proto(model, out)
+    if args.verify:
+        original = model_io.load_proto(args.model)
+        sa = V.session(original)
+        feeds = V.random_inputs(sa, seed=args.seed, input_shapes=shapes)
+        comps = V.compare(V.run(sa, feeds), V.run(V.session(model), feeds), rtol=args.rtol, atol=args.atol)
+        if not V.all_match(comps):
+            bad = next(c for c in comps if not c.ok)
+            if not args.keep_failed:
+                out.unlink(missing_ok=True)
+            raise VerificationError(
+                f"verification failed: output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
+                + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")
+            )
+        result.report.notes.append(f"verified with onnxruntime: {len(comps)} output(s) match (seed {args.seed})")
+    if args.report:
+        rp = Path(args.report)
+        text = result.report.to_markdown() if rp.suffix.lower() in (".md", ".markdown") else result.report.to_json()
+        _write_text_atomic(rp, text)
+    if not args.quiet:
+        print(result.report.to_table(all_passes=args.verbose > 0), end="")
+        print(f"wrote {out}")
+    return 0
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    import graphpass as gp
+    from graphpass import pipelines
+
+    default = set(pipelines.get_pipeline(pipelines.DEFAULT_PIPELINE))
+    t = Table()
+    for col in ("name", "kind", "default", "summary"):
+        t.add_column(col)
+    for name, cls in gp.all_passes().items():
+        on = "on" if cls.default_enabled and name in default else "off"
+        t.add_row(name, cls.kind.value, on, cls.summary)
+    Console(width=140).print(t)
+    return 0
+
+
+def _fmt_shape(vi) -> str:
+    tt = vi.type.tensor_type
+    import onnx
+
+    dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "?"
+    if not tt.HasField("shape"):
+        return f"{dtype}[?]"
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    return f"{dtype}[{', '.join(dims)}]"
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import onnx
+    from rich.console import Console
+    from rich.table import Table
+
+    from graphpass.ir import annotations as A
+    from graphpass.ir import model_io
+
+    console = Console(width=120)
+    model = model_io.load_proto(args.model)
+    size = Path(args.model).stat().st_size
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    console.print(f"{args.model}: {size:,} bytes, IR {model.ir_version}, producer '{model.producer_name} {model.producer_version}'".rstrip())
+    console.print("opsets: " + ", ".join(f"{o.domain or 'ai.onnx'}={o.version}" for o in model.opset_import))
+
+    ops: collections.Counter = collections.Counter()
+    subgraphs = 0
+    engines: collections.Counter = collections.Counter()
+    formats: collections.Counter = collections.Counter()
+
+    def walk(graph):
+        nonlocal subgraphs
+        for n in graph.node:
+            ops[n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"] += 1
+            for p in n.metadata_props:
+                if p.key == A.ENGINE:
+                    engines[p.value] += 1
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    subgraphs += 1
+                    walk(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    subgraphs += len(a.graphs)
+                    for sg in a.graphs:
+                        walk(sg)
+        for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+            for p in vi.metadata_props:
+                if p.key == A.FORMAT:
+                    formats[p.value] += 1
+
+    walk(g)
+    dynamic = []
+    t = Table(title="inputs / outputs")
+    for col in ("kind", "name", "type"):
+        t.add_column(col)
+    for vi in g.input:
+        if vi.name in inits:
+            continue
+        t.add_row("input", vi.name, _fmt_shape(vi))
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                dynamic.append(f"{vi.name}[{k}]={d.dim_param or '?'}")
+    for vi in g.output:
+        t.add_row("output", vi.name, _fmt_shape(vi))
+    console.print(t)
+    weight_bytes = sum(len(i.raw_data) for i in g.initializer)
+    console.print(f"nodes: {sum(ops.values())} ({len(g.node)} in the main graph), subgraphs: {subgraphs}, "
+                  f"local functions: {len(model.functions)}, initializers: {len(g.initializer)} ({weight_bytes:,} bytes)")
+    console.print("dynamic dims: " + (", ".join(dynamic) if dynamic else "none"))
+    if engines:
+        console.print("engines: " + ", ".join(f"{k}={v}" for k, v in sorted(engines.items())))
+    if formats:
+        console.print("storage formats: " + ", ".join(f"{k}={v}" for k, v in sorted(formats.items())))
+    h = Table(title="op histogram")
+    h.add_column("op")
+    h.add_column("count", justify="right")
+    for op, c in ops.most_common():
+        h.add_row(op, str(c))
+    console.print(h)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from graphpass import verify as V
+    from graphpass.ir import model_io
+
+    a = model_io.load_proto(args.model_a)
+    b = model_io.load_proto(args.model_b)
+    sa, sb = V.session(a), V.session(b)
+    ins_a = {i.name for i in sa.get_inputs()}
+    ins_b = {i.name for i in sb.get_inputs()}
+    if ins_a != ins_b:
+        raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
+    outs_a = {o.name for o in sa.get_outputs()}
+    outs_b = {o.name for o in sb.get_outputs()}
+    if outs_a != outs_b:
+        raise UsageError(f"the models have different outputs: {sorted(outs_a ^ outs_b)}")
+    feeds = V.random_inputs(sa, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape))
+    comps = V.compare(V.run(sa, feeds), V.run(sb, feeds), rtol=args.rtol, atol=args.atol)
+    t = Table()
+    for col in ("output", "max abs", "max rel", "cosine", "result"):
+        t.add_column(col)
+    for c in comps:
+        t.add_row(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}", ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else ""))
+    Console(width=120).print(t)
+    if not V.all_match(comps):
+        raise VerificationError(f"{sum(not c.ok for c in comps)} of {len(comps)} outputs differ")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        self.exit(2, f"graphpass: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from graphpass.cost_model import KNOWN_TARGETS
+
+    p = _Parser(prog="graphpass", description="Graph-level compiler passes for ONNX models headed for Ascend NPUs.")
+    p.add_argument("--version", action="version", version=f"graphpass {__import__('graphpass').__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    common = _Parser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    common.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+
+    o = sub.add_parser("optimize", parents=[common], help="run the pipeline and write the optimized model")
+    o.add_argument("model")
+    o.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    o.add_argument("--pipeline", default=None, help="named pipeline (default: 'default')")
+    o.add_argument("--passes", action="append", help="run exactly these passes (comma-separated)")
+    o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
+    o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
+    o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    o.add_argument("--target", default="ascend910a", choices=KNOWN_TARGETS, help="hardware profile")
+    o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
+    o.add_argument("--fold-size-limit", type=int, default=None, metavar="BYTES",
+                   help="largest constant fold_constants may create (default 1 MiB)")
+    o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
+    o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
+    o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
+    o.add_argument("--rtol", type=float, default=1e-4)
+    o.add_argument("--atol", type=float, default=1e-5)
+    o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
+    o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
+    o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
+    o.set_defaults(func=cmd_optimize)
+
+    ps = sub.add_parser("passes", parents=[common], help="list passes")
+    ps.set_defaults(func=cmd_passes)
+
+    i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
+    i.add_argument("model")
+    i.set_defaults(func=cmd_inspect)
+
+    v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
+    v.add_argument("model_a")
+    v.add_argument("model_b")
+    v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--rtol", type=float, default=1e-4)
+    v.add_argument("--atol", type=float, default=1e-5)
+    v.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    _setup_logging(args.verbose, args.quiet)
+    try:
+        return int(args.func(args) or 0)
+    except GraphpassError as e:
+        print(f"graphpass: error: {e}", file=sys.stderr)
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("graphpass: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in graphpass, not in the user's input
+        print(f"graphpass: internal error: {type(e).__name__}: {e} (rerun with -v for the traceback)", file=sys.stderr)
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The exceptions graphpass raises.
+
+The CLI turns ``BadModelError`` and ``UsageError`` into one line on stderr and exit code 2,
+``VerificationError`` into exit code 1. Anything else is a bug in graphpass.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GraphpassError",
+    "BadModelError",
+    "UsageError",
+    "UnsupportedError",
+    "VerificationError",
+    "PassError",
+]
+
+
+class GraphpassError(Exception):
+    """Base class of every error graphpass raises on purpose."""
+
+    exit_code = 2
+
+
+class BadModelError(GraphpassError):
+    """The input model is unreadable, malformed or uses something graphpass cannot handle."""
+
+
+class UsageError(GraphpassError):
+    """The caller asked for something that does not exist or does not fit (unknown pass, bad shape)."""
+
+
+class UnsupportedError(GraphpassError):
+    """A pass needs the semantics of something graphpass does not know."""
+
+
+class VerificationError(GraphpassError):
+    """The optimized model does not compute the same thing as the original."""
+
+    exit_code = 1
+
+
+class PassError(GraphpassError):
+    """A pass raised; names the pass and the passes that ran before it."""
+
+    exit_code = 3
+
+    def __init__(self, pass_name: str, history: list[str], cause: BaseException):
+        self.pass_name = pass_name
+        self.history = list(history)
+        before = ", ".join(history[-8:]) if history else "none"
+        if len(history) > 8:
+            before = f"... {before}"
+        super().__init__(
+            f"pass '{pass_name}' failed: {type(cause).__name__}: {cause} "
+            f"(passes run before it: {before})"
+        )

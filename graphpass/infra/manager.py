@@ -1,0 +1,180 @@
+"""PassManager: runs a pipeline to a bounded fixed point and records what each pass did.
+
+Per pass application it records wall time, node counts, the pass's stats and, when a cost
+model is active, the estimate before and after. An application that makes the estimate worse
+is rolled back unless the pass is ``required``. ``verify_each`` runs the ONNX checker and an
+onnxruntime comparison against the input graph after every application that changed the graph
+and names the first pass that broke it. An exception inside a pass becomes a ``PassError`` that
+names the pass and the passes that ran before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphpass import verify as _verify
+from graphpass.errors import GraphpassError, PassError, VerificationError
+from graphpass.infra.context import PassContext
+from graphpass.infra.pass_base import Pass
+from graphpass.infra.registry import get_pass
+from graphpass.ir import model_io
+from graphpass.ir.graph import count_nodes
+
+__all__ = ["PassRecord", "PassManager"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PassRecord:
+    """One application of one pass."""
+
+    index: int
+    name: str
+    round: int
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    modified: bool
+    stats: dict[str, Any]
+    cost_before_us: float | None = None
+    cost_after_us: float | None = None
+    rolled_back: bool = False
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class PassManager:
+    """Runs ``passes`` (names or classes) over a graph, in order, round after round.
+
+    Rounds repeat until no pass changes the graph or ``ctx.max_rounds`` is reached.
+    """
+
+    def __init__(self, passes: Sequence[str | type[Pass]], ctx: PassContext | None = None):
+        self.ctx = ctx or PassContext()
+        classes = [get_pass(p) if isinstance(p, str) else p for p in passes]
+        self.skipped = [c.name for c in classes if c.name in self.ctx.disabled]
+        self.passes = [c() for c in classes if c.name not in self.ctx.disabled]
+        self.records: list[PassRecord] = []
+        self._dump_count = 0
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _estimate(self, graph: gs.Graph) -> float | None:
+        cm = self.ctx.cost_model
+        if cm is None or not getattr(cm, "active", False):
+            return None
+        return cm.estimate(graph).total_us
+
+    def _reference(self, graph: gs.Graph):
+        model = model_io.to_proto(graph)
+        sess = _verify.session(model)
+        feeds = _verify.random_inputs(sess, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
+        return feeds, _verify.run(sess, feeds)
+
+    def _verify(self, graph: gs.Graph, name: str, feeds, ref) -> None:
+        model = model_io.to_proto(graph)
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as e:
+            raise VerificationError(
+                f"after pass '{name}': the ONNX checker rejects the model: {str(e).splitlines()[0]}"
+            ) from e
+        got = _verify.run(_verify.session(model), feeds)
+        bad = [c for c in _verify.compare(ref, got) if not c.ok]
+        if bad:
+            c = bad[0]
+            raise VerificationError(
+                f"after pass '{name}': output '{c.name}' differs from the input model "
+                f"(max abs {c.max_abs:.3g}, cosine {c.cosine:.6f}{', ' + c.note if c.note else ''})"
+            )
+
+    def _dump(self, graph: gs.Graph, name: str) -> None:
+        assert self.ctx.dump_dir is not None
+        self._dump_count += 1
+        Path(self.ctx.dump_dir).mkdir(parents=True, exist_ok=True)
+        model_io.save(graph, Path(self.ctx.dump_dir) / f"{self._dump_count:03d}_{name}.onnx")
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, graph: gs.Graph) -> list[PassRecord]:
+        ctx = self.ctx
+        feeds = ref = None
+        if ctx.verify_each:
+            feeds, ref = self._reference(graph)
+        history: list[str] = []
+        cost = self._estimate(graph)
+        total = len(self.passes)
+        for rnd in range(1, max(1, ctx.max_rounds) + 1):
+            changed = False
+            for k, p in enumerate(self.passes):
+                if p.run_once and rnd > 1:
+                    continue
+                if ctx.on_pass:
+                    ctx.on_pass(p.name, rnd, k, total)
+                nodes_before = count_nodes(graph)
+                snapshot = model_io.to_proto(graph) if cost is not None and not p.required else None
+                t0 = time.perf_counter()
+                try:
+                    result = p.apply(graph, ctx)
+                except GraphpassError:
+                    raise
+                except Exception as e:
+                    raise PassError(p.name, history, e) from e
+                seconds = time.perf_counter() - t0
+                history.append(p.name)
+                rec = PassRecord(
+                    index=len(self.records) + 1,
+                    name=p.name,
+                    round=rnd,
+                    seconds=seconds,
+                    nodes_before=nodes_before,
+                    nodes_after=count_nodes(graph),
+                    modified=result.modified,
+                    stats=dict(result.stats),
+                    cost_before_us=cost,
+                )
+                if result.modified:
+                    new_cost = self._estimate(graph)
+                    rec.cost_after_us = new_cost
+                    if snapshot is not None and new_cost is not None and cost is not None and new_cost > cost:
+                        restored = model_io.from_proto(snapshot, shape_inference=False)
+                        _replace_graph(graph, restored)
+                        rec.rolled_back = True
+                        rec.modified = False
+                        rec.nodes_after = count_nodes(graph)
+                        rec.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
+                        log.info("%s %s", p.name, rec.note)
+                    else:
+                        cost = new_cost
+                        changed = True
+                        if ctx.verify_each:
+                            self._verify(graph, p.name, feeds, ref)
+                        if ctx.dump_dir is not None:
+                            self._dump(graph, p.name)
+                else:
+                    rec.cost_after_us = cost
+                self.records.append(rec)
+            if not changed:
+                break
+        return self.records
+
+
+def _replace_graph(graph: gs.Graph, other: gs.Graph) -> None:
+    """Make ``graph`` (the caller's object) hold the contents of ``other``."""
+    graph.nodes = other.nodes
+    graph.inputs = other.inputs
+    graph.outputs = other.outputs
+    graph.functions = other.functions
+    for key in ("_gp_model",):
+        if key in other.__dict__:
+            graph.__dict__[key] = other.__dict__[key]

@@ -1,0 +1,240 @@
+"""Graph helpers over onnx-graphsurgeon that every pass uses.
+
+All helpers are linear in the size of the graph they are given; none rescans a graph per match.
+Subgraphs (If/Loop/Scan bodies) refer to outer-scope tensors by the same gs Tensor objects as the
+outer graph does, so a consumer list (``tensor.outputs``) includes nodes inside bodies.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from typing import Iterable, Iterator
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.errors import BadModelError
+
+__all__ = [
+    "iter_graphs",
+    "subgraphs_of",
+    "has_subgraph",
+    "captured_tensors",
+    "toposort",
+    "remove_nodes",
+    "replace_uses",
+    "count_nodes",
+    "op_histogram",
+    "fingerprint",
+    "NameGen",
+    "constant_array",
+    "is_graph_output",
+    "producer",
+    "node_dependencies",
+]
+
+
+def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
+    """The subgraph attributes of ``node`` (If branches, Loop/Scan bodies), in attribute order."""
+    subs: list[gs.Graph] = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            subs.append(value)
+        elif isinstance(value, (list, tuple)):
+            subs.extend(v for v in value if isinstance(v, gs.Graph))
+    return subs
+
+
+def has_subgraph(node: gs.Node) -> bool:
+    return any(
+        isinstance(v, gs.Graph)
+        or (isinstance(v, (list, tuple)) and any(isinstance(x, gs.Graph) for x in v))
+        for v in node.attrs.values()
+    )
+
+
+def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
+    """``graph`` and every subgraph nested in it, outermost first."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for node in g.nodes:
+            if node.attrs:
+                stack.extend(reversed(subgraphs_of(node)))
+
+
+def captured_tensors(subgraph: gs.Graph) -> list[gs.Tensor]:
+    """Outer-scope tensors that ``subgraph`` (or anything nested in it) reads, in first-use order."""
+    defined: set[int] = {id(t) for t in subgraph.inputs}
+    for node in subgraph.nodes:
+        defined.update(id(t) for t in node.outputs)
+    seen: set[int] = set()
+    out: list[gs.Tensor] = []
+
+    def use(t: gs.Tensor) -> None:
+        if t.name and id(t) not in defined and id(t) not in seen and not isinstance(t, gs.Constant):
+            seen.add(id(t))
+            out.append(t)
+
+    for node in subgraph.nodes:
+        for t in node.inputs:
+            use(t)
+        for sub in subgraphs_of(node):
+            for t in captured_tensors(sub):
+                use(t)
+    for t in subgraph.outputs:
+        use(t)
+    return out
+
+
+def node_dependencies(node: gs.Node) -> list[gs.Tensor]:
+    """Every tensor ``node`` reads: its inputs plus what its subgraphs capture from outside."""
+    deps = [t for t in node.inputs if t.name]
+    for sub in subgraphs_of(node):
+        deps.extend(captured_tensors(sub))
+    return deps
+
+
+def toposort(graph: gs.Graph, recurse: bool = True) -> None:
+    """Sort ``graph.nodes`` topologically in place (Kahn, stable), and each subgraph if ``recurse``.
+
+    Raises:
+        BadModelError: the graph has a cycle; names one node on it.
+    """
+    nodes = graph.nodes
+    index = {id(n): i for i, n in enumerate(nodes)}
+    producer_of: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for t in n.outputs:
+            producer_of[id(t)] = i
+    indegree = [0] * len(nodes)
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        preds = set()
+        for t in node_dependencies(n):
+            p = producer_of.get(id(t))
+            if p is not None and p != i:
+                preds.add(p)
+            elif p == i:
+                raise BadModelError(f"node '{n.name or n.op}' ({n.op}) reads its own output '{t.name}'")
+        indegree[i] = len(preds)
+        for p in preds:
+            users[p].append(i)
+    ready = collections.deque(i for i in range(len(nodes)) if indegree[i] == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for u in users[i]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if len(order) != len(nodes):
+        stuck = next(nodes[i] for i in range(len(nodes)) if indegree[i] > 0)
+        raise BadModelError(
+            f"graph '{graph.name}' has a cycle through node '{stuck.name or '?'}' ({stuck.op})"
+        )
+    del index
+    graph.nodes = [nodes[i] for i in order]
+    if recurse:
+        for n in graph.nodes:
+            for sub in subgraphs_of(n):
+                toposort(sub, recurse=True)
+
+
+def remove_nodes(graph: gs.Graph, dead: Iterable[gs.Node]) -> int:
+    """Disconnect and drop ``dead`` from ``graph`` in one sweep. Returns how many were removed."""
+    dead_ids = {id(n) for n in dead}
+    if not dead_ids:
+        return 0
+    kept = []
+    for n in graph.nodes:
+        if id(n) in dead_ids:
+            n.inputs.clear()
+            n.outputs.clear()
+        else:
+            kept.append(n)
+    removed = len(graph.nodes) - len(kept)
+    graph.nodes = kept
+    return removed
+
+
+def replace_uses(old: gs.Tensor, new: gs.Tensor, graph: gs.Graph | None = None) -> None:
+    """Make every consumer of ``old`` (in any scope) read ``new``; also ``graph``'s outputs if given."""
+    for consumer in list(old.outputs):
+        for i, t in enumerate(consumer.inputs):
+            if t is old:
+                consumer.inputs[i] = new
+    if graph is not None:
+        graph.outputs = [new if t is old else t for t in graph.outputs]
+
+
+def is_graph_output(tensor: gs.Tensor, graph: gs.Graph) -> bool:
+    return any(t is tensor for t in graph.outputs)
+
+
+def producer(tensor: gs.Tensor) -> gs.Node | None:
+    return tensor.inputs[0] if len(tensor.inputs) else None
+
+
+def count_nodes(graph: gs.Graph, recursive: bool = True) -> int:
+    if not recursive:
+        return len(graph.nodes)
+    return sum(len(g.nodes) for g in iter_graphs(graph))
+
+
+def op_histogram(graph: gs.Graph, recursive: bool = True) -> collections.Counter:
+    graphs = iter_graphs(graph) if recursive else [graph]
+    c: collections.Counter = collections.Counter()
+    for g in graphs:
+        for n in g.nodes:
+            c[n.op if not n.domain or n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op}"] += 1
+    return c
+
+
+def fingerprint(graph: gs.Graph) -> str:
+    """A cheap structural fingerprint: node identities, ops, wiring and graph I/O, recursively.
+
+    Attribute values are not hashed (too costly on big graphs); a pass that changes only
+    attributes is trusted when it says so.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    for g in iter_graphs(graph):
+        h.update(f"G{id(g)}:{[id(t) for t in g.inputs]}:{[id(t) for t in g.outputs]}".encode())
+        for n in g.nodes:
+            h.update(
+                f"{id(n)}{n.op}{[id(t) for t in n.inputs]}{[id(t) for t in n.outputs]}".encode()
+            )
+    return h.hexdigest()
+
+
+class NameGen:
+    """Unique tensor/node names for one graph (and everything nested in it)."""
+
+    def __init__(self, graph: gs.Graph):
+        self._used: set[str] = set()
+        for g in iter_graphs(graph):
+            for t in g.inputs:
+                self._used.add(t.name)
+            for n in g.nodes:
+                self._used.add(n.name)
+                for t in list(n.inputs) + list(n.outputs):
+                    self._used.add(t.name)
+        self._counters: dict[str, int] = collections.defaultdict(int)
+
+    def __call__(self, prefix: str) -> str:
+        while True:
+            self._counters[prefix] += 1
+            name = f"{prefix}__gp{self._counters[prefix]}"
+            if name not in self._used:
+                self._used.add(name)
+                return name
+
+
+def constant_array(tensor: gs.Tensor) -> np.ndarray | None:
+    """The value of a gs Constant as a numpy array, or None for a Variable."""
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values)
+    return None

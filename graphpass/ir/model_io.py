@@ -1,0 +1,494 @@
+"""Loading and saving models: ModelProto <-> gs.Graph with everything gs would lose kept.
+
+What this layer adds to onnx-graphsurgeon:
+
+* input validation with one clear error per problem (not an ONNX file, unsupported opset,
+  a node input nothing produces, duplicate producers, a cycle, bad external data);
+* external data confined to the model's folder, and saved automatically past 2 GB;
+* model-level data gs does not carry (model ``metadata_props``, ``doc_string``, ``domain``,
+  ``model_version``) and graphpass annotations (see :mod:`graphpass.ir.annotations`);
+* atomic writes: a temp file in the target folder, then ``os.replace``.
+
+IR versions below 4 list every initializer as a graph input; gs imports such initializers as
+constants (which is how onnxruntime treats them for IR < 4), so a saved model is raised to IR 4,
+which does not change the meaning of any opset-9+ op. A model that carries local functions is
+raised to IR 8 (the first IR with functions); the opset is never changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import external_data_helper
+
+from graphpass.errors import BadModelError, UsageError
+from graphpass.ir import annotations
+from graphpass.ir.graph import iter_graphs, subgraphs_of, toposort
+
+__all__ = [
+    "MIN_OPSET",
+    "ModelSource",
+    "load",
+    "load_proto",
+    "from_proto",
+    "to_proto",
+    "save",
+    "save_proto",
+    "infer_shapes",
+    "EXTERNAL_DATA_THRESHOLD",
+]
+
+log = logging.getLogger(__name__)
+
+gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR
+
+ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+#: The oldest default-domain opset graphpass reads. Older models predate most of the op
+#: definitions the passes rely on and onnx's version converter has no reliable adapters for them.
+MIN_OPSET = 7
+
+#: Serialized size beyond which a model is saved with external data (protobuf's limit is 2 GiB).
+EXTERNAL_DATA_THRESHOLD = 2_000_000_000 - 64 * 1024 * 1024
+
+_MODEL_INFO = "_gp_model"
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load_proto(source: ModelSource) -> onnx.ModelProto:
+    """Read and validate a ModelProto from a path, bytes or a ModelProto; external data loaded.
+
+    Raises:
+        BadModelError: with one line saying what is wrong and where.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)  # never mutate the caller's proto
+        base_dir = None
+    elif isinstance(source, (bytes, bytearray)):
+        model = _parse(bytes(source), "<bytes>")
+        base_dir = None
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise BadModelError(f"{path}: no such file")
+        if path.is_dir():
+            raise BadModelError(f"{path}: is a folder, not an ONNX model")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+        model = _parse(data, str(path))
+        base_dir = path.resolve().parent
+    _load_external_data(model, base_dir, str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>")
+    validate(model)
+    return model
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    if not data:
+        raise BadModelError(f"{where}: empty file, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError, or RuntimeError from upb
+        raise BadModelError(f"{where}: not an ONNX model (protobuf parse failed: {e})") from e
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise BadModelError(f"{where}: not an ONNX model (no ir_version or no graph)")
+    return model
+
+
+def _external_tensors(model: onnx.ModelProto):
+    for t in external_data_helper._get_all_tensors(model):
+        if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
+            yield t
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str) -> None:
+    tensors = list(_external_tensors(model))
+    if not tensors:
+        return
+    if base_dir is None:
+        raise BadModelError(
+            f"{where}: the model refers to external data; load it from its file so the data can be found"
+        )
+    for t in tensors:
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if not location:
+            raise BadModelError(f"{where}: tensor '{t.name}' has external data without a location")
+        if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' has external data at an absolute path '{location}'; "
+                "external data must lie in the model's folder"
+            )
+        target = (base_dir / location).resolve()
+        if base_dir.resolve() not in target.parents and target != base_dir.resolve():
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' has external data '{location}' outside the model's folder"
+            )
+        if not target.is_file():
+            raise BadModelError(f"{where}: external data file '{location}' of tensor '{t.name}' is missing")
+        size = target.stat().st_size
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info.get("length", 0) or 0)
+        if offset + length > size:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' reads bytes {offset}..{offset + length} of '{location}', "
+                f"which has only {size}"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base_dir))
+    except Exception as e:
+        raise BadModelError(f"{where}: cannot load external data: {e}") from e
+
+
+def validate(model: onnx.ModelProto) -> None:
+    """Structural checks that make the rest of graphpass safe; linear in the model size."""
+    if model.ir_version > onnx.IR_VERSION:
+        raise BadModelError(
+            f"model IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) supports "
+            f"(max {onnx.IR_VERSION})"
+        )
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    default = opsets.get("", opsets.get("ai.onnx"))
+    newest = onnx.defs.onnx_opset_version()
+    if default is not None:
+        if default < MIN_OPSET:
+            raise BadModelError(
+                f"model uses opset {default}, older than the oldest graphpass reads ({MIN_OPSET}); "
+                "onnx's version converter has no reliable adapters that far back"
+            )
+        if default > newest:
+            raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
+    _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")
+
+
+def _check_graph(graph: onnx.GraphProto, outer: frozenset, path: str) -> None:
+    defined: set[str] = set(outer)
+    defined.update(i.name for i in graph.input)
+    defined.update(i.name for i in graph.initializer)
+    defined.update(i.values.name for i in graph.sparse_initializer)
+    produced: dict[str, str] = {}
+    for node in graph.node:
+        for o in node.output:
+            if not o:
+                continue
+            if o in produced:
+                raise BadModelError(
+                    f"{path}: tensor '{o}' is produced twice (by '{produced[o]}' and '{node.name or node.op_type}')"
+                )
+            produced[o] = node.name or node.op_type
+    defined.update(produced)
+    for node in graph.node:
+        for i in node.input:
+            if i and i not in defined:
+                raise BadModelError(
+                    f"{path}: node '{node.name or '?'}' ({node.op_type}) reads '{i}', "
+                    "which no node, graph input or initializer produces"
+                )
+    for out in graph.output:
+        if out.name not in defined:
+            raise BadModelError(f"{path}: graph output '{out.name}' is produced by nothing")
+    scope = frozenset(defined)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _check_graph(attr.g, scope, f"{path}/{node.name or node.op_type}.{attr.name}")
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, g in enumerate(attr.graphs):
+                    _check_graph(g, scope, f"{path}/{node.name or node.op_type}.{attr.name}[{k}]")
+
+
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    for name, shape in input_shapes.items():
+        if name not in inputs:
+            raise UsageError(
+                f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
+            )
+        vi = inputs[name]
+        tt = vi.type.tensor_type
+        dims = tt.shape.dim if tt.HasField("shape") else None
+        if dims is not None and len(dims) and len(dims) != len(shape):
+            raise UsageError(
+                f"--input-shape {name}: rank {len(shape)} given, the model's input has rank {len(dims)}"
+            )
+        for k, v in enumerate(shape):
+            if int(v) <= 0:
+                raise UsageError(f"--input-shape {name}: dimension {k} must be positive, got {v}")
+            if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
+                raise UsageError(
+                    f"--input-shape {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
+                )
+        tt.ClearField("shape")
+        for v in shape:
+            tt.shape.dim.add().dim_value = int(v)
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx shape inference (with data propagation) on a copy whose big weights are left out.
+
+    Large initializers are replaced by typed graph inputs so inference sees their shapes
+    without serializing their bytes (which also keeps models over 2 GB inferable).
+    Symbolic dims keep their names. Returns the inferred copy; on failure returns the input.
+    """
+    light = onnx.ModelProto()
+    light.CopyFrom(model) if model.ByteSize() < 64 * 1024 * 1024 else _copy_without_weights(model, light)
+    _strip_big_initializers(light)
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # inference is advisory: passes fall back to unknown shapes
+        log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
+        return model
+
+
+def _copy_without_weights(model: onnx.ModelProto, dst: onnx.ModelProto) -> None:
+    graph = model.graph
+    big = [t for t in graph.initializer if len(t.raw_data) > 1024]
+    saved = [(t, t.raw_data) for t in big]
+    for t in big:
+        t.ClearField("raw_data")
+    try:
+        dst.CopyFrom(model)
+    finally:
+        for t, raw in saved:
+            t.raw_data = raw
+    by_name = {t.name: t for t in dst.graph.initializer}
+    for t in big:
+        by_name[t.name].raw_data = b""
+        by_name[t.name].ClearField("raw_data")
+
+
+def _strip_big_initializers(model: onnx.ModelProto) -> None:
+    if model.ir_version < 4:
+        return
+    graph = model.graph
+    keep, moved = [], []
+    inputs = {i.name for i in graph.input}
+    for t in graph.initializer:
+        nbytes = len(t.raw_data)
+        if (nbytes > 1024 or (not t.raw_data and _numel(t) > 256 and not _has_typed_data(t))) and t.name not in inputs:
+            moved.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            keep.append(t)
+    if moved:
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+        graph.input.extend(moved)
+
+
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _has_typed_data(t: onnx.TensorProto) -> bool:
+    return bool(
+        len(t.float_data) or len(t.int32_data) or len(t.int64_data) or len(t.double_data)
+        or len(t.uint64_data) or len(t.string_data)
+    )
+
+
+def from_proto(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    shape_inference: bool = True,
+) -> gs.Graph:
+    """Import a validated ModelProto into a gs.Graph with annotations and model data attached."""
+    if input_shapes:
+        model2 = onnx.ModelProto()
+        model2.CopyFrom(model)
+        model = model2
+        _apply_input_shapes(model, input_shapes)
+    if shape_inference:
+        inferred = infer_shapes(model)
+        _copy_value_info(inferred.graph, model.graph)
+    try:
+        graph = gs.import_onnx(model)
+    except Exception as e:
+        raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
+    annotations.read_from_proto(model.graph, graph)
+    graph.__dict__[_MODEL_INFO] = {
+        "metadata_props": {p.key: p.value for p in model.metadata_props},
+        "doc_string": model.doc_string,
+        "domain": model.domain,
+        "model_version": model.model_version,
+        "opset_import": [(o.domain, o.version) for o in model.opset_import],
+    }
+    toposort(graph)
+    return graph
+
+
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> None:
+    """Put the inferred value_info of ``src`` into ``dst`` (same structure), keeping dst's own."""
+    have = {vi.name for vi in dst.value_info} | {o.name for o in dst.output}
+    outputs = {o.name: o for o in dst.output}
+    for vi in src.value_info:
+        if vi.name not in have:
+            dst.value_info.append(vi)
+    for o in src.output:
+        d = outputs.get(o.name)
+        if d is not None and (not d.type.HasField("tensor_type") or not d.type.tensor_type.HasField("shape")):
+            if o.type.HasField("tensor_type") and o.type.tensor_type.HasField("shape"):
+                d.type.CopyFrom(o.type)
+    for n_src, n_dst in zip(src.node, dst.node):
+        for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
+            if a_src.type == onnx.AttributeProto.GRAPH:
+                _copy_value_info(a_src.g, a_dst.g)
+            elif a_src.type == onnx.AttributeProto.GRAPHS:
+                for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
+                    _copy_value_info(g_src, g_dst)
+
+
+def load(
+    source: ModelSource,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    shape_inference: bool = True,
+) -> gs.Graph:
+    """Load a model into the graphpass IR (a gs.Graph).
+
+    Args:
+        source: a path, the serialized bytes, or a ModelProto.
+        input_shapes: fixes graph input dims before shape inference (static-shape specialization).
+        shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
+    """
+    return from_proto(load_proto(source), input_shapes=input_shapes, shape_inference=shape_inference)
+
+
+# --------------------------------------------------------------------------------------------
+# saving
+
+
+def to_proto(graph: gs.Graph) -> onnx.ModelProto:
+    """Export the IR as a ModelProto with annotations and model-level data restored."""
+    toposort(graph)
+    info = graph.__dict__.get(_MODEL_INFO, {})
+    try:
+        model = gs.export_onnx(graph, do_type_check=False)
+    except Exception as e:
+        raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
+    annotations.write_to_proto(graph, model.graph)
+    for k, v in info.get("metadata_props", {}).items():
+        model.metadata_props.add(key=k, value=v)
+    model.doc_string = info.get("doc_string", "")
+    model.domain = info.get("domain", "")
+    model.model_version = info.get("model_version", 0)
+    _merge_opsets(model, info.get("opset_import", []))
+    min_ir = 4 if any(len(g.initializer) for g in _graph_protos(model.graph)) else 3
+    if len(model.functions):
+        min_ir = 8
+    if model.ir_version < min_ir:
+        model.ir_version = min_ir
+    return model
+
+
+def _graph_protos(g: onnx.GraphProto):
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_protos(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _graph_protos(sub)
+
+
+def _merge_opsets(model: onnx.ModelProto, original: list[tuple[str, int]]) -> None:
+    """Keep every opset the input imported (gs drops unused custom ones); add what nodes need."""
+    have = {o.domain: o for o in model.opset_import}
+    for domain, version in original:
+        if domain not in have:
+            model.opset_import.add(domain=domain, version=version)
+        else:
+            have[domain].version = version
+    # '' and 'ai.onnx' are the same domain; keep one.
+    domains = [o.domain for o in model.opset_import]
+    if "" in domains and "ai.onnx" in domains:
+        keep = [o for o in model.opset_import if o.domain != "ai.onnx"]
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+
+
+def _payload_bytes(model: onnx.ModelProto) -> int:
+    total = 0
+    for t in external_data_helper._get_all_tensors(model):
+        total += len(t.raw_data)
+        if not t.raw_data:
+            total += 8 * _numel(t) if _has_typed_data(t) else 0
+    return total
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Refuse an output path whose folder does not exist or that is a folder (before any work)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise UsageError(f"output folder '{parent}' does not exist")
+    if p.is_dir():
+        raise UsageError(f"output path '{p}' is a folder")
+    return p
+
+
+def save_proto(model: onnx.ModelProto, path: str | os.PathLike, external_data: bool | None = None) -> Path:
+    """Write ``model`` atomically; external data next to it when asked or when past 2 GB.
+
+    The external data file is ``<name>.data`` in the same folder (a relative location).
+    """
+    out = check_output_path(path)
+    if external_data is None:
+        external_data = _payload_bytes(model) > EXTERNAL_DATA_THRESHOLD
+    folder = out.parent if str(out.parent) else Path(".")
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
+    try:
+        tmp_model = tmpdir / out.name
+        if external_data:
+            data_name = out.name + ".data"
+            onnx.save_model(
+                model,
+                str(tmp_model),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data_name,
+                size_threshold=1024,
+                convert_attribute=False,
+            )
+            if (tmpdir / data_name).exists():
+                os.replace(tmpdir / data_name, folder / data_name)
+        else:
+            with open(tmp_model, "wb") as f:
+                f.write(model.SerializeToString())
+        os.replace(tmp_model, out)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return out
+
+
+def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = None) -> Path:
+    """Export ``graph`` and write it atomically (see :func:`save_proto`)."""
+    check_output_path(path)
+    return save_proto(to_proto(graph), path, external_data=external_data)
+
+
+def model_info(graph: gs.Graph) -> dict:
+    return graph.__dict__.get(_MODEL_INFO, {})
+
+
+def opset_of(graph: gs.Graph, domain: str = "") -> int | None:
+    for d, v in model_info(graph).get("opset_import", []):
+        if (d or "") == domain or (domain == "" and d == "ai.onnx"):
+            return v
+    return graph.opset if domain == "" else None

@@ -1,0 +1,63 @@
+"""The pipelines graphpass runs, assembled in one place (like onnxscript's default rule set).
+
+A pipeline is an ordered tuple of pass names; the pass manager repeats it to a fixed point.
+"""
+
+from __future__ import annotations
+
+from graphpass.errors import UsageError
+from graphpass.infra.registry import all_passes
+
+__all__ = ["PIPELINES", "DEFAULT_PIPELINE", "get_pipeline", "build"]
+
+#: Hardware-neutral cleanup, in the order each pass feeds the next.
+CLEANUP = (
+    "specialize_shapes",
+    "fold_constants",
+    "eliminate_identity",
+    "merge_transposes",
+    "merge_reshapes",
+    "eliminate_cast_pairs",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_nodes",
+)
+
+PIPELINES: dict[str, tuple[str, ...]] = {
+    "cleanup": CLEANUP,
+    # The Ascend pipeline grows as layout, fusion, lowering and placement passes land.
+    "default": CLEANUP,
+}
+
+DEFAULT_PIPELINE = "default"
+
+
+def get_pipeline(name: str) -> tuple[str, ...]:
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise UsageError(f"unknown pipeline '{name}'; known pipelines: {', '.join(PIPELINES)}") from None
+
+
+def build(
+    pipeline: str | None = None,
+    passes: list[str] | None = None,
+    disable: set[str] | None = None,
+    enable: set[str] | None = None,
+) -> list[str]:
+    """The list of pass names to run.
+
+    ``passes`` (an explicit list) wins over ``pipeline``; default-off passes in a pipeline run
+    only when named in ``enable``; ``enable`` also appends passes the pipeline lacks. Every name
+    is checked: an unknown one raises UsageError listing the known passes.
+    """
+    known = all_passes()
+    for name in list(passes or []) + sorted(disable or ()) + sorted(enable or ()):
+        if name not in known:
+            raise UsageError(f"unknown pass '{name}'; known passes: {', '.join(known)}")
+    enable = set(enable or ())
+    if passes:
+        names = list(passes)
+    else:
+        names = [n for n in get_pipeline(pipeline or DEFAULT_PIPELINE) if known[n].default_enabled or n in enable]
+        names += [n for n in sorted(enable) if n not in names]
+    return [n for n in names if n not in (disable or set())]

@@ -1,0 +1,45 @@
+"""graphpass.passes: every built-in pass, also callable as a plain function of the same name.
+
+    from graphpass.passes import fold_constants
+    fold_constants(graph)                      # -> PassResult
+    fold_constants(graph, size_limit=4 << 20)  # per-pass options as keywords
+"""
+
+from graphpass.passes.cleanup import (
+    EliminateCastPairs,
+    EliminateCommonSubexpressions,
+    EliminateDeadNodes,
+    EliminateIdentity,
+    FoldConstants,
+    MergeReshapes,
+    MergeTransposes,
+    SpecializeShapes,
+)
+
+eliminate_cast_pairs = EliminateCastPairs.as_function()
+eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
+eliminate_dead_nodes = EliminateDeadNodes.as_function()
+eliminate_identity = EliminateIdentity.as_function()
+fold_constants = FoldConstants.as_function()
+merge_reshapes = MergeReshapes.as_function()
+merge_transposes = MergeTransposes.as_function()
+specialize_shapes = SpecializeShapes.as_function()
+
+__all__ = [
+    "EliminateCastPairs",
+    "EliminateCommonSubexpressions",
+    "EliminateDeadNodes",
+    "EliminateIdentity",
+    "FoldConstants",
+    "MergeReshapes",
+    "MergeTransposes",
+    "SpecializeShapes",
+    "eliminate_cast_pairs",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_nodes",
+    "eliminate_identity",
+    "fold_constants",
+    "merge_reshapes",
+    "merge_transposes",
+    "specialize_shapes",
+]

@@ -1,0 +1,21 @@
+"""Hardware-neutral cleanup passes (each in its own module, registered on import)."""
+
+from graphpass.passes.cleanup.eliminate_cast_pairs import EliminateCastPairs
+from graphpass.passes.cleanup.eliminate_common_subexpressions import EliminateCommonSubexpressions
+from graphpass.passes.cleanup.eliminate_dead_nodes import EliminateDeadNodes
+from graphpass.passes.cleanup.eliminate_identity import EliminateIdentity
+from graphpass.passes.cleanup.fold_constants import FoldConstants
+from graphpass.passes.cleanup.merge_reshapes import MergeReshapes
+from graphpass.passes.cleanup.merge_transposes import MergeTransposes
+from graphpass.passes.cleanup.specialize_shapes import SpecializeShapes
+
+__all__ = [
+    "EliminateCastPairs",
+    "EliminateCommonSubexpressions",
+    "EliminateDeadNodes",
+    "EliminateIdentity",
+    "FoldConstants",
+    "MergeReshapes",
+    "MergeTransposes",
+    "SpecializeShapes",
+]

@@ -1,0 +1,70 @@
+"""Dead-node elimination.
+
+    node whose outputs reach no graph output (directly or through a subgraph capture)  =>  removed
+
+Graph inputs and outputs are never removed, unless ``remove_unused_inputs=True`` is given for the
+main graph's unused inputs. Subgraph bodies are cleaned first (innermost first), so a body that
+stops reading an outer tensor lets that tensor's producer die in the same run. Subgraph inputs
+are fixed by the Loop/Scan/If signature and are never touched.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.ir.graph import node_dependencies, remove_nodes, subgraphs_of
+
+__all__ = ["EliminateDeadNodes"]
+
+
+def _clean(graph: gs.Graph) -> int:
+    removed = 0
+    for node in graph.nodes:
+        for sub in subgraphs_of(node):
+            removed += _clean(sub)
+    local = {id(n) for n in graph.nodes}
+    live: set[int] = set()
+    stack = [t for t in graph.outputs]
+    for n in graph.nodes:  # a node without outputs exists for its effect only: keep it
+        if not n.outputs:
+            live.add(id(n))
+            stack.extend(node_dependencies(n))
+    seen: set[int] = set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        for p in t.inputs:
+            if id(p) in local and id(p) not in live:
+                live.add(id(p))
+                stack.extend(node_dependencies(p))
+    dead = [n for n in graph.nodes if id(n) not in live]
+    return removed + remove_nodes(graph, dead)
+
+
+@register
+class EliminateDeadNodes(Pass):
+    """Removes every node no graph output depends on.
+
+    Cases:
+      1. a node whose outputs nothing reads;
+      2. a chain that feeds only dead nodes;
+      3. the same inside If/Loop/Scan bodies (the body's outputs are its roots);
+      4. optionally (``remove_unused_inputs``), main-graph inputs nothing reads.
+    """
+
+    name = "eliminate_dead_nodes"
+    summary = "Remove nodes whose results reach no graph output (inputs/outputs kept)."
+    kind = PassKind.CLEANUP
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        removed = _clean(graph)
+        stats = {"removed": removed}
+        if self.options(ctx).get("remove_unused_inputs", False):
+            outs = {id(t) for t in graph.outputs}
+            kept = [t for t in graph.inputs if len(t.outputs) or id(t) in outs]
+            stats["inputs_removed"] = len(graph.inputs) - len(kept)
+            graph.inputs = kept
+        return PassResult(bool(removed or stats.get("inputs_removed")), stats)

@@ -1,0 +1,84 @@
+"""Identity elimination.
+
+    x -> Identity -> y -> consumers              =>  x -> consumers
+    producer -> x -> Identity -> y (graph output) =>  producer -> y         (x renamed away)
+    x -> Dropout(inference, mask unused) -> y    =>  as Identity
+
+Kept when ``y`` is a graph output and ``x`` cannot take its name: ``x`` is a graph input, another
+graph output, a constant, or comes from an enclosing scope. A Dropout is an identity only in
+inference: no ``training_mode`` input, or a constant false one, and no consumer of its mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
+from graphpass.passes.cleanup._common import is_onnx_op
+
+__all__ = ["EliminateIdentity"]
+
+
+def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
+    if len(node.inputs) >= 3 and node.inputs[2].name:
+        mode = node.inputs[2]
+        if not isinstance(mode, gs.Constant) or bool(np.asarray(mode.values)):
+            return False
+    if node.attrs.get("is_test", 1) == 0:  # opset < 7 training flag
+        return False
+    for mask in node.outputs[1:]:
+        if mask.name and (len(mask.outputs) or id(mask) in graph_outputs):
+            return False
+    return True
+
+
+@register
+class EliminateIdentity(Pass):
+    """Removes Identity nodes and inference-mode Dropout.
+
+    Cases:
+      1. ``y`` is an internal tensor: its consumers read ``x``;
+      2. ``y`` is a graph output and ``x`` is a local intermediate: ``x``'s producer writes ``y``;
+      3. Dropout in inference mode with an unused mask: treated as case 1/2.
+    """
+
+    name = "eliminate_identity"
+    summary = "Remove Identity nodes and inference-mode Dropout."
+    kind = PassKind.CLEANUP
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        stats = {"identity": 0, "dropout": 0, "kept_at_output": 0}
+        for g in list(iter_graphs(graph)):
+            outs = {id(t) for t in g.outputs}
+            ins = {id(t) for t in g.inputs}
+            local = {id(n) for n in g.nodes}
+            dead = []
+            for node in g.nodes:
+                if not is_onnx_op(node, "Identity", "Dropout") or not node.inputs or not node.outputs:
+                    continue
+                if node.op == "Dropout" and not _dropout_is_identity(node, outs):
+                    continue
+                x, y = node.inputs[0], node.outputs[0]
+                if id(y) not in outs:
+                    replace_uses(y, x)
+                elif (
+                    id(x) not in outs
+                    and id(x) not in ins
+                    and not isinstance(x, gs.Constant)
+                    and len(x.inputs) == 1
+                    and id(x.inputs[0]) in local
+                ):
+                    prod = x.inputs[0]
+                    node.outputs.clear()
+                    node.inputs.clear()
+                    prod.outputs[prod.outputs.index(x)] = y
+                    replace_uses(x, y)
+                else:
+                    stats["kept_at_output"] += 1
+                    continue
+                dead.append(node)
+                stats["identity" if node.op == "Identity" else "dropout"] += 1
+            remove_nodes(g, dead)
+        return PassResult(bool(stats["identity"] or stats["dropout"]), stats)

@@ -1,0 +1,295 @@
+"""Constant folding through onnxruntime, with a size guard.
+
+    Constant node                                  =>  initializer
+    Shape(x) / Size(x), x of static shape          =>  int64 constant
+    op(c1, c2, ...) with every input constant      =>  constant (computed by onnxruntime)
+
+Every foldable node of a graph is evaluated in one onnxruntime session (one export of the
+foldable subgraph, not one per node), so the pass is linear in the graph size. Only the
+boundary tensors (read by a node that stays, or by a subgraph) are materialized, and a boundary
+tensor larger than ``size_limit`` bytes (default 1 MiB) is not folded: a ConstantOfShape, Tile or
+Expand never bloats the model (onnxsim's most common complaint). Nondeterministic ops (random
+generators, Dropout), ops with subgraphs, sequence/optional ops and custom domains are never
+folded; neither is a tensor that is a graph output. If onnxruntime cannot evaluate the whole
+foldable set, the nodes are retried one by one (up to ``max_single_retries``) and the ones that
+fail are left alone with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from graphpass import verify as _verify
+from graphpass.errors import BadModelError
+from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.ir import model_io
+from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, toposort
+from graphpass.ir.shapes import numel, refresh_shapes, static_shape, tensor_elem_type
+from graphpass.passes.cleanup._common import is_onnx_op, is_pure
+
+__all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZE_LIMIT = 1 << 20
+
+_CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def _lower_constant_nodes(graph: gs.Graph, outs: set[int]) -> list[gs.Node]:
+    lowered = []
+    for node in graph.nodes:
+        if not is_onnx_op(node, "Constant") or len(node.attrs) != 1 or len(node.outputs) != 1:
+            continue
+        (attr, value), = node.attrs.items()
+        out = node.outputs[0]
+        if attr not in _CONSTANT_ATTRS or id(out) in outs or isinstance(value, gs.Node.AttributeRef):
+            continue
+        if isinstance(value, gs.Constant):
+            arr = np.asarray(value.values)
+        elif attr in ("value_float", "value_floats"):
+            arr = np.array(value, dtype=np.float32)
+        else:
+            arr = np.array(value, dtype=np.int64)
+        if arr.dtype == object:
+            continue
+        node.outputs.clear()
+        out.to_constant(arr)
+        lowered.append(node)
+    return lowered
+
+
+def _shape_value(node: gs.Node) -> np.ndarray | None:
+    shape = static_shape(node.inputs[0])
+    if shape is None:
+        return None
+    if node.op == "Size":
+        return np.array(numel(shape), dtype=np.int64)
+    rank = len(shape)
+    start = int(node.attrs.get("start", 0))
+    end = node.attrs.get("end")
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = rank if end is None else int(end)
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _has_unresolved_shape(graph: gs.Graph) -> bool:
+    for g in iter_graphs(graph):
+        for n in g.nodes:
+            if is_onnx_op(n, "Shape", "Size") and n.inputs and static_shape(n.inputs[0]) is None:
+                return True
+    return False
+
+
+def _nbytes_known(t: gs.Tensor) -> int | None:
+    shape = static_shape(t)
+    if shape is None or t.dtype is None:
+        return None
+    try:
+        return numel(shape) * np.dtype(t.dtype).itemsize
+    except TypeError:
+        return None
+
+
+def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version: int) -> dict[str, np.ndarray]:
+    """Run ``nodes`` in one onnxruntime session and return the values of ``wanted``."""
+    consts: dict[str, gs.Constant] = {}
+    for n in nodes:
+        for t in n.inputs:
+            if isinstance(t, gs.Constant):
+                consts[t.name] = t
+    node_protos = [OnnxExporter.export_node(n) for n in nodes]
+    inits = [OnnxExporter.export_tensor_proto(c) for c in consts.values()]
+    outputs = []
+    for t in wanted:
+        elem = tensor_elem_type(t)
+        outputs.append(
+            onnx.helper.make_tensor_value_info(t.name, elem, None) if elem else onnx.helper.make_empty_tensor_value_info(t.name)
+        )
+    graph = onnx.helper.make_graph(node_protos, "fold", [], outputs, initializer=inits)
+    model = onnx.helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = max(ir_version, 4)
+    sess = _verify.session(model)
+    return _verify.run(sess, {})
+
+
+@register
+class FoldConstants(Pass):
+    """Replaces everything computable from constants by its value.
+
+    Cases:
+      1. Constant nodes become initializers;
+      2. Shape/Size of a tensor whose shape is static become constants (after
+         ``specialize_shapes`` this collapses Shape -> Gather -> ... -> Reshape chains);
+      3. pure default-domain nodes whose inputs are all constant are evaluated by onnxruntime;
+      4. a boundary result above ``size_limit`` bytes stays computed at run time.
+    Options: ``size_limit`` (bytes), ``max_single_retries``.
+    """
+
+    name = "fold_constants"
+    summary = "Evaluate constant subgraphs with onnxruntime (size guard, default 1 MiB)."
+    kind = PassKind.CLEANUP
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        """Fold, and while folding made new Shape/Size inputs static, re-infer and fold again.
+
+        onnx's data propagation stops at many exporter-written Shape -> Gather -> Concat chains,
+        so each dynamic Reshape becomes static only after the chain before it is folded; the
+        loop runs at most ``max_iterations`` (default 32) times and only while it progresses.
+        """
+        opts = self.options(ctx)
+        total: dict[str, int] = {}
+        for _ in range(int(opts.get("max_iterations", 32))):
+            result = self._fold_once(graph, ctx)
+            for k, v in result.stats.items():
+                total[k] = total.get(k, 0) + v
+            if not result.modified or not _has_unresolved_shape(graph):
+                break
+            if not refresh_shapes(graph):
+                break
+        return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
+
+    def _fold_once(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        opts = self.options(ctx)
+        limit = int(opts.get("size_limit", DEFAULT_SIZE_LIMIT))
+        retries = int(opts.get("max_single_retries", 500))
+        opsets = [
+            onnx.helper.make_opsetid(d, v)
+            for d, v in model_io.model_info(graph).get("opset_import", [("", graph.opset)])
+        ]
+        ir_version = int(graph.ir_version or 8)
+        names = None
+        stats = {"constant_nodes": 0, "shapes": 0, "folded": 0, "too_large": 0, "failed": 0, "removed": 0}
+        for g in list(iter_graphs(graph)):
+            toposort(g, recurse=False)
+            outs = {id(t) for t in g.outputs}
+            lowered = _lower_constant_nodes(g, outs)
+            stats["constant_nodes"] += len(lowered)
+            remove_nodes(g, lowered)
+
+            # Case 2: Shape/Size from static shapes, computed here (no runtime needed).
+            shape_nodes = []
+            for node in g.nodes:
+                if is_onnx_op(node, "Shape", "Size") and node.inputs and len(node.outputs) == 1:
+                    out = node.outputs[0]
+                    if isinstance(out, gs.Constant) or id(out) in outs or not len(out.outputs):
+                        continue
+                    value = _shape_value(node)
+                    if value is not None:
+                        names = names or NameGen(graph)
+                        node.outputs[0] = gs.Variable(names(out.name))
+                        out.to_constant(value)
+                        node.inputs.clear()
+                        shape_nodes.append(node)
+                        stats["shapes"] += 1
+            remove_nodes(g, shape_nodes)
+
+            # Case 3: the foldable set, in topological order.
+            foldable: list[gs.Node] = []
+            produced: set[int] = set()
+            for node in g.nodes:
+                if not node.outputs or not is_pure(node):
+                    continue
+                if all(
+                    (not t.name) or isinstance(t, gs.Constant) or id(t) in produced for t in node.inputs
+                ) and any(t.name for t in node.inputs):
+                    foldable.append(node)
+                    produced.update(id(t) for t in node.outputs)
+            if not foldable:
+                stats["removed"] += self._sweep(g, [])
+                continue
+            fold_ids = {id(n) for n in foldable}
+            wanted: list[gs.Tensor] = []
+            for node in foldable:
+                for t in node.outputs:
+                    if not t.name or id(t) in outs:
+                        continue
+                    if any(id(c) not in fold_ids for c in t.outputs):
+                        size = _nbytes_known(t)
+                        if size is not None and size > limit:
+                            stats["too_large"] += 1
+                            continue
+                        if t.dtype is not None and np.dtype(t.dtype).kind in "OSU":
+                            continue
+                        wanted.append(t)
+            if not wanted:
+                continue
+            needed = self._needed(wanted, fold_ids)
+            nodes = [n for n in foldable if id(n) in needed]
+            try:
+                values = _evaluate(nodes, wanted, opsets, ir_version)
+            except BadModelError as e:
+                log.info("fold_constants: batch evaluation failed (%s); retrying node by node", e)
+                values = self._one_by_one(nodes, wanted, opsets, ir_version, retries, stats)
+            names = names or NameGen(graph)
+            for t in wanted:
+                v = values.get(t.name)
+                if v is None or not isinstance(v, np.ndarray) or v.dtype.kind in "OSU":
+                    continue
+                if v.nbytes > limit:
+                    stats["too_large"] += 1
+                    continue
+                prod = t.inputs[0]
+                prod.outputs[prod.outputs.index(t)] = gs.Variable(names(t.name))
+                t.to_constant(np.ascontiguousarray(v))
+                stats["folded"] += 1
+            stats["removed"] += self._sweep(g, foldable)
+        modified = any(stats[k] for k in ("constant_nodes", "shapes", "folded", "removed"))
+        return PassResult(modified, stats)
+
+    @staticmethod
+    def _needed(wanted: list[gs.Tensor], fold_ids: set[int]) -> set[int]:
+        needed: set[int] = set()
+        stack = [t.inputs[0] for t in wanted if t.inputs]
+        while stack:
+            n = stack.pop()
+            if id(n) in needed or id(n) not in fold_ids:
+                continue
+            needed.add(id(n))
+            stack.extend(t.inputs[0] for t in n.inputs if len(t.inputs))
+        return needed
+
+    @staticmethod
+    def _one_by_one(nodes, wanted, opsets, ir_version, retries, stats) -> dict[str, np.ndarray]:
+        values: dict[str, np.ndarray] = {}
+        known: dict[int, gs.Tensor] = {}
+        wanted_ids = {id(t) for t in wanted}
+        for n in nodes[:retries]:
+            if not all((not t.name) or isinstance(t, gs.Constant) or id(t) in known for t in n.inputs):
+                continue
+            # Evaluate with already-computed inputs as temporary constants.
+            tmp_inputs = [known.get(id(t), t) for t in n.inputs]
+            probe_outs = [gs.Variable(t.name, t.dtype) for t in n.outputs]
+            probe = gs.Node(n.op, n.name, dict(n.attrs), tmp_inputs, probe_outs, n.domain)
+            try:
+                out = _evaluate([probe], [t for t in probe_outs if t.name], opsets, ir_version)
+            except BadModelError as e:
+                stats["failed"] += 1
+                log.warning("fold_constants: cannot evaluate %s '%s': %s", n.op, n.name, e)
+                continue
+            finally:
+                probe.inputs.clear()
+                probe.outputs.clear()
+            for t in n.outputs:
+                if t.name in out and isinstance(out[t.name], np.ndarray):
+                    known[id(t)] = gs.Constant(t.name, np.asarray(out[t.name]))
+                    if id(t) in wanted_ids:
+                        values[t.name] = out[t.name]
+        return values
+
+    @staticmethod
+    def _sweep(g: gs.Graph, candidates: list[gs.Node]) -> int:
+        """Remove folded nodes whose outputs nobody reads any more (reverse topological order)."""
+        outs = {id(t) for t in g.outputs}
+        dead = []
+        for n in reversed(candidates):
+            if all(not len(t.outputs) and id(t) not in outs for t in n.outputs):
+                n.inputs.clear()
+                dead.append(n)
+        return remove_nodes(g, dead)
