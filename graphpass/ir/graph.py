@@ -104,11 +104,16 @@ def toposort(graph: gs.Graph, recurse: bool = True) -> None:
         BadModelError: the graph has a cycle; names one node on it.
     """
     nodes = graph.nodes
-    index = {id(n): i for i, n in enumerate(nodes)}
     producer_of: dict[int, int] = {}
     for i, n in enumerate(nodes):
         for t in n.outputs:
             producer_of[id(t)] = i
+    if _is_sorted(nodes, producer_of):
+        if recurse:
+            for n in nodes:
+                for sub in subgraphs_of(n):
+                    toposort(sub, recurse=True)
+        return
     indegree = [0] * len(nodes)
     users: list[list[int]] = [[] for _ in nodes]
     for i, n in enumerate(nodes):
@@ -136,12 +141,20 @@ def toposort(graph: gs.Graph, recurse: bool = True) -> None:
         raise BadModelError(
             f"graph '{graph.name}' has a cycle through node '{stuck.name or '?'}' ({stuck.op})"
         )
-    del index
     graph.nodes = [nodes[i] for i in order]
     if recurse:
         for n in graph.nodes:
             for sub in subgraphs_of(n):
                 toposort(sub, recurse=True)
+
+
+def _is_sorted(nodes: list[gs.Node], producer_of: dict[int, int]) -> bool:
+    for i, n in enumerate(nodes):
+        for t in node_dependencies(n):
+            p = producer_of.get(id(t))
+            if p is not None and p >= i:
+                return False
+    return True
 
 
 def remove_nodes(graph: gs.Graph, dead: Iterable[gs.Node]) -> int:
@@ -198,16 +211,16 @@ def fingerprint(graph: gs.Graph) -> str:
     """A cheap structural fingerprint: node identities, ops, wiring and graph I/O, recursively.
 
     Attribute values are not hashed (too costly on big graphs); a pass that changes only
-    attributes is trusted when it says so.
+    attributes is trusted when it says so. Node order does not count.
     """
-    h = hashlib.blake2b(digest_size=16)
+    parts = []
     for g in iter_graphs(graph):
-        h.update(f"G{id(g)}:{[id(t) for t in g.inputs]}:{[id(t) for t in g.outputs]}".encode())
-        for n in g.nodes:
-            h.update(
-                f"{id(n)}{n.op}{[id(t) for t in n.inputs]}{[id(t) for t in n.outputs]}".encode()
-            )
-    return h.hexdigest()
+        parts.append(f"G{id(g)}:{[id(t) for t in g.inputs]}:{[id(t) for t in g.outputs]}")
+        # Node order is not semantic (any topological order computes the same): sort the parts.
+        parts.extend(sorted(
+            f"{id(g)}:{id(n)}{n.op}{[id(t) for t in n.inputs]}{[id(t) for t in n.outputs]}" for n in g.nodes
+        ))
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
 
 
 class NameGen:

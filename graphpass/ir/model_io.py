@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Mapping, Sequence, Union
 
 import onnx
+import onnx.version_converter
 import onnx_graphsurgeon as gs
 from onnx import external_data_helper
 
@@ -51,8 +52,8 @@ gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
-#: The oldest default-domain opset graphpass reads. Older models predate most of the op
-#: definitions the passes rely on and onnx's version converter has no reliable adapters for them.
+#: The oldest default-domain opset the passes work in. An older model is converted to it with
+#: onnx's version converter on load (logged); one the converter cannot convert is refused.
 MIN_OPSET = 7
 
 #: Serialized size beyond which a model is saved with external data (protobuf's limit is 2 GiB).
@@ -92,7 +93,24 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
         base_dir = path.resolve().parent
     _load_external_data(model, base_dir, str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>")
     validate(model)
-    return model
+    return _upgrade_old_opset(model)
+
+
+def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Bring a model older than :data:`MIN_OPSET` forward with onnx's version converter."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None or version >= MIN_OPSET:
+        return model
+    try:
+        converted = onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadModelError(
+            f"model uses opset {version}, too old for graphpass ({MIN_OPSET}+), and onnx's version converter "
+            f"cannot bring it forward: {reason}"
+        ) from e
+    log.warning("model uses opset %d; converted to opset %d with onnx's version converter", version, MIN_OPSET)
+    return converted
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -164,11 +182,8 @@ def validate(model: onnx.ModelProto) -> None:
     default = opsets.get("", opsets.get("ai.onnx"))
     newest = onnx.defs.onnx_opset_version()
     if default is not None:
-        if default < MIN_OPSET:
-            raise BadModelError(
-                f"model uses opset {default}, older than the oldest graphpass reads ({MIN_OPSET}); "
-                "onnx's version converter has no reliable adapters that far back"
-            )
+        if default < 1:
+            raise BadModelError(f"model declares default-domain opset {default}, which does not exist")
         if default > newest:
             raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
     _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")

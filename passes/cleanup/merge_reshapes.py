@@ -55,17 +55,18 @@ class MergeReshapes(Pass):
                     continue
                 target = [int(v) for v in np.asarray(shape_t.values).ravel()]
                 allowzero = int(node.attrs.get("allowzero", 0))
-                first = data.inputs[0] if len(data.inputs) == 1 else None
-                if first is not None and id(first) in local and is_onnx_op(first, *_SHAPE_ONLY) and first.inputs:
-                    resolved = target
+                while True:  # hop over the whole chain of shape-only producers
+                    data = node.inputs[0]
+                    first = data.inputs[0] if len(data.inputs) == 1 else None
+                    if first is None or id(first) not in local or not is_onnx_op(first, *_SHAPE_ONLY) or not first.inputs:
+                        break
                     if not allowzero and 0 in target:
                         mid = static_shape(data)
                         if mid is None or len(mid) < len(target):
-                            continue
-                        resolved = [mid[i] if v == 0 else v for i, v in enumerate(target)]
-                    if resolved is not target:
+                            break
+                        target = [mid[i] if v == 0 else v for i, v in enumerate(target)]
                         names = names or NameGen(graph)
-                        node.inputs[1] = gs.Constant(names(shape_t.name or "shape"), np.array(resolved, dtype=np.int64))
+                        node.inputs[1] = gs.Constant(names(shape_t.name or "shape"), np.array(target, dtype=np.int64))
                     node.inputs[0] = first.inputs[0]
                     stats["merged"] += 1
                     if outputs_free(first, g):

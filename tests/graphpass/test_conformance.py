@@ -1,0 +1,32 @@
+"""ONNX node conformance cases: where onnxruntime reproduces the expected outputs on the
+original model, it still does on the optimized one, and no case crashes the optimizer.
+
+CI runs one case per op type (the first, by name); ``benchmarks/conformance.py`` runs all.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+from onnx.backend.test.case.node import collect_testcases
+
+import graphpass as gp
+from graphpass.conformance import run_case
+
+_ALL = collect_testcases(None)
+_BY_OP = collections.OrderedDict()
+for case in sorted(_ALL, key=lambda c: c.name):
+    op = case.model.graph.node[0].op_type if case.model.graph.node else "?"
+    _BY_OP.setdefault(op, case)
+SUBSET = list(_BY_OP.values())
+
+
+def test_subset_covers_every_op_type():
+    ops = {c.model.graph.node[0].op_type for c in _ALL if c.model.graph.node}
+    assert ops == set(_BY_OP) and len(SUBSET) > 150
+
+
+@pytest.mark.parametrize("case", SUBSET, ids=[c.name for c in SUBSET])
+def test_conformance_case(case):
+    outcome = run_case(case)
+    assert outcome.status in ("pass", "ort-fails-original", "ort-cannot-load"), outcome.detail

@@ -1,0 +1,211 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import graphpass as gp
+from graphpass.cost_model import CostModel, CostReport
+from graphpass.errors import PassError, UsageError, VerificationError
+from graphpass.infra import Pass, PassContext, PassKind, PassManager, PassResult
+from graphpass.infra.pass_base import PassContractError
+from graphpass.ir.graph import count_nodes
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def _chain_model():
+    return make_model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                       helper.make_node("Transpose", ["b"], ["c"], perm=[1, 0]),
+                       helper.make_node("Transpose", ["c"], ["d"], perm=[1, 0]),
+                       helper.make_node("Neg", ["d"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
+
+
+class _BreakRelu(Pass):
+    """A deliberately wrong rewrite: Relu -> Neg."""
+
+    name = "break_relu"
+    summary = "wrong on purpose"
+    kind = PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        hit = 0
+        for n in graph.nodes:
+            if n.op == "Relu":
+                n.op = "Neg"
+                hit += 1
+        return PassResult(bool(hit), {"broken": hit})
+
+
+class _Liar(Pass):
+    name = "liar"
+    summary = "changes the graph and says it did not"
+    kind = PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        graph.nodes.pop()
+        return PassResult(False)
+
+
+class _Crash(Pass):
+    name = "crash"
+    summary = "raises"
+    kind = PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        raise ValueError("boom")
+
+
+def test_fixed_point_and_records():
+    graph = gp.load(_chain_model())
+    records = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"]).run(graph)
+    assert ops(graph) == ["Relu", "Neg"]
+    assert [r.round for r in records][-1] == 2  # round 2 changed nothing, so the loop stopped
+    assert all(r.seconds >= 0 for r in records)
+    changed = [r for r in records if r.modified]
+    assert {r.name for r in changed} == {"eliminate_identity", "merge_transposes"}
+    assert sum(r.nodes_before - r.nodes_after for r in records) == 3
+
+
+def test_max_rounds_bounds_the_loop():
+    class Toggle(Pass):
+        name = "toggle"
+        summary = "always changes something"
+        kind = PassKind.CLEANUP
+
+        def run(self, graph, ctx):
+            n = graph.nodes[0]
+            n.inputs[0], = [n.inputs[0]]
+            graph.nodes = list(reversed(graph.nodes)) if len(graph.nodes) > 1 else graph.nodes
+            return PassResult(True)
+
+    graph = gp.load(_chain_model())
+    records = PassManager([Toggle], PassContext(max_rounds=3)).run(graph)
+    assert len(records) == 3
+
+
+def test_disabled_passes_are_skipped():
+    graph = gp.load(_chain_model())
+    mgr = PassManager(["eliminate_identity", "merge_transposes"], PassContext(disabled={"merge_transposes"}))
+    mgr.run(graph)
+    assert mgr.skipped == ["merge_transposes"] and ops(graph).count("Transpose") == 2
+
+
+def test_unknown_pass_names_the_known_ones():
+    with pytest.raises(UsageError, match="known passes: .*fold_constants"):
+        PassManager(["fold_constantz"])
+
+
+def test_exception_names_pass_and_history():
+    graph = gp.load(_chain_model())
+    with pytest.raises(PassError, match=r"pass 'crash' failed: ValueError: boom .*eliminate_identity"):
+        PassManager(["eliminate_identity", _Crash]).run(graph)
+
+
+def test_contract_modified_must_be_honest():
+    graph = gp.load(_chain_model())
+    with pytest.raises(PassError, match="modified=False"):
+        PassManager([_Liar]).run(graph)
+    with pytest.raises(PassContractError):
+        _Liar().apply(gp.load(_chain_model()), PassContext())
+
+
+def test_verify_each_names_the_first_bad_pass():
+    graph = gp.load(_chain_model())
+    ctx = PassContext(verify_each=True)
+    with pytest.raises(VerificationError, match="after pass 'break_relu'"):
+        PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"], ctx).run(graph)
+
+
+def test_dump_dir_numbers_changed_graphs(tmp_path):
+    graph = gp.load(_chain_model())
+    PassManager(["eliminate_identity", "fold_constants", "merge_transposes"], PassContext(dump_dir=tmp_path)).run(graph)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
+
+
+class _CountingModel(CostModel):
+    """Cost = number of Neg nodes * 10 + number of nodes: makes Relu->Neg look worse."""
+
+    target = "test"
+
+    def estimate(self, graph, **kw):
+        return CostReport("test", float(sum(10 for n in graph.nodes if n.op == "Neg") + count_nodes(graph)))
+
+
+def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
+    model = _chain_model()
+    graph = gp.load(model)
+    ctx = PassContext(cost_model=_CountingModel())
+    records = PassManager([_BreakRelu, "eliminate_identity"], ctx).run(graph)
+    first = records[0]
+    assert first.rolled_back and "rolled back" in first.note and first.cost_after_us > first.cost_before_us
+    assert "Relu" in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+    class RequiredBreak(_BreakRelu):
+        name = "required_break"
+        required = True
+
+    graph = gp.load(model)
+    records = PassManager([RequiredBreak], PassContext(cost_model=_CountingModel())).run(graph)
+    assert not records[0].rolled_back and "Relu" not in ops(graph)
+
+
+def test_every_pass_is_a_plain_function():
+    from graphpass import passes
+
+    for name in gp.all_passes():
+        fn = getattr(passes, name)
+        assert callable(fn) and fn.__name__ == name
+        assert name in passes.__all__
+
+
+# -- property: the cleanup pipeline never changes what a graph computes -------------------
+
+_UNARY = ["Relu", "Neg", "Exp", "Sigmoid", "Identity", "Abs"]
+
+
+@st.composite
+def _random_graph(draw):
+    n = draw(st.integers(2, 12))
+    nodes, avail = [], ["x"]
+    inits = {}
+    for i in range(n):
+        kind = draw(st.sampled_from(["unary", "binary", "const_binary", "transpose_pair", "cast_pair", "dup"]))
+        src = draw(st.sampled_from(avail))
+        out = f"t{i}"
+        if kind == "unary":
+            nodes.append(helper.make_node(draw(st.sampled_from(_UNARY)), [src], [out]))
+        elif kind == "binary":
+            nodes.append(helper.make_node(draw(st.sampled_from(["Add", "Mul", "Sub"])), [src, draw(st.sampled_from(avail))], [out]))
+        elif kind == "const_binary":
+            c = f"c{i}"
+            inits[c] = np.full((2, 3), draw(st.floats(-2, 2, width=32)), np.float32)
+            nodes.append(helper.make_node("Add", [c, c], [f"{c}_sum"]))
+            nodes.append(helper.make_node("Mul", [src, f"{c}_sum"], [out]))
+        elif kind == "transpose_pair":
+            nodes.append(helper.make_node("Transpose", [src], [f"{out}_t"], perm=[1, 0]))
+            nodes.append(helper.make_node("Transpose", [f"{out}_t"], [out], perm=[1, 0]))
+        elif kind == "cast_pair":
+            to = draw(st.sampled_from([10, 11]))  # fp16 (lossy) or double (exact)
+            nodes.append(helper.make_node("Cast", [src], [f"{out}_c"], to=to))
+            nodes.append(helper.make_node("Cast", [f"{out}_c"], [out], to=1))
+        else:
+            nodes.append(helper.make_node("Sigmoid", [src], [f"{out}_a"]))
+            nodes.append(helper.make_node("Sigmoid", [src], [f"{out}_b"]))
+            nodes.append(helper.make_node("Add", [f"{out}_a", f"{out}_b"], [out]))
+        avail.append(out)
+    outs = draw(st.lists(st.sampled_from(avail[1:]), min_size=1, max_size=3, unique=True))
+    return make_model(nodes, {"x": [2, 3]}, {o: [2, 3] for o in outs}, initializers=inits)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_random_graph())
+def test_cleanup_pipeline_preserves_outputs(model):
+    before = count_nodes(gp.load(model))
+    result = gp.optimize(model)
+    after = gp.to_proto(result.graph)
+    assert count_nodes(result.graph) <= before
+    assert_equivalent(model, after, rtol=1e-6, atol=1e-6)
+    # idempotent: a second run changes nothing
+    again = gp.optimize(result.graph)
+    assert not any(r.modified for r in again.report.passes)

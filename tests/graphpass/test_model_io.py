@@ -1,0 +1,127 @@
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.errors import BadModelError
+from graphpass.ir import annotations as A
+from graphpass.ir import model_io
+from graphpass.testing import assert_equivalent, make_model
+
+
+def _small_model():
+    return make_model([helper.make_node("Add", ["x", "w"], ["a"], name="add"),
+                       helper.make_node("Relu", ["a"], ["y"], name="relu")],
+                      {"x": [4, 8]}, {"y": [4, 8]},
+                      initializers={"w": np.arange(32, dtype=np.float32).reshape(4, 8)})
+
+
+def test_round_trip_keeps_model_data_and_annotations(tmp_path):
+    model = _small_model()
+    model.metadata_props.add(key="author", value="me")
+    model.doc_string = "doc"
+    model.model_version = 7
+    model.graph.node[0].metadata_props.add(key="user.key", value="kept")
+    graph = gp.load(model)
+    A.set_engine(graph.nodes[0], "AICORE")
+    A.set_format(graph.nodes[0].outputs[0], "NC1HWC0")
+    A.set_format(graph.nodes[0].inputs[1], "ND")  # an initializer
+    A.set_format(graph.inputs[0], "NCHW")
+    A.mark_created(graph.nodes[1], "some_pass", replaced=[graph.nodes[0]])
+    gp.save(graph, tmp_path / "m.onnx")
+    back = onnx.load(tmp_path / "m.onnx")
+    onnx.checker.check_model(back, full_check=True)
+    assert {p.key: p.value for p in back.metadata_props} == {"author": "me"}
+    assert back.doc_string == "doc" and back.model_version == 7
+    g2 = gp.load(tmp_path / "m.onnx")
+    add, relu = g2.nodes
+    assert A.get_engine(add) == "AICORE" and A.get(add, "user.key") == "kept"
+    assert A.get_format(add.outputs[0]) == "NC1HWC0"
+    assert A.get_format(add.inputs[1]) == "ND"
+    assert A.get_format(g2.inputs[0]) == "NCHW"
+    assert A.get(relu, A.PASS) == "some_pass" and A.fused_from(relu) == ["add"]
+    assert_equivalent(model, back, exact=True)
+
+
+def test_local_functions_and_custom_opsets_survive(tmp_path):
+    body = helper.make_function("graphpass.ascend", "TransData", ["x"], ["y"],
+                                [helper.make_node("Identity", ["x"], ["y"])], [helper.make_opsetid("", 17)],
+                                attributes=["src_format", "dst_format"])
+    model = make_model([helper.make_node("TransData", ["x"], ["t"], domain="graphpass.ascend",
+                                         src_format="NCHW", dst_format="NC1HWC0"),
+                        helper.make_node("Relu", ["t"], ["y"])],
+                       {"x": [1, 2]}, {"y": [1, 2]}, functions=[body], extra_opsets={"graphpass.ascend": 1})
+    graph = gp.load(model)
+    gp.save(graph, tmp_path / "f.onnx")
+    back = onnx.load(tmp_path / "f.onnx")
+    assert [f.name for f in back.functions] == ["TransData"]
+    assert {o.domain for o in back.opset_import} >= {"", "graphpass.ascend"}
+    assert back.ir_version >= 8
+    assert_equivalent(model, back, exact=True)
+
+
+def test_ir3_model_saved_as_valid_ir4(light_path, tmp_path):
+    graph = gp.load(light_path("light_squeezenet.onnx"))
+    gp.save(graph, tmp_path / "s.onnx")
+    back = onnx.load(tmp_path / "s.onnx")
+    assert back.ir_version == 4
+    onnx.checker.check_model(back, full_check=True)
+
+
+def test_external_data_loads_and_saves(tmp_path):
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [2, 256]}, {"y": [2, 256]},
+                       initializers={"w": np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)})
+    onnx.save_model(model, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.weights", size_threshold=0)
+    graph = gp.load(tmp_path / "ext.onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    gp.save(graph, out / "m.onnx", external_data=True)
+    assert (out / "m.onnx.data").stat().st_size >= 256 * 256 * 4
+    assert sorted(os.listdir(out)) == ["m.onnx", "m.onnx.data"]  # no temp files left behind
+    gp.save(graph, out / "m.onnx", external_data=True)  # saving twice does not append to the data
+    assert (out / "m.onnx.data").stat().st_size < 2 * 256 * 256 * 4
+    back = gp.load(out / "m.onnx")
+    np.testing.assert_array_equal(back.nodes[0].inputs[1].values, graph.nodes[0].inputs[1].values)
+
+
+def test_models_past_the_threshold_are_saved_with_external_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD", 1000)
+    graph = gp.load(_small_model().SerializeToString())
+    big = np.ones((64, 64), np.float32)
+    graph.nodes[0].inputs[1].values = big[:4, :8].copy()
+    model = gp.to_proto(graph)
+    model.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.ones((4, 8), np.float32) * 2, "w"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(big, "unused_big"))
+    model_io.save_proto(model, tmp_path / "big.onnx")
+    assert (tmp_path / "big.onnx.data").exists()
+    onnx.checker.check_model(str(tmp_path / "big.onnx"), full_check=True)
+
+
+@pytest.mark.parametrize("location, message", [
+    ("/etc/passwd", "absolute path"),
+    ("../outside.bin", "outside the model's folder"),
+    ("sub/../../outside.bin", "outside the model's folder"),
+    ("missing.bin", "missing"),
+])
+def test_external_data_locations_are_confined(tmp_path, location, message):
+    model = _small_model()
+    t = model.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.ClearField("float_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    (tmp_path.parent / "outside.bin").write_bytes(b"\0" * 128)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(BadModelError, match=message):
+        gp.load(path)
+
+
+def test_caller_proto_is_not_mutated():
+    model = _small_model()
+    before = model.SerializeToString()
+    gp.optimize(model, input_shapes=None)
+    assert model.SerializeToString() == before

@@ -1,0 +1,50 @@
+import numpy as np
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.passes import eliminate_cast_pairs
+from graphpass.testing import assert_equivalent, make_model, ops
+
+F16, F32, I32, I64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+
+
+def test_widening_round_trip_removed():
+    model = make_model([helper.make_node("Cast", ["x"], ["a"], to=F32), helper.make_node("Cast", ["a"], ["b"], to=F16),
+                        helper.make_node("Neg", ["b"], ["y"])],
+                       {"x": (F16, [4])}, {"y": (F16, [4])})
+    graph = gp.load(model)
+    result = eliminate_cast_pairs(graph)
+    assert result.modified and result.stats["casts_removed"] == 2
+    assert ops(graph) == ["Neg"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_narrowing_round_trip_is_not_a_noop_and_is_kept():
+    model = make_model([helper.make_node("Cast", ["x"], ["a"], to=F16), helper.make_node("Cast", ["a"], ["y"], to=F32)],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+    assert not eliminate_cast_pairs(graph).modified
+    assert ops(graph) == ["Cast", "Cast"]
+    # and the pair really does change values: removing it would have been wrong
+    from graphpass.testing import ort_run
+    x = np.array([0.1, 1e-8, 70000.0, 3.14159], np.float32)
+    assert not np.array_equal(ort_run(model, {"x": x})["y"], x)
+
+
+def test_exact_then_other_becomes_one_cast():
+    model = make_model([helper.make_node("Cast", ["x"], ["a"], to=I64), helper.make_node("Cast", ["a"], ["y"], to=F32)],
+                       {"x": (I32, [4])}, {"y": [4]})
+    graph = gp.load(model)
+    eliminate_cast_pairs(graph)
+    assert ops(graph) == ["Cast"]
+    assert graph.nodes[0].attrs["to"] == F32 and graph.nodes[0].inputs[0] is graph.inputs[0]
+    feeds = {"x": np.array([1, -7, 2**24 + 1, 5], np.int32)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+def test_cast_to_own_type_removed():
+    model = make_model([helper.make_node("Cast", ["x"], ["a"], to=F32), helper.make_node("Neg", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+    eliminate_cast_pairs(graph)
+    assert ops(graph) == ["Neg"]

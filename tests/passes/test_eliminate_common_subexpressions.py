@@ -1,0 +1,51 @@
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.passes import eliminate_common_subexpressions
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def test_duplicate_chains_merge():
+    model = make_model([helper.make_node("Relu", ["x"], ["a1"]), helper.make_node("Relu", ["x"], ["a2"]),
+                        helper.make_node("Exp", ["a1"], ["b1"]), helper.make_node("Exp", ["a2"], ["b2"]),
+                        helper.make_node("Add", ["b1", "b2"], ["y"])],
+                       {"x": [3]}, {"y": [3]})
+    graph = gp.load(model)
+    result = eliminate_common_subexpressions(graph)
+    assert result.modified and result.stats["nodes_merged"] == 2
+    assert ops(graph) == ["Relu", "Exp", "Add"]
+    add = graph.nodes[-1]
+    assert add.inputs[0] is add.inputs[1]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_different_attributes_do_not_merge():
+    model = make_model([helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
+                        helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.2),
+                        helper.make_node("Add", ["a", "b"], ["y"])],
+                       {"x": [3]}, {"y": [3]})
+    graph = gp.load(model)
+    assert not eliminate_common_subexpressions(graph).modified
+
+
+def test_random_ops_and_graph_outputs_never_merge():
+    model = make_model([helper.make_node("RandomUniformLike", ["x"], ["r1"], seed=1.0),
+                        helper.make_node("RandomUniformLike", ["x"], ["r2"], seed=1.0),
+                        helper.make_node("Neg", ["x"], ["y1"]), helper.make_node("Neg", ["x"], ["y2"])],
+                       {"x": [3]}, {"r1": [3], "r2": [3], "y1": [3], "y2": [3]})
+    graph = gp.load(model)
+    assert not eliminate_common_subexpressions(graph).modified
+    assert ops(graph).count("RandomUniformLike") == 2 and ops(graph).count("Neg") == 2
+
+
+def test_equal_constants_merge_then_nodes_merge():
+    model = make_model([helper.make_node("Add", ["x", "c1"], ["a"]), helper.make_node("Add", ["x", "c2"], ["b"]),
+                        helper.make_node("Mul", ["a", "b"], ["y"])],
+                       {"x": [3]}, {"y": [3]},
+                       initializers={"c1": np.array([1, 2, 3], np.float32), "c2": np.array([1, 2, 3], np.float32)})
+    graph = gp.load(model)
+    result = eliminate_common_subexpressions(graph)
+    assert result.stats["constants_merged"] == 1 and result.stats["nodes_merged"] == 1
+    assert ops(graph) == ["Add", "Mul"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

@@ -1,0 +1,126 @@
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.passes import fold_constants
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def _const(name, value):
+    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(value, np.float32)))
+
+
+def test_folds_constant_subgraph_into_one_initializer():
+    model = make_model(
+        [
+            _const("a", [[1.0, 2.0, 3.0]]),
+            _const("b", [[10.0, 20.0, 30.0]]),
+            helper.make_node("Add", ["a", "b"], ["ab"]),
+            helper.make_node("Mul", ["ab", "ab"], ["c"]),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        {"x": [2, 3]}, {"y": [2, 3]},
+    )
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.modified
+    assert result.stats["folded"] == 1 and result.stats["constant_nodes"] == 2
+    assert ops(graph) == ["Add"]
+    c = graph.nodes[0].inputs[1]
+    np.testing.assert_array_equal(c.values, [[121.0, 484.0, 1089.0]])
+    assert c.name == "c"  # the folded tensor keeps its name
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_does_not_fold_runtime_values():
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert not result.modified
+    assert ops(graph) == ["Relu", "Add"]
+
+
+def test_size_guard_keeps_big_constant_of_shape():
+    # ConstantOfShape -> 2 MiB tensor: folding it would bloat the model, so it stays.
+    shape = np.array([512, 1024], np.int64)
+    model = make_model(
+        [helper.make_node("ConstantOfShape", ["s"], ["big"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("ReduceSum", ["big", "axes"], ["sum"], keepdims=0),
+         helper.make_node("Add", ["x", "big"], ["y"])],
+        {"x": [512, 1024]}, {"y": [512, 1024], "sum": [512]},
+        initializers={"s": shape, "axes": np.array([1], np.int64)},
+    )
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.stats["too_large"] >= 1
+    assert "ConstantOfShape" in ops(graph)
+    # the small reduction of the big tensor is still folded (the big one is never materialized)
+    assert result.stats["folded"] == 0 or "ReduceSum" not in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph))
+    # with a larger limit it folds
+    graph2 = gp.load(model)
+    fold_constants(graph2, size_limit=4 << 20)
+    assert "ConstantOfShape" not in ops(graph2)
+
+
+def test_never_folds_random_ops():
+    model = make_model(
+        [helper.make_node("RandomNormal", [], ["r"], shape=[3], seed=1.0),
+         helper.make_node("Add", ["x", "r"], ["y"])],
+        {"x": [3]}, {"y": [3]},
+    )
+    graph = gp.load(model)
+    fold_constants(graph)
+    assert "RandomNormal" in ops(graph)
+
+
+def test_folds_shape_of_static_tensor_and_the_chain_after_it():
+    model = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+         helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+         helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        {"x": [2, 3, 4]}, {"y": [2, 12]},
+        initializers={"zero": np.array(0, np.int64), "zero1": np.array([0], np.int64), "minus1": np.array([-1], np.int64)},
+    )
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.stats["shapes"] == 1
+    assert ops(graph) == ["Reshape"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [2, -1])
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_keeps_constant_graph_output():
+    model = make_model([_const("c", [1.0, 2.0]), helper.make_node("Identity", ["x"], ["y"])],
+                       {"x": [2]}, {"y": [2], "c": [2]})
+    graph = gp.load(model)
+    fold_constants(graph)
+    assert "Constant" in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph))
+
+
+def test_folds_inside_loop_body():
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.array([1.0], np.float32))),
+         helper.make_node("Add", ["one", "one"], ["two"]),
+         helper.make_node("Add", ["acc_in", "two"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
+    )
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+                       {"x": [1]}, {"y": [1]}, initializers={"n": np.array(3, np.int64)})
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.modified
+    body_ops = sorted(n.op for n in graph.nodes[0].attrs["body"].nodes)
+    assert body_ops == ["Add", "Identity"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

@@ -1,0 +1,58 @@
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.passes import merge_reshapes
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def test_reshape_chain_collapses():
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]),
+                        helper.make_node("Flatten", ["a"], ["b"], axis=1),
+                        helper.make_node("Reshape", ["b", "s2"], ["y"])],
+                       {"x": [2, 3, 4]}, {"y": [4, 6]},
+                       initializers={"s1": np.array([6, 4], np.int64), "s2": np.array([4, -1], np.int64)})
+    graph = gp.load(model)
+    result = merge_reshapes(graph)
+    assert result.modified and result.stats["merged"] == 2
+    assert ops(graph) == ["Reshape"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_zero_entries_resolved_from_static_intermediate_shape():
+    model = make_model([helper.make_node("Unsqueeze", ["x", "ax"], ["a"]),
+                        helper.make_node("Reshape", ["a", "s"], ["y"])],
+                       {"x": [2, 3, 4]}, {"y": [2, 12]},
+                       initializers={"ax": np.array([0], np.int64), "s": np.array([0, 0, -1], np.int64)})
+    # a: [1, 2, 3, 4]; Reshape(0, 0, -1) -> [1, 2, 12]. The 0s copy dims of `a`, not of `x`.
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1
+    model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 12
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 2
+    graph = gp.load(model)
+    merge_reshapes(graph)
+    assert ops(graph) == ["Reshape"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [1, 2, -1])
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_noop_reshape_removed_but_not_a_real_one():
+    model = make_model([helper.make_node("Reshape", ["x", "same"], ["a"]),
+                        helper.make_node("Relu", ["a"], ["r"]),
+                        helper.make_node("Reshape", ["r", "other"], ["y"])],
+                       {"x": [2, 3]}, {"y": [3, 2]},
+                       initializers={"same": np.array([2, 3], np.int64), "other": np.array([3, 2], np.int64)})
+    graph = gp.load(model)
+    result = merge_reshapes(graph)
+    assert result.stats["noop_removed"] == 1
+    assert ops(graph) == ["Relu", "Reshape"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_dynamic_shape_input_not_merged():
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]),
+                        helper.make_node("Reshape", ["a", "s2"], ["y"])],
+                       {"x": [2, 3], "s2": (7, [2])}, {"y": [3, 2]},
+                       initializers={"s1": np.array([6], np.int64)})
+    graph = gp.load(model)
+    assert not merge_reshapes(graph).modified
