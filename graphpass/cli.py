@@ -132,13 +132,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.stop()
-    model = gp.to_proto(result.graph)
-    model_io.save_proto(model, out)
+    model_io.save(result.graph, out)
     if args.verify:
         original = model_io.load_proto(args.model)
         sa = V.session(original)
         feeds = V.random_inputs(sa, seed=args.seed, input_shapes=shapes)
-        comps = V.compare(V.run(sa, feeds), V.run(V.session(model), feeds), rtol=args.rtol, atol=args.atol)
+        comps = V.compare(V.run(sa, feeds), V.run(V.session(str(out)), feeds), rtol=args.rtol, atol=args.atol)
         if not V.all_match(comps):
             bad = next(c for c in comps if not c.ok)
             if not args.keep_failed:

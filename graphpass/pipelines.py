@@ -48,7 +48,8 @@ def build(
 
     ``passes`` (an explicit list) wins over ``pipeline``; default-off passes in a pipeline run
     only when named in ``enable``; ``enable`` also appends passes the pipeline lacks. Every name
-    is checked: an unknown one raises UsageError listing the known passes.
+    is checked: an unknown one raises UsageError listing the known passes. Names in ``disable``
+    are checked but kept in the list; the pass manager skips them and reports them as disabled.
     """
     known = all_passes()
     for name in list(passes or []) + sorted(disable or ()) + sorted(enable or ()):
@@ -60,4 +61,4 @@ def build(
     else:
         names = [n for n in get_pipeline(pipeline or DEFAULT_PIPELINE) if known[n].default_enabled or n in enable]
         names += [n for n in sorted(enable) if n not in names]
-    return [n for n in names if n not in (disable or set())]
+    return names  # disabled passes stay in the list: the pass manager skips and reports them

@@ -35,7 +35,8 @@ class PassContext:
         options: per-pass options, ``{pass_name: {option: value}}``.
         cost_model: the cost model consulted by the pass manager and by passes (None = no model).
         seed: seed for generated inputs.
-        check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``.
+        check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
+            (None: the pass manager decides, on for graphs up to 20k nodes).
         on_pass: progress callback ``(pass_name, round, index, total)``.
     """
 
@@ -49,7 +50,7 @@ class PassContext:
     options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     cost_model: Any = None
     seed: int = 0
-    check_contract: bool = True
+    check_contract: bool | None = None
     on_pass: Callable[[str, int, int, int], None] | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
 

@@ -25,9 +25,13 @@ from graphpass.infra.context import PassContext
 from graphpass.infra.pass_base import Pass
 from graphpass.infra.registry import get_pass
 from graphpass.ir import model_io
-from graphpass.ir.graph import count_nodes
+from graphpass.ir.graph import count_nodes, toposort
 
-__all__ = ["PassRecord", "PassManager"]
+__all__ = ["PassRecord", "PassManager", "CONTRACT_CHECK_MAX_NODES"]
+
+#: Above this many nodes the per-pass fingerprint (the ``modified`` honesty check) is skipped
+#: unless ``PassContext.check_contract`` is set explicitly: it is a development aid.
+CONTRACT_CHECK_MAX_NODES = 20_000
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +111,10 @@ class PassManager:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self, graph: gs.Graph) -> list[PassRecord]:
+        with model_io.gc_frozen():
+            return self._run(graph)
+
+    def _run(self, graph: gs.Graph) -> list[PassRecord]:
         ctx = self.ctx
         feeds = ref = None
         if ctx.verify_each:
@@ -114,6 +122,9 @@ class PassManager:
         history: list[str] = []
         cost = self._estimate(graph)
         total = len(self.passes)
+        nodes_now = count_nodes(graph)
+        if ctx.check_contract is None:  # auto: on for graphs a fingerprint costs little on
+            ctx.check_contract = nodes_now <= CONTRACT_CHECK_MAX_NODES
         for rnd in range(1, max(1, ctx.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
@@ -121,7 +132,7 @@ class PassManager:
                     continue
                 if ctx.on_pass:
                     ctx.on_pass(p.name, rnd, k, total)
-                nodes_before = count_nodes(graph)
+                nodes_before = nodes_now
                 snapshot = model_io.to_proto(graph) if cost is not None and not p.required else None
                 t0 = time.perf_counter()
                 try:
@@ -132,13 +143,16 @@ class PassManager:
                     raise PassError(p.name, history, e) from e
                 seconds = time.perf_counter() - t0
                 history.append(p.name)
+                if result.modified and not p.preserves_order:
+                    toposort(graph)
+                nodes_now = count_nodes(graph) if result.modified else nodes_before
                 rec = PassRecord(
                     index=len(self.records) + 1,
                     name=p.name,
                     round=rnd,
                     seconds=seconds,
                     nodes_before=nodes_before,
-                    nodes_after=count_nodes(graph),
+                    nodes_after=nodes_now,
                     modified=result.modified,
                     stats=dict(result.stats),
                     cost_before_us=cost,
@@ -151,7 +165,7 @@ class PassManager:
                         _replace_graph(graph, restored)
                         rec.rolled_back = True
                         rec.modified = False
-                        rec.nodes_after = count_nodes(graph)
+                        rec.nodes_after = nodes_now = count_nodes(graph)
                         rec.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
                         log.info("%s %s", p.name, rec.note)
                     else:

@@ -69,6 +69,8 @@ class Pass:
     Subclasses set the class attributes and implement :meth:`run`. ``required`` passes are
     never rolled back by the cost model (e.g. a lowering that makes the graph compilable);
     ``run_once`` passes run only in the first round of the pass manager's fixed-point loop.
+    Passes get ``graph.nodes`` in topological order (load sorts; the manager re-sorts after a
+    pass that does not declare ``preserves_order``).
     """
 
     name: ClassVar[str]
@@ -78,6 +80,9 @@ class Pass:
     required: ClassVar[bool] = False
     idempotent: ClassVar[bool] = True
     run_once: ClassVar[bool] = False
+    #: True when the pass keeps ``graph.nodes`` in topological order (it only removes nodes,
+    #: or rewires readers to tensors produced earlier). Otherwise the pass manager re-sorts.
+    preserves_order: ClassVar[bool] = False
     #: The corresponding Ascend (ATC/FE) fusion pass, where one exists.
     ascend_name: ClassVar[str | None] = None
 
@@ -90,7 +95,7 @@ class Pass:
 
     def apply(self, graph: gs.Graph, ctx: "PassContext") -> PassResult:
         """Run the pass and check its contract."""
-        before = fingerprint(graph) if ctx.check_contract else None
+        before = fingerprint(graph) if ctx.check_contract is not False else None
         result = self.run(graph, ctx)
         if not isinstance(result, PassResult):
             raise PassContractError(f"pass '{self.name}' returned {type(result).__name__}, not PassResult")

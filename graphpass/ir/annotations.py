@@ -19,6 +19,8 @@ from typing import Any, Iterable
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphpass.ir.graph import has_subgraph
+
 __all__ = [
     "FORMAT",
     "ENGINE",
@@ -99,6 +101,8 @@ def fused_from(node: gs.Node) -> list[str]:
 
 def _subgraph_pairs(proto_node: onnx.NodeProto, node: gs.Node):
     """Pairs (GraphProto, gs.Graph) of a node's subgraph attributes, in attribute order."""
+    if not has_subgraph(node):  # do not touch the proto attributes of the other 99.9% of nodes
+        return
     for attr in proto_node.attribute:
         value = node.attrs.get(attr.name)
         if attr.type == onnx.AttributeProto.GRAPH and isinstance(value, gs.Graph):
@@ -176,19 +180,21 @@ def _np_dtype(dtype: Any):
 def read_from_proto(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
     """Copy ``metadata_props`` of nodes and tensors in ``graph_proto`` onto the imported ``graph``."""
     for proto_node, node in zip(graph_proto.node, graph.nodes):
-        if len(proto_node.metadata_props):
+        props_of_node = proto_node.metadata_props
+        if props_of_node:
             d = meta(node)
-            for p in proto_node.metadata_props:
+            for p in props_of_node:
                 d[p.key] = p.value
-        for sub_proto, sub in _subgraph_pairs(proto_node, node):
-            read_from_proto(sub_proto, sub)
+        if has_subgraph(node):
+            for sub_proto, sub in _subgraph_pairs(proto_node, node):
+                read_from_proto(sub_proto, sub)
 
     props: dict[str, Any] = {}
-    for holder in list(graph_proto.initializer) + list(graph_proto.value_info) + list(
-        graph_proto.input
-    ) + list(graph_proto.output):
-        if len(holder.metadata_props):
-            props[holder.name] = holder.metadata_props
+    for holders in (graph_proto.initializer, graph_proto.value_info, graph_proto.input, graph_proto.output):
+        for holder in holders:
+            md = holder.metadata_props
+            if md:
+                props[holder.name] = md
     if not props:
         return
     for name, t in _graph_tensors(graph).items():

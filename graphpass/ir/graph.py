@@ -8,7 +8,6 @@ outer graph does, so a consumer list (``tensor.outputs``) includes nodes inside 
 from __future__ import annotations
 
 import collections
-import hashlib
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -35,8 +34,18 @@ __all__ = [
 ]
 
 
+#: Default-domain ops that carry graph attributes. Custom-domain nodes are checked in full.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _may_have_subgraph(node: gs.Node) -> bool:
+    return node.op in _CONTROL_FLOW or node.domain not in (None, "", "ai.onnx")
+
+
 def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
     """The subgraph attributes of ``node`` (If branches, Loop/Scan bodies), in attribute order."""
+    if not _may_have_subgraph(node):
+        return []
     subs: list[gs.Graph] = []
     for value in node.attrs.values():
         if isinstance(value, gs.Graph):
@@ -47,7 +56,7 @@ def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
 
 
 def has_subgraph(node: gs.Node) -> bool:
-    return any(
+    return _may_have_subgraph(node) and any(
         isinstance(v, gs.Graph)
         or (isinstance(v, (list, tuple)) and any(isinstance(x, gs.Graph) for x in v))
         for v in node.attrs.values()
@@ -61,7 +70,7 @@ def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
         g = stack.pop()
         yield g
         for node in g.nodes:
-            if node.attrs:
+            if node.attrs and _may_have_subgraph(node):
                 stack.extend(reversed(subgraphs_of(node)))
 
 
@@ -92,6 +101,8 @@ def captured_tensors(subgraph: gs.Graph) -> list[gs.Tensor]:
 def node_dependencies(node: gs.Node) -> list[gs.Tensor]:
     """Every tensor ``node`` reads: its inputs plus what its subgraphs capture from outside."""
     deps = [t for t in node.inputs if t.name]
+    if not _may_have_subgraph(node):
+        return deps
     for sub in subgraphs_of(node):
         deps.extend(captured_tensors(sub))
     return deps
@@ -149,9 +160,11 @@ def toposort(graph: gs.Graph, recurse: bool = True) -> None:
 
 
 def _is_sorted(nodes: list[gs.Node], producer_of: dict[int, int]) -> bool:
+    get = producer_of.get
     for i, n in enumerate(nodes):
-        for t in node_dependencies(n):
-            p = producer_of.get(id(t))
+        deps = node_dependencies(n) if _may_have_subgraph(n) else n.inputs
+        for t in deps:
+            p = get(id(t))
             if p is not None and p >= i:
                 return False
     return True
@@ -213,14 +226,16 @@ def fingerprint(graph: gs.Graph) -> str:
     Attribute values are not hashed (too costly on big graphs); a pass that changes only
     attributes is trusted when it says so. Node order does not count.
     """
-    parts = []
+    # Node order is not semantic (any topological order computes the same), so node hashes are
+    # summed, not chained. Python's tuple hash is enough to catch a pass that misreports.
+    total = 0
+    count = 0
     for g in iter_graphs(graph):
-        parts.append(f"G{id(g)}:{[id(t) for t in g.inputs]}:{[id(t) for t in g.outputs]}")
-        # Node order is not semantic (any topological order computes the same): sort the parts.
-        parts.extend(sorted(
-            f"{id(g)}:{id(n)}{n.op}{[id(t) for t in n.inputs]}{[id(t) for t in n.outputs]}" for n in g.nodes
-        ))
-    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+        total += hash((id(g), tuple(map(id, g.inputs)), tuple(map(id, g.outputs))))
+        for n in g.nodes:
+            total += hash((id(g), id(n), n.op, tuple(map(id, n.inputs)), tuple(map(id, n.outputs))))
+            count += 1
+    return f"{count}:{total & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 class NameGen:

@@ -17,6 +17,7 @@ raised to IR 8 (the first IR with functions); the opset is never changed.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -60,6 +61,43 @@ MIN_OPSET = 7
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000 - 64 * 1024 * 1024
 
 _MODEL_INFO = "_gp_model"
+
+
+class gc_paused:
+    """Pause Python's cyclic GC while building or exporting a big graph.
+
+    gs creates several objects per node; with the collector on, each generation-2 sweep walks
+    the whole (growing) heap, which made importing a 100k-node model about 50% slower.
+    """
+
+    def __enter__(self):
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was_enabled:
+            gc.enable()
+        return False
+
+
+class gc_frozen:
+    """Move every object alive now out of the collector's sight for the duration (gc.freeze).
+
+    After a big model is loaded, each generation-2 sweep during the passes would walk all of
+    its gs objects again; freezing them cut the cleanup pipeline on a 100k-node graph from
+    7.3 s to 4.9 s. Objects created inside the block are still collected; ``unfreeze`` puts
+    the frozen ones back on exit.
+    """
+
+    def __enter__(self):
+        self.active = gc.isenabled()
+        if self.active:
+            gc.freeze()
+
+    def __exit__(self, *exc):
+        if self.active:
+            gc.unfreeze()
+        return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,13 +293,12 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference (with data propagation) on a copy whose big weights are left out.
 
-    Large initializers are replaced by typed graph inputs so inference sees their shapes
-    without serializing their bytes (which also keeps models over 2 GB inferable).
-    Symbolic dims keep their names. Returns the inferred copy; on failure returns the input.
+    The copy lists each initializer over 1 KiB as a typed graph input instead (a header, no
+    bytes), so inference sees its shape without serializing or copying the weights; this also
+    keeps models over 2 GB inferable. Symbolic dims keep their names. Returns the inferred
+    copy; on failure logs a warning and returns ``model`` unchanged.
     """
-    light = onnx.ModelProto()
-    light.CopyFrom(model) if model.ByteSize() < 64 * 1024 * 1024 else _copy_without_weights(model, light)
-    _strip_big_initializers(light)
+    light = _light_copy(model)
     try:
         return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
@@ -269,39 +306,25 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def _copy_without_weights(model: onnx.ModelProto, dst: onnx.ModelProto) -> None:
-    graph = model.graph
-    big = [t for t in graph.initializer if len(t.raw_data) > 1024]
-    saved = [(t, t.raw_data) for t in big]
-    for t in big:
-        t.ClearField("raw_data")
-    try:
-        dst.CopyFrom(model)
-    finally:
-        for t, raw in saved:
-            t.raw_data = raw
-    by_name = {t.name: t for t in dst.graph.initializer}
-    for t in big:
-        by_name[t.name].raw_data = b""
-        by_name[t.name].ClearField("raw_data")
-
-
-def _strip_big_initializers(model: onnx.ModelProto) -> None:
-    if model.ir_version < 4:
-        return
-    graph = model.graph
-    keep, moved = [], []
-    inputs = {i.name for i in graph.input}
-    for t in graph.initializer:
-        nbytes = len(t.raw_data)
-        if (nbytes > 1024 or (not t.raw_data and _numel(t) > 256 and not _has_typed_data(t))) and t.name not in inputs:
-            moved.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    light = onnx.ModelProto(ir_version=max(model.ir_version, 4), producer_name=model.producer_name)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    src, dst = model.graph, light.graph
+    dst.name = src.name
+    dst.node.extend(src.node)
+    dst.input.extend(src.input)
+    dst.output.extend(src.output)
+    dst.value_info.extend(src.value_info)
+    dst.sparse_initializer.extend(src.sparse_initializer)
+    inputs = {i.name for i in src.input}
+    for t in src.initializer:
+        if _numel(t) * _itemsize(t) > 1024 or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+            if t.name not in inputs:
+                dst.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
-            keep.append(t)
-    if moved:
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-        graph.input.extend(moved)
+            dst.initializer.append(t)
+    return light
 
 
 def _numel(t: onnx.TensorProto) -> int:
@@ -333,7 +356,8 @@ def from_proto(
         inferred = infer_shapes(model)
         _copy_value_info(inferred.graph, model.graph)
     try:
-        graph = gs.import_onnx(model)
+        with gc_paused():
+            graph = gs.import_onnx(model)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
@@ -388,14 +412,51 @@ def load(
 # saving
 
 
-def to_proto(graph: gs.Graph) -> onnx.ModelProto:
-    """Export the IR as a ModelProto with annotations and model-level data restored."""
-    toposort(graph)
-    info = graph.__dict__.get(_MODEL_INFO, {})
+def _header(t: onnx.TensorProto) -> onnx.TensorProto:
+    """A TensorProto with ``t``'s name, type and dims but none of its data."""
+    h = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=t.dims, doc_string=t.doc_string)
+    if t.HasField("segment"):
+        h.segment.CopyFrom(t.segment)
+    h.metadata_props.extend(t.metadata_props)
+    return h
+
+
+def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    """Export with every unloaded weight over 1 KiB as a data-less header.
+
+    gs's exporter copies every initializer twice (make_graph, then make_model); for a model of
+    a gigabyte that was most of the save time. Instead the exporter sees header-only protos
+    (swapped in and back, no bytes copied); the caller puts the real tensors in. Returns the
+    model and the original TensorProto of each weight left out, by name.
+    """
+    originals: dict[str, onnx.TensorProto] = {}
+    swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
+    seen: set[int] = set()
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            for t in node.inputs:
+                if not isinstance(t, gs.Constant) or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                values = t._values
+                if isinstance(values, gs.ir.tensor.LazyValues) and values.nbytes > 1024:
+                    original = values.tensor
+                    if original.HasField("data_location") and original.data_location == onnx.TensorProto.EXTERNAL:
+                        continue
+                    swapped.append((values, original))
+                    originals[t.name] = original
+                    values.tensor = _header(original)
     try:
-        model = gs.export_onnx(graph, do_type_check=False)
-    except Exception as e:
-        raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
+        with gc_paused():
+            model = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        for values, original in swapped:
+            values.tensor = original
+    return model, originals
+
+
+def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
+    info = graph.__dict__.get(_MODEL_INFO, {})
     annotations.write_to_proto(graph, model.graph)
     for k, v in info.get("metadata_props", {}).items():
         model.metadata_props.add(key=k, value=v)
@@ -408,6 +469,27 @@ def to_proto(graph: gs.Graph) -> onnx.ModelProto:
         min_ir = 8
     if model.ir_version < min_ir:
         model.ir_version = min_ir
+    return model
+
+
+def _export(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    toposort(graph)
+    try:
+        model, originals = _export_weightless(graph)
+    except Exception as e:
+        raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
+    return _finish(graph, model), originals
+
+
+def to_proto(graph: gs.Graph) -> onnx.ModelProto:
+    """Export the IR as a complete ModelProto with annotations and model-level data restored."""
+    model, originals = _export(graph)
+    if originals:
+        for g in _graph_protos(model.graph):
+            for init in g.initializer:
+                original = originals.get(init.name)
+                if original is not None:
+                    init.CopyFrom(original)
     return model
 
 
@@ -492,10 +574,110 @@ def save_proto(model: onnx.ModelProto, path: str | os.PathLike, external_data: b
     return out
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(field: int, payload_len: int) -> bytes:
+    return _varint((field << 3) | 2) + _varint(payload_len)
+
+
+_GRAPH_FIELD = 7  # ModelProto.graph
+_INITIALIZER_FIELD = 5  # GraphProto.initializer
+
+
 def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = None) -> Path:
-    """Export ``graph`` and write it atomically (see :func:`save_proto`)."""
-    check_output_path(path)
-    return save_proto(to_proto(graph), path, external_data=external_data)
+    """Export ``graph`` and write it atomically, without assembling the weights in memory twice.
+
+    The weightless model is serialized first; each main-graph weight is then appended as its
+    own ``graph.initializer`` record (protobuf merges repeated embedded-message fields, so the
+    file parses as one model). Past 2 GB, or when ``external_data`` is True, the weights go to
+    ``<name>.data`` beside the model instead.
+    """
+    out = check_output_path(path)
+    model, originals = _export(graph)
+    main_inits = {init.name for init in model.graph.initializer}
+    for g in list(_graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
+        for init in g.initializer:
+            if init.name in originals and init.name not in main_inits:
+                init.CopyFrom(originals.pop(init.name))
+    payload = sum(_numel(t) * _itemsize(t) for t in originals.values()) + _payload_bytes(model)
+    if external_data is None:
+        external_data = payload > EXTERNAL_DATA_THRESHOLD
+    folder = out.parent if str(out.parent) else Path(".")
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
+    try:
+        tmp_model = tmpdir / out.name
+        if external_data:
+            _write_external(model, originals, tmpdir, out.name)
+            data_name = out.name + ".data"
+            if (tmpdir / data_name).exists():
+                os.replace(tmpdir / data_name, folder / data_name)
+        else:
+            _write_streaming(model, originals, tmp_model)
+        os.replace(tmp_model, out)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return out
+
+
+def _itemsize(t: onnx.TensorProto) -> int:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except Exception:  # noqa: BLE001 - unusual types: a rough size is enough for the 2 GB choice
+        return 4
+
+
+def _write_streaming(model: onnx.ModelProto, originals: dict[str, onnx.TensorProto], dst: Path) -> None:
+    keep = [i for i in model.graph.initializer if i.name not in originals]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    with open(dst, "wb") as f:
+        f.write(model.SerializeToString())
+        for tensor in originals.values():
+            body = tensor.SerializeToString()
+            inner = _len_field(_INITIALIZER_FIELD, len(body))
+            f.write(_len_field(_GRAPH_FIELD, len(inner) + len(body)))
+            f.write(inner)
+            f.write(body)
+
+
+def _write_external(model: onnx.ModelProto, originals: dict[str, onnx.TensorProto], folder: Path, name: str) -> None:
+    from onnx import numpy_helper
+
+    data_name = name + ".data"
+    offset = 0
+    with open(folder / data_name, "wb") as data:
+        for init in model.graph.initializer:
+            original = originals.get(init.name)
+            if original is not None:
+                raw = original.raw_data if original.HasField("raw_data") else numpy_helper.to_array(original).tobytes()
+            elif init.ByteSize() > 1024 and (init.HasField("raw_data") or _has_typed_data(init)):
+                raw = init.raw_data if init.HasField("raw_data") else numpy_helper.to_array(init).tobytes()
+            else:
+                continue
+            pad = (-offset) % 64  # keep every tensor 64-byte aligned, as onnx does for mmap
+            data.write(b"\0" * pad)
+            offset += pad
+            data.write(raw)
+            for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                init.ClearField(field)
+            init.data_location = onnx.TensorProto.EXTERNAL
+            del init.external_data[:]
+            init.external_data.add(key="location", value=data_name)
+            init.external_data.add(key="offset", value=str(offset))
+            init.external_data.add(key="length", value=str(len(raw)))
+            offset += len(raw)
+    with open(folder / name, "wb") as f:
+        f.write(model.SerializeToString())
 
 
 def model_info(graph: gs.Graph) -> dict:

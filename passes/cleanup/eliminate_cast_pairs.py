@@ -14,7 +14,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, toposort
+from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
 
@@ -51,11 +51,11 @@ class EliminateCastPairs(Pass):
     name = "eliminate_cast_pairs"
     summary = "Remove Cast pairs that are exact round trips (fp32->fp16->fp32 is kept)."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         stats = {"pairs_merged": 0, "casts_removed": 0}
         for g in list(iter_graphs(graph)):
-            toposort(g, recurse=False)
             outs = {id(t) for t in g.outputs}
             local = {id(n) for n in g.nodes}
             dead = []

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, toposort
+from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
@@ -48,6 +48,11 @@ def _dedupe_constants(graph: gs.Graph) -> int:
             seen.add(id(t))
             if any(id(c) not in main for c in t.outputs):
                 continue
+            try:  # size from the header first: never load a big lazy weight just to compare it
+                if int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize > _MAX_CONST_BYTES:
+                    continue
+            except TypeError:
+                continue
             arr = np.asarray(t.values)
             if arr.nbytes > _MAX_CONST_BYTES or arr.dtype.kind in "OSU":
                 continue
@@ -73,11 +78,11 @@ class EliminateCommonSubexpressions(Pass):
     name = "eliminate_common_subexpressions"
     summary = "Merge duplicate nodes (same op, inputs, attributes) and equal small constants."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         stats = {"constants_merged": _dedupe_constants(graph), "nodes_merged": 0}
         for g in list(iter_graphs(graph)):
-            toposort(g, recurse=False)
             outs = {id(t) for t in g.outputs}
             table: dict[tuple, gs.Node] = {}
             dead = []

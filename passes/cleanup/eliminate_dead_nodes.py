@@ -58,6 +58,7 @@ class EliminateDeadNodes(Pass):
     name = "eliminate_dead_nodes"
     summary = "Remove nodes whose results reach no graph output (inputs/outputs kept)."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         removed = _clean(graph)

@@ -47,6 +47,7 @@ class EliminateIdentity(Pass):
     name = "eliminate_identity"
     summary = "Remove Identity nodes and inference-mode Dropout."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         stats = {"identity": 0, "dropout": 0, "kept_at_output": 0}

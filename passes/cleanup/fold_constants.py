@@ -28,7 +28,7 @@ from graphpass import verify as _verify
 from graphpass.errors import BadModelError
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, toposort
+from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.shapes import numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure
 
@@ -135,6 +135,7 @@ class FoldConstants(Pass):
     name = "fold_constants"
     summary = "Evaluate constant subgraphs with onnxruntime (size guard, default 1 MiB)."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         """Fold, and while folding made new Shape/Size inputs static, re-infer and fold again.
@@ -167,7 +168,6 @@ class FoldConstants(Pass):
         names = None
         stats = {"constant_nodes": 0, "shapes": 0, "folded": 0, "too_large": 0, "failed": 0, "removed": 0}
         for g in list(iter_graphs(graph)):
-            toposort(g, recurse=False)
             outs = {id(t) for t in g.outputs}
             lowered = _lower_constant_nodes(g, outs)
             stats["constant_nodes"] += len(lowered)

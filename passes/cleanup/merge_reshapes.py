@@ -15,7 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses, toposort
+from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import static_shape
 from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
 
@@ -38,12 +38,12 @@ class MergeReshapes(Pass):
     name = "merge_reshapes"
     summary = "Collapse Reshape/Flatten/Squeeze/Unsqueeze -> Reshape chains; drop no-op Reshapes."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         stats = {"merged": 0, "noop_removed": 0}
         names = None
         for g in list(iter_graphs(graph)):
-            toposort(g, recurse=False)
             outs = {id(t) for t in g.outputs}
             local = {id(n) for n in g.nodes}
             dead = []

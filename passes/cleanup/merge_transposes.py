@@ -14,7 +14,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, toposort
+from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
 
 __all__ = ["MergeTransposes"]
@@ -43,11 +43,11 @@ class MergeTransposes(Pass):
     name = "merge_transposes"
     summary = "Compose consecutive Transposes; remove identity Transposes."
     kind = PassKind.CLEANUP
+    preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         stats = {"merged": 0, "identity_removed": 0}
         for g in list(iter_graphs(graph)):
-            toposort(g, recurse=False)
             outs = {id(t) for t in g.outputs}
             local = {id(n) for n in g.nodes}
             dead = []

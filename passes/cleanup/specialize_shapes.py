@@ -60,6 +60,7 @@ class SpecializeShapes(Pass):
     name = "specialize_shapes"
     summary = "Fix dynamic input dims (--input-shape) and re-run shape inference."
     kind = PassKind.CLEANUP
+    preserves_order = True
     run_once = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -125,3 +125,32 @@ def test_caller_proto_is_not_mutated():
     before = model.SerializeToString()
     gp.optimize(model, input_shapes=None)
     assert model.SerializeToString() == before
+
+
+def test_streamed_save_writes_one_valid_model_with_every_weight(tmp_path):
+    """gp.save appends big weights as separate graph.initializer records: the file must parse
+    as the same model, main-graph and Loop-body weights included."""
+    rng = np.random.default_rng(0)
+    w_body = rng.standard_normal((64, 64)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["acc_in", "wb"], ["acc_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 64])],
+        initializer=[onnx.numpy_helper.from_array(w_body, "wb")],
+    )
+    weights = {f"w{k}": (rng.standard_normal((64, 64)) / 8).astype(np.float32) for k in range(3)}
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a0"]), helper.make_node("MatMul", ["a0", "w1"], ["a1"]),
+             helper.make_node("MatMul", ["a1", "w2"], ["a2"]),
+             helper.make_node("Loop", ["n", "", "a2"], ["y"], body=body)]
+    model = make_model(nodes, {"x": [1, 64]}, {"y": [1, 64]}, initializers={**weights, "n": np.array(2, np.int64)})
+    gp.save(gp.load(model), tmp_path / "s.onnx")
+    back = onnx.load(tmp_path / "s.onnx")
+    onnx.checker.check_model(back, full_check=True)
+    got = {t.name: onnx.numpy_helper.to_array(t) for t in back.graph.initializer}
+    for k, v in weights.items():
+        np.testing.assert_array_equal(got[k], v)
+    body_back = back.graph.node[-1].attribute[0].g
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(body_back.initializer[0]), w_body)
+    assert_equivalent(model, back, exact=True)

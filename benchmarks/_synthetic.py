@@ -1,0 +1,86 @@
+"""Synthetic graphs for benchmarks: residual Conv/BN/Relu/Add stacks and a wide fan-out graph.
+
+Each residual block also carries a little of what the cleanup passes remove (an Identity, a
+Transpose pair, a constant expression, a duplicate node), so the passes have real work to do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def residual_stack(target_nodes: int, channels: int = 16, hw: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """About ``target_nodes`` nodes of Conv-BN-Relu-Conv-BN-Add-Relu blocks (+ cleanup bait)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    per_block = 15
+    blocks = max(1, target_nodes // per_block)
+    c = channels
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    x = "input"
+    for b in range(blocks):
+        p = f"b{b}"
+        w1 = init(f"{p}.w1", (rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32))
+        w2 = init(f"{p}.w2", (rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32))
+        bn = [init(f"{p}.bn{k}", v) for k, v in (("s", np.ones(c, np.float32)), ("b", np.zeros(c, np.float32)),
+                                                  ("m", np.zeros(c, np.float32)), ("v", np.ones(c, np.float32)))]
+        half = init(f"{p}.half", np.array([0.5], np.float32))
+        nodes += [
+            helper.make_node("Conv", [x, w1], [f"{p}.c1"], name=f"{p}.conv1", pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", [f"{p}.c1", *bn], [f"{p}.n1"], name=f"{p}.bn1"),
+            helper.make_node("Relu", [f"{p}.n1"], [f"{p}.r1"], name=f"{p}.relu1"),
+            helper.make_node("Identity", [f"{p}.r1"], [f"{p}.id"], name=f"{p}.identity"),
+            helper.make_node("Conv", [f"{p}.id", w2], [f"{p}.c2"], name=f"{p}.conv2", pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", [f"{p}.c2", *bn], [f"{p}.n2"], name=f"{p}.bn2"),
+            helper.make_node("Transpose", [f"{p}.n2"], [f"{p}.t1"], name=f"{p}.t1", perm=[0, 2, 3, 1]),
+            helper.make_node("Transpose", [f"{p}.t1"], [f"{p}.t2"], name=f"{p}.t2", perm=[0, 3, 1, 2]),
+            helper.make_node("Add", [half, half], [f"{p}.one"], name=f"{p}.const_add"),
+            helper.make_node("Mul", [f"{p}.t2", f"{p}.one"], [f"{p}.scaled"], name=f"{p}.scale"),
+            helper.make_node("Add", [f"{p}.scaled", x], [f"{p}.sum"], name=f"{p}.residual"),
+            helper.make_node("Relu", [f"{p}.sum"], [f"{p}.out"], name=f"{p}.relu2"),
+            helper.make_node("Sigmoid", [f"{p}.out"], [f"{p}.g1"], name=f"{p}.gate1"),
+            helper.make_node("Sigmoid", [f"{p}.out"], [f"{p}.g2"], name=f"{p}.gate2"),
+            helper.make_node("Max", [f"{p}.g1", f"{p}.g2", f"{p}.out"], [f"{p}.y"], name=f"{p}.max"),
+        ]
+        x = f"{p}.y"
+    graph = helper.make_graph(
+        nodes, "residual_stack",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, hw, hw])], initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def wide_fanout(target_nodes: int, width: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """One input read by ~target_nodes/3 branches (Mul by a constant -> Relu), summed by an Add tree."""
+    rng = np.random.default_rng(seed)
+    branches = max(2, target_nodes // 3)
+    nodes, inits, outs = [], [], []
+    for i in range(branches):
+        inits.append(numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), f"k{i}"))
+        nodes.append(helper.make_node("Mul", ["x", f"k{i}"], [f"m{i}"], name=f"mul{i}"))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"))
+        outs.append(f"r{i}")
+    level = 0
+    while len(outs) > 1:
+        nxt = []
+        for j in range(0, len(outs) - 1, 2):
+            name = f"add{level}_{j}"
+            nodes.append(helper.make_node("Add", [outs[j], outs[j + 1]], [name], name=name))
+            nxt.append(name)
+        if len(outs) % 2:
+            nxt.append(outs[-1])
+        outs, level = nxt, level + 1
+    graph = helper.make_graph(nodes, "wide_fanout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
+                              [helper.make_tensor_value_info(outs[0], TensorProto.FLOAT, [width])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

@@ -1,0 +1,64 @@
+"""Every ONNX node conformance case (and every light model) through the default pipeline.
+
+    python benchmarks/conformance.py            # all ~1,900 cases, summary by status and op
+    python benchmarks/conformance.py --failures # also list each failing or crashing case
+
+A case counts only where onnxruntime reproduces the expected outputs on the original model; it
+passes when the optimized model still does. 'crash' means the optimizer raised: a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+import warnings
+
+from onnx.backend.test.case.node import collect_testcases
+
+from graphpass.conformance import run_case
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--failures", action="store_true", help="list failing and crashing cases")
+    ap.add_argument("--filter", default="", help="only cases whose name contains this")
+    args = ap.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    warnings.simplefilter("ignore")
+    cases = [c for c in collect_testcases(None) if args.filter in c.name]
+    t0 = time.perf_counter()
+    outcomes = [run_case(c) for c in cases]
+    seconds = time.perf_counter() - t0
+    status = collections.Counter(o.status for o in outcomes)
+    console = Console(width=140)
+    summary = Table(title=f"{len(cases)} conformance cases in {seconds:.0f} s")
+    summary.add_column("status")
+    summary.add_column("cases", justify="right")
+    for k, v in status.most_common():
+        summary.add_row(k, str(v))
+    console.print(summary)
+    by_op = collections.defaultdict(collections.Counter)
+    for o in outcomes:
+        by_op[o.op][o.status] += 1
+    bad_ops = {op: c for op, c in by_op.items() if c["fail"] or c["crash"]}
+    table = Table(title="ops with failures (pass / fail / crash / not counted)")
+    for col in ("op", "pass", "fail", "crash", "not counted"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for op, c in sorted(bad_ops.items()):
+        table.add_row(op, str(c["pass"]), str(c["fail"]), str(c["crash"]),
+                      str(sum(c.values()) - c["pass"] - c["fail"] - c["crash"]))
+    console.print(table if bad_ops else "no op has a failing or crashing case")
+    if args.failures:
+        for o in outcomes:
+            if o.status in ("fail", "crash"):
+                console.print(f"{o.status}: {o.name} ({o.op}): {o.detail}")
+    print(f"{status['pass']} passed, {status['fail'] + status['crash']} failed")
+    return 1 if status["fail"] or status["crash"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
