@@ -32,6 +32,7 @@ def session(model: onnx.ModelProto | bytes | str):
     """An onnxruntime CPU session with every graph optimization disabled."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)  # errors come back as exceptions; no log spam on stderr
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3

@@ -361,6 +361,8 @@ def from_proto(
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
+    _remember_types(model.graph, graph)
+    _remember_raw_attrs(model.graph, graph)
     graph.__dict__[_MODEL_INFO] = {
         "metadata_props": {p.key: p.value for p in model.metadata_props},
         "doc_string": model.doc_string,
@@ -370,6 +372,100 @@ def from_proto(
     }
     toposort(graph)
     return graph
+
+
+_TYPE_KEY = "_gp_type"
+
+
+def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
+    """Keep the TypeProto of every non-tensor value (sequence, optional, map, ...) on its gs tensor.
+
+    gs cannot export optional/map/opaque types and flattens nested sequence types; the
+    exporter puts these types back from what is kept here (see :func:`_restore_types`).
+    """
+    types: dict[str, onnx.TypeProto] = {}
+    for g in _graph_protos(graph_proto):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+                types[vi.name] = vi.type
+    if not types:
+        return
+    for g in iter_graphs(graph):
+        tensors = list(g.inputs) + list(g.outputs) + [t for n in g.nodes for t in list(n.inputs) + list(n.outputs)]
+        for t in tensors:
+            if t.name in types:
+                t.__dict__[_TYPE_KEY] = types[t.name]
+
+
+_RAW_ATTRS_KEY = "_gp_raw_attrs"
+_RAW_ATTR_TYPES = (onnx.AttributeProto.TYPE_PROTO, onnx.AttributeProto.TYPE_PROTOS)
+
+
+def _node_pairs(graph_proto: onnx.GraphProto, graph: gs.Graph):
+    """(NodeProto, gs.Node) pairs of a graph and its subgraphs (gs keeps node order)."""
+    for proto_node, node in zip(graph_proto.node, graph.nodes):
+        yield proto_node, node
+        subs = subgraphs_of(node)
+        if subs:
+            protos = []
+            for a in proto_node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    protos.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    protos.extend(a.graphs)
+            for gp, g in zip(protos, subs):
+                yield from _node_pairs(gp, g)
+
+
+def _remember_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
+    """Keep attributes gs cannot represent (TYPE_PROTO, e.g. Optional's ``type``) on the node."""
+    for proto_node, node in _node_pairs(graph_proto, graph):
+        raw = [a for a in proto_node.attribute if a.type in _RAW_ATTR_TYPES]
+        if raw:
+            node.__dict__[_RAW_ATTRS_KEY] = raw
+
+
+def _restore_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
+    for proto_node, node in _node_pairs(graph_proto, graph):
+        raw = node.__dict__.get(_RAW_ATTRS_KEY)
+        if raw:
+            have = {a.name for a in proto_node.attribute}
+            proto_node.attribute.extend(a for a in raw if a.name not in have)
+
+
+class _types_hidden:
+    """During export: hide the dtype of non-tensor values from gs; collect their TypeProtos."""
+
+    def __init__(self, graph: gs.Graph):
+        self.graph = graph
+        self.types: dict[str, onnx.TypeProto] = {}
+        self.saved: list[tuple[gs.Tensor, object]] = []
+
+    def __enter__(self):
+        for g in iter_graphs(self.graph):
+            tensors = list(g.inputs) + list(g.outputs) + [t for n in g.nodes for t in n.outputs]
+            for t in tensors:
+                tp = t.__dict__.get(_TYPE_KEY)
+                if tp is not None and id(t) not in {id(x) for x, _ in self.saved[-1:]}:
+                    self.types[t.name] = tp
+                    self.saved.append((t, t.dtype))
+                    t.dtype = None
+        return self.types
+
+    def __exit__(self, *exc):
+        for t, dtype in self.saved:
+            t.dtype = dtype
+        return False
+
+
+def _restore_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> None:
+    if not types:
+        return
+    for g in _graph_protos(model.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            tp = types.get(vi.name)
+            if tp is not None:
+                vi.type.CopyFrom(tp)
 
 
 def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> None:
@@ -447,8 +543,10 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     originals[t.name] = original
                     values.tensor = _header(original)
     try:
-        with gc_paused():
+        with gc_paused(), _types_hidden(graph) as types:
             model = gs.export_onnx(graph, do_type_check=False)
+        _restore_types(model, types)
+        _restore_raw_attrs(model.graph, graph)
     finally:
         for values, original in swapped:
             values.tensor = original
