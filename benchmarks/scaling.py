@@ -5,6 +5,8 @@
 
 The residual stack uses 44-channel 3x3 convolutions by default, so the 100k-node graph weighs
 about 0.9 GB, like the graph DESIGN.md measured the substrate on; ``--channels`` changes it.
+The pipeline is the hardware-neutral cleanup pipeline without cost-model scoring
+(``target="none"``); benchmarks/cost_model.py times the estimate itself.
 For each graph: the time of onnx.load + onnx.save of the same file (the baseline), graphpass's
 load, every cleanup pass (summed over the fixed-point rounds), save, and the end-to-end
 optimize (load + pipeline + save), with its ratio to the baseline. Then time(100k)/time(10k).
@@ -47,7 +49,7 @@ def measure(kind: str, n: int, folder: Path, channels: int = 44) -> dict:
     del m
     graph, gp_load = _timed(lambda: gp.load(path))
     nodes = count_nodes(graph)
-    result, gp_opt = _timed(lambda: gp.optimize(graph))
+    result, gp_opt = _timed(lambda: gp.optimize(graph, pipeline="cleanup", target="none"))
     _, gp_save = _timed(lambda: gp.save(result.graph, folder / "out.onnx"))
     per_pass = collections.defaultdict(float)
     for r in result.report.passes:

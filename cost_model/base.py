@@ -1,33 +1,19 @@
 """The cost-model interface the pass manager and passes talk to.
 
 A cost model never knows which pass asks: it sees a graph and returns a :class:`CostReport`.
-The analytical Ascend model is its own piece of work (issue 3); until it lands, ``create``
-returns :class:`NullCostModel` for every known target, which estimates nothing and so never
-vetoes a rewrite.
+:class:`NullCostModel` estimates nothing and so never vetoes a rewrite (``create("none")``).
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
 from typing import Any
 
 import onnx_graphsurgeon as gs
 
-__all__ = ["CostReport", "CostModel", "NullCostModel"]
+from graphpass.cost_model.report import CostReport
 
-
-@dataclasses.dataclass
-class CostReport:
-    """An estimate for one graph. ``total_us`` is an estimate, not a measurement."""
-
-    target: str
-    total_us: float | None
-    per_node: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    assumptions: list[str] = dataclasses.field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+__all__ = ["CostModel", "NullCostModel"]
 
 
 class CostModel(abc.ABC):
@@ -40,6 +26,13 @@ class CostModel(abc.ABC):
 
     @abc.abstractmethod
     def estimate(self, graph: gs.Graph, **kwargs: Any) -> CostReport: ...
+
+    def choose(self, candidates: "list[gs.Graph]", **kwargs: Any) -> int:
+        """Index of the cheapest candidate (for rewrites with alternatives); 0 on ties or no model."""
+        totals = [self.estimate(g, **kwargs).total_us for g in candidates]
+        if any(t is None for t in totals):
+            return 0
+        return min(range(len(totals)), key=lambda i: (totals[i], i))
 
 
 class NullCostModel(CostModel):

@@ -41,6 +41,9 @@ def optimize(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     seed: int = 0,
     cost_model: Any = None,
+    precision_mode: str | None = None,
+    iterations_per_loop: int = 1,
+    loop_trips: int = 1,
     on_pass: Callable[[str, int, int, int], None] | None = None,
     name: str | None = None,
 ) -> OptimizeResult:
@@ -70,11 +73,11 @@ def optimize(
         input_shapes=shapes,
         options={k: dict(v) for k, v in (options or {}).items()},
         cost_model=cm,
+        cost_options={"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips},
         seed=seed,
         on_pass=on_pass,
     )
     nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
-    cost_before = cm.estimate(graph).total_us if getattr(cm, "active", False) else None
     t0 = time.perf_counter()
     manager = PassManager(names, ctx)
     records = manager.run(graph)
@@ -89,10 +92,10 @@ def optimize(
         ops_before=ops_before,
         ops_after=op_histogram(graph),
         seconds=seconds,
-        cost_before_us=cost_before,
-        cost_after_us=cm.estimate(graph).total_us if getattr(cm, "active", False) else None,
+        cost_before_us=manager.initial_cost,
+        cost_after_us=manager.final_cost,
         explanations=list(ctx.explanations),
     )
     if not getattr(cm, "active", False):
-        report.notes.append("no Ascend cost model loaded yet: estimates are not available")
+        report.notes.append("no cost model (target 'none'): estimates are not available")
     return OptimizeResult(graph, report)

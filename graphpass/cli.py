@@ -126,6 +126,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             max_rounds=args.max_rounds,
             options=options,
             seed=args.seed,
+            precision_mode=args.precision_mode,
+            iterations_per_loop=args.iterations_per_loop,
             on_pass=on_pass,
             name=Path(args.model).name,
         )
@@ -154,6 +156,26 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(result.report.to_table(all_passes=args.verbose > 0), end="")
         print(f"wrote {out}")
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    import graphpass as gp
+    from graphpass.cost_model import create
+
+    model = create(args.target)  # an unknown target fails before the model is read
+    if args.output:
+        from graphpass.ir import model_io
+
+        model_io.check_output_path(args.output)
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None)
+    report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
+                            loop_trips=args.loop_trips)
+    text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()
+    if args.output:
+        _write_text_atomic(Path(args.output), text if text.endswith("\n") else text + "\n")
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
     return 0
 
 
@@ -318,7 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
     o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
     o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
-    o.add_argument("--target", default="ascend910a", choices=KNOWN_TARGETS, help="hardware profile")
+    o.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"],
+                   help="hardware profile of the cost model ('none': no cost model)")
+    o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
+    o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
     o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
     o.add_argument("--fold-size-limit", type=int, default=None, metavar="BYTES",
                    help="largest constant fold_constants may create (default 1 MiB)")
@@ -331,6 +356,22 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
     o.set_defaults(func=cmd_optimize)
+
+    c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
+    c.add_argument("model")
+    c.add_argument("--target", default="ascend910a", help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
+    c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    from graphpass.cost_model import PRECISION_MODES
+
+    c.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+                   help="ATC precision mode (default: the profile's: force_fp16 on 910A/310P, must_keep_origin_dtype on 910B)")
+    c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
+                   help="steps per host round trip (the step-level launch + copies + sync divided by N)")
+    c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
+    c.add_argument("--format", default="table", choices=["table", "json", "csv"])
+    c.add_argument("--top", type=int, default=15, help="rows in the per-op and per-node tables")
+    c.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    c.set_defaults(func=cmd_cost)
 
     ps = sub.add_parser("passes", parents=[common], help="list passes")
     ps.set_defaults(func=cmd_passes)
@@ -369,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphpass: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (graphpass ... | head): not an error of ours
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except Exception as e:  # a bug in graphpass, not in the user's input
         print(f"graphpass: internal error: {type(e).__name__}: {e} (rerun with -v for the traceback)", file=sys.stderr)
         if args.verbose:

@@ -76,7 +76,7 @@ class OptimizeReport:
         from rich.table import Table
 
         buf = io.StringIO()
-        console = Console(file=buf, width=width, force_terminal=False, color_system=None)
+        console = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False)
         head = (
             f"graphpass optimize {self.model}  target={self.target}  "
             f"nodes {self.nodes_before} -> {self.nodes_after}  ({self.seconds:.2f} s)"

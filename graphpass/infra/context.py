@@ -34,6 +34,7 @@ class PassContext:
         input_shapes: graph input name -> static shape, for static-shape specialization.
         options: per-pass options, ``{pass_name: {option: value}}``.
         cost_model: the cost model consulted by the pass manager and by passes (None = no model).
+        cost_options: keyword arguments of every estimate (precision_mode, iterations_per_loop, loop_trips).
         seed: seed for generated inputs.
         check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
             (None: the pass manager decides, on for graphs up to 20k nodes).
@@ -49,6 +50,7 @@ class PassContext:
     input_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     cost_model: Any = None
+    cost_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
     check_contract: bool | None = None
     on_pass: Callable[[str, int, int, int], None] | None = None

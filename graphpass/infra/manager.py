@@ -1,8 +1,9 @@
 """PassManager: runs a pipeline to a bounded fixed point and records what each pass did.
 
 Per pass application it records wall time, node counts, the pass's stats and, when a cost
-model is active, the estimate before and after. An application that makes the estimate worse
-is rolled back unless the pass is ``required``. ``verify_each`` runs the ONNX checker and an
+model is active, the estimate before and after. An application of a scored pass (every kind
+but cleanup and analysis, see ``Pass.scored``) that makes the estimate worse is rolled back
+unless the pass is ``required``. ``verify_each`` runs the ONNX checker and an
 onnxruntime comparison against the input graph after every application that changed the graph
 and names the first pass that broke it. An exception inside a pass becomes a ``PassError`` that
 names the pass and the passes that ran before it.
@@ -32,6 +33,9 @@ __all__ = ["PassRecord", "PassManager", "CONTRACT_CHECK_MAX_NODES"]
 #: Above this many nodes the per-pass fingerprint (the ``modified`` honesty check) is skipped
 #: unless ``PassContext.check_contract`` is set explicitly: it is a development aid.
 CONTRACT_CHECK_MAX_NODES = 20_000
+
+#: Up to this many nodes every pass application is estimated (else only the scored ones).
+ESTIMATE_EACH_MAX_NODES = 20_000
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,8 @@ class PassManager:
         self.passes = [c() for c in classes if c.name not in self.ctx.disabled]
         self.records: list[PassRecord] = []
         self._dump_count = 0
+        self.initial_cost: float | None = None
+        self.final_cost: float | None = None
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -77,7 +83,7 @@ class PassManager:
         cm = self.ctx.cost_model
         if cm is None or not getattr(cm, "active", False):
             return None
-        return cm.estimate(graph).total_us
+        return cm.estimate(graph, **self.ctx.cost_options).total_us
 
     def _reference(self, graph: gs.Graph):
         model = model_io.to_proto(graph)
@@ -121,6 +127,8 @@ class PassManager:
             feeds, ref = self._reference(graph)
         history: list[str] = []
         cost = self._estimate(graph)
+        self.initial_cost = cost
+        stale = False
         total = len(self.passes)
         nodes_now = count_nodes(graph)
         if ctx.check_contract is None:  # auto: on for graphs a fingerprint costs little on
@@ -133,7 +141,11 @@ class PassManager:
                 if ctx.on_pass:
                     ctx.on_pass(p.name, rnd, k, total)
                 nodes_before = nodes_now
-                snapshot = model_io.to_proto(graph) if cost is not None and not p.required else None
+                scored = p.is_scored() and not p.required
+                # every application is estimated on graphs up to ESTIMATE_EACH_MAX_NODES; above,
+                # only the ones the cost model may veto (an estimate of 100k nodes takes ~2 s)
+                estimate_after = cost is not None and (scored or nodes_before <= ESTIMATE_EACH_MAX_NODES)
+                snapshot = model_io.to_proto(graph) if cost is not None and scored else None
                 t0 = time.perf_counter()
                 try:
                     result = p.apply(graph, ctx)
@@ -158,7 +170,7 @@ class PassManager:
                     cost_before_us=cost,
                 )
                 if result.modified:
-                    new_cost = self._estimate(graph)
+                    new_cost = self._estimate(graph) if estimate_after else None
                     rec.cost_after_us = new_cost
                     if snapshot is not None and new_cost is not None and cost is not None and new_cost > cost:
                         restored = model_io.from_proto(snapshot, shape_inference=False)
@@ -169,7 +181,11 @@ class PassManager:
                         rec.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
                         log.info("%s %s", p.name, rec.note)
                     else:
-                        cost = new_cost
+                        if new_cost is not None:
+                            cost = new_cost
+                        elif cost is not None:
+                            rec.cost_before_us = None
+                            stale = True
                         changed = True
                         if ctx.verify_each:
                             self._verify(graph, p.name, feeds, ref)
@@ -180,6 +196,10 @@ class PassManager:
                 self.records.append(rec)
             if not changed:
                 break
+        if stale and cost is not None:
+            self.final_cost = self._estimate(graph)
+        else:
+            self.final_cost = cost
         return self.records
 
 

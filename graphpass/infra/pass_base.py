@@ -83,11 +83,21 @@ class Pass:
     #: True when the pass keeps ``graph.nodes`` in topological order (it only removes nodes,
     #: or rewires readers to tensors produced earlier). Otherwise the pass manager re-sorts.
     preserves_order: ClassVar[bool] = False
+    #: Whether the pass manager may veto an application by the cost model (roll it back when
+    #: the estimate rises). None: every kind but cleanup and analysis, whose rewrites only
+    #: remove or precompute work.
+    scored: ClassVar[bool | None] = None
     #: The corresponding Ascend (ATC/FE) fusion pass, where one exists.
     ascend_name: ClassVar[str | None] = None
 
     def run(self, graph: gs.Graph, ctx: "PassContext") -> PassResult:  # pragma: no cover
         raise NotImplementedError
+
+    @classmethod
+    def is_scored(cls) -> bool:
+        if cls.scored is not None:
+            return cls.scored
+        return cls.kind not in (PassKind.CLEANUP, PassKind.ANALYSIS)
 
     def options(self, ctx: "PassContext") -> dict[str, Any]:
         """Per-pass options from the context (``ctx.options[self.name]``)."""

@@ -25,7 +25,7 @@ class _BreakRelu(Pass):
 
     name = "break_relu"
     summary = "wrong on purpose"
-    kind = PassKind.CLEANUP
+    kind = PassKind.FUSION
 
     def run(self, graph, ctx):
         hit = 0
@@ -148,6 +148,36 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
     graph = gp.load(model)
     records = PassManager([RequiredBreak], PassContext(cost_model=_CountingModel())).run(graph)
     assert not records[0].rolled_back and "Relu" not in ops(graph)
+
+    class CleanupBreak(_BreakRelu):  # cleanup passes are estimated but never vetoed
+        name = "cleanup_break"
+        kind = PassKind.CLEANUP
+
+    graph = gp.load(model)
+    records = PassManager([CleanupBreak], PassContext(cost_model=_CountingModel())).run(graph)
+    assert not records[0].rolled_back and records[0].cost_after_us > records[0].cost_before_us
+
+
+def test_optimize_report_carries_ascend_estimates():
+    import os
+
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "shufflenet_v2_x0_5.onnx")
+    result = gp.optimize(example, target="ascend910a", input_shapes={"input": [1, 3, 224, 224]})
+    rep = result.report
+    assert rep.cost_before_us > rep.cost_after_us > 0  # the folded shape chains were runtime kernels
+    applied = [r for r in rep.passes if r.modified]
+    assert applied and all(r.cost_after_us is not None for r in applied)
+    assert "estimated cost (cost model, not measured)" in rep.to_table()
+
+
+def test_choose_picks_the_cheaper_alternative():
+    from graphpass.cost_model import create
+
+    cheap = gp.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}))
+    dear = gp.load(make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                              {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}))
+    assert create("ascend910a").choose([dear, cheap]) == 1
+    assert create("none").choose([dear, cheap]) == 0
 
 
 def test_every_pass_is_a_plain_function():

@@ -1,0 +1,686 @@
+"""The analytical Ascend cost model.
+
+Per node (ascend_facts.md §9, the CANN estimator and the proposed defaults):
+
+    time = launch + max(cube, vector, memory)
+    cube   = cycles / min(cores, M-tiles x N-tiles x batch) / cube MHz
+             Conv:   cycles = ceil(Ho*Wo/16) * K1 * N1 * N,  K1 = ceil(Cin_g/C0)*kh*kw, N1 = ceil(Cout_g/16)  (x groups)
+             MatMul: cycles = m1 * k1 * n1 * batch  (16-wide fractals)          [FE-EST, P]
+    vector = vector_ops * numel(out, padded) / elems_per_cycle / vector cores / MHz  (vector_ops = 3: FE-EST)
+    memory = bytes(in + out, padded to the storage format) / (GM bandwidth x efficiency)
+
+Storage formats: a tensor's ``graphpass.format`` annotation wins; otherwise the model assumes
+what the Ascend graph engine does by default (GE-FMT, P): heavy ops take their preferred
+format (Conv: NC1HWC0), format-agnostic ops keep their first input's format when the 5HD rule
+allows (every input 4-D, C not broadcast), Reshape/Transpose/Gather are ND islands. Where a
+consumer needs another format than its producer gives, an *implicit* TransData is charged once
+per tensor and format. 5HD pads C to 16*ceil(C/16) (32 for 1-byte types); fractal formats pad
+their last two dims. A C-axis Concat in 5HD is a no-task op when every input's C is a multiple
+of C0 (GE-CNT, P) and a repacking kernel (read + write of every input again, E) when not.
+
+Engines: from the op-info table, then by dtype and precision mode (ATC-PM, P): under
+``must_keep_origin_dtype`` an fp32 op whose AI Core kernel is fp16-only falls back to AI CPU;
+under ``force_fp16`` it runs in fp16 with a cast (E). An op missing from the table is costed
+as AI CPU and listed as unknown. AI CPU ops pay ``aicpu_op_us``; a tensor crossing between AI
+Core and AI CPU pays ``engine_sync_us``; one crossing to or from the host pays a PCIe copy and
+a host synchronisation. An op with a data-dependent output shape (NonZero, TopK with a runtime
+k, ...) makes every node after it host-scheduled: each pays ``host_dispatch_us`` instead of a
+kernel launch, and the graph cannot be sunk (GE-DYN, P).
+
+Control flow: a Loop costs its body x trip count (constant M, else ``loop_trips``); unless the
+Loop is marked sunk (``graphpass.sink = device``) each iteration also pays a graph launch and a
+host sync. Scan iterates over its scan axis; If costs its dearer branch. The step-level term
+``(graph launch + input H2D + output D2H + sync) / iterations_per_loop`` is added once (§6).
+
+Every number comes from the profile data files; none lives in this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.cost_model.base import CostModel
+from graphpass.cost_model.op_info import OpInfo, OpTable, load_op_table
+from graphpass.cost_model.profiles import PRECISION_MODES, HardwareProfile, load_profile
+from graphpass.cost_model.report import CostReport
+from graphpass.errors import UsageError
+from graphpass.ir import annotations as A
+from graphpass.ir.graph import subgraphs_of
+from graphpass.ir.model_io import gc_frozen
+
+__all__ = ["AscendCostModel", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
+
+_PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
+_F32 = np.dtype("float32")
+_NEVER_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                           "Dropout", "Bernoulli"})
+#: Attributes that change a node's cost (the rest only change values, not work).
+_COST_ATTRS = frozenset({"group", "transA", "transB", "axis", "axes", "kernel_shape", "strides", "src_format", "dst_format"})
+
+
+def _ceil(a: float, b: float) -> int:
+    return int(math.ceil(a / b)) if b else 0
+
+
+def c0_of(itemsize: int) -> int:
+    """C0: 16 for 2- and 4-byte types, 32 for 1-byte types (GE GetCubeSizeByDataType, P)."""
+    return 32 if itemsize == 1 else 16
+
+
+def padded_numel(shape: list[int], fmt: str, itemsize: int) -> int:
+    """Elements a tensor occupies in a storage format, padding included (GE-FT, P)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if fmt == "NC1HWC0" and len(shape) == 4:
+        c0 = c0_of(itemsize)
+        N, C, H, W = shape
+        return N * _ceil(C, c0) * c0 * H * W
+    if fmt in ("FRACTAL_NZ", "FRACTAL_Z") and len(shape) >= 2:
+        c0 = c0_of(itemsize)
+        *lead, h, w = shape
+        base = 1
+        for d in lead:
+            base *= d
+        if fmt == "FRACTAL_Z" and len(shape) == 4:  # conv weight (Cout, Cin, kh, kw)
+            co, ci, kh, kw = shape
+            return _ceil(ci, c0) * kh * kw * _ceil(co, 16) * 16 * c0
+        return base * _ceil(h, 16) * 16 * _ceil(w, c0) * c0
+    return n
+
+
+def cube_cycles_conv(n: int, cin: int, cout: int, kh: int, kw: int, ho: int, wo: int, groups: int = 1, c0: int = 16) -> int:
+    """CANN FE estimator for Conv: ceil(H*W/16) * K1 * N1 * N per group (FE-EST, P)."""
+    cin_g, cout_g = cin // max(groups, 1), cout // max(groups, 1)
+    k1 = _ceil(cin_g, c0) * kh * kw
+    n1 = _ceil(cout_g, 16)
+    return _ceil(ho * wo, 16) * k1 * n1 * n * max(groups, 1)
+
+
+def cube_cycles_matmul(m: int, k: int, n: int, batch: int = 1, c0: int = 16) -> int:
+    """CANN FE estimator for MatMul: m1 * k1 * n1 * batch (FE-EST, P)."""
+    return _ceil(m, 16) * _ceil(k, c0) * _ceil(n, 16) * batch
+
+
+def vector_cycles(numel: int, elems_per_cycle: int, ops_per_elem: float = 3.0) -> float:
+    """CANN FE estimator for vector ops: 3 * numel / vec_calc_size (FE-EST, P)."""
+    return ops_per_elem * numel / elems_per_cycle
+
+
+class _Ctx:
+    """State of one estimate (per graph, recursive into subgraphs)."""
+
+    def __init__(self, model: "AscendCostModel", precision_mode: str, loop_trips: int, defaults: dict[str, list[int]]):
+        self.m = model
+        self.p = model.pv
+        self.shapes: dict[int, tuple[int, ...]] = {}
+        self.memo: dict[tuple, dict[str, Any]] = {}
+        self.mode = precision_mode
+        self.loop_trips = loop_trips
+        self.defaults = defaults
+        self.assumptions: dict[str, None] = {}
+        self.unknown: dict[str, None] = {}
+        self.crossings: list[dict[str, Any]] = []
+        self.dynamic_regions: list[dict[str, Any]] = []
+        self.implicit: list[dict[str, Any]] = []
+        self.per_engine: dict[str, float] = defaultdict(float)
+        self.per_op: dict[str, float] = defaultdict(float)
+        self.nodes: list[dict[str, Any]] = []
+        self.explicit_transdata = 0
+        self.transdata_us = 0.0
+
+    def assume(self, text: str) -> None:
+        self.assumptions.setdefault(text, None)
+
+
+class AscendCostModel(CostModel):
+    """The analytical Ascend model for one hardware profile (see the module docstring)."""
+
+    active = True
+
+    def __init__(self, profile: HardwareProfile | str = "ascend910a", op_table: OpTable | None = None):
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        self.ops = op_table or load_op_table()
+        self.target = self.profile.name
+        # plain attributes for the hot loop (the profile's __getattr__ is slow per node)
+        self.pv = SimpleNamespace(**self.profile.values, gm_bytes_per_us=self.profile.gm_bytes_per_us)
+
+    # -- shapes, dtypes, formats ----------------------------------------------------------
+
+    def _shape(self, t: gs.Tensor, cx: _Ctx) -> tuple[int, ...]:
+        hit = cx.shapes.get(id(t))
+        if hit is None:
+            hit = cx.shapes[id(t)] = tuple(self._shape_uncached(t, cx))
+        return hit
+
+    def _shape_uncached(self, t: gs.Tensor, cx: _Ctx) -> list[int]:
+        if isinstance(t, gs.Constant):
+            return [int(d) for d in t.shape]
+        shape = t.shape
+        if shape is None:
+            cx.assume("tensors of unknown shape are costed as one element")
+            return [1]
+        out = []
+        for d in shape:
+            if isinstance(d, (int, np.integer)) and d >= 0:
+                out.append(int(d))
+            else:
+                cx.assume(f"symbolic dim '{d}' taken as 1 (fix it with --input-shape)")
+                out.append(1)
+        return out
+
+    @staticmethod
+    def _dtype(t: gs.Tensor) -> np.dtype:
+        try:
+            return np.dtype(t.dtype) if t.dtype is not None else np.dtype("float32")
+        except TypeError:
+            return np.dtype("float32")
+
+    def _storage_itemsize(self, dtype: np.dtype, compute16: bool) -> int:
+        if dtype == np.dtype("float32") and compute16:
+            return 2
+        return max(1, dtype.itemsize)
+
+    # -- the estimate ---------------------------------------------------------------------
+
+    def estimate(self, graph: gs.Graph, **kwargs: Any) -> CostReport:
+        """Estimate ``graph``; see :meth:`_estimate` for the options."""
+        with gc_frozen():  # the per-node records would otherwise make the GC rescan a big graph
+            return self._estimate(graph, **kwargs)
+
+    def _estimate(
+        self,
+        graph: gs.Graph,
+        precision_mode: str | None = None,
+        iterations_per_loop: int = 1,
+        loop_trips: int = 1,
+        input_shapes: dict[str, list[int]] | None = None,
+        **_: Any,
+    ) -> CostReport:
+        mode = precision_mode or self.profile.default_precision_mode
+        if mode not in PRECISION_MODES:
+            raise UsageError(f"unknown precision mode '{mode}'; known: {', '.join(PRECISION_MODES)}")
+        if iterations_per_loop < 1:
+            raise UsageError(f"iterations_per_loop must be at least 1, got {iterations_per_loop}")
+        cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
+        nodes_us = self._graph_cost(graph, cx, top=True)
+        step_us, sinkable = self._step_cost(graph, cx)
+        ipl = iterations_per_loop
+        if not sinkable and ipl > 1:
+            cx.assume("the graph has host-scheduled regions: it cannot be sunk, iterations_per_loop taken as 1")
+            ipl = 1
+        step = step_us / ipl
+        implicit_us = sum(i["us"] for i in cx.implicit)
+        cross_us = sum(c["us"] for c in cx.crossings)
+        total = nodes_us + implicit_us + cross_us + step
+        td_us = cx.transdata_us + implicit_us
+        if implicit_us:
+            cx.per_op["TransData (implicit)"] += implicit_us
+            cx.per_engine["AICORE"] += implicit_us
+        if cross_us:
+            cx.per_engine["transfer"] += cross_us
+        cx.per_engine["step"] += step
+        return CostReport(
+            target=self.target,
+            total_us=total,
+            precision_mode=mode,
+            iterations_per_loop=ipl,
+            nodes=cx.nodes,
+            breakdown_us={"nodes": nodes_us, "implicit_transdata": implicit_us, "crossings": cross_us, "step": step},
+            per_engine_us=dict(cx.per_engine),
+            per_op_us=dict(cx.per_op),
+            transdata={"explicit": cx.explicit_transdata, "implicit": len(cx.implicit), "us": td_us,
+                       "share": td_us / total if total else 0.0, "implicit_list": cx.implicit},
+            crossings=cx.crossings,
+            dynamic_regions=cx.dynamic_regions,
+            unknown_ops=list(cx.unknown),
+            assumptions=list(cx.assumptions),
+        )
+
+    def _step_cost(self, graph: gs.Graph, cx: _Ctx) -> tuple[float, bool]:
+        p = self.pv
+        h2d = sum(self._bytes(t, "ND", cx, False) for t in graph.inputs) / (p.h2d_gbps * 1e3)
+        d2h = sum(self._bytes(t, "ND", cx, False) for t in graph.outputs) / (p.d2h_gbps * 1e3)
+        copies = (len(graph.inputs) + len(graph.outputs)) * p.small_copy_us
+        return p.graph_launch_us + h2d + d2h + copies + p.host_sync_us, not cx.dynamic_regions
+
+    def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
+        dtype = self._dtype(t)
+        item = self._storage_itemsize(dtype, compute16)
+        return padded_numel(self._shape(t, cx), fmt, item) * item
+
+    # -- formats --------------------------------------------------------------------------
+
+    def _is_5hd_ok(self, node: gs.Node, cx: _Ctx, const: set[int]) -> bool:
+        """FE-SEL broadcast rule: every runtime input 4-D with the same C (C not broadcast);
+        a scalar operand needs C to be C0-aligned. Constants are laid out at compile time, so a
+        per-channel constant ([C,1,1] or [1,C,1,1]) is accepted too."""
+        runtime = [self._shape(t, cx) for t in node.inputs if t.name and not isinstance(t, gs.Constant) and id(t) not in const]
+        consts = [self._shape(t, cx) for t in node.inputs if t.name and (isinstance(t, gs.Constant) or id(t) in const)]
+        if not runtime or any(len(s) != 4 for s in runtime):
+            return False
+        c = runtime[0][1]
+        if any(s[1] != c for s in runtime):
+            return False
+        for s in consts:
+            numel = math.prod(s)
+            if numel == 1:
+                if c % 16:
+                    return False
+            elif not (numel == c and (tuple(s[-3:]) == (c, 1, 1) or tuple(s) == (c,))) or len(s) > 4:
+                return False
+        return True
+
+    # -- per graph ------------------------------------------------------------------------
+
+    def _graph_cost(self, graph: gs.Graph, cx: _Ctx, top: bool = False) -> float:
+        p = self.pv
+        fmt: dict[int, str] = {}
+        engine_of: dict[int, str] = {}  # tensor id -> engine of its producer
+        for t in graph.inputs:  # in device memory: the step term pays the H2D copy
+            fmt[id(t)] = A.get_format(t) or "ND"
+            engine_of[id(t)] = "AICORE"
+        dynamic: set[int] = set()  # tensor ids whose shape depends on data
+        region_of: dict[int, dict[str, Any]] = {}
+        seen_conv: set[tuple[int, str]] = set()
+        seen_cross: set[tuple[int, str]] = set()
+        const: set[int] = set()  # tensors GE computes at compile time (its constant folding)
+        half: set[int] = set()  # fp32 tensors stored as fp16 (computed under force_fp16 & co.)
+        total = 0.0
+        for node in graph.nodes:
+            info = self.ops.lookup(node.op, node.domain)
+            op_label = node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
+            if info is None:
+                cx.unknown.setdefault(op_label, None)
+            if self._folded_by_ge(node, info, const):
+                const.update(id(t) for t in node.outputs)
+                cx.nodes.append({"name": node.name, "op": op_label, "engine": "compile-time", "formats_in": [],
+                                 "formats_out": [], "us": 0.0, "bound": "none", "cube_us": 0.0, "vector_us": 0.0,
+                                 "memory_us": 0.0, "launch_us": 0.0, "note": "constant: folded by GE at compile time"})
+                continue
+            # host-scheduled region: data-dependent output shape upstream
+            upstream = None
+            if region_of:  # most graphs have no dynamic region: skip the lookup entirely
+                for t in node.inputs:
+                    upstream = region_of.get(id(t))
+                    if upstream is not None:
+                        break
+            starts = self._starts_dynamic(node, info)
+            region = upstream
+            if starts:
+                region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
+                cx.dynamic_regions.append(region)
+            if region is not None:
+                region["nodes"] += 1
+                for t in node.outputs:
+                    region_of[id(t)] = region
+                    dynamic.add(id(t))
+
+            engine, compute16, eng_note = self._engine(node, info, cx)
+            ann = A.get_engine(node)
+            if ann in ("AICORE", "AICPU", "HOST"):
+                engine = ann
+            # formats: what the node takes and gives
+            in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
+            for i, t in enumerate(node.inputs):
+                if not t.name or isinstance(t, gs.Constant) or id(t) in const:
+                    continue  # weights are converted at compile time: no runtime TransData
+                have = fmt.get(id(t))
+                if have is None:
+                    have = A.get_format(t) or "ND"
+                want = in_fmts[i] if i < len(in_fmts) else "ND"
+                if have != want and not (have in _PLAIN and want in _PLAIN) and engine == "AICORE":
+                    key = (id(t), want)
+                    if key not in seen_conv:
+                        seen_conv.add(key)
+                        us = self._transdata_us(t, have, want, cx, compute16)
+                        cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
+                                            "reason": f"{op_label} '{node.name}' takes {want}, its input comes in {have}"})
+                # engine crossings
+                src = engine_of.get(id(t), "AICORE")
+                if src != engine:
+                    key2 = (id(t), engine)
+                    if key2 not in seen_cross:
+                        seen_cross.add(key2)
+                        self._cross(t, src, engine, cx, compute16)
+            for i, t in enumerate(node.outputs):
+                fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
+                engine_of[id(t)] = engine
+
+            # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
+            # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
+            cast_numel = 0
+            if engine == "AICORE" and info is not None and info.cost not in ("view", "none", "control"):
+                for t in node.inputs:
+                    if t.name and not isinstance(t, gs.Constant) and id(t) not in const and t.dtype == _F32:
+                        if (id(t) in half) != compute16:
+                            cast_numel += math.prod(self._shape(t, cx))
+                if compute16:
+                    half.update(id(t) for t in node.outputs if t.dtype == _F32)
+            key = None
+            if info is not None and info.cost != "control":
+                key = (node.op, node.domain, engine, compute16, region is not None, cast_numel, tuple(in_fmts),
+                       tuple(out_fmts), tuple((self._shape(t, cx), t.dtype) if t.name else None for t in node.inputs),
+                       tuple((self._shape(t, cx), t.dtype) for t in node.outputs),
+                       tuple(sorted((k, str(v)) for k, v in node.attrs.items() if k in _COST_ATTRS)))
+            if key is not None:
+                try:
+                    hash(key)
+                except TypeError:  # e.g. an optional-typed value (its gs dtype is a TypeProto)
+                    key = None
+            cached = cx.memo.get(key) if key is not None else None
+            if cached is not None:
+                rec = dict(cached)
+            else:
+                rec = self._node_cost(node, info, engine, compute16, in_fmts, out_fmts, region is not None, cx, cast_numel)
+                if key is not None:
+                    cx.memo[key] = dict(rec)
+            if eng_note:
+                rec["note"] = (eng_note + "; " + rec["note"]).strip("; ")
+            rec["name"] = node.name
+            rec["op"] = op_label
+            rec["engine"] = engine
+            rec["formats_in"] = in_fmts
+            rec["formats_out"] = out_fmts
+            cx.nodes.append(rec)
+            cx.per_engine[engine] += rec["us"]
+            cx.per_op[op_label] += rec["us"]
+            if info is not None and info.cost == "transdata":
+                cx.explicit_transdata += 1
+                cx.transdata_us += rec["us"]
+            total += rec["us"]
+        # graph outputs leave in their origin format
+        if top:
+            for t in graph.outputs:
+                have = fmt.get(id(t), "ND")
+                if have not in _PLAIN and (id(t), "ND") not in seen_conv:
+                    seen_conv.add((id(t), "ND"))
+                    us = self._transdata_us(t, have, "ND", cx, True)
+                    cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
+                if engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
+                    seen_cross.add((id(t), "AICORE"))  # back to device memory for the step's D2H
+                    self._cross(t, "HOST", "AICORE", cx, True)
+        return total
+
+    @staticmethod
+    def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int]) -> bool:
+        if info is None or info.cost in ("control", "transdata") or node.op in _NEVER_FOLDED:
+            return False
+        seen = False
+        for t in node.inputs:
+            if t.name:
+                if not (isinstance(t, gs.Constant) or id(t) in const):
+                    return False
+                seen = True
+        return seen
+
+    @staticmethod
+    def _starts_dynamic(node: gs.Node, info: OpInfo | None) -> str:
+        if info is not None and info.dynamic_output:
+            return "data-dependent output shape"
+        if node.op == "TopK" and len(node.inputs) > 1 and not isinstance(node.inputs[1], gs.Constant):
+            return "TopK with a runtime k"
+        return ""
+
+    def _engine(self, node: gs.Node, info: OpInfo | None, cx: _Ctx) -> tuple[str, bool, str]:
+        """(engine, computes fp32 as fp16, note)."""
+        if info is None:
+            return "AICPU", False, "unknown op: costed as AI CPU"
+        dtype = None
+        for t in node.inputs:
+            if t.name and not isinstance(t, gs.Constant):
+                dtype = self._dtype(t)
+                break
+        if dtype is None:
+            dtype = self._dtype(node.outputs[0]) if node.outputs else _F32
+        engine = info.engine
+        if engine != "AICORE" or info.cost in ("view", "none", "control"):
+            return engine, False, ""
+        if dtype != np.dtype("float32"):
+            if dtype.name not in info.dtypes and dtype.name not in ("int64", "float64"):
+                return "AICPU", False, f"{dtype.name} has no AI Core kernel"
+            return engine, False, ""
+        # fp32 input
+        cube = info.cost == "cube"
+        fp32_ok = ("float32" in info.dtypes) and not info.fp16_only
+        if cube:
+            fp32_ok = bool(self.profile.cube_fp32)
+        mode = cx.mode
+        if mode == "force_fp16":
+            return engine, True, ""
+        if mode in ("allow_fp32_to_fp16", "allow_mix_precision"):
+            if cube or not fp32_ok:
+                return engine, True, ""
+            return engine, False, ""
+        # must_keep_origin_dtype / force_fp32
+        if fp32_ok:
+            return engine, False, ""
+        if mode == "force_fp32" and cube:
+            return engine, True, "fp16 in, fp32 out on the Cube"
+        return "AICPU", False, f"fp32 {info.ascend} has no fp32 AI Core kernel on {self.target} ({mode}: AI CPU fallback)"
+
+    def _formats(self, node: gs.Node, info: OpInfo | None, fmt: dict[int, str], cx: _Ctx,
+                 const: set[int]) -> tuple[list[str], list[str]]:
+        n_in, n_out = len(node.inputs), len(node.outputs)
+        first_fmt = "ND"
+        for t in node.inputs:
+            if t.name and not isinstance(t, gs.Constant):
+                first_fmt = fmt.get(id(t), "ND")
+                break
+        if info is None or info.layout in ("nd", "none"):
+            return ["ND"] * n_in, ["ND"] * n_out
+        if info.layout == "fixed":
+            return [info.input_format(i) for i in range(n_in)], [info.output_format(i) for i in range(n_out)]
+        if info.layout == "any":  # TransData
+            src = str(node.attrs.get("src_format", first_fmt))
+            dst = str(node.attrs.get("dst_format", "ND"))
+            return [src] * n_in, [dst] * n_out
+        if info.layout == "agnostic":
+            f = "NC1HWC0" if first_fmt == "NC1HWC0" and (node.op in ("Concat", "Split") or self._is_5hd_ok(node, cx, const)) else "ND"
+            if node.op in ("Concat", "Split") and f == "NC1HWC0":
+                axis = int(node.attrs.get("axis", 0))
+                if axis not in (1, -3):
+                    f = "ND"
+            ins = [f if (t.name and not isinstance(t, gs.Constant) and id(t) not in const) else "ND" for t in node.inputs]
+            return ins, [f] * n_out
+        if info.layout == "reduce":
+            if first_fmt == "NC1HWC0":
+                axes = node.attrs.get("axes", node.attrs.get("axis"))
+                if axes is None and len(node.inputs) > 1 and isinstance(node.inputs[1], gs.Constant):
+                    axes = [int(a) for a in np.asarray(node.inputs[1].values).ravel()]
+                axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes or [])
+                over_c = (not axes and node.op.startswith("Reduce")) or any(int(a) in (1, -3) for a in axes)
+                return ["NC1HWC0"] + ["ND"] * (n_in - 1), ["ND" if over_c else "NC1HWC0"] * n_out
+            return ["ND"] * n_in, ["ND"] * n_out
+        return ["ND"] * n_in, ["ND"] * n_out
+
+    # -- costs ----------------------------------------------------------------------------
+
+    def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> float:
+        p = self.pv
+        byts = self._bytes(t, src, cx, compute16) + self._bytes(t, dst, cx, compute16)
+        return p.kernel_launch_us + byts / (p.gm_bytes_per_us * p.transdata_bw_efficiency)
+
+    def _cross(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> None:
+        p = self.pv
+        byts = self._bytes(t, "ND", cx, compute16)
+        if "HOST" in (src, dst):
+            rate = p.h2d_gbps if dst != "HOST" else p.d2h_gbps
+            us = p.small_copy_us + byts / (rate * 1e3) + p.host_sync_us
+        else:
+            us = p.engine_sync_us
+        cx.crossings.append({"tensor": t.name, "from": src, "to": dst, "bytes": int(byts), "us": us})
+
+    def _node_cost(self, node: gs.Node, info: OpInfo | None, engine: str, compute16: bool,
+                   in_fmts: list[str], out_fmts: list[str], host_scheduled: bool, cx: _Ctx,
+                   cast_numel: int = 0) -> dict[str, Any]:
+        p = self.pv
+        rec = {"us": 0.0, "bound": "none", "cube_us": 0.0, "vector_us": 0.0, "memory_us": 0.0, "launch_us": 0.0, "note": ""}
+        cost = info.cost if info is not None else "vector"
+        if cost == "none":
+            if node.op in ("Shape", "Size") and node.inputs and all(
+                    isinstance(d, (int, np.integer)) for d in (node.inputs[0].shape or [None])):
+                return rec
+            if node.op in ("Shape", "Size"):
+                engine = "HOST"
+            else:
+                return rec
+        if cost == "control":
+            return self._control_cost(node, cx, rec)
+        if cost == "view" and all(f in _PLAIN for f in in_fmts[:1]) and engine == "AICORE":
+            rec["note"] = "view: no kernel"
+            return rec
+        # bytes moved
+        in_bytes = 0.0
+        for i, t in enumerate(node.inputs):
+            if t.name:
+                f = in_fmts[i] if i < len(in_fmts) else "ND"
+                in_bytes += self._bytes(t, f, cx, compute16)
+        out_bytes = 0.0
+        out_numel = 0
+        for i, t in enumerate(node.outputs):
+            if t.name:
+                f = out_fmts[i] if i < len(out_fmts) else "ND"
+                item = self._storage_itemsize(self._dtype(t), compute16)
+                numel = padded_numel(self._shape(t, cx), f, item)
+                out_numel = max(out_numel, numel)
+                out_bytes += numel * item
+
+        if engine == "AICPU":
+            rec["memory_us"] = (in_bytes + out_bytes) / (p.aicpu_gbps * 1e3)
+            rec["launch_us"] = p.aicpu_op_us
+            rec["us"] = rec["launch_us"] + rec["memory_us"]
+            rec["bound"] = "aicpu"
+            return rec
+        if engine == "HOST":
+            rec["launch_us"] = p.host_dispatch_us
+            rec["us"] = p.host_dispatch_us
+            rec["bound"] = "host"
+            return rec
+
+        eff = 1.0
+        if cost == "transpose":
+            eff = p.transpose_bw_efficiency
+        elif cost == "gather":
+            eff = p.gather_bw_efficiency
+        elif cost == "transdata":
+            eff = p.transdata_bw_efficiency
+        mem_bytes = in_bytes + out_bytes
+        if node.op == "Concat" and out_fmts and out_fmts[0] == "NC1HWC0":
+            item = self._storage_itemsize(self._dtype(node.outputs[0]), compute16)
+            c0 = c0_of(item)
+            chans = [self._shape(t, cx) for t in node.inputs if t.name]
+            if all(len(s) == 4 and s[1] % c0 == 0 for s in chans) and not host_scheduled:
+                rec["note"] = "no-task Concat: aligned C in 5HD (GE-CNT)"
+                return rec
+            mem_bytes += in_bytes + out_bytes  # repack the padded C0 lanes (E)
+            rec["note"] = f"Concat of C not a multiple of {c0} in 5HD: repacking kernel"
+        rec["memory_us"] = mem_bytes / (p.gm_bytes_per_us * eff)
+
+        elems = p.vector_fp16_elems_per_cycle if (compute16 or self._dtype(node.outputs[0]).itemsize <= 2) else p.vector_fp32_elems_per_cycle
+        if cost in ("vector", "cube"):
+            ops = info.vector_ops if info is not None else 3.0
+            rec["vector_us"] = vector_cycles(out_numel, elems, ops) / max(1, p.vector_core_count) / p.vector_freq_mhz
+        if cast_numel:
+            rec["vector_us"] += cast_numel / p.vector_fp32_elems_per_cycle / max(1, p.vector_core_count) / p.vector_freq_mhz
+            rec["note"] = (rec["note"] + "; casts between fp32 and fp16 storage").strip("; ")
+        if cost == "cube":
+            cycles, tiles = self._cube(node, cx, compute16)
+            rec["cube_us"] = cycles / max(1, min(p.ai_core_count, tiles)) / p.cube_freq_mhz
+        rec["launch_us"] = p.host_dispatch_us if host_scheduled else p.kernel_launch_us
+        parts = {"cube": rec["cube_us"], "vector": rec["vector_us"], "memory": rec["memory_us"]}
+        bound = max(parts, key=parts.get)
+        rec["us"] = rec["launch_us"] + parts[bound]
+        rec["bound"] = bound if parts[bound] >= rec["launch_us"] else ("host" if host_scheduled else "launch")
+        return rec
+
+    def _cube(self, node: gs.Node, cx: _Ctx, compute16: bool) -> tuple[float, int]:
+        """(cycles in fp16/int8 fractal units scaled for the dtype, parallel tiles)."""
+        p = self.pv
+        dtype = self._dtype(node.inputs[0]) if node.inputs else np.dtype("float32")
+        item = 2 if compute16 else dtype.itemsize
+        c0 = c0_of(item)
+        scale = 1.0
+        if item == 4:  # fp32 on a Cube that has it (910B): fewer MACs per cycle
+            scale = p.cube_fp16_macs_per_cycle / max(1, p.cube_fp32_macs_per_cycle)
+        if node.op in ("Conv", "ConvTranspose") and len(node.inputs) >= 2:
+            x, w, y = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx), self._shape(node.outputs[0], cx)
+            if len(x) < 3 or len(w) < 3 or len(y) < 3:
+                return 0.0, 1
+            groups = int(node.attrs.get("group", 1))
+            kh = w[2]
+            kw = w[3] if len(w) > 3 else 1
+            spatial_out = y[2] * (y[3] if len(y) > 3 else 1)
+            if node.op == "Conv":
+                cin, cout = x[1], w[0]
+                cycles = cube_cycles_conv(x[0], cin, cout, kh, kw, y[2], y[3] if len(y) > 3 else 1, groups, c0)
+                tiles = _ceil(spatial_out, 16) * _ceil(cout // max(groups, 1), 16) * x[0] * groups
+            else:  # ConvTranspose: each input pixel scatters a kh*kw patch (E)
+                cin, cout = x[1], w[1] * groups
+                spatial_in = x[2] * (x[3] if len(x) > 3 else 1)
+                cycles = _ceil(spatial_in, 16) * _ceil(cin // groups, c0) * _ceil(cout // groups * kh * kw, 16) * x[0] * groups
+                tiles = _ceil(spatial_in, 16) * _ceil(cout // groups, 16) * x[0] * groups
+            return cycles * scale, max(1, tiles)
+        if node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
+            a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
+            if node.op == "Gemm":
+                m, k = (a[1], a[0]) if node.attrs.get("transA", 0) else (a[0], a[1] if len(a) > 1 else 1)
+                n = b[0] if node.attrs.get("transB", 0) else (b[1] if len(b) > 1 else 1)
+                batch = 1
+            else:
+                m = a[-2] if len(a) >= 2 else 1
+                k = a[-1]
+                n = b[-1] if len(b) >= 2 else 1
+                batch = 1
+                for d in (a[:-2] if len(a) > len(b) else b[:-2]):
+                    batch *= d
+            return cube_cycles_matmul(m, k, n, batch, c0) * scale, max(1, _ceil(m, 16) * _ceil(n, 16) * batch)
+        if node.op in ("LSTM", "GRU") and len(node.inputs) >= 3:
+            x, w = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
+            seq, batch = x[0], x[1] if len(x) > 1 else 1
+            gates, hidden_in = w[1] if len(w) > 1 else 1, w[2] if len(w) > 2 else 1
+            hidden = gates // (4 if node.op == "LSTM" else 3)
+            cycles = seq * cube_cycles_matmul(batch, hidden_in + hidden, gates, 1, c0)
+            return cycles * scale, max(1, _ceil(batch, 16) * _ceil(gates, 16))
+        return 0.0, 1
+
+    def _control_cost(self, node: gs.Node, cx: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
+        p = self.pv
+        subs = subgraphs_of(node)
+        if not subs:
+            return rec
+        if node.op == "If":
+            body = max(self._graph_cost(g, cx) for g in subs)
+            rec["us"] = p.kernel_launch_us + body
+            rec["launch_us"] = p.kernel_launch_us
+            rec["bound"] = "control"
+            rec["note"] = "the dearer branch"
+            return rec
+        trips = None
+        if node.op == "Loop" and node.inputs and isinstance(node.inputs[0], gs.Constant):
+            trips = int(np.asarray(node.inputs[0].values).ravel()[0])
+        elif node.op == "Scan":
+            n_state = len(node.inputs) - int(node.attrs.get("num_scan_inputs", 1))
+            scan_in = node.inputs[n_state] if len(node.inputs) > n_state else None
+            if scan_in is not None:
+                axes = node.attrs.get("scan_input_axes")
+                axis = int(axes[0]) if axes else 0
+                shape = self._shape(scan_in, cx)
+                trips = shape[axis] if shape and axis < len(shape) else None
+        if trips is None:
+            trips = cx.loop_trips
+            cx.assume(f"{node.op} '{node.name}': trip count not constant, taken as {trips} (--loop-trips)")
+        body = self._graph_cost(subs[0], cx)
+        sunk = A.get(node, A.SINK) == "device"
+        per_iter = 0.0 if sunk else p.graph_launch_us + p.host_sync_us
+        rec["us"] = p.kernel_launch_us + trips * (body + per_iter)
+        rec["launch_us"] = p.kernel_launch_us
+        rec["bound"] = "control"
+        rec["note"] = f"{trips} iterations, {'sunk (one launch)' if sunk else 'host-driven: launch + sync per iteration'}"
+        return rec

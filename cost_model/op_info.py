@@ -1,0 +1,118 @@
+"""The op-info table (data/op_info.toml): how each ONNX op maps to Ascend."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tomllib
+from pathlib import Path
+
+from graphpass.cost_model.profiles import DATA_DIR
+from graphpass.errors import UsageError
+
+__all__ = ["OpInfo", "OpTable", "load_op_table", "ENGINES", "COST_CLASSES", "LAYOUTS", "FORMATS"]
+
+ENGINES = ("AICORE", "AICPU", "HOST")
+COST_CLASSES = ("cube", "vector", "datamove", "gather", "transpose", "transdata", "view", "control", "none")
+LAYOUTS = ("fixed", "agnostic", "reduce", "nd", "any", "none")
+FORMATS = ("ND", "NCHW", "NHWC", "NC1HWC0", "FRACTAL_Z", "FRACTAL_NZ")
+DTYPES = ("float16", "float32", "bfloat16", "int8", "uint8", "int16", "uint16", "int32", "int64", "bool", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    key: str
+    ascend: str
+    engine: str
+    cost: str
+    layout: str
+    dtypes: tuple[str, ...]
+    src: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    fp16_only: bool = False
+    static_only: bool = False
+    dynamic_output: bool = False
+    vector_ops: float = 3.0
+    note: str = ""
+
+    def input_format(self, i: int) -> str:
+        if self.layout == "fixed" and self.inputs:
+            return self.inputs[i] if i < len(self.inputs) else "ND"
+        return "ND"
+
+    def output_format(self, i: int) -> str:
+        if self.layout == "fixed" and self.outputs:
+            return self.outputs[i] if i < len(self.outputs) else "ND"
+        return "ND"
+
+
+class OpTable:
+    def __init__(self, ops: dict[str, OpInfo], path: Path):
+        self.ops = ops
+        self.path = path
+
+    def lookup(self, op: str, domain: str | None) -> OpInfo | None:
+        domain = domain or ""
+        if domain in ("", "ai.onnx"):
+            hit = self.ops.get(op)
+            if hit is not None:
+                return hit
+        return self.ops.get(f"{domain}::{op}") or self.ops.get(f"*::{op}")
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+def _bad(path: Path, key: str, expected: str, got=None) -> UsageError:
+    tail = "" if got is None else f", got {got!r}"
+    return UsageError(f"{path.name}: key '{key}': expected {expected}{tail}")
+
+
+def parse_op_table(path: Path) -> OpTable:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path.name}: not valid TOML: {e}") from e
+    ops_raw = data.get("ops")
+    if not isinstance(ops_raw, dict) or not ops_raw:
+        raise _bad(path, "ops", "a non-empty [ops] table")
+    ops: dict[str, OpInfo] = {}
+    for key, e in ops_raw.items():
+        where = f"ops.{key}"
+        if not isinstance(e, dict):
+            raise _bad(path, where, "a table")
+        for k in ("ascend", "src"):
+            if not isinstance(e.get(k), str) or not e[k]:
+                raise _bad(path, f"{where}.{k}", "a non-empty string", e.get(k))
+        for k, allowed in (("engine", ENGINES), ("cost", COST_CLASSES), ("layout", LAYOUTS)):
+            if e.get(k) not in allowed:
+                raise _bad(path, f"{where}.{k}", f"one of {', '.join(allowed)}", e.get(k))
+        dtypes = e.get("dtypes")
+        if not isinstance(dtypes, list) or not all(d in DTYPES for d in dtypes):
+            raise _bad(path, f"{where}.dtypes", f"a list of {', '.join(DTYPES)}", dtypes)
+        for k in ("inputs", "outputs"):
+            v = e.get(k, [])
+            if not isinstance(v, list) or not all(f in FORMATS for f in v):
+                raise _bad(path, f"{where}.{k}", f"a list of {', '.join(FORMATS)}", v)
+        if e["layout"] == "fixed" and not e.get("inputs"):
+            raise _bad(path, f"{where}.inputs", "a list of formats for a 'fixed' layout")
+        for k in ("fp16_only", "static_only", "dynamic_output"):
+            if not isinstance(e.get(k, False), bool):
+                raise _bad(path, f"{where}.{k}", "true or false", e.get(k))
+        vops = e.get("vector_ops", 3.0)
+        if not isinstance(vops, (int, float)) or isinstance(vops, bool) or vops <= 0:
+            raise _bad(path, f"{where}.vector_ops", "a positive number", vops)
+        unknown = set(e) - {"ascend", "engine", "cost", "layout", "dtypes", "src", "inputs", "outputs",
+                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note"}
+        if unknown:
+            raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
+        ops[key] = OpInfo(key, e["ascend"], e["engine"], e["cost"], e["layout"], tuple(dtypes), e["src"],
+                          tuple(e.get("inputs", [])), tuple(e.get("outputs", [])), e.get("fp16_only", False),
+                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""))
+    return OpTable(ops, path)
+
+
+@functools.lru_cache(maxsize=4)
+def load_op_table(path: str | None = None) -> OpTable:
+    return parse_op_table(Path(path) if path else DATA_DIR / "op_info.toml")

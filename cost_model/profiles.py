@@ -1,0 +1,140 @@
+"""Hardware profiles: TOML data files, each number with its unit, source and P/D/E tag.
+
+A profile or op-info file with a missing or mistyped field fails loading with the file, the key
+and what was expected (a :class:`graphpass.UsageError`, exit code 2 in the CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from graphpass.errors import UsageError
+
+__all__ = ["DATA_DIR", "HardwareProfile", "load_profile", "known_targets", "PROFILE_FIELDS", "TAGS"]
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TAGS = {"P", "D", "T", "E"}
+
+#: field -> Python type of its value
+PROFILE_FIELDS: dict[str, type] = {
+    "ai_core_count": int,
+    "cube_freq_mhz": float,
+    "cube_fp16_macs_per_cycle": int,
+    "cube_int8_macs_per_cycle": int,
+    "cube_fp32": bool,
+    "cube_fp32_macs_per_cycle": int,
+    "vector_core_count": int,
+    "vector_freq_mhz": float,
+    "vector_fp16_elems_per_cycle": int,
+    "vector_fp32_elems_per_cycle": int,
+    "gm_bytes_per_cycle_per_core": float,
+    "ub_kib": int,
+    "l2_mib": int,
+    "ai_cpu_count": int,
+    "h2d_gbps": float,
+    "d2h_gbps": float,
+    "small_copy_us": float,
+    "kernel_launch_us": float,
+    "host_dispatch_us": float,
+    "aicpu_op_us": float,
+    "aicpu_gbps": float,
+    "engine_sync_us": float,
+    "host_sync_us": float,
+    "graph_launch_us": float,
+    "transdata_bw_efficiency": float,
+    "transpose_bw_efficiency": float,
+    "gather_bw_efficiency": float,
+}
+
+PRECISION_MODES = (
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_mix_precision",
+    "must_keep_origin_dtype",
+    "force_fp32",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    default_precision_mode: str
+    values: dict[str, Any]
+    sources: dict[str, tuple[str, str]]  # field -> (source key, tag)
+    path: Path
+
+    def __getattr__(self, key: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if key in values:
+            return values[key]
+        raise AttributeError(key)
+
+    @property
+    def gm_bytes_per_us(self) -> float:
+        """Chip GM bandwidth in bytes/us (D: cores x bytes/cycle x MHz)."""
+        return self.ai_core_count * self.gm_bytes_per_cycle_per_core * self.cube_freq_mhz
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "default_precision_mode": self.default_precision_mode,
+            "values": {k: {"value": v, "src": self.sources[k][0], "tag": self.sources[k][1]} for k, v in self.values.items()},
+        }
+
+
+def known_targets() -> list[str]:
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml") if p.stem != "op_info")
+
+
+def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:
+    tail = "" if got is None else f", got {got!r}"
+    return UsageError(f"{path.name}: key '{key}': expected {expected}{tail}")
+
+
+def load_profile(target: str | Path) -> HardwareProfile:
+    """Load and validate a profile by name (``ascend910a``) or path."""
+    path = Path(target) if str(target).endswith(".toml") else DATA_DIR / f"{target}.toml"
+    if not path.is_file():
+        raise UsageError(f"unknown target '{target}'; known targets: {', '.join(known_targets())}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path.name}: not valid TOML: {e}") from e
+    head = data.get("profile")
+    if not isinstance(head, dict):
+        raise _bad(path, "profile", "a [profile] table with name, description, default_precision_mode")
+    for k in ("name", "description", "default_precision_mode"):
+        if not isinstance(head.get(k), str):
+            raise _bad(path, f"profile.{k}", "a string", head.get(k))
+    if head["default_precision_mode"] not in PRECISION_MODES:
+        raise _bad(path, "profile.default_precision_mode", f"one of {', '.join(PRECISION_MODES)}", head["default_precision_mode"])
+    values: dict[str, Any] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    for key, kind in PROFILE_FIELDS.items():
+        entry = data.get(key)
+        if not isinstance(entry, dict):
+            raise _bad(path, key, "a table with value, unit, src, tag")
+        value = entry.get("value")
+        if kind is bool:
+            ok = isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok:
+            raise _bad(path, f"{key}.value", f"a {kind.__name__}", value)
+        if kind is not bool and value < 0:
+            raise _bad(path, f"{key}.value", "a non-negative number", value)
+        for meta in ("unit", "src"):
+            if not isinstance(entry.get(meta), str) or not entry[meta]:
+                raise _bad(path, f"{key}.{meta}", "a non-empty string", entry.get(meta))
+        if entry.get("tag") not in TAGS:
+            raise _bad(path, f"{key}.tag", "one of P, D, T, E", entry.get("tag"))
+        values[key] = float(value) if kind is float else value
+        sources[key] = (entry["src"], entry["tag"])
+    return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path)

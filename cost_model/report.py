@@ -1,0 +1,133 @@
+"""CostReport: what the cost model estimated, per node and in total, as table, JSON or CSV.
+
+JSON schema ``graphpass.cost_report/1`` (stable; new keys may be added, none removed):
+
+    {
+      "schema": "graphpass.cost_report/1",
+      "target": str, "precision_mode": str, "iterations_per_loop": int,
+      "estimate": true,                      # every figure is a cost-model estimate, not a measurement
+      "total_us": float,
+      "breakdown_us": {"nodes": float, "implicit_transdata": float, "crossings": float, "step": float},
+      "per_engine_us": {engine: float}, "per_op_us": {op: float},
+      "transdata": {"explicit": int, "implicit": int, "us": float, "share": float},
+      "crossings": {"count": int, "bytes": int, "us": float, "list": [{tensor, from, to, bytes, us}]},
+      "dynamic_regions": [{root, op, reason, nodes}],
+      "unknown_ops": [op], "assumptions": [str],
+      "nodes": [{name, op, engine, formats_in, formats_out, us, bound, cube_us, vector_us, memory_us, launch_us, note}]
+    }
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from typing import Any
+
+__all__ = ["CostReport", "SCHEMA"]
+
+SCHEMA = "graphpass.cost_report/1"
+
+
+@dataclasses.dataclass
+class CostReport:
+    """An estimate for one graph. Every time is an estimate in microseconds, not a measurement."""
+
+    target: str
+    total_us: float | None
+    precision_mode: str = ""
+    iterations_per_loop: int = 1
+    nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    breakdown_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    per_engine_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    per_op_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    transdata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    crossings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    dynamic_regions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    unknown_ops: list[str] = dataclasses.field(default_factory=list)
+    assumptions: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def per_node(self) -> list[dict[str, Any]]:
+        return self.nodes
+
+    def to_dict(self) -> dict[str, Any]:
+        cross_bytes = sum(c["bytes"] for c in self.crossings)
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "precision_mode": self.precision_mode,
+            "iterations_per_loop": self.iterations_per_loop,
+            "estimate": True,
+            "total_us": self.total_us,
+            "breakdown_us": self.breakdown_us,
+            "per_engine_us": self.per_engine_us,
+            "per_op_us": self.per_op_us,
+            "transdata": self.transdata,
+            "crossings": {"count": len(self.crossings), "bytes": cross_bytes,
+                          "us": sum(c["us"] for c in self.crossings), "list": self.crossings},
+            "dynamic_regions": self.dynamic_regions,
+            "unknown_ops": self.unknown_ops,
+            "assumptions": self.assumptions,
+            "nodes": self.nodes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        cols = ["name", "op", "engine", "formats_in", "formats_out", "us", "bound", "cube_us", "vector_us", "memory_us", "launch_us", "note"]
+        w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for n in self.nodes:
+            w.writerow({**n, "formats_in": " ".join(n.get("formats_in", [])), "formats_out": " ".join(n.get("formats_out", []))})
+        return buf.getvalue()
+
+    def to_table(self, top: int = 15, width: int = 120) -> str:
+        from rich.console import Console
+        from rich.table import Table
+
+        buf = io.StringIO()
+        c = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False)
+        c.print(f"cost estimate for {self.target} (precision {self.precision_mode}, iterations_per_loop "
+                f"{self.iterations_per_loop}): {self.total_us:,.1f} us per step")
+        c.print("  (every figure here is a cost-model estimate, not a measurement)")
+        b = self.breakdown_us
+        c.print("  nodes {nodes:,.1f} us, implicit TransData {implicit_transdata:,.1f} us, crossings {crossings:,.1f} us, "
+                "step (launch + I/O + sync) {step:,.1f} us".format(**{k: b.get(k, 0.0) for k in ("nodes", "implicit_transdata", "crossings", "step")}))
+        td = self.transdata
+        if td:
+            c.print(f"  TransData: {td.get('explicit', 0)} explicit + {td.get('implicit', 0)} implicit, "
+                    f"{td.get('us', 0.0):,.1f} us ({100 * td.get('share', 0.0):.1f}% of the total)")
+        if self.crossings:
+            c.print(f"  host/device and engine crossings: {len(self.crossings)} "
+                    f"({sum(x['bytes'] for x in self.crossings):,} bytes, {sum(x['us'] for x in self.crossings):,.1f} us)")
+        for r in self.dynamic_regions:
+            c.print(f"  host-scheduled region after {r['op']} '{r['root']}': {r['nodes']} nodes ({r['reason']})")
+        if self.unknown_ops:
+            c.print(f"  unknown ops (costed as AI CPU): {', '.join(self.unknown_ops)}")
+        eng = Table(title="per engine")
+        eng.add_column("engine")
+        eng.add_column("us", justify="right")
+        for k, v in sorted(self.per_engine_us.items(), key=lambda kv: -kv[1]):
+            eng.add_row(k, f"{v:,.1f}")
+        c.print(eng)
+        ops = Table(title="per op type")
+        for col in ("op", "us", "share"):
+            ops.add_column(col, justify="left" if col == "op" else "right")
+        total = sum(self.per_op_us.values()) or 1.0
+        for k, v in sorted(self.per_op_us.items(), key=lambda kv: -kv[1])[:top]:
+            ops.add_row(k, f"{v:,.1f}", f"{100 * v / total:.1f}%")
+        c.print(ops)
+        nodes = Table(title=f"top {top} nodes")
+        for col in ("node", "op", "engine", "formats", "us", "bound"):
+            nodes.add_column(col, justify="right" if col == "us" else "left")
+        for n in sorted(self.nodes, key=lambda n: -n["us"])[:top]:
+            fmts = ",".join(n.get("formats_in", [])[:1]) + "->" + ",".join(n.get("formats_out", [])[:1])
+            nodes.add_row(n["name"][:40], n["op"], n["engine"], fmts, f"{n['us']:,.2f}", n["bound"])
+        c.print(nodes)
+        for a in self.assumptions:
+            c.print(f"assumption: {a}")
+        return buf.getvalue()

@@ -1,0 +1,49 @@
+import csv
+import io
+import json
+
+import pytest
+
+from graphpass.cli import main
+
+
+def test_cost_table_names_the_estimate_and_the_breakdown(light_path, capsys):
+    assert main(["cost", light_path("light_resnet50.onnx"), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "cost-model estimate, not a measurement" in out
+    assert "per engine" in out and "per op type" in out and "Conv" in out
+
+
+def test_cost_json_and_csv(light_path, capsys, tmp_path):
+    assert main(["cost", light_path("light_squeezenet.onnx"), "--format", "json", "--target", "ascend910b2"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "graphpass.cost_report/1" and d["target"] == "ascend910b2"
+    assert d["precision_mode"] == "must_keep_origin_dtype"  # the 910B profile's default
+    out = tmp_path / "c.csv"
+    assert main(["cost", light_path("light_squeezenet.onnx"), "--format", "csv", "-o", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert rows and {"name", "op", "engine", "us", "bound"} <= set(rows[0])
+
+
+def test_cost_iterations_per_loop_lowers_the_step_term(light_path, capsys):
+    totals = []
+    for n in ("1", "1000"):
+        assert main(["cost", light_path("light_squeezenet.onnx"), "--format", "json", "--iterations-per-loop", n]) == 0
+        totals.append(json.loads(capsys.readouterr().out)["total_us"])
+    assert totals[1] < totals[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--target", "ascend999"], "known targets: ascend910a"),
+    (["--input-shape", "nope:1,2"], "not a graph input"),
+])
+def test_cost_bad_input_exits_2(light_path, capsys, args, needle):
+    assert main(["cost", light_path("light_squeezenet.onnx"), *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_cost_bad_precision_mode_is_a_usage_error(light_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["cost", light_path("light_squeezenet.onnx"), "--precision-mode", "fp8"])
+    assert e.value.code == 2
