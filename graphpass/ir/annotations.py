@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.graph import has_subgraph
+from graphpass.ir.graph import has_subgraph, subgraph_pairs
 
 __all__ = [
     "FORMAT",
@@ -99,20 +99,6 @@ def fused_from(node: gs.Node) -> list[str]:
     return json.loads(raw) if raw else []
 
 
-def _subgraph_pairs(proto_node: onnx.NodeProto, node: gs.Node):
-    """Pairs (GraphProto, gs.Graph) of a node's subgraph attributes, in attribute order."""
-    if not has_subgraph(node):  # do not touch the proto attributes of the other 99.9% of nodes
-        return
-    for attr in proto_node.attribute:
-        value = node.attrs.get(attr.name)
-        if attr.type == onnx.AttributeProto.GRAPH and isinstance(value, gs.Graph):
-            yield attr.g, value
-        elif attr.type == onnx.AttributeProto.GRAPHS and isinstance(value, (list, tuple)):
-            for g_proto, g in zip(attr.graphs, value):
-                if isinstance(g, gs.Graph):
-                    yield g_proto, g
-
-
 def _graph_tensors(graph: gs.Graph) -> dict[str, gs.Tensor]:
     tensors: dict[str, gs.Tensor] = {}
     for t in graph.inputs:
@@ -142,7 +128,7 @@ def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
             del proto_node.metadata_props[:]
             for k, v in d.items():
                 proto_node.metadata_props.add(key=k, value=v)
-        for sub_proto, sub in _subgraph_pairs(proto_node, node):
+        for sub_proto, sub in subgraph_pairs(proto_node, node):
             write_to_proto(sub, sub_proto)
 
     tensors = _graph_tensors(graph)
@@ -186,7 +172,7 @@ def read_from_proto(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
             for p in props_of_node:
                 d[p.key] = p.value
         if has_subgraph(node):
-            for sub_proto, sub in _subgraph_pairs(proto_node, node):
+            for sub_proto, sub in subgraph_pairs(proto_node, node):
                 read_from_proto(sub_proto, sub)
 
     props: dict[str, Any] = {}

@@ -18,6 +18,7 @@ from graphpass.errors import BadModelError
 __all__ = [
     "iter_graphs",
     "subgraphs_of",
+    "subgraph_pairs",
     "has_subgraph",
     "captured_tensors",
     "toposort",
@@ -53,6 +54,25 @@ def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
         elif isinstance(value, (list, tuple)):
             subs.extend(v for v in value if isinstance(v, gs.Graph))
     return subs
+
+
+def subgraph_pairs(proto_node, node: gs.Node):
+    """Pairs (GraphProto, gs.Graph) of a node's subgraph attributes, matched by attribute name.
+
+    Used wherever a graph is walked beside its exported/imported proto (gs keeps node order).
+    """
+    if not has_subgraph(node):  # do not touch the proto attributes of the other 99.9% of nodes
+        return
+    import onnx
+
+    for attr in proto_node.attribute:
+        value = node.attrs.get(attr.name)
+        if attr.type == onnx.AttributeProto.GRAPH and isinstance(value, gs.Graph):
+            yield attr.g, value
+        elif attr.type == onnx.AttributeProto.GRAPHS and isinstance(value, (list, tuple)):
+            for g_proto, g in zip(attr.graphs, value):
+                if isinstance(g, gs.Graph):
+                    yield g_proto, g
 
 
 def has_subgraph(node: gs.Node) -> bool:

@@ -32,7 +32,7 @@ from onnx import external_data_helper
 
 from graphpass.errors import BadModelError, UsageError
 from graphpass.ir import annotations
-from graphpass.ir.graph import iter_graphs, subgraphs_of, toposort
+from graphpass.ir.graph import iter_graphs, subgraph_pairs, toposort
 
 __all__ = [
     "MIN_OPSET",
@@ -405,16 +405,8 @@ def _node_pairs(graph_proto: onnx.GraphProto, graph: gs.Graph):
     """(NodeProto, gs.Node) pairs of a graph and its subgraphs (gs keeps node order)."""
     for proto_node, node in zip(graph_proto.node, graph.nodes):
         yield proto_node, node
-        subs = subgraphs_of(node)
-        if subs:
-            protos = []
-            for a in proto_node.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    protos.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    protos.extend(a.graphs)
-            for gp, g in zip(protos, subs):
-                yield from _node_pairs(gp, g)
+        for gp, g in subgraph_pairs(proto_node, node):
+            yield from _node_pairs(gp, g)
 
 
 def _remember_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:

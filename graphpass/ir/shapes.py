@@ -12,7 +12,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.ir import model_io
-from graphpass.ir.graph import subgraphs_of
+from graphpass.ir.graph import subgraph_pairs
 
 __all__ = ["refresh_shapes", "static_shape", "numel", "tensor_elem_type", "ONNX_TO_NP"]
 
@@ -102,14 +102,7 @@ def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
             if dtype is not None and t.dtype is None:
                 t.dtype = dtype
     for proto_node, node in zip(graph_proto.node, graph.nodes):
-        subs = subgraphs_of(node)
-        protos = []
-        for a in proto_node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                protos.append(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                protos.extend(a.graphs)
-        for gp, g in zip(protos, subs):
+        for gp, g in subgraph_pairs(proto_node, node):
             updated += _apply(gp, g)
     return updated
 

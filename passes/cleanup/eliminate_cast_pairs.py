@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import tensor_elem_type
-from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
+from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
 __all__ = ["EliminateCastPairs", "EXACT_CASTS"]
 
@@ -64,8 +64,8 @@ class EliminateCastPairs(Pass):
                     continue
                 c = int(node.attrs["to"])
                 src = node.inputs[0]
-                first = src.inputs[0] if len(src.inputs) == 1 else None
-                if first is not None and id(first) in local and is_onnx_op(first, "Cast") and "to" in first.attrs:
+                first = local_producer(src, local, "Cast")
+                if first is not None and "to" in first.attrs:
                     a = tensor_elem_type(first.inputs[0])
                     b = int(first.attrs["to"])
                     if a is not None and b in EXACT_CASTS.get(a, ()):

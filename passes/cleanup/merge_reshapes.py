@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
+from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
 __all__ = ["MergeReshapes"]
 
@@ -57,8 +57,8 @@ class MergeReshapes(Pass):
                 allowzero = int(node.attrs.get("allowzero", 0))
                 while True:  # hop over the whole chain of shape-only producers
                     data = node.inputs[0]
-                    first = data.inputs[0] if len(data.inputs) == 1 else None
-                    if first is None or id(first) not in local or not is_onnx_op(first, *_SHAPE_ONLY) or not first.inputs:
+                    first = local_producer(data, local, *_SHAPE_ONLY)
+                    if first is None or not first.inputs:
                         break
                     if not allowzero and 0 in target:
                         mid = static_shape(data)

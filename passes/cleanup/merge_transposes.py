@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
-from graphpass.passes.cleanup._common import is_onnx_op, outputs_free
+from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
 __all__ = ["MergeTransposes"]
 
@@ -57,9 +57,8 @@ class MergeTransposes(Pass):
                 p2 = _perm(node)
                 if p2 is None:
                     continue
-                src = node.inputs[0]
-                first = src.inputs[0] if len(src.inputs) == 1 else None
-                if first is not None and id(first) in local and is_onnx_op(first, "Transpose"):
+                first = local_producer(node.inputs[0], local, "Transpose")
+                if first is not None:
                     p1 = _perm(first)
                     if p1 is not None and len(p1) == len(p2):
                         node.inputs[0] = first.inputs[0]
