@@ -22,10 +22,19 @@ CLEANUP = (
     "eliminate_dead_nodes",
 )
 
+#: Fusions, after cleanup has exposed them (BN before bias: a folded BN leaves a Conv bias).
+FUSION = (
+    "fold_batchnorm",
+    "fuse_conv_bias",
+    "fuse_matmul_add",
+    "fuse_channel_shuffle",
+)
+
 PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,
-    # The Ascend pipeline grows as layout, fusion, lowering and placement passes land.
-    "default": CLEANUP,
+    "fusion": FUSION,
+    # The Ascend pipeline grows as layout, lowering and placement passes land.
+    "default": CLEANUP + FUSION,
 }
 
 DEFAULT_PIPELINE = "default"

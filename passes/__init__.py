@@ -15,6 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
+from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvBias, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -24,6 +25,10 @@ fold_constants = FoldConstants.as_function()
 merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
+fold_batchnorm = FoldBatchNorm.as_function()
+fuse_channel_shuffle = FuseChannelShuffle.as_function()
+fuse_conv_bias = FuseConvBias.as_function()
+fuse_matmul_add = FuseMatMulAdd.as_function()
 
 __all__ = [
     "EliminateCastPairs",
@@ -34,6 +39,10 @@ __all__ = [
     "MergeReshapes",
     "MergeTransposes",
     "SpecializeShapes",
+    "FoldBatchNorm",
+    "FuseChannelShuffle",
+    "FuseConvBias",
+    "FuseMatMulAdd",
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",
     "eliminate_dead_nodes",
@@ -42,4 +51,8 @@ __all__ = [
     "merge_reshapes",
     "merge_transposes",
     "specialize_shapes",
+    "fold_batchnorm",
+    "fuse_channel_shuffle",
+    "fuse_conv_bias",
+    "fuse_matmul_add",
 ]

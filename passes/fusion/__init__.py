@@ -1,0 +1,8 @@
+"""Switchable fusions (each registered with its ATC/FE counterpart name where one exists)."""
+
+from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
+from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
+from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
+from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
+
+__all__ = ["FoldBatchNorm", "FuseChannelShuffle", "FuseConvBias", "FuseMatMulAdd"]

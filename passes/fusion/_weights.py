@@ -1,0 +1,32 @@
+"""Checks the fusions share: constant, unshared, float32 parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra.pass_base import MatchResult
+
+__all__ = ["constant_param", "require_constants"]
+
+
+def constant_param(t: gs.Tensor) -> np.ndarray | None:
+    return np.asarray(t.values) if isinstance(t, gs.Constant) else None
+
+
+def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: tuple[str, ...] = ()) -> MatchResult:
+    """Every tensor constant and float32; those in ``exclusive`` read by ``owner`` alone."""
+    for label, t in tensors.items():
+        if not isinstance(t, gs.Constant):
+            return MatchResult.fail(f"{label} '{t.name}' is not a constant")
+        dtype = np.dtype(t.dtype) if t.dtype is not None else None
+        if dtype == np.float16:
+            return MatchResult.fail(f"{label} '{t.name}' is float16: folding in fp16 would round the weights")
+        if dtype != np.float32:
+            return MatchResult.fail(f"{label} '{t.name}' is {dtype}, not float32")
+    for label in exclusive:
+        t = tensors[label]
+        readers = [n for n in t.outputs if n is not owner]
+        if readers:
+            return MatchResult.fail(f"{label} '{t.name}' is shared with {readers[0].op} '{readers[0].name}'")
+    return MatchResult.success()

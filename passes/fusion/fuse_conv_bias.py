@@ -1,0 +1,89 @@
+"""Conv followed by a per-channel constant Add becomes the Conv's bias.
+
+    Conv(x, W[, b]) -> Add(., c)   =>  Conv(x, W, b + c)
+        c constant, float32, shaped [C], [C,1,1], [1,C,1,1] (per output channel) or a scalar
+
+Add is commutative: the Conv may feed either input. Refused (with the reason) for a
+non-constant, non-float32 or non-per-channel addend, or a shared Conv bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.rewrite import Match, RewriteRule, RulePass
+from graphpass.ir import annotations as A
+from graphpass.passes.fusion._weights import require_constants
+
+__all__ = ["FuseConvBias"]
+
+
+def _addend(m: Match) -> gs.Tensor:
+    conv, add = m.nodes
+    return add.inputs[1] if add.inputs[0] is conv.outputs[0] else add.inputs[0]
+
+
+class _ConvAdd(RewriteRule):
+    pattern = ("Conv", "Add")
+    follow = (None,)
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        conv, _ = m.nodes
+        c = _addend(m)
+        tensors = {"addend": c, "weight": conv.inputs[1]}
+        exclusive: tuple[str, ...] = ()
+        if len(conv.inputs) > 2 and conv.inputs[2].name:
+            tensors["bias"] = conv.inputs[2]
+            exclusive = ("bias",)
+        verdict = require_constants(tensors, conv, exclusive)
+        if not verdict:
+            return verdict
+        cout = conv.inputs[1].shape[0]
+        shape = list(c.shape)
+        rank_out = len(conv.inputs[1].shape)
+        numel = int(np.prod(shape)) if shape else 1
+        if numel == 1 and len(shape) <= rank_out:
+            return MatchResult.success()
+        per_channel = numel == cout and (
+            shape == [cout] and rank_out == 2
+            or (len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout and all(d == 1 for d in shape[-(rank_out - 2):])
+                and all(d == 1 for d in shape[: len(shape) - (rank_out - 1)]))
+        )
+        if not per_channel:
+            return MatchResult.fail(f"addend shaped {shape} is not per output channel (C={cout})")
+        return MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        conv, add = m.nodes
+        c = np.asarray(_addend(m).values, dtype=np.float32).reshape(-1)
+        cout = conv.inputs[1].shape[0]
+        old = np.asarray(conv.inputs[2].values, np.float32) if len(conv.inputs) > 2 and conv.inputs[2].name else np.zeros(cout, np.float32)
+        bias = gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), (old + np.broadcast_to(c, (cout,))).astype(np.float32))
+        if len(conv.inputs) > 2:
+            conv.inputs[2] = bias
+        else:
+            conv.inputs.append(bias)
+        out = add.outputs[0]
+        add.outputs.clear()
+        conv.outputs[0] = out
+        A.mark_created(conv, FuseConvBias.name, replaced=[conv, add])
+        return [add]
+
+
+@register
+class FuseConvBias(RulePass):
+    """Folds a per-channel constant Add after a Conv into the Conv's bias.
+
+    Cases:
+      1. Conv without bias -> Add(c): the Conv gets bias c;
+      2. Conv with bias b -> Add(c): bias b + c;
+      3. a scalar addend is broadcast over the channels.
+    """
+
+    name = "fuse_conv_bias"
+    summary = "Fold a per-channel constant Add after a Conv into the Conv's bias."
+    kind = PassKind.FUSION
+    ascend_name = "AABiasaddConvFusion"
+    rules = (_ConvAdd(),)

@@ -1,0 +1,31 @@
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.infra import PassContext
+from graphpass.passes import fuse_matmul_add
+from graphpass.testing import assert_equivalent, make_model, ops
+
+RNG = np.random.default_rng(2)
+
+
+def test_2d_matmul_add_becomes_gemm_for_each_broadcast():
+    for c_shape, first in (((7,), False), ((1, 7), True), ((4, 1), False), ((4, 7), True)):
+        add = helper.make_node("Add", ["c", "mm"] if first else ["mm", "c"], ["y"])
+        model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"), add], {"x": [4, 5]}, {"y": [4, 7]},
+                           initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32),
+                                         "c": RNG.standard_normal(c_shape).astype(np.float32)})
+        graph = gp.load(model)
+        assert fuse_matmul_add(graph).stats["fired"] == 1
+        assert ops(graph) == ["Gemm"] and graph.nodes[0].outputs[0].name == "y"
+        assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
+
+
+def test_batched_matmul_is_refused_with_reason():
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "c"], ["y"])],
+                       {"x": [2, 4, 5]}, {"y": [2, 4, 7]},
+                       initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32), "c": np.zeros(7, np.float32)})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_matmul_add(graph, ctx).modified
+    assert "ranks 3 and 2" in ctx.explanations[0].reason
