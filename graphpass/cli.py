@@ -98,6 +98,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
         raise UsageError(f"--dump-dir '{args.dump_dir}' exists and is not a folder")
     shapes = parse_input_shapes(args.input_shape)
+    _apply_fusion_switches(args)
     options = {}
     if args.fold_size_limit is not None:
         options["fold_constants"] = {"size_limit": args.fold_size_limit}
@@ -155,8 +156,39 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         _write_text_atomic(rp, text)
     if not args.quiet:
         print(result.report.to_table(all_passes=args.verbose > 0), end="")
+        if args.explain is not None:
+            _print_explanations(result.report.explanations, args.explain)
         print(f"wrote {out}")
     return 0
+
+
+def _apply_fusion_switches(args: argparse.Namespace) -> None:
+    """Fold --fusion-off and --fusion-switch into --disable / --enable (names checked later).
+
+    Precedence, broad to specific: --fusion-off, then the switch file, then the explicit
+    --enable and --disable (a name given to both stays disabled).
+    """
+    from graphpass.fusion_switch import fusion_passes, read_switch_file
+
+    disable: set[str] = set(fusion_passes()) if getattr(args, "fusion_off", False) else set()
+    enable: set[str] = set()
+    if getattr(args, "fusion_switch", None):
+        for name, on in read_switch_file(args.fusion_switch).items():
+            (enable if on else disable).add(name)
+            (disable if on else enable).discard(name)
+    explicit_on, explicit_off = set(_split_names(args.enable)), set(_split_names(args.disable))
+    enable = (enable | explicit_on) - explicit_off
+    disable = (disable - explicit_on) | explicit_off
+    args.disable = [",".join(sorted(disable))] if disable else None
+    args.enable = [",".join(sorted(enable))] if enable else None
+
+
+def _print_explanations(explanations, only: str) -> None:
+    rows = [e for e in explanations if only in ("", e.pass_name)]
+    if not rows:
+        print("explain: no pattern matched and was refused" + (f" by {only}" if only else ""))
+    for e in rows:
+        print(f"explain: {e.pass_name}: {e.op} '{e.node}': {e.reason}")
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -186,14 +218,25 @@ def cmd_passes(args: argparse.Namespace) -> int:
     import graphpass as gp
     from graphpass import pipelines
 
+    if args.write_fusion_switch:
+        from graphpass.fusion_switch import fusion_passes, write_switch_file
+
+        _apply_fusion_switches(args)
+        disable, enable = set(_split_names(args.disable)), set(_split_names(args.enable))
+        pipelines.build(None, None, disable, enable)  # unknown names are usage errors
+        settings = {n: (c.default_enabled or n in enable) and n not in disable for n, c in fusion_passes().items()}
+        path = write_switch_file(args.write_fusion_switch, settings)
+        print(f"wrote {path}")
+        return 0
+
     default = set(pipelines.get_pipeline(pipelines.DEFAULT_PIPELINE))
     t = Table()
-    for col in ("name", "kind", "default", "summary"):
+    for col in ("name", "kind", "default", "Ascend pass", "summary"):
         t.add_column(col)
     for name, cls in gp.all_passes().items():
         on = "on" if cls.default_enabled and name in default else "off"
-        t.add_row(name, cls.kind.value, on, cls.summary)
-    Console(width=140).print(t)
+        t.add_row(name, cls.kind.value, on, cls.ascend_name or "", cls.summary)
+    Console(width=160).print(t)
     return 0
 
 
@@ -355,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
+    o.add_argument("--fusion-off", action="store_true", help="switch every fusion off (precision_tool's fusion_off)")
+    o.add_argument("--fusion-switch", default=None, metavar="FILE",
+                   help="ATC fusion_switch_file (PassName:off lines, or the {\"Switch\": ...} JSON)")
+    o.add_argument("--explain", nargs="?", const="", default=None, metavar="PASS",
+                   help="print every site where a pass matched but refused, and why")
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
@@ -374,6 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_cost)
 
     ps = sub.add_parser("passes", parents=[common], help="list passes")
+    ps.add_argument("--write-fusion-switch", default=None, metavar="FILE",
+                    help="write an ATC-compatible fusion switch file (.json or text) from the settings below")
+    ps.add_argument("--disable", action="append", help="fusions to write as off")
+    ps.add_argument("--enable", action="append", help="fusions to write as on")
+    ps.add_argument("--fusion-off", action="store_true", help="every fusion off")
+    ps.add_argument("--fusion-switch", default=None, metavar="FILE", help="start from this switch file")
     ps.set_defaults(func=cmd_passes)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
