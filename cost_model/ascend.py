@@ -156,16 +156,19 @@ class AscendCostModel(CostModel):
     def _shape(self, t: gs.Tensor, cx: _Ctx) -> tuple[int, ...]:
         hit = cx.shapes.get(id(t))
         if hit is None:
-            hit = cx.shapes[id(t)] = tuple(self._shape_uncached(t, cx))
+            hit = cx.shapes[id(t)] = self._shape_uncached(t, cx)
         return hit
 
-    def _shape_uncached(self, t: gs.Tensor, cx: _Ctx) -> list[int]:
+    def _shape_uncached(self, t: gs.Tensor, cx: _Ctx) -> tuple[int, ...]:
         if isinstance(t, gs.Constant):
-            return [int(d) for d in t.shape]
+            values = t._values  # the header of a lazy weight: never load it just for its shape
+            return tuple(values.shape) if hasattr(values, "shape") else tuple(np.shape(values))
         shape = t.shape
+        if shape is not None and all(type(d) is int and d >= 0 for d in shape):
+            return tuple(shape)  # the common, fully static case
         if shape is None:
             cx.assume("tensors of unknown shape are costed as one element")
-            return [1]
+            return (1,)
         out = []
         for d in shape:
             if isinstance(d, (int, np.integer)) and d >= 0:
@@ -173,7 +176,7 @@ class AscendCostModel(CostModel):
             else:
                 cx.assume(f"symbolic dim '{d}' taken as 1 (fix it with --input-shape)")
                 out.append(1)
-        return out
+        return tuple(out)
 
     @staticmethod
     def _dtype(t: gs.Tensor) -> np.dtype:
