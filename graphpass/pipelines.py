@@ -28,6 +28,7 @@ FUSION = (
     "fuse_conv_bias",
     "fuse_matmul_add",
     "fuse_channel_shuffle",
+    "fuse_gather_split",
 )
 
 PIPELINES: dict[str, tuple[str, ...]] = {

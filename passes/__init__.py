@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvBias, FuseMatMulAdd
+from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -28,6 +28,7 @@ specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
+fuse_gather_split = FuseGatherSplit.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "FoldBatchNorm",
     "FuseChannelShuffle",
     "FuseConvBias",
+    "FuseGatherSplit",
     "FuseMatMulAdd",
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",
@@ -54,5 +56,6 @@ __all__ = [
     "fold_batchnorm",
     "fuse_channel_shuffle",
     "fuse_conv_bias",
+    "fuse_gather_split",
     "fuse_matmul_add",
 ]

@@ -1,0 +1,60 @@
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.infra import PassContext
+from graphpass.passes import fuse_gather_split
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def _model(sizes=(3, 3), split_axis=1, idx=None, opset=13):
+    idx = np.array(idx if idx is not None else [5, 0, 4, 1, 3, 2], np.int64)
+    inits = {"idx": idx}
+    split_in = ["g"]
+    attrs = {"axis": split_axis}
+    if opset >= 13:
+        inits["sizes"] = np.array(sizes, np.int64)
+        split_in.append("sizes")
+    else:
+        attrs["split"] = list(sizes)
+    outs = [f"y{k}" for k in range(len(sizes))]
+    return make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                       helper.make_node("Split", split_in, outs, **attrs)],
+                      {"x": [2, 6, 3, 3]}, {o: [2, s, 3, 3] for o, s in zip(outs, sizes)}, initializers=inits, opset=opset)
+
+
+def test_split_of_gather_becomes_gathers():
+    for sizes, opset in (((3, 3), 13), ((2, 4), 11), ((1, 2, 3), 13)):
+        model = _model(sizes, opset=opset)
+        graph = gp.load(model)
+        assert fuse_gather_split(graph).stats["fired"] == 1
+        assert ops(graph) == ["Gather"] * len(sizes)
+        assert [n.outputs[0].name for n in graph.nodes] == [f"y{k}" for k in range(len(sizes))]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_split_along_another_axis_is_refused():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                        helper.make_node("Split", ["g", "sizes"], ["a", "b"], axis=2)],
+                       {"x": [2, 6, 4, 3]}, {"a": [2, 6, 2, 3], "b": [2, 6, 2, 3]},
+                       initializers={"idx": np.arange(6)[::-1].astype(np.int64), "sizes": np.array([2, 2], np.int64)})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_gather_split(graph, ctx).modified
+    assert "Split along axis 2, Gather along axis 1" in ctx.explanations[0].reason
+
+
+def test_shufflenet_v2_stride1_blocks_become_concat_and_two_gathers():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    import shufflenet_v2
+
+    model = shufflenet_v2.build(width=0.5, num_classes=10, batch=1, size=64)
+    result = gp.optimize(model)
+    after = result.report.ops_after
+    # 16 shuffles: 13 feed a stride-1 block's chunk (-> two Gathers each), 3 do not
+    assert after.get("Transpose", 0) == 0 and after.get("Split", 0) == 0
+    assert after["Gather"] == 13 * 2 + 3
+    assert_equivalent(model, gp.to_proto(result.graph), rtol=1e-4, atol=1e-5)
