@@ -18,7 +18,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
-from graphpass.passes.fusion._weights import require_constants
+from graphpass.passes.fusion._common import absorb, require_constants, set_bias
 
 __all__ = ["FoldBatchNorm"]
 
@@ -52,14 +52,8 @@ class _FoldInto(RewriteRule):
         old_b = np.asarray(prod.inputs[2].values, dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
         new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
         prod.inputs[1] = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w.astype(np.float32))
-        bias = gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b.astype(np.float32))
-        if len(prod.inputs) > 2:
-            prod.inputs[2] = bias
-        else:
-            prod.inputs.append(bias)
-        out = bn.outputs[0]
-        bn.outputs.clear()
-        prod.outputs[0] = out
+        set_bias(prod, gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b.astype(np.float32)))
+        absorb(prod, bn)
         A.mark_created(prod, FoldBatchNorm.name, replaced=[prod, bn])
         return [bn]
 

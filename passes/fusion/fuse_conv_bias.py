@@ -15,14 +15,14 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
-from graphpass.passes.fusion._weights import require_constants
+from graphpass.passes.fusion._common import absorb, other_input, require_constants, set_bias
 
 __all__ = ["FuseConvBias"]
 
 
 def _addend(m: Match) -> gs.Tensor:
     conv, add = m.nodes
-    return add.inputs[1] if add.inputs[0] is conv.outputs[0] else add.inputs[0]
+    return other_input(add, conv.outputs[0])
 
 
 class _ConvAdd(RewriteRule):
@@ -60,14 +60,8 @@ class _ConvAdd(RewriteRule):
         c = np.asarray(_addend(m).values, dtype=np.float32).reshape(-1)
         cout = conv.inputs[1].shape[0]
         old = np.asarray(conv.inputs[2].values, np.float32) if len(conv.inputs) > 2 and conv.inputs[2].name else np.zeros(cout, np.float32)
-        bias = gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), (old + np.broadcast_to(c, (cout,))).astype(np.float32))
-        if len(conv.inputs) > 2:
-            conv.inputs[2] = bias
-        else:
-            conv.inputs.append(bias)
-        out = add.outputs[0]
-        add.outputs.clear()
-        conv.outputs[0] = out
+        set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), (old + np.broadcast_to(c, (cout,))).astype(np.float32)))
+        absorb(conv, add)
         A.mark_created(conv, FuseConvBias.name, replaced=[conv, add])
         return [add]
 

@@ -14,6 +14,7 @@ from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
+from graphpass.passes.fusion._common import other_input
 
 __all__ = ["FuseMatMulAdd"]
 
@@ -22,7 +23,7 @@ _FLOAT = {"float32", "float16", "float64"}
 
 def _addend(m: Match) -> gs.Tensor:
     mm, add = m.nodes
-    return add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
+    return other_input(add, mm.outputs[0])
 
 
 class _MatMulAdd(RewriteRule):

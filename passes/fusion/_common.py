@@ -1,4 +1,4 @@
-"""Checks the fusions share: constant, unshared, float32 parameters."""
+"""What the fusions share: parameter checks and the small rewiring steps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.infra.pass_base import MatchResult
 
-__all__ = ["constant_param", "require_constants"]
+__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb"]
 
 
 def constant_param(t: gs.Tensor) -> np.ndarray | None:
@@ -30,3 +30,23 @@ def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: 
         if readers:
             return MatchResult.fail(f"{label} '{t.name}' is shared with {readers[0].op} '{readers[0].name}'")
     return MatchResult.success()
+
+
+def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor:
+    """The operand of a binary ``node`` (Add, Mul) that is not ``t``."""
+    return node.inputs[1] if node.inputs[0] is t else node.inputs[0]
+
+
+def set_bias(node: gs.Node, bias: gs.Tensor) -> None:
+    """Make ``bias`` the third input of a Conv/ConvTranspose/Gemm, replacing or appending it."""
+    if len(node.inputs) > 2:
+        node.inputs[2] = bias
+    else:
+        node.inputs.append(bias)
+
+
+def absorb(producer: gs.Node, consumer: gs.Node) -> None:
+    """``producer`` writes ``consumer``'s output tensor (names downstream stay); consumer is dead."""
+    out = consumer.outputs[0]
+    consumer.outputs.clear()
+    producer.outputs[0] = out
