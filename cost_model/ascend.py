@@ -612,7 +612,7 @@ class AscendCostModel(CostModel):
         scale = 1.0
         if item == 4:  # fp32 on a Cube that has it (910B): fewer MACs per cycle
             scale = p.cube_fp16_macs_per_cycle / max(1, p.cube_fp32_macs_per_cycle)
-        if node.op in ("Conv", "ConvTranspose") and len(node.inputs) >= 2:
+        if (node.op in ("Conv", "ConvTranspose") or node.op.startswith("FusedConv")) and len(node.inputs) >= 2:
             x, w, y = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx), self._shape(node.outputs[0], cx)
             if len(x) < 3 or len(w) < 3 or len(y) < 3:
                 return 0.0, 1
@@ -620,7 +620,7 @@ class AscendCostModel(CostModel):
             kh = w[2]
             kw = w[3] if len(w) > 3 else 1
             spatial_out = y[2] * (y[3] if len(y) > 3 else 1)
-            if node.op == "Conv":
+            if node.op != "ConvTranspose":
                 cin, cout = x[1], w[0]
                 cycles = cube_cycles_conv(x[0], cin, cout, kh, kw, y[2], y[3] if len(y) > 3 else 1, groups, c0)
                 tiles = _ceil(spatial_out, 16) * _ceil(cout // max(groups, 1), 16) * x[0] * groups

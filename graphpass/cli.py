@@ -135,7 +135,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.stop()
-    model_io.save(result.graph, out)
+    model_io.save(result.graph, out, emit=args.emit)
     if args.verify:
         original = model_io.load_proto(args.model)
         sa = V.session(original)
@@ -398,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
+    o.add_argument("--emit", default="portable", choices=["portable", "device"],
+                   help="portable (default): device ops inlined into standard ONNX; device: graphpass.ascend ops kept")
     o.add_argument("--fusion-off", action="store_true", help="switch every fusion off (precision_tool's fusion_off)")
     o.add_argument("--fusion-switch", default=None, metavar="FILE",
                    help="ATC fusion_switch_file (PassName:off lines, or the {\"Switch\": ...} JSON)")

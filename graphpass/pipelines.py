@@ -26,6 +26,7 @@ CLEANUP = (
 FUSION = (
     "fold_batchnorm",
     "fuse_conv_bias",
+    "fuse_conv_activation",
     "fuse_matmul_add",
     "fuse_channel_shuffle",
     "fuse_gather_split",

@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
+from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -27,6 +27,7 @@ merge_transposes = MergeTransposes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
+fuse_conv_activation = FuseConvActivation.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
 fuse_gather_split = FuseGatherSplit.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
@@ -42,6 +43,7 @@ __all__ = [
     "SpecializeShapes",
     "FoldBatchNorm",
     "FuseChannelShuffle",
+    "FuseConvActivation",
     "FuseConvBias",
     "FuseGatherSplit",
     "FuseMatMulAdd",
@@ -55,6 +57,7 @@ __all__ = [
     "specialize_shapes",
     "fold_batchnorm",
     "fuse_channel_shuffle",
+    "fuse_conv_activation",
     "fuse_conv_bias",
     "fuse_gather_split",
     "fuse_matmul_add",

@@ -112,7 +112,7 @@ class PassManager:
         assert self.ctx.dump_dir is not None
         self._dump_count += 1
         Path(self.ctx.dump_dir).mkdir(parents=True, exist_ok=True)
-        model_io.save(graph, Path(self.ctx.dump_dir) / f"{self._dump_count:03d}_{name}.onnx")
+        model_io.save(graph, Path(self.ctx.dump_dir) / f"{self._dump_count:03d}_{name}.onnx", emit="device")
 
     # -- the loop --------------------------------------------------------------------------
 

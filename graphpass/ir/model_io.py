@@ -562,18 +562,30 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _export(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export(graph: gs.Graph, emit: str = "device") -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    if emit not in ("device", "portable"):
+        raise UsageError(f"--emit must be 'device' or 'portable', got '{emit}'")
     toposort(graph)
     try:
         model, originals = _export_weightless(graph)
     except Exception as e:
         raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-    return _finish(graph, model), originals
+    model = _finish(graph, model)
+    if emit == "portable":
+        from graphpass.ir.device_ops import to_portable
+
+        model = to_portable(model)
+    return model, originals
 
 
-def to_proto(graph: gs.Graph) -> onnx.ModelProto:
-    """Export the IR as a complete ModelProto with annotations and model-level data restored."""
-    model, originals = _export(graph)
+def to_proto(graph: gs.Graph, emit: str = "device") -> onnx.ModelProto:
+    """Export the IR as a complete ModelProto with annotations and model-level data restored.
+
+    Args:
+        emit: ``"device"`` keeps ``graphpass.ascend`` ops as nodes (with their function
+            bodies); ``"portable"`` inlines them into standard ONNX (see ``device_ops``).
+    """
+    model, originals = _export(graph, emit)
     if originals:
         for g in _graph_protos(model.graph):
             for init in g.initializer:
@@ -684,8 +696,11 @@ _GRAPH_FIELD = 7  # ModelProto.graph
 _INITIALIZER_FIELD = 5  # GraphProto.initializer
 
 
-def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = None) -> Path:
+def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = None, emit: str = "portable") -> Path:
     """Export ``graph`` and write it atomically, without assembling the weights in memory twice.
+
+    ``emit="portable"`` (the default: the next step is ATC or another runtime) inlines the
+    ``graphpass.ascend`` device ops into standard ONNX; ``emit="device"`` keeps them.
 
     The weightless model is serialized first; each main-graph weight is then appended as its
     own ``graph.initializer`` record (protobuf merges repeated embedded-message fields, so the
@@ -693,7 +708,7 @@ def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = 
     ``<name>.data`` beside the model instead.
     """
     out = check_output_path(path)
-    model, originals = _export(graph)
+    model, originals = _export(graph, emit)
     main_inits = {init.name for init in model.graph.initializer}
     for g in list(_graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:

@@ -2,8 +2,9 @@
 
 from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
+from graphpass.passes.fusion.fuse_conv_activation import FuseConvActivation
 from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
 from graphpass.passes.fusion.fuse_gather_split import FuseGatherSplit
 from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
 
-__all__ = ["FoldBatchNorm", "FuseChannelShuffle", "FuseConvBias", "FuseGatherSplit", "FuseMatMulAdd"]
+__all__ = ["FoldBatchNorm", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseGatherSplit", "FuseMatMulAdd"]

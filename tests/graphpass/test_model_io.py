@@ -55,12 +55,20 @@ def test_local_functions_and_custom_opsets_survive(tmp_path):
                         helper.make_node("Relu", ["t"], ["y"])],
                        {"x": [1, 2]}, {"y": [1, 2]}, functions=[body], extra_opsets={"graphpass.ascend": 1})
     graph = gp.load(model)
-    gp.save(graph, tmp_path / "f.onnx")
+    A.set_engine(graph.nodes[0], "AICORE")
+    gp.save(graph, tmp_path / "f.onnx", emit="device")
     back = onnx.load(tmp_path / "f.onnx")
     assert [f.name for f in back.functions] == ["TransData"]
     assert {o.domain for o in back.opset_import} >= {"", "graphpass.ascend"}
     assert back.ir_version >= 8
     assert_equivalent(model, back, exact=True)
+    # portable: the device op is inlined through its body; its annotations stay on what replaces it
+    gp.save(graph, tmp_path / "p.onnx")
+    portable = onnx.load(tmp_path / "p.onnx")
+    assert not portable.functions and "graphpass.ascend" not in {o.domain for o in portable.opset_import}
+    assert [n.op_type for n in portable.graph.node] == ["Identity", "Relu"]
+    assert {p.key: p.value for p in portable.graph.node[0].metadata_props} == {A.ENGINE: "AICORE"}
+    assert_equivalent(model, portable, exact=True)
 
 
 def test_ir3_model_saved_as_valid_ir4(light_path, tmp_path):

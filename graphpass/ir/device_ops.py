@@ -1,0 +1,109 @@
+"""Device ops: the ``graphpass.ascend`` domain, each op with an ONNX function body.
+
+A device op (a fused Conv, later TransData) is what the Ascend device will run as one kernel.
+It is emitted with a model-local function that defines it in standard ONNX, so every model
+graphpass writes still runs in onnxruntime and shows in Netron (DESIGN.md, "Device ops").
+
+Two forms of output: ``emit="device"`` keeps the device ops as nodes (for review, diff, cost);
+``emit="portable"`` (what ``graphpass.save`` writes by default) inlines each through its body
+into standard ONNX and drops the functions; the inlined nodes keep the call's annotations
+(engine, provenance), so the formats, engines and provenance stay as metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import onnx.inliner
+import onnx_graphsurgeon as gs
+from onnx import AttributeProto, helper
+from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
+
+__all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "ensure_function", "to_portable"]
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "graphpass.ascend"
+
+#: Conv attributes a fused Conv forwards to its body (attribute references).
+CONV_ATTRS = {"auto_pad": AttributeProto.STRING, "dilations": AttributeProto.INTS, "group": AttributeProto.INT,
+              "kernel_shape": AttributeProto.INTS, "pads": AttributeProto.INTS, "strides": AttributeProto.INTS}
+
+#: activation -> (device op name, extra function attributes, minimum opset of the body)
+FUSED_CONV = {
+    "Relu": ("FusedConvRelu", {}, 7),
+    "Relu6": ("FusedConvRelu6", {}, 11),
+    "LeakyRelu": ("FusedConvLeakyRelu", {"alpha": AttributeProto.FLOAT}, 7),
+    "HardSwish": ("FusedConvHardSwish", {}, 14),
+    "SiLU": ("FusedConvSiLU", {}, 7),
+}
+
+
+def _ref(name: str, kind: int) -> AttributeProto:
+    return helper.make_attribute_ref(name, kind)
+
+
+def fused_conv_function(activation: str, opset: int) -> onnx.FunctionProto:
+    """The body of ``FusedConv<activation>(X, W, B)``: Conv, then the activation."""
+    op, extra, _ = FUSED_CONV[activation]
+    conv = helper.make_node("Conv", ["X", "W", "B"], ["c"])
+    conv.attribute.extend(_ref(a, k) for a, k in CONV_ATTRS.items())
+    if activation == "Relu":
+        body = [helper.make_node("Relu", ["c"], ["Y"])]
+    elif activation == "Relu6":
+        body = [helper.make_node("Constant", [], ["lo"], value=helper.make_tensor("lo", onnx.TensorProto.FLOAT, [], [0.0])),
+                helper.make_node("Constant", [], ["hi"], value=helper.make_tensor("hi", onnx.TensorProto.FLOAT, [], [6.0])),
+                helper.make_node("Clip", ["c", "lo", "hi"], ["Y"])]
+    elif activation == "LeakyRelu":
+        leaky = helper.make_node("LeakyRelu", ["c"], ["Y"])
+        leaky.attribute.append(_ref("alpha", AttributeProto.FLOAT))
+        body = [leaky]
+    elif activation == "HardSwish":
+        body = [helper.make_node("HardSwish", ["c"], ["Y"])]
+    else:  # SiLU: x * sigmoid(x)
+        body = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["Y"])]
+    return helper.make_function(DOMAIN, op, ["X", "W", "B"], ["Y"], [conv] + body, [helper.make_opsetid("", opset)],
+                                attributes=list(CONV_ATTRS) + list(extra))
+
+
+def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
+    """Add the function ``proto`` to ``graph`` unless one with its domain and name is there."""
+    if any(f.domain == proto.domain and f.name == proto.name for f in graph.functions):
+        return
+    fn = OnnxImporter.import_function(proto, model_opset=graph.opset, model_import_domains=graph.import_domains)
+    graph.functions = list(graph.functions) + [fn]
+
+
+def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Inline every ``graphpass.ascend`` op through its body; keep the calls' annotations."""
+    ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
+    if not ids:
+        return model
+    bodies = {f.name: len(f.node) for f in model.functions if f.domain == DOMAIN}
+    calls = [(n.name, list(n.metadata_props), bodies.get(n.op_type) if n.domain == DOMAIN else None) for n in model.graph.node]
+    inlined = onnx.inliner.inline_selected_functions(model, ids, exclude=False)
+    # The inliner expands each call in place, in order: give its nodes the call's name and metadata.
+    nodes = inlined.graph.node
+    expected = sum(k if k is not None else 1 for _, _, k in calls)
+    if expected == len(nodes):
+        pos = 0
+        for name, props, k in calls:
+            if k is None:
+                pos += 1
+                continue
+            for j in range(k):
+                n = nodes[pos + j]
+                n.name = f"{name}/{n.op_type}" if name else n.name
+                del n.metadata_props[:]
+                n.metadata_props.extend(props)
+            pos += k
+    else:  # pragma: no cover - the inliner changed how it expands calls
+        log.warning("portable output: could not map inlined nodes back to their calls; their annotations are dropped")
+    keep = [o for o in inlined.opset_import if o.domain != DOMAIN]
+    del inlined.opset_import[:]
+    inlined.opset_import.extend(keep)
+    remaining = [f for f in inlined.functions if f.domain != DOMAIN]
+    del inlined.functions[:]
+    inlined.functions.extend(remaining)
+    return inlined

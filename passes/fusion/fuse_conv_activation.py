@@ -1,0 +1,159 @@
+"""Conv followed by its activation becomes one device op with an ONNX function body.
+
+    Conv(x, W[, b]) -> Relu                    =>  graphpass.ascend::FusedConvRelu(x, W, b)
+    Conv -> Clip(0, 6)                         =>  FusedConvRelu6
+    Conv -> LeakyRelu(alpha)                   =>  FusedConvLeakyRelu(alpha)
+    Conv -> HardSwish                          =>  FusedConvHardSwish
+    Conv -> Sigmoid -> Mul(conv, sigmoid)      =>  FusedConvSiLU
+
+On Ascend the activation runs in the Conv kernel's epilogue (UB fusion, TbeConv2DReluv2Pass),
+saving a kernel launch and a GM round trip of the Conv output. Each fused op carries the Conv's
+attributes and is defined by a model-local function (Conv then the activation), so the model
+still runs in onnxruntime; ``--emit portable`` inlines it back to standard ONNX. Run after
+fold_batchnorm so Conv+BN+Relu fuses too. A missing Conv bias becomes a zero bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.rewrite import Match, RewriteRule, RulePass, single_reader
+from graphpass.ir import annotations as A
+from graphpass.ir import model_io
+from graphpass.ir.device_ops import CONV_ATTRS, DOMAIN, FUSED_CONV, ensure_function, fused_conv_function
+
+__all__ = ["FuseConvActivation"]
+
+
+def _opset(graph: gs.Graph) -> int:
+    return model_io.opset_of(graph) or graph.opset or 13
+
+
+class _ConvAct(RewriteRule):
+    activation: str
+
+    def __init__(self, act_op: str, activation: str):
+        self.pattern = ("Conv", act_op)
+        self.activation = activation
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        conv = m.nodes[0]
+        need = FUSED_CONV[self.activation][2]
+        if _opset(m.graph) < need:
+            return MatchResult.fail(f"the model's opset {_opset(m.graph)} is below {need}, which the fused body needs")
+        if conv.outputs[0].dtype is not None and np.dtype(conv.outputs[0].dtype) not in (np.float32, np.float16):
+            return MatchResult.fail(f"Conv of dtype {conv.outputs[0].dtype}")
+        return self.check_activation(m)
+
+    def check_activation(self, m: Match) -> MatchResult:
+        return MatchResult.success()
+
+    def activation_attrs(self, act: gs.Node) -> dict:
+        return {}
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        conv, act = m.nodes[0], m.nodes[-1]
+        root = m.graph
+        op, _, _ = FUSED_CONV[self.activation]
+        opset = _opset(m.graph)
+        top = ctx.__dict__.get("_gp_root") or root
+        ensure_function(top, fused_conv_function(self.activation, opset))
+        bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2].name else None
+        if bias is None:
+            cout = conv.inputs[1].shape[0] if conv.inputs[1].shape else None
+            if cout is None or not isinstance(cout, int):
+                raise AssertionError("checked: weight shape known")
+            dtype = np.dtype(conv.inputs[1].dtype) if conv.inputs[1].dtype is not None else np.float32
+            bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"), np.zeros(cout, dtype))
+        attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
+        attrs.update(self.activation_attrs(act))
+        out = act.outputs[0]
+        act.outputs.clear()
+        fused = gs.Node(op, name=m.names(f"{conv.name or 'conv'}_fused"), domain=DOMAIN,
+                        inputs=[conv.inputs[0], conv.inputs[1], bias], outputs=[out], attrs=attrs)
+        m.graph.nodes.append(fused)
+        A.mark_created(fused, FuseConvActivation.name, replaced=m.nodes)
+        return list(m.nodes)
+
+    def match(self, anchor, graph, local, names):
+        m = super().match(anchor, graph, local, names)
+        if m is not None and not (m.nodes[0].inputs[1].shape and isinstance(m.nodes[0].inputs[1].shape[0], int)):
+            return None  # weight shape unknown: nothing to fuse against
+        return m
+
+
+class _Relu6(_ConvAct):
+    def __init__(self):
+        super().__init__("Clip", "Relu6")
+
+    def check_activation(self, m: Match) -> MatchResult:
+        clip = m.nodes[-1]
+        if "min" in clip.attrs or "max" in clip.attrs:
+            lo, hi = clip.attrs.get("min"), clip.attrs.get("max")
+        else:
+            bounds = [clip.inputs[i] if len(clip.inputs) > i and clip.inputs[i].name else None for i in (1, 2)]
+            if any(b is not None and not isinstance(b, gs.Constant) for b in bounds):
+                return MatchResult.fail("Clip bounds are not constants")
+            lo, hi = (float(np.asarray(b.values)) if b is not None else None for b in bounds)
+        if lo != 0.0 or hi != 6.0:
+            return MatchResult.fail(f"Clip({lo}, {hi}) is not Relu6 (only Clip(0, 6) has a fused kernel)")
+        return MatchResult.success()
+
+
+class _Leaky(_ConvAct):
+    def __init__(self):
+        super().__init__("LeakyRelu", "LeakyRelu")
+
+    def activation_attrs(self, act: gs.Node) -> dict:
+        return {"alpha": float(act.attrs.get("alpha", 0.01))}
+
+
+class _SiLU(_ConvAct):
+    """Conv -> Sigmoid -> Mul(conv, sigmoid): the Conv output has exactly those two readers."""
+
+    def __init__(self):
+        super().__init__("Mul", "SiLU")
+        self.pattern = ("Conv", "Sigmoid", "Mul")
+
+    def match(self, anchor, graph, local, names):
+        if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
+            return None
+        for sig_in, other in ((anchor.inputs[0], anchor.inputs[1]), (anchor.inputs[1], anchor.inputs[0])):
+            sig = sig_in.inputs[0] if len(sig_in.inputs) == 1 else None
+            if sig is None or sig.op != "Sigmoid" or id(sig) not in local or not single_reader(sig_in, graph):
+                continue
+            conv = other.inputs[0] if len(other.inputs) == 1 else None
+            if (conv is None or conv.op != "Conv" or id(conv) not in local or sig.inputs[0] is not other
+                    or len(other.outputs) != 2 or any(o is other for o in graph.outputs)):
+                continue
+            if not (conv.inputs[1].shape and isinstance(conv.inputs[1].shape[0], int)):
+                return None
+            return Match([conv, sig, anchor], graph, names)
+        return None
+
+
+@register
+class FuseConvActivation(RulePass):
+    """Fuses a Conv with the activation after it into one graphpass.ascend device op.
+
+    Cases:
+      1. Relu, LeakyRelu(alpha), HardSwish directly after the Conv;
+      2. Clip(0, 6) (Relu6), with bounds as inputs (opset 11+) or attributes;
+      3. SiLU written as Sigmoid and Mul;
+      4. a Conv without bias gets a zero bias (one signature per fused op).
+    """
+
+    name = "fuse_conv_activation"
+    summary = "Conv + Relu/Relu6/LeakyRelu/HardSwish/SiLU -> one graphpass.ascend FusedConv op."
+    kind = PassKind.FUSION
+    ascend_name = "TbeConv2DReluv2Pass"
+    rules = (_ConvAct("Relu", "Relu"), _Relu6(), _Leaky(), _ConvAct("HardSwish", "HardSwish"), _SiLU())
+
+    def run(self, graph, ctx):
+        ctx.__dict__["_gp_root"] = graph  # functions live on the model's top graph
+        try:
+            return super().run(graph, ctx)
+        finally:
+            ctx.__dict__.pop("_gp_root", None)

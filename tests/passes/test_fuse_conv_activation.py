@@ -1,0 +1,85 @@
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import graphpass as gp
+from graphpass.cost_model import create
+from graphpass.infra import PassContext
+from graphpass.ir import annotations as A
+from graphpass.passes import fuse_conv_activation
+from graphpass.testing import assert_equivalent, make_model, ops
+
+RNG = np.random.default_rng(3)
+
+
+def _model(act_nodes, bias=True, opset=17, out="y"):
+    inits = {"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)}
+    conv_in = ["x", "w"]
+    if bias:
+        inits["b"] = RNG.standard_normal(4).astype(np.float32)
+        conv_in.append("b")
+    nodes = [helper.make_node("Conv", conv_in, ["c"], name="conv", pads=[1, 1, 1, 1], strides=[1, 1])] + act_nodes
+    return make_model(nodes, {"x": [1, 3, 8, 8]}, {out: [1, 4, 8, 8]}, initializers=inits, opset=opset)
+
+
+CASES = {
+    "Relu": ([helper.make_node("Relu", ["c"], ["y"])], "FusedConvRelu"),
+    "Relu6": ([helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], "FusedConvRelu6"),
+    "LeakyRelu": ([helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2)], "FusedConvLeakyRelu"),
+    "HardSwish": ([helper.make_node("HardSwish", ["c"], ["y"])], "FusedConvHardSwish"),
+    "SiLU": ([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])], "FusedConvSiLU"),
+}
+
+
+@pytest.mark.parametrize("act", sorted(CASES))
+def test_fuses_each_activation_and_runs_in_both_forms(act, tmp_path):
+    nodes, op = CASES[act]
+    model = _model(nodes, bias=act != "LeakyRelu")
+    if act == "Relu6":
+        model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                                        onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    graph = gp.load(model)
+    result = fuse_conv_activation(graph)
+    assert result.stats["fired"] == 1
+    fused = graph.nodes[-1]
+    assert (fused.domain, fused.op) == ("graphpass.ascend", op) and ops(graph) == [op]
+    assert list(fused.attrs["pads"]) == [1, 1, 1, 1] and fused.outputs[0].name == "y" and len(fused.inputs) == 3
+    if act == "LeakyRelu":
+        assert fused.attrs["alpha"] == pytest.approx(0.2)
+    assert A.get(fused, A.PASS) == "fuse_conv_activation" and A.fused_from(fused)[0] == "conv"
+    device = gp.to_proto(graph, emit="device")
+    assert [f.name for f in device.functions] == [op]
+    assert_equivalent(model, device, rtol=1e-5, atol=1e-6)
+    gp.save(graph, tmp_path / "p.onnx")
+    portable = onnx.load(tmp_path / "p.onnx")
+    assert not portable.functions and all(n.domain in ("", "ai.onnx") for n in portable.graph.node)
+    assert all(A.PASS in {p.key for p in n.metadata_props} for n in portable.graph.node)
+    assert_equivalent(model, portable, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_that_is_not_relu6_is_refused_with_reason():
+    model = _model([helper.make_node("Clip", ["c", "lo", "hi"], ["y"])])
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                                    onnx.numpy_helper.from_array(np.array(5, np.float32), "hi")])
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_activation(graph, ctx).modified
+    assert "Clip(0.0, 5.0) is not Relu6" in ctx.explanations[0].reason
+
+
+def test_conv_output_read_elsewhere_is_not_fused():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"]),
+                        helper.make_node("Neg", ["c"], ["z"])],
+                       {"x": [1, 3, 8, 8]}, {"y": [1, 4, 6, 6], "z": [1, 4, 6, 6]},
+                       initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    graph = gp.load(model)
+    assert not fuse_conv_activation(graph).modified
+
+
+def test_fusion_lowers_the_estimate():
+    model = _model(CASES["Relu"][0])
+    before = create().estimate(gp.load(model)).total_us
+    graph = gp.load(model)
+    fuse_conv_activation(graph)
+    assert create().estimate(graph).total_us < before
