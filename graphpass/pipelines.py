@@ -24,6 +24,8 @@ CLEANUP = (
 
 #: Fusions, after cleanup has exposed them (BN before bias: a folded BN leaves a Conv bias).
 FUSION = (
+    "fold_pad",
+    "merge_concats",
     "fold_batchnorm",
     "fuse_conv_bias",
     "fuse_conv_activation",

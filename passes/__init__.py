@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.fusion import FoldBatchNorm, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
+from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -26,6 +26,8 @@ merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
+fold_pad = FoldPad.as_function()
+merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
 fuse_conv_activation = FuseConvActivation.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
@@ -42,6 +44,8 @@ __all__ = [
     "MergeTransposes",
     "SpecializeShapes",
     "FoldBatchNorm",
+    "FoldPad",
+    "MergeConcats",
     "FuseChannelShuffle",
     "FuseConvActivation",
     "FuseConvBias",
@@ -56,6 +60,8 @@ __all__ = [
     "merge_transposes",
     "specialize_shapes",
     "fold_batchnorm",
+    "fold_pad",
+    "merge_concats",
     "fuse_channel_shuffle",
     "fuse_conv_activation",
     "fuse_conv_bias",

@@ -1,10 +1,12 @@
 """Switchable fusions (each registered with its ATC/FE counterpart name where one exists)."""
 
 from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
+from graphpass.passes.fusion.fold_pad import FoldPad
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
 from graphpass.passes.fusion.fuse_conv_activation import FuseConvActivation
 from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
 from graphpass.passes.fusion.fuse_gather_split import FuseGatherSplit
 from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
+from graphpass.passes.fusion.merge_concats import MergeConcats
 
-__all__ = ["FoldBatchNorm", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseGatherSplit", "FuseMatMulAdd"]
+__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseGatherSplit", "FuseMatMulAdd"]

@@ -1,0 +1,119 @@
+"""A constant zero Pad folded into the Conv or AveragePool after it.
+
+    Pad(x, pads, mode=constant, value=0) -> Conv(pads=p)         =>  Conv(x, pads=p + pads[H,W])
+    Pad(x, ..., value=0) -> AveragePool(count_include_pad=1 or no own pads)
+                                                                 =>  AveragePool(pads=..., count_include_pad=1)
+
+Exact: the padded zeros enter the convolution or the average as the op's own padding would.
+Refused (with the reason) for a non-constant, negative or batch/channel pad, a mode other than
+constant, a non-zero pad value, ``auto_pad`` other than NOTSET, a MaxPool (its padding is -inf,
+not 0), an AveragePool that excludes its own padding from the count, and an AveragePool whose
+combined padding would not be smaller than its kernel (pooling requires that).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.rewrite import Match, RewriteRule, RulePass
+from graphpass.ir import annotations as A
+from graphpass.ir.shapes import static_shape
+
+__all__ = ["FoldPad"]
+
+
+def _pads(pad: gs.Node, rank: int) -> list[int] | None:
+    if "pads" in pad.attrs:  # opset < 11
+        pads = [int(v) for v in pad.attrs["pads"]]
+    elif len(pad.inputs) > 1 and isinstance(pad.inputs[1], gs.Constant):
+        pads = [int(v) for v in np.asarray(pad.inputs[1].values).ravel()]
+    else:
+        return None
+    if len(pad.inputs) > 3 and pad.inputs[3].name:  # opset 18 axes
+        if not isinstance(pad.inputs[3], gs.Constant):
+            return None
+        axes = [int(a) % rank for a in np.asarray(pad.inputs[3].values).ravel()]
+        full = [0] * (2 * rank)
+        for k, a in enumerate(axes):
+            full[a], full[a + rank] = pads[k], pads[k + len(axes)]
+        pads = full
+    return pads if len(pads) == 2 * rank else None
+
+
+def _pad_value(pad: gs.Node) -> float | None:
+    if "value" in pad.attrs:
+        return float(pad.attrs["value"])
+    if len(pad.inputs) > 2 and pad.inputs[2].name:
+        return float(np.asarray(pad.inputs[2].values)) if isinstance(pad.inputs[2], gs.Constant) else None
+    return 0.0
+
+
+class _PadInto(RewriteRule):
+    def __init__(self, op: str):
+        self.pattern = ("Pad", op)
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        pad, op = m.nodes
+        shape = static_shape(pad.inputs[0])
+        if shape is None or len(shape) < 3:
+            return MatchResult.fail("the padded tensor's rank is unknown or below 3")
+        if pad.attrs.get("mode", "constant") != "constant":
+            return MatchResult.fail(f"Pad mode '{pad.attrs.get('mode')}' (only constant padding folds)")
+        value = _pad_value(pad)
+        if value != 0.0:
+            return MatchResult.fail(f"pad value {value} is not 0")
+        pads = _pads(pad, len(shape))
+        rank = len(shape)
+        if pads is None or any(p < 0 for p in pads):
+            return MatchResult.fail("pads are not constant and non-negative")
+        if pads[0] or pads[1] or pads[rank] or pads[rank + 1]:
+            return MatchResult.fail("the Pad pads the batch or channel axis")
+        if op.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            return MatchResult.fail(f"{op.op} uses auto_pad={op.attrs.get('auto_pad')}")
+        if op.op == "AveragePool" and any(op.attrs.get("pads", [])) and not int(op.attrs.get("count_include_pad", 0)):
+            return MatchResult.fail("AveragePool excludes its own padding from the count (count_include_pad=0)")
+        m.spatial = (pads[2:rank], pads[rank + 2:])
+        if op.op == "AveragePool":
+            k = [int(v) for v in op.attrs.get("kernel_shape", [])]
+            own = [int(v) for v in op.attrs.get("pads", [0] * (2 * len(k)))]
+            total = [own[i] + m.spatial[0][i] for i in range(len(k))] + [own[len(k) + i] + m.spatial[1][i] for i in range(len(k))]
+            if len(k) != rank - 2 or any(p >= k[i % len(k)] for i, p in enumerate(total)):
+                return MatchResult.fail(f"the combined padding {total} would not be smaller than the kernel {k}")
+        return MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        pad, op = m.nodes
+        begin, end = m.spatial
+        k = len(begin)
+        own = [int(v) for v in op.attrs.get("pads", [0] * (2 * k))]
+        op.attrs["pads"] = [own[i] + begin[i] for i in range(k)] + [own[k + i] + end[i] for i in range(k)]
+        if op.op == "AveragePool":
+            op.attrs["count_include_pad"] = 1
+        op.inputs[0] = pad.inputs[0]
+        A.mark_created(op, FoldPad.name, replaced=[pad, op])
+        return [pad]
+
+
+class _PadIntoMaxPool(RewriteRule):
+    pattern = ("Pad", "MaxPool")
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        return MatchResult.fail("MaxPool pads with -inf, not 0: folding a zero Pad would change the result")
+
+
+@register
+class FoldPad(RulePass):
+    """Folds a zero constant Pad into the following Conv or AveragePool's own padding.
+
+    Cases:
+      1. Conv (any rank of spatial dims), pads added to its own;
+      2. AveragePool, which then counts the padding (count_include_pad=1);
+      3. pads as an attribute (before opset 11), an input, or with axes (opset 18).
+    """
+
+    name = "fold_pad"
+    summary = "Fold a zero constant Pad into the following Conv/AveragePool padding."
+    kind = PassKind.FUSION
+    rules = (_PadInto("Conv"), _PadInto("AveragePool"), _PadIntoMaxPool())

@@ -1,0 +1,53 @@
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.infra import PassContext
+from graphpass.passes import fold_pad
+from graphpass.testing import assert_equivalent, make_model, ops
+
+RNG = np.random.default_rng(4)
+
+
+def _model(op_node, pads=(0, 0, 1, 2, 0, 0, 1, 0), value=None, opset=17, out_shape=(1, 4, 7, 8)):
+    inits = {"pads": np.array(pads, np.int64), "w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)}
+    pad_in = ["x", "pads"]
+    if value is not None:
+        inits["v"] = np.array(value, np.float32)
+        pad_in.append("v")
+    return make_model([helper.make_node("Pad", pad_in, ["p"]), op_node], {"x": [1, 3, 7, 7]}, {"y": list(out_shape)},
+                      initializers=inits, opset=opset)
+
+
+def test_zero_pad_folds_into_conv_and_average_pool():
+    conv = helper.make_node("Conv", ["p", "w"], ["y"], pads=[1, 1, 1, 1])
+    pool = helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3])
+    for node, shape, pads in ((conv, (1, 4, 9, 9), [2, 3, 2, 1]), (pool, (1, 3, 7, 7), [1, 2, 1, 0])):
+        model = _model(node, out_shape=shape)
+        graph = gp.load(model)
+        assert fold_pad(graph).stats["fired"] == 1
+        assert ops(graph) == [node.op_type]
+        assert list(graph.nodes[0].attrs["pads"]) == pads
+        assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_pool_padding_must_stay_smaller_than_the_kernel():
+    pool = helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+    graph = gp.load(_model(pool, out_shape=(1, 3, 9, 9)))
+    ctx = PassContext()
+    assert not fold_pad(graph, ctx).modified
+    assert "would not be smaller than the kernel" in ctx.explanations[0].reason
+
+
+def test_refusals_say_why():
+    maxpool = helper.make_node("MaxPool", ["p"], ["y"], kernel_shape=[3, 3])
+    for model, reason in (
+        (_model(maxpool, out_shape=(1, 3, 6, 6)), "MaxPool pads with -inf"),
+        (_model(helper.make_node("Conv", ["p", "w"], ["y"]), value=1.0, out_shape=(1, 4, 7, 6)), "pad value 1.0 is not 0"),
+        (_model(helper.make_node("Conv", ["p", "w"], ["y"]), pads=(0, 1, 0, 0, 0, 0, 0, 0), out_shape=(1, 4, 5, 5)),
+         "batch or channel"),
+    ):
+        graph = gp.load(model)
+        ctx = PassContext()
+        assert not fold_pad(graph, ctx).modified
+        assert reason in ctx.explanations[0].reason
