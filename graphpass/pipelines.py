@@ -30,6 +30,8 @@ FUSION = (
     "fuse_conv_bias",
     "fuse_conv_activation",
     "fuse_matmul_add",
+    "fuse_gelu",
+    "fuse_layer_norm",
     "fuse_channel_shuffle",
     "fuse_gather_split",
 )

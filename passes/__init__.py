@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseMatMulAdd
+from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -32,6 +32,8 @@ fuse_channel_shuffle = FuseChannelShuffle.as_function()
 fuse_conv_activation = FuseConvActivation.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
 fuse_gather_split = FuseGatherSplit.as_function()
+fuse_gelu = FuseGelu.as_function()
+fuse_layer_norm = FuseLayerNorm.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 
 __all__ = [
@@ -50,6 +52,8 @@ __all__ = [
     "FuseConvActivation",
     "FuseConvBias",
     "FuseGatherSplit",
+    "FuseGelu",
+    "FuseLayerNorm",
     "FuseMatMulAdd",
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",
@@ -66,5 +70,7 @@ __all__ = [
     "fuse_conv_activation",
     "fuse_conv_bias",
     "fuse_gather_split",
+    "fuse_gelu",
+    "fuse_layer_norm",
     "fuse_matmul_add",
 ]

@@ -20,7 +20,8 @@ import onnx_graphsurgeon as gs
 from onnx import AttributeProto, helper
 from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 
-__all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "ensure_function", "to_portable"]
+__all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "gelu_function", "layer_norm_function",
+           "ensure_function", "to_portable"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,41 @@ def fused_conv_function(activation: str, opset: int) -> onnx.FunctionProto:
                                 attributes=list(CONV_ATTRS) + list(extra))
 
 
+def _const(name: str, value: float) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, onnx.TensorProto.FLOAT, [], [value]))
+
+
+def gelu_function(opset: int) -> onnx.FunctionProto:
+    """``Gelu(X) = X * 0.5 * (1 + erf(X / sqrt(2)))`` for opsets without the Gelu op (< 20)."""
+    body = [_const("sqrt2", 2.0 ** 0.5), _const("one", 1.0), _const("half", 0.5),
+            helper.make_node("Div", ["X", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["X", "a"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["Y"])]
+    return helper.make_function(DOMAIN, "Gelu", ["X"], ["Y"], body, [helper.make_opsetid("", opset)])
+
+
+def layer_norm_function(opset: int) -> onnx.FunctionProto:
+    """``LayerNorm(X, scale, bias)`` over the last axis, attribute ``epsilon``, for opsets < 17."""
+    eps = helper.make_node("Constant", [], ["eps"])
+    eps.attribute.append(helper.make_attribute_ref("value_float", AttributeProto.FLOAT))
+    eps.attribute[0].ref_attr_name = "epsilon"
+    eps.attribute[0].name = "value_float"
+    mean = helper.make_node("ReduceMean", ["X"], ["mu"], axes=[-1]) if opset < 18 else None
+    if opset >= 18:
+        body_axes = [helper.make_node("Constant", [], ["ax"], value=helper.make_tensor("ax", onnx.TensorProto.INT64, [1], [-1]))]
+        mean = helper.make_node("ReduceMean", ["X", "ax"], ["mu"])
+        var = helper.make_node("ReduceMean", ["sq", "ax"], ["var"])
+    else:
+        body_axes = []
+        var = helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1])
+    body = body_axes + [eps, _const("two", 2.0), mean, helper.make_node("Sub", ["X", "mu"], ["d"]),
+                        helper.make_node("Pow", ["d", "two"], ["sq"]), var, helper.make_node("Add", ["var", "eps"], ["ve"]),
+                        helper.make_node("Sqrt", ["ve"], ["sd"]), helper.make_node("Div", ["d", "sd"], ["n"]),
+                        helper.make_node("Mul", ["n", "Scale"], ["ns"]), helper.make_node("Add", ["ns", "B"], ["Y"])]
+    return helper.make_function(DOMAIN, "LayerNorm", ["X", "Scale", "B"], ["Y"], body, [helper.make_opsetid("", opset)],
+                                attributes=["epsilon"])
+
+
 def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
     """Add the function ``proto`` to ``graph`` unless one with its domain and name is there."""
     if any(f.domain == proto.domain and f.name == proto.name for f in graph.functions):
@@ -94,7 +130,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
                 continue
             for j in range(k):
                 n = nodes[pos + j]
-                n.name = f"{name}/{n.op_type}" if name else n.name
+                n.name = f"{name}/{j}_{n.op_type}" if name else n.name
                 del n.metadata_props[:]
                 n.metadata_props.extend(props)
             pos += k

@@ -1,0 +1,115 @@
+"""The erf form of GELU, as exporters write it, becomes one op.
+
+    Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)        (or x * 0.5 first, or x * (1/sqrt 2))
+        =>  Gelu(x)                          opset 20+
+        =>  graphpass.ascend::Gelu(x)        before opset 20, defined by its ONNX function body
+
+Exact (the body is the same computation). Every intermediate must have no other reader.
+"""
+
+from __future__ import annotations
+
+import math
+
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import PassKind, PassResult, register
+from graphpass.infra.pass_base import Pass
+from graphpass.infra.rewrite import single_reader
+from graphpass.ir import annotations as A
+from graphpass.ir import model_io
+from graphpass.ir.device_ops import DOMAIN, ensure_function, gelu_function
+from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
+from graphpass.passes.fusion._match import is_const, operands, producer_of
+
+__all__ = ["FuseGelu"]
+
+
+def _erf_term(t: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, list[gs.Node]] | None:
+    """t = 1 + erf(x / sqrt 2): returns (x, nodes)."""
+    add = producer_of(t, "Add", local)
+    if add is None or not single_reader(t, g):
+        return None
+    for e, one in operands(add):
+        erf = producer_of(e, "Erf", local)
+        if erf is None or not is_const(one, 1.0) or not single_reader(e, g):
+            continue
+        scaled = erf.inputs[0]
+        div = producer_of(scaled, "Div", local)
+        if div is not None and is_const(div.inputs[1], math.sqrt(2.0)) and single_reader(scaled, g):
+            return div.inputs[0], [div, erf, add]
+        mul = producer_of(scaled, "Mul", local)
+        if mul is not None and single_reader(scaled, g):
+            for x, c in operands(mul):
+                if is_const(c, 1 / math.sqrt(2.0)):
+                    return x, [mul, erf, add]
+    return None
+
+
+def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, list[gs.Node]] | None:
+    if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
+        return None
+    for p, q in operands(anchor):
+        inner = producer_of(p, "Mul", local)
+        if inner is None or not single_reader(p, g):
+            continue
+        if is_const(q, 0.5):  # (x * (1 + erf)) * 0.5
+            for x, t in operands(inner):
+                hit = _erf_term(t, g, local)
+                if hit is not None and hit[0] is x:
+                    return x, hit[1] + [inner, anchor]
+        for x, half in operands(inner):  # (x * 0.5) * (1 + erf)
+            if is_const(half, 0.5):
+                hit = _erf_term(q, g, local)
+                if hit is not None and hit[0] is x:
+                    return x, hit[1] + [inner, anchor]
+    return None
+
+
+@register
+class FuseGelu(Pass):
+    """Recognizes the erf-form GELU subgraph.
+
+    Cases:
+      1. x / sqrt 2 or x * (1/sqrt 2) inside the erf;
+      2. the 0.5 applied last or to x first; Add and Mul operands in either order;
+      3. Gelu op from opset 20, a graphpass.ascend::Gelu device op (with its body) before.
+    """
+
+    name = "fuse_gelu"
+    summary = "Erf-form GELU subgraph -> Gelu (opset 20+) or a graphpass.ascend::Gelu device op."
+    kind = PassKind.FUSION
+
+    def run(self, graph: gs.Graph, ctx) -> PassResult:
+        opset = model_io.opset_of(graph) or graph.opset or 13
+        fired = 0
+        names = None
+        for g in list(iter_graphs(graph)):
+            local = {id(n) for n in g.nodes}
+            dead: list[gs.Node] = []
+            dead_ids: set[int] = set()
+            for node in list(g.nodes):
+                if id(node) in dead_ids:
+                    continue
+                hit = _match(node, g, local)
+                if hit is None or any(id(n) in dead_ids for n in hit[1]):
+                    continue
+                x, nodes = hit
+                names = names or NameGen(graph)
+                out = node.outputs[0]
+                node.outputs.clear()
+                if opset >= 20:
+                    gelu = gs.Node("Gelu", name=names("gelu"), inputs=[x], outputs=[out])
+                else:
+                    ensure_function(graph, gelu_function(opset))
+                    gelu = gs.Node("Gelu", name=names("gelu"), domain=DOMAIN, inputs=[x], outputs=[out])
+                g.nodes.append(gelu)
+                A.mark_created(gelu, self.name, replaced=nodes)
+                for n in nodes:
+                    n.inputs.clear()
+                    n.outputs.clear()
+                    dead_ids.add(id(n))
+                    dead.append(n)
+                fired += 1
+            remove_nodes(g, dead)
+        return PassResult(fired > 0, {"fired": fired})

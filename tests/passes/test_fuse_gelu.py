@@ -1,0 +1,46 @@
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import graphpass as gp
+from graphpass.passes import fuse_gelu
+from graphpass.testing import assert_equivalent, make_model, ops
+
+
+def _gelu_model(opset, half_first=False, mul_form=False):
+    inits = {"one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    if mul_form:
+        inits["k"] = np.array(1 / math.sqrt(2), np.float32)
+        scale = helper.make_node("Mul", ["x", "k"], ["d"])
+    else:
+        inits["k"] = np.array(math.sqrt(2), np.float32)
+        scale = helper.make_node("Div", ["x", "k"], ["d"])
+    nodes = [scale, helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["one", "e"], ["a"])]
+    if half_first:
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["a", "h"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    return make_model(nodes, {"x": [2, 16]}, {"y": [2, 16]}, initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset, domain", [(13, "graphpass.ascend"), (20, "")])
+@pytest.mark.parametrize("half_first, mul_form", [(False, False), (True, False), (False, True)])
+def test_gelu_subgraph_becomes_one_op(opset, domain, half_first, mul_form, tmp_path):
+    model = _gelu_model(opset, half_first, mul_form)
+    graph = gp.load(model)
+    assert fuse_gelu(graph).stats["fired"] == 1
+    assert ops(graph) == ["Gelu"] and (graph.nodes[0].domain or "") == domain
+    assert graph.nodes[0].outputs[0].name == "y"
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
+    gp.save(graph, tmp_path / "p.onnx")
+    assert_equivalent(model, onnx.load(tmp_path / "p.onnx"), rtol=1e-5, atol=1e-6)
+
+
+def test_intermediate_read_elsewhere_blocks_the_fusion():
+    model = _gelu_model(13)
+    model.graph.output.append(helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 16]))
+    graph = gp.load(model)
+    assert not fuse_gelu(graph).modified

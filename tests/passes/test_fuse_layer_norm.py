@@ -1,0 +1,48 @@
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import graphpass as gp
+from graphpass.passes import fuse_layer_norm
+from graphpass.testing import assert_equivalent, make_model, ops
+
+RNG = np.random.default_rng(5)
+
+
+def _ln_model(opset, affine=True, axis=-1):
+    inits = {"two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32)}
+    if opset >= 18:
+        inits["axes"] = np.array([axis], np.int64)
+        mean = helper.make_node("ReduceMean", ["x", "axes"], ["mu"])
+        var = helper.make_node("ReduceMean", ["sq", "axes"], ["var"])
+    else:
+        mean = helper.make_node("ReduceMean", ["x"], ["mu"], axes=[axis])
+        var = helper.make_node("ReduceMean", ["sq"], ["var"], axes=[axis])
+    nodes = [mean, helper.make_node("Sub", ["x", "mu"], ["d"]), helper.make_node("Pow", ["d", "two"], ["sq"]), var,
+             helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n" if affine else "y"])]
+    if affine:
+        inits["gamma"] = RNG.uniform(0.5, 1.5, 8).astype(np.float32)
+        inits["beta"] = RNG.standard_normal(8).astype(np.float32)
+        nodes += [helper.make_node("Mul", ["n", "gamma"], ["ns"]), helper.make_node("Add", ["ns", "beta"], ["y"])]
+    return make_model(nodes, {"x": [2, 5, 8]}, {"y": [2, 5, 8]}, initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset, op, domain", [(13, "LayerNorm", "graphpass.ascend"), (17, "LayerNormalization", ""),
+                                               (18, "LayerNormalization", "")])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_subgraph_becomes_one_op(opset, op, domain, affine, tmp_path):
+    model = _ln_model(opset, affine)
+    graph = gp.load(model)
+    assert fuse_layer_norm(graph).stats["fired"] == 1
+    assert ops(graph) == [op] and (graph.nodes[0].domain or "") == domain
+    assert graph.nodes[0].attrs["epsilon"] == pytest.approx(1e-5)
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-4, atol=1e-5)
+    gp.save(graph, tmp_path / "p.onnx")
+    assert_equivalent(model, onnx.load(tmp_path / "p.onnx"), rtol=1e-4, atol=1e-5)
+
+
+def test_normalizing_another_axis_is_not_fused():
+    graph = gp.load(_ln_model(13, axis=1))
+    assert not fuse_layer_norm(graph).modified
