@@ -51,10 +51,16 @@ def test_shufflenet_v2_stride1_blocks_become_concat_and_two_gathers():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
     import shufflenet_v2
 
-    model = shufflenet_v2.build(width=0.5, num_classes=10, batch=1, size=64)
+    model = shufflenet_v2.build(width=1.0, num_classes=1000, batch=1, size=64)  # x1.0, as issue 5 asks
     result = gp.optimize(model)
     after = result.report.ops_after
     # 16 shuffles: 13 feed a stride-1 block's chunk (-> two Gathers each), 3 do not
     assert after.get("Transpose", 0) == 0 and after.get("Split", 0) == 0
     assert after["Gather"] == 13 * 2 + 3
-    assert_equivalent(model, gp.to_proto(result.graph), rtol=1e-4, atol=1e-5)
+    # BN folding reorders fp32 arithmetic: compare relative to the output's scale (1e-4, as the issues ask)
+    from graphpass import verify as V
+
+    s0 = V.session(model)
+    feeds = V.random_inputs(s0, seed=0)
+    comps = V.compare(V.run(s0, feeds), V.run(V.session(gp.to_proto(result.graph)), feeds), rtol=1e-4, atol=0.0)
+    assert all(c.ok for c in comps), comps
