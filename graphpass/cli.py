@@ -325,6 +325,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    import json
+
     from rich.console import Console
     from rich.table import Table
 
@@ -333,25 +335,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     a = model_io.load_proto(args.model_a)
     b = model_io.load_proto(args.model_b)
-    sa, sb = V.session(a), V.session(b)
-    ins_a = {i.name for i in sa.get_inputs()}
-    ins_b = {i.name for i in sb.get_inputs()}
-    if ins_a != ins_b:
-        raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
-    outs_a = {o.name for o in sa.get_outputs()}
-    outs_b = {o.name for o in sb.get_outputs()}
-    if outs_a != outs_b:
-        raise UsageError(f"the models have different outputs: {sorted(outs_a ^ outs_b)}")
-    feeds = V.random_inputs(sa, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape))
-    comps = V.compare(V.run(sa, feeds), V.run(sb, feeds), rtol=args.rtol, atol=args.atol)
-    t = Table()
-    for col in ("output", "max abs", "max rel", "cosine", "result"):
-        t.add_column(col)
-    for c in comps:
-        t.add_row(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}", ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else ""))
-    Console(width=120).print(t)
-    if not V.all_match(comps):
-        raise VerificationError(f"{sum(not c.ok for c in comps)} of {len(comps)} outputs differ")
+    feeds = V.load_inputs(args.inputs, V.session(a)) if args.inputs else None
+    report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
+                             rtol=args.rtol, atol=args.atol, min_cosine=args.min_cosine, all_tensors=args.all_tensors)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2, default=float))
+    else:
+        console = Console(width=120, markup=False)
+        t = Table(title="outputs")
+        for col in ("output", "max abs", "max rel", "cosine", "result"):
+            t.add_column(col)
+        for c in report.outputs:
+            t.add_row(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}",
+                      ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else ""))
+        console.print(t)
+        if args.all_tensors:
+            bad = sum(not c.ok for c in report.tensors)
+            console.print(f"{len(report.tensors)} shared tensors compared in topological order, {bad} differ")
+            console.print(f"first divergent tensor: {report.first_divergence or 'none'}")
+            console.print(f"first NaN/Inf: A {report.first_nonfinite.get('a') or 'none'}, B {report.first_nonfinite.get('b') or 'none'}")
+    if not report.ok:
+        where = f"; first divergent tensor: {report.first_divergence}" if report.first_divergence else ""
+        raise VerificationError(f"{sum(not c.ok for c in report.outputs)} of {len(report.outputs)} outputs differ{where}")
     return 0
 
 
@@ -443,6 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--rtol", type=float, default=1e-4)
     v.add_argument("--atol", type=float, default=1e-5)
+    v.add_argument("--min-cosine", type=float, default=None, help="also fail a tensor whose cosine similarity is lower")
+    v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
+    v.add_argument("--all-tensors", action="store_true",
+                   help="compare every intermediate both models share; name the first divergence and the first NaN/Inf")
+    v.add_argument("--format", default="table", choices=["table", "json"])
     v.set_defaults(func=cmd_verify)
     return p
 

@@ -15,7 +15,8 @@ import onnx
 
 from graphpass.errors import BadModelError
 
-__all__ = ["OutputComparison", "session", "random_inputs", "run", "compare", "all_match"]
+__all__ = ["OutputComparison", "VerifyReport", "session", "random_inputs", "run", "compare", "all_match",
+           "load_inputs", "verify_models"]
 
 
 @dataclasses.dataclass
@@ -138,3 +139,165 @@ def compare(
 
 def all_match(comparisons: Sequence[OutputComparison]) -> bool:
     return all(c.ok for c in comparisons)
+
+
+# ------------------------------------------------------------------------------------------
+# whole-model verification (graphpass verify)
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """Outputs (and optionally every shared intermediate) of two models on the same inputs."""
+
+    outputs: list[OutputComparison]
+    tensors: list[OutputComparison] = dataclasses.field(default_factory=list)
+    first_divergence: str | None = None
+    first_nonfinite: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    inputs: dict[str, str] = dataclasses.field(default_factory=dict)
+    min_cosine: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": "graphpass.verify_report/1",
+            "ok": self.ok,
+            "inputs": self.inputs,
+            "outputs": [dataclasses.asdict(c) for c in self.outputs],
+            "tensors_compared": len(self.tensors),
+            "first_divergence": self.first_divergence,
+            "first_nonfinite": self.first_nonfinite,
+            "tensors": [dataclasses.asdict(c) for c in self.tensors if not c.ok],
+        }
+
+
+def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
+    """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape."""
+    from graphpass.errors import UsageError
+
+    try:
+        data = dict(np.load(path, allow_pickle=False))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read the inputs: {e}") from e
+    feeds = {}
+    for inp in sess.get_inputs():
+        if inp.name not in data:
+            raise UsageError(f"{path}: input '{inp.name}' is missing (the file has: {', '.join(sorted(data)) or 'nothing'})")
+        arr = data[inp.name]
+        want = _ORT_TYPES.get(inp.type)
+        if want is not None and arr.dtype != np.dtype(want):
+            raise UsageError(f"{path}: input '{inp.name}' is {arr.dtype}, the model wants {np.dtype(want)}")
+        dims = inp.shape
+        if len(dims) != arr.ndim or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(dims, arr.shape)):
+            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
+        feeds[inp.name] = arr
+    return feeds
+
+
+def _expose_all(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy whose every typed main-graph tensor is also an output; names in topological order."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    types = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    order: list[str] = []
+    for node in m.graph.node:
+        for name in node.output:
+            vi = types.get(name)
+            if not name or vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+                continue
+            order.append(name)
+            if name not in have:
+                m.graph.output.append(vi)
+                have.add(name)
+    return m, order
+
+
+def _provenance_map(a: onnx.ModelProto, b: onnx.ModelProto) -> dict[str, str]:
+    """B tensor -> A tensor for nodes a rewrite created (graphpass.fused_from), where names differ."""
+    import json
+
+    a_out = {n.name: list(n.output) for n in a.graph.node if n.name}
+    a_names = {o for n in a.graph.node for o in n.output}
+    mapping = {}
+    for n in b.graph.node:
+        props = {p.key: p.value for p in n.metadata_props}
+        fused = props.get("graphpass.fused_from")
+        if not fused or not n.output or n.output[0] in a_names:
+            continue
+        try:
+            origin = json.loads(fused)
+        except ValueError:
+            continue
+        if origin and origin[-1] in a_out and a_out[origin[-1]]:
+            mapping[n.output[0]] = a_out[origin[-1]][0]
+    return mapping
+
+
+def verify_models(
+    a: onnx.ModelProto,
+    b: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    min_cosine: float | None = None,
+    all_tensors: bool = False,
+) -> VerifyReport:
+    """Run ``a`` and ``b`` on the same inputs in onnxruntime (optimizations off) and compare.
+
+    Raises:
+        UsageError: the models have different inputs or outputs.
+        BadModelError: onnxruntime cannot run one of them (its reason, one line).
+    """
+    from graphpass.errors import UsageError
+
+    sa, sb = session(a), session(b)
+    ins_a, ins_b = {i.name for i in sa.get_inputs()}, {i.name for i in sb.get_inputs()}
+    if ins_a != ins_b:
+        raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
+    outs_a, outs_b = [o.name for o in sa.get_outputs()], {o.name for o in sb.get_outputs()}
+    if set(outs_a) != outs_b:
+        raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
+    if feeds is None:
+        feeds = random_inputs(sa, seed=seed, input_shapes=input_shapes)
+
+    def judged(c: OutputComparison) -> OutputComparison:
+        if min_cosine is not None and c.ok and c.cosine < min_cosine:
+            c.ok = False
+            c.note = (c.note + f"; cosine below {min_cosine}").strip("; ")
+        return c
+
+    report = VerifyReport(outputs=[], inputs={k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()}, min_cosine=min_cosine)
+    if not all_tensors:
+        report.outputs = [judged(c) for c in compare(run(sa, feeds), run(sb, feeds), rtol, atol)]
+        return report
+    ea, order_a = _expose_all(a)
+    eb, order_b = _expose_all(b)
+    va, vb = run(session(ea), feeds), run(session(eb), feeds)
+    report.outputs = [judged(c) for c in compare({k: va[k] for k in outs_a}, vb, rtol, atol)]
+    to_a = _provenance_map(a, b)
+    b_for_a = {name: name for name in order_b if name in va}
+    b_for_a.update({av: bv for bv, av in to_a.items()})
+    for name in order_a:
+        bname = b_for_a.get(name)
+        if bname is None or bname not in vb:
+            continue
+        c = judged(_compare_one(name if bname == name else f"{name} ~ {bname}", va[name], vb[bname], rtol, atol))
+        report.tensors.append(c)
+        if not c.ok and report.first_divergence is None:
+            report.first_divergence = c.name
+
+    def first_bad(values, order):
+        for name in order:
+            v = values.get(name)
+            if v is not None and np.issubdtype(np.asarray(v).dtype, np.floating) and not np.all(np.isfinite(v)):
+                return name
+        return None
+
+    report.first_nonfinite = {"a": first_bad(va, order_a), "b": first_bad(vb, order_b)}
+    return report

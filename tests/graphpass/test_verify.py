@@ -1,0 +1,92 @@
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import graphpass as gp
+from graphpass import verify as V
+from graphpass.cli import main
+from graphpass.testing import make_model
+
+RNG = np.random.default_rng(6)
+W1 = RNG.standard_normal((4, 4)).astype(np.float32)
+W2 = RNG.standard_normal((4, 4)).astype(np.float32)
+
+
+def _chain(w2=W2, divisor=None):
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h1"]), helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("MatMul", ["r1", "w2"], ["h2"]), helper.make_node("Tanh", ["h2"], ["y"])]
+    inits = {"w1": W1, "w2": w2}
+    if divisor is not None:
+        nodes[1] = helper.make_node("Div", ["h1", "z"], ["r1"])
+        inits["z"] = np.array(divisor, np.float32)
+    return make_model(nodes, {"x": [2, 4]}, {"y": [2, 4]}, initializers=inits)
+
+
+def _write(tmp_path, name, model):
+    p = tmp_path / name
+    p.write_bytes(model.SerializeToString())
+    return str(p)
+
+
+def test_identical_models_pass_with_every_tensor():
+    report = V.verify_models(_chain(), _chain(), all_tensors=True)
+    assert report.ok and report.first_divergence is None and len(report.tensors) == 4
+
+
+def test_perturbed_weight_is_named_as_the_first_divergence(tmp_path, capsys):
+    w2 = W2.copy()
+    w2[1, 2] += 0.5
+    a, b = _write(tmp_path, "a.onnx", _chain()), _write(tmp_path, "b.onnx", _chain(w2))
+    assert main(["verify", a, b, "--all-tensors"]) == 1
+    captured = capsys.readouterr()
+    assert "first divergent tensor: h2" in captured.out
+    assert "first divergent tensor: h2" in captured.err
+
+
+def test_first_nan_is_found(tmp_path):
+    report = V.verify_models(_chain(), _chain(divisor=0.0), all_tensors=True)
+    assert not report.ok
+    assert report.first_nonfinite == {"a": None, "b": "r1"}
+
+
+def test_fused_tensors_are_matched_by_name_and_provenance(light_path):
+    original = onnx.load(light_path("light_squeezenet.onnx"))
+    optimized = gp.to_proto(gp.optimize(original).graph)  # device form: FusedConvRelu nodes
+    report = V.verify_models(original, optimized, all_tensors=True)
+    assert report.ok and report.first_divergence is None and len(report.tensors) > 20
+
+
+def test_npz_inputs_and_their_errors(tmp_path, capsys):
+    a = _write(tmp_path, "a.onnx", _chain())
+    good = tmp_path / "in.npz"
+    np.savez(good, x=np.ones((2, 4), np.float32))
+    assert main(["verify", a, a, "--inputs", str(good), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["inputs"] == {"x": "float32[2, 4]"}
+    for arrays, needle in (({"y": np.ones((2, 4), np.float32)}, "input 'x' is missing"),
+                           ({"x": np.ones((2, 4), np.float64)}, "is float64, the model wants float32"),
+                           ({"x": np.ones((3, 4), np.float32)}, "has shape [3, 4]")):
+        bad = tmp_path / "bad.npz"
+        np.savez(bad, **arrays)
+        assert main(["verify", a, a, "--inputs", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_model_onnxruntime_cannot_run_is_exit_2(tmp_path, capsys):
+    bad = make_model([helper.make_node("Mystery", ["x"], ["y"], domain="com.vendor")], {"x": [2, 4]}, {"y": [2, 4]},
+                     extra_opsets={"com.vendor": 1})
+    a, b = _write(tmp_path, "a.onnx", _chain()), _write(tmp_path, "b.onnx", bad)
+    assert main(["verify", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "onnxruntime cannot run the model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_min_cosine_tightens_the_verdict():
+    w2 = W2 * 1.00001
+    loose = V.verify_models(_chain(), _chain(w2))
+    strict = V.verify_models(_chain(), _chain(w2), rtol=1.0, min_cosine=1.0 + 1e-12)
+    assert loose.ok and not strict.ok and "cosine below" in strict.outputs[0].note
