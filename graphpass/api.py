@@ -46,6 +46,7 @@ def optimize(
     loop_trips: int = 1,
     on_pass: Callable[[str, int, int, int], None] | None = None,
     name: str | None = None,
+    max_applications: int | None = None,
 ) -> OptimizeResult:
     """Run a pipeline over ``model`` (a path, bytes, ModelProto, or an already loaded graph).
 
@@ -76,6 +77,7 @@ def optimize(
         cost_options={"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips},
         seed=seed,
         on_pass=on_pass,
+        max_applications=max_applications,
     )
     nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
     t0 = time.perf_counter()

@@ -360,6 +360,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from graphpass import pipelines
+    from graphpass.bisect import bisect
+
+    _apply_fusion_switches(args)
+    shapes = parse_input_shapes(args.input_shape)
+    passes, disable, enable = _split_names(args.passes) or None, _split_names(args.disable), _split_names(args.enable)
+    pipelines.build(args.pipeline, passes, set(disable), set(enable))
+    out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out-dir '{out}' exists and is not a folder")
+    res = bisect(args.model, out, rtol=args.rtol, atol=args.atol, seed=args.seed, pipeline=args.pipeline, passes=passes,
+                 disable=disable, enable=enable, target=args.target, input_shapes=shapes or None)
+    print(f"{res.applications} pass applications changed the graph; {res.runs} optimize + verify runs")
+    if res.first_bad is None:
+        print(f"no failing application: {res.detail}")
+        return 0
+    r = res.record
+    print(f"first bad application: #{res.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> {r.nodes_after} nodes, "
+          f"{', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
+    print(f"  {res.detail}")
+    for label, items in (("removed", res.removed), ("added", res.added)):
+        if items:
+            more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
+            print(f"  nodes {label}: {', '.join(items[:12])}{more}")
+    print(f"wrote {res.last_good} and {res.first_bad_model}")
+    return 1
+
+
 # ------------------------------------------------------------------------------------------
 # parser
 
@@ -436,6 +465,22 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--fusion-off", action="store_true", help="every fusion off")
     ps.add_argument("--fusion-switch", default=None, metavar="FILE", help="start from this switch file")
     ps.set_defaults(func=cmd_passes)
+
+    bs = sub.add_parser("bisect", parents=[common], help="find the first pass application that breaks numerics")
+    bs.add_argument("model")
+    bs.add_argument("--out-dir", default="graphpass-bisect", help="where last_good.onnx and first_bad.onnx go")
+    bs.add_argument("--pipeline", default=None)
+    bs.add_argument("--passes", action="append")
+    bs.add_argument("--disable", action="append")
+    bs.add_argument("--enable", action="append")
+    bs.add_argument("--fusion-off", action="store_true")
+    bs.add_argument("--fusion-switch", default=None, metavar="FILE")
+    bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
+    bs.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"])
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--rtol", type=float, default=1e-4)
+    bs.add_argument("--atol", type=float, default=1e-5)
+    bs.set_defaults(func=cmd_bisect)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
     i.add_argument("model")

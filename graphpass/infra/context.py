@@ -39,6 +39,8 @@ class PassContext:
         check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
             (None: the pass manager decides, on for graphs up to 20k nodes).
         on_pass: progress callback ``(pass_name, round, index, total)``.
+        max_applications: stop after this many pass applications that changed the graph (like
+            LLVM's -opt-bisect-limit; ``graphpass bisect`` searches over it).
     """
 
     target: str = "ascend910a"
@@ -55,6 +57,7 @@ class PassContext:
     check_contract: bool | None = None
     on_pass: Callable[[str, int, int, int], None] | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
+    max_applications: int | None = None
 
     def explain(self, pass_name: str, node: Any, reason: str) -> None:
         """Record why ``pass_name`` did not rewrite ``node`` (for ``--explain``)."""

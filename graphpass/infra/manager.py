@@ -56,6 +56,8 @@ class PassRecord:
     cost_after_us: float | None = None
     rolled_back: bool = False
     note: str = ""
+    #: number of this application among those that changed the graph (1-based; 0 = no change)
+    application: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,11 +135,15 @@ class PassManager:
         nodes_now = count_nodes(graph)
         if ctx.check_contract is None:  # auto: on for graphs a fingerprint costs little on
             ctx.check_contract = nodes_now <= CONTRACT_CHECK_MAX_NODES
+        applied = 0
+        limit = ctx.max_applications
         for rnd in range(1, max(1, ctx.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
                 if p.run_once and rnd > 1:
                     continue
+                if limit is not None and applied >= limit:
+                    break
                 if ctx.on_pass:
                     ctx.on_pass(p.name, rnd, k, total)
                 nodes_before = nodes_now
@@ -181,6 +187,8 @@ class PassManager:
                         rec.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
                         log.info("%s %s", p.name, rec.note)
                     else:
+                        applied += 1
+                        rec.application = applied
                         if new_cost is not None:
                             cost = new_cost
                         elif cost is not None:
@@ -194,7 +202,7 @@ class PassManager:
                 else:
                     rec.cost_after_us = cost
                 self.records.append(rec)
-            if not changed:
+            if not changed or (limit is not None and applied >= limit):
                 break
         if stale and cost is not None:
             self.final_cost = self._estimate(graph)

@@ -8,7 +8,7 @@ from typing import Iterable
 from graphpass.errors import UsageError
 from graphpass.infra.pass_base import Pass
 
-__all__ = ["register", "get_pass", "all_passes", "resolve"]
+__all__ = ["register", "unregister", "get_pass", "all_passes", "resolve"]
 
 _REGISTRY: dict[str, type[Pass]] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -25,6 +25,11 @@ def register(cls: type[Pass]) -> type[Pass]:
         raise TypeError(f"pass name '{cls.name}' is registered twice")
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a pass from the registry (for plugins and tests that register their own)."""
+    _REGISTRY.pop(name, None)
 
 
 def _ensure_loaded() -> None:

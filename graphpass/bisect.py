@@ -1,0 +1,94 @@
+"""Find the first pass application that breaks numerics (LLVM's -opt-bisect-limit, for graphs).
+
+Every pass application that changes the graph is numbered 1..N in a full run. Verification of
+the result against the input model is monotone in practice (a broken value stays broken), so a
+binary search over ``max_applications`` finds the first application k after which onnxruntime
+outputs differ: log2(N) optimize + verify runs. The models after k-1 and k applications are
+written as ``last_good.onnx`` and ``first_bad.onnx`` (device form, annotations kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from graphpass import verify as V
+from graphpass.api import optimize
+from graphpass.infra.manager import PassRecord
+from graphpass.ir import model_io
+
+__all__ = ["BisectResult", "bisect"]
+
+
+@dataclasses.dataclass
+class BisectResult:
+    applications: int
+    first_bad: int | None
+    record: PassRecord | None = None
+    added: list[str] = dataclasses.field(default_factory=list)
+    removed: list[str] = dataclasses.field(default_factory=list)
+    last_good: Path | None = None
+    first_bad_model: Path | None = None
+    detail: str = ""
+    runs: int = 0
+
+
+def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
+    """node label -> op, labels being names or, for unnamed nodes, their first output."""
+    return {(n.name or (n.output[0] if n.output else "?")): n.op_type for n in model.graph.node}
+
+
+def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0,
+           **optimize_kwargs: Any) -> BisectResult:
+    """Binary-search the first failing application; ``optimize_kwargs`` as for :func:`optimize`."""
+    original = model_io.load_proto(model)
+    shapes = optimize_kwargs.get("input_shapes")
+    sess = V.session(original)
+    feeds = V.random_inputs(sess, seed=seed, input_shapes=shapes)
+    reference = V.run(sess, feeds)
+
+    def attempt(limit: int | None):
+        result = optimize(original, max_applications=limit, seed=seed, **optimize_kwargs)
+        proto = model_io.to_proto(result.graph)
+        try:
+            got = V.run(V.session(proto), feeds)
+            comps = V.compare(reference, got, rtol, atol)
+            bad = next((c for c in comps if not c.ok), None)
+        except Exception as e:  # a model onnxruntime cannot run counts as broken
+            bad = V.OutputComparison("<model>", float("inf"), float("inf"), 0.0, False, str(e).splitlines()[0])
+        return result, proto, bad
+
+    full, full_proto, bad = attempt(None)
+    records = [r for r in full.report.passes if r.application]
+    res = BisectResult(applications=len(records), first_bad=None, runs=1)
+    if bad is None:
+        res.detail = "the fully optimized model matches the original"
+        return res
+    lo, hi = 0, len(records)  # invariant: lo passes, hi fails
+    good_proto = original
+    bad_proto, bad_result = full_proto, full
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result, proto, verdict = attempt(mid)
+        res.runs += 1
+        if verdict is None:
+            lo, good_proto = mid, proto
+        else:
+            hi, bad_proto, bad_result, bad = mid, proto, result, verdict
+    if lo > 0 and good_proto is original:
+        _, good_proto, _ = attempt(lo)
+        res.runs += 1
+    res.first_bad = hi
+    res.record = next(r for r in bad_result.report.passes if r.application == hi)
+    before, after = _node_ids(good_proto), _node_ids(bad_proto)
+    res.removed = sorted(f"{k} ({v})" for k, v in before.items() if k not in after)
+    res.added = sorted(f"{k} ({v})" for k, v in after.items() if k not in before)
+    res.detail = f"output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    res.last_good = model_io.save_proto(good_proto, out / "last_good.onnx")
+    res.first_bad_model = model_io.save_proto(bad_proto, out / "first_bad.onnx")
+    return res
