@@ -102,6 +102,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     options = {}
     if args.fold_size_limit is not None:
         options["fold_constants"] = {"size_limit": args.fold_size_limit}
+    if args.mixed_precision or args.keep_fp32:
+        keep = _split_names([args.keep_fp32]) if args.keep_fp32 and args.keep_fp32 != "auto" else []
+        if args.keep_fp32 == "auto":
+            from graphpass import precision as P
+
+            keep = P.analyze(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes).keep_fp32
+        options["mixed_precision"] = {"mode": args.mixed_precision or "force_fp16", "keep_fp32": keep}
+        args.enable = [",".join(_split_names(args.enable) + ["mixed_precision"])]
     # Check pass names before loading the model: usage errors come first.
     from graphpass import pipelines
 
@@ -360,6 +368,38 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_precision(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from graphpass import precision as P
+    from graphpass import verify as V
+    from graphpass.ir import model_io
+
+    model = model_io.load_proto(args.model)
+    feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
+    report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
+                       underflow_share=args.underflow_share)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    console = Console(width=140, markup=False)
+    t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors")
+    for col in ("tensor", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
+        t.add_column(col, justify="right" if col in ("max |x|", "> 65504", "< 6.1e-5", "flushed") else "left")
+    rows = sorted(report.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[: args.top]
+    for r in rows:
+        t.add_row(r.name, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
+                  f"{100 * r.flush_share:.0f}%", r.advice)
+    console.print(t)
+    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing"))
+    if report.loss_scale:
+        console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")
+    return 0
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
     from graphpass import pipelines
     from graphpass.bisect import bisect
@@ -432,6 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
+    o.add_argument("--mixed-precision", default=None, metavar="MODE",
+                   choices=["force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype"],
+                   help="convert compute to fp16 by this Ascend precision mode (the mixed_precision pass)")
+    o.add_argument("--keep-fp32", default=None, metavar="NAMES|auto",
+                   help="nodes that stay fp32; 'auto': the ones graphpass precision recommends")
     o.add_argument("--emit", default="portable", choices=["portable", "device"],
                    help="portable (default): device ops inlined into standard ONNX; device: graphpass.ascend ops kept")
     o.add_argument("--fusion-off", action="store_true", help="switch every fusion off (precision_tool's fusion_off)")
@@ -481,6 +526,17 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--rtol", type=float, default=1e-4)
     bs.add_argument("--atol", type=float, default=1e-5)
     bs.set_defaults(func=cmd_bisect)
+
+    pr = sub.add_parser("precision", parents=[common], help="fp16 overflow/underflow risk per tensor")
+    pr.add_argument("model")
+    pr.add_argument("--inputs", default=None, metavar="FILE.npz")
+    pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--underflow-share", type=float, default=0.01,
+                    help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
+    pr.add_argument("--format", default="table", choices=["table", "json"])
+    pr.add_argument("--top", type=int, default=20)
+    pr.set_defaults(func=cmd_precision)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
     i.add_argument("model")

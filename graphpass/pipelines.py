@@ -41,6 +41,7 @@ PIPELINES: dict[str, tuple[str, ...]] = {
     "fusion": FUSION,
     # The Ascend pipeline grows as layout, lowering and placement passes land.
     "default": CLEANUP + FUSION,
+    # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
 }
 
 DEFAULT_PIPELINE = "default"

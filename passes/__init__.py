@@ -15,6 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
+from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
@@ -26,6 +27,7 @@ merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
+mixed_precision = MixedPrecision.as_function()
 fold_pad = FoldPad.as_function()
 merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
@@ -46,6 +48,7 @@ __all__ = [
     "MergeTransposes",
     "SpecializeShapes",
     "FoldBatchNorm",
+    "MixedPrecision",
     "FoldPad",
     "MergeConcats",
     "FuseChannelShuffle",
@@ -64,6 +67,7 @@ __all__ = [
     "merge_transposes",
     "specialize_shapes",
     "fold_batchnorm",
+    "mixed_precision",
     "fold_pad",
     "merge_concats",
     "fuse_channel_shuffle",
