@@ -90,3 +90,13 @@ def test_min_cosine_tightens_the_verdict():
     loose = V.verify_models(_chain(), _chain(w2))
     strict = V.verify_models(_chain(), _chain(w2), rtol=1.0, min_cosine=1.0 + 1e-12)
     assert loose.ok and not strict.ok and "cosine below" in strict.outputs[0].note
+
+
+def test_models_with_different_inputs_or_outputs_are_usage_errors(tmp_path, capsys):
+    a = _write(tmp_path, "a.onnx", _chain())
+    renamed = _chain()
+    renamed.graph.output[0].name = "z"
+    renamed.graph.node[-1].output[0] = "z"
+    b = _write(tmp_path, "b.onnx", renamed)
+    assert main(["verify", a, b]) == 2
+    assert "different outputs: ['y', 'z']" in capsys.readouterr().err
