@@ -22,6 +22,11 @@ CLEANUP = (
     "eliminate_dead_nodes",
 )
 
+#: Lowerings first: they make the graph compilable, and fusions may then apply to their output.
+LOWERING = (
+    "lower_extract_image_patches",
+)
+
 #: Fusions, after cleanup has exposed them (BN before bias: a folded BN leaves a Conv bias).
 FUSION = (
     "fold_pad",
@@ -38,9 +43,10 @@ FUSION = (
 
 PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,
+    "lowering": LOWERING,
     "fusion": FUSION,
     # The Ascend pipeline grows as layout, lowering and placement passes land.
-    "default": CLEANUP + FUSION,
+    "default": CLEANUP + LOWERING + FUSION,
     # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
 }
 

@@ -15,6 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
+from graphpass.passes.lowering import LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
@@ -28,6 +29,7 @@ merge_transposes = MergeTransposes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
+lower_extract_image_patches = LowerExtractImagePatches.as_function()
 fold_pad = FoldPad.as_function()
 merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
@@ -49,6 +51,7 @@ __all__ = [
     "SpecializeShapes",
     "FoldBatchNorm",
     "MixedPrecision",
+    "LowerExtractImagePatches",
     "FoldPad",
     "MergeConcats",
     "FuseChannelShuffle",
@@ -68,6 +71,7 @@ __all__ = [
     "specialize_shapes",
     "fold_batchnorm",
     "mixed_precision",
+    "lower_extract_image_patches",
     "fold_pad",
     "merge_concats",
     "fuse_channel_shuffle",

@@ -1,0 +1,5 @@
+"""Lowerings of ops Ascend cannot run well (required: the cost model cannot veto them)."""
+
+from graphpass.passes.lowering.lower_extract_image_patches import LowerExtractImagePatches
+
+__all__ = ["LowerExtractImagePatches"]
