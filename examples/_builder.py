@@ -30,10 +30,11 @@ class Builder:
         self.inits.append(numpy_helper.from_array(arr, n))
         return n
 
-    def op(self, op_type: str, inputs: list[str], n_out: int = 1, name: str | None = None, **attrs) -> str | list[str]:
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, name: str | None = None, domain: str | None = None,
+           **attrs) -> str | list[str]:
         node_name = name or self.name(op_type.lower())
         outs = [f"{node_name}_out{i}" if n_out > 1 else f"{node_name}_out" for i in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=node_name, **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=node_name, domain=domain, **attrs))
         return outs if n_out > 1 else outs[0]
 
     # -- layers ----------------------------------------------------------------------------
@@ -72,9 +73,11 @@ class Builder:
 
     def model(self, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto], name: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
+        extra = [helper.make_opsetid(d, v) for d, v in getattr(self, "opset_extra", {}).items()]
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)] + extra,
                               producer_name="graphpass-examples", ir_version=8)
-        onnx.checker.check_model(m, full_check=True)
+        if not getattr(self, "opset_extra", None):  # custom-domain ops have no schema to check against
+            onnx.checker.check_model(m, full_check=True)
         return m
 
 

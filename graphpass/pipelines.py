@@ -24,6 +24,7 @@ CLEANUP = (
 
 #: Lowerings first: they make the graph compilable, and fusions may then apply to their output.
 LOWERING = (
+    "lower_dynamic_topk",
     "lower_extract_image_patches",
 )
 

@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.lowering import LowerExtractImagePatches
+from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
@@ -30,6 +30,7 @@ specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
 lower_extract_image_patches = LowerExtractImagePatches.as_function()
+lower_dynamic_topk = LowerDynamicTopK.as_function()
 fold_pad = FoldPad.as_function()
 merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
@@ -52,6 +53,7 @@ __all__ = [
     "FoldBatchNorm",
     "MixedPrecision",
     "LowerExtractImagePatches",
+    "LowerDynamicTopK",
     "FoldPad",
     "MergeConcats",
     "FuseChannelShuffle",
@@ -72,6 +74,7 @@ __all__ = [
     "fold_batchnorm",
     "mixed_precision",
     "lower_extract_image_patches",
+    "lower_dynamic_topk",
     "fold_pad",
     "merge_concats",
     "fuse_channel_shuffle",

@@ -81,3 +81,25 @@ def test_symbolic_size_with_same_padding_is_refused():
     ctx = PassContext()
     assert not lower_extract_image_patches(graph, ctx).modified
     assert "symbolic spatial size" in ctx.explanations[0].reason
+
+
+def test_siammask_example_loses_its_host_crossings_and_cost():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    import siammask_patches
+
+    from graphpass.cost_model import create
+    from graphpass.ir import annotations as A
+
+    graph = gp.load(siammask_patches.build())
+    for n in graph.nodes:
+        if n.op == "ExtractImagePatches":
+            A.set_engine(n, "HOST")  # the py_func fallback
+    before = create().estimate(graph)
+    result = gp.optimize(graph)
+    after = create().estimate(result.graph)
+    assert before.crossings and not after.crossings
+    assert after.total_us < before.total_us
+    assert "ExtractImagePatches" not in ops(result.graph)
