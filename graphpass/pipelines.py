@@ -19,6 +19,7 @@ CLEANUP = (
     "merge_reshapes",
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",
+    "hoist_loop_invariants",
     "eliminate_dead_nodes",
 )
 

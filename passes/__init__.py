@@ -15,6 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
+from graphpass.passes.placement import HoistLoopInvariants
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
@@ -31,6 +32,7 @@ fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
 lower_extract_image_patches = LowerExtractImagePatches.as_function()
 lower_dynamic_topk = LowerDynamicTopK.as_function()
+hoist_loop_invariants = HoistLoopInvariants.as_function()
 fold_pad = FoldPad.as_function()
 merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
@@ -54,6 +56,7 @@ __all__ = [
     "MixedPrecision",
     "LowerExtractImagePatches",
     "LowerDynamicTopK",
+    "HoistLoopInvariants",
     "FoldPad",
     "MergeConcats",
     "FuseChannelShuffle",
@@ -75,6 +78,7 @@ __all__ = [
     "mixed_precision",
     "lower_extract_image_patches",
     "lower_dynamic_topk",
+    "hoist_loop_invariants",
     "fold_pad",
     "merge_concats",
     "fuse_channel_shuffle",
