@@ -120,6 +120,7 @@ class _Ctx:
         self.m = model
         self.p = model.pv
         self.shapes: dict[int, tuple[int, ...]] = {}
+        self.engines: dict[int, tuple[str, str]] = {}  # node id -> (engine, why not AI Core)
         self.memo: dict[tuple, dict[str, Any]] = {}
         self.mode = precision_mode
         self.loop_trips = loop_trips
@@ -197,6 +198,12 @@ class AscendCostModel(CostModel):
         with gc_frozen():  # the per-node records would otherwise make the GC rescan a big graph
             return self._estimate(graph, **kwargs)
 
+    def placement(self, graph: gs.Graph, **kwargs: Any) -> tuple[dict[int, tuple[str, str]], CostReport]:
+        """Engine of every node (by id, subgraphs included) with the reason when it is not AI Core."""
+        with gc_frozen():
+            report = self._estimate(graph, _engines_out=(out := {}), **kwargs)
+        return out, report
+
     def _estimate(
         self,
         graph: gs.Graph,
@@ -204,6 +211,7 @@ class AscendCostModel(CostModel):
         iterations_per_loop: int = 1,
         loop_trips: int = 1,
         input_shapes: dict[str, list[int]] | None = None,
+        _engines_out: dict | None = None,
         **_: Any,
     ) -> CostReport:
         mode = precision_mode or self.profile.default_precision_mode
@@ -213,6 +221,8 @@ class AscendCostModel(CostModel):
             raise UsageError(f"iterations_per_loop must be at least 1, got {iterations_per_loop}")
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
         nodes_us = self._graph_cost(graph, cx, top=True)
+        if _engines_out is not None:
+            _engines_out.update(cx.engines)
         step_us, sinkable = self._step_cost(graph, cx)
         ipl = iterations_per_loop
         if not sinkable and ipl > 1:
@@ -386,6 +396,7 @@ class AscendCostModel(CostModel):
                     cx.memo[key] = dict(rec)
             if eng_note:
                 rec["note"] = (eng_note + "; " + rec["note"]).strip("; ")
+            cx.engines[id(node)] = (engine, rec.get("note", "") if engine != "AICORE" else "")
             rec["name"] = node.name
             rec["op"] = op_label
             rec["engine"] = engine

@@ -43,12 +43,18 @@ FUSION = (
     "fuse_gather_split",
 )
 
+#: Placement last: engines and sinking depend on what the graph has become.
+PLACEMENT = (
+    "place_and_sink",
+)
+
 PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,
     "lowering": LOWERING,
     "fusion": FUSION,
     # The Ascend pipeline grows as layout, lowering and placement passes land.
-    "default": CLEANUP + LOWERING + FUSION,
+    "placement": PLACEMENT,
+    "default": CLEANUP + LOWERING + FUSION + PLACEMENT,
     # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
 }
 

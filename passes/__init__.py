@@ -15,7 +15,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SpecializeShapes,
 )
-from graphpass.passes.placement import HoistLoopInvariants
+from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
@@ -33,6 +33,7 @@ mixed_precision = MixedPrecision.as_function()
 lower_extract_image_patches = LowerExtractImagePatches.as_function()
 lower_dynamic_topk = LowerDynamicTopK.as_function()
 hoist_loop_invariants = HoistLoopInvariants.as_function()
+place_and_sink = PlaceAndSink.as_function()
 fold_pad = FoldPad.as_function()
 merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
@@ -57,6 +58,7 @@ __all__ = [
     "LowerExtractImagePatches",
     "LowerDynamicTopK",
     "HoistLoopInvariants",
+    "PlaceAndSink",
     "FoldPad",
     "MergeConcats",
     "FuseChannelShuffle",
@@ -79,6 +81,7 @@ __all__ = [
     "lower_extract_image_patches",
     "lower_dynamic_topk",
     "hoist_loop_invariants",
+    "place_and_sink",
     "fold_pad",
     "merge_concats",
     "fuse_channel_shuffle",

@@ -1,0 +1,78 @@
+"""Placement and loop sinking: every node gets its engine; device-only loops are marked sunk.
+
+    node                       =>  graphpass.engine = AICORE | AICPU | HOST   (from the cost model)
+    Loop with an all-AI-Core body  =>  graphpass.sink = device   (one launch, not one per iteration)
+
+The engine comes from the cost model's op-info table, the node's dtypes and the precision mode
+(ascend_facts.md §5): the same decision the estimate makes. Every node not on AI Core is
+explained (``--explain place_and_sink``), and so is every Loop that cannot sink, with the first
+node that blocks it. Run after hoist_loop_invariants, which takes host work out of the bodies.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import Pass
+from graphpass.ir import annotations as A
+from graphpass.ir.graph import iter_graphs, subgraphs_of
+
+__all__ = ["PlaceAndSink"]
+
+
+def _body_blocker(body: gs.Graph, engines: dict[int, tuple[str, str]]) -> gs.Node | None:
+    for g in iter_graphs(body):
+        for n in g.nodes:
+            engine = engines.get(id(n), ("AICORE", ""))[0]
+            if engine not in ("AICORE", "compile-time"):
+                return n
+    return None
+
+
+@register
+class PlaceAndSink(Pass):
+    """Annotates engines and sinks device-only loops.
+
+    Cases:
+      1. every node (subgraphs too) gets graphpass.engine;
+      2. a Loop/Scan whose body runs entirely on AI Core gets graphpass.sink = device;
+      3. one that cannot is explained with the node that blocks it.
+    """
+
+    name = "place_and_sink"
+    summary = "Annotate each node's engine (AI Core / AI CPU / host); mark device-only loops as sunk."
+    kind = PassKind.PLACEMENT
+    scored = False  # annotations the estimate agrees with by construction
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        from graphpass.cost_model import AscendCostModel, create
+
+        cm = ctx.cost_model if isinstance(ctx.cost_model, AscendCostModel) else create(ctx.target if ctx.target != "none" else "ascend910a")
+        engines, report = cm.placement(graph, **{k: v for k, v in ctx.cost_options.items() if k == "precision_mode"})
+        stats = {"AICORE": 0, "AICPU": 0, "HOST": 0, "sunk": 0, "not_sunk": 0, "crossings": len(report.crossings)}
+        changed = 0
+        for g in iter_graphs(graph):
+            for node in g.nodes:
+                engine, why = engines.get(id(node), ("AICORE", ""))
+                if engine == "compile-time":
+                    continue
+                stats[engine] = stats.get(engine, 0) + 1
+                if A.get_engine(node) != engine:
+                    A.set_engine(node, engine)
+                    changed += 1
+                if engine != "AICORE":
+                    ctx.explain(self.name, node, f"runs on {engine}: {why or 'no AI Core kernel'}")
+                if node.op in ("Loop", "Scan"):
+                    body = node.attrs.get("body")
+                    blocker = _body_blocker(body, engines) if isinstance(body, gs.Graph) else None
+                    if blocker is None:
+                        if A.get(node, A.SINK) != "device":
+                            A.set(node, A.SINK, "device")
+                            changed += 1
+                        stats["sunk"] += 1
+                    else:
+                        stats["not_sunk"] += 1
+                        ctx.explain(self.name, node, f"cannot sink: {blocker.op} '{blocker.name}' runs on "
+                                                     f"{engines.get(id(blocker), ('?',))[0]}")
+        return PassResult(changed > 0, stats)

@@ -1,0 +1,57 @@
+import numpy as np
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.cost_model import create
+from graphpass.infra import PassContext
+from graphpass.ir import annotations as A
+from graphpass.passes import hoist_loop_invariants, place_and_sink
+from graphpass.testing import assert_equivalent, make_model
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _tracking(host_op_reads_state: bool):
+    """A tracking loop: each frame's state is updated by a device op; a host op (Resize, AI CPU on
+    Ascend) either resizes the fixed template (invariant: can leave) or the loop-carried state."""
+    resize_in = "state_in" if host_op_reads_state else "template"
+    body = helper.make_graph(
+        [helper.make_node("Resize", [resize_in, "", "scales"], ["big"], mode="nearest", name="resize"),
+         helper.make_node("ReduceMean", ["big"], ["m"], axes=[2, 3], keepdims=1, name="pool"),
+         helper.make_node("Add", ["state_in", "m"], ["s1"], name="update"),
+         helper.make_node("Relu", ["s1"], ["state_out"], name="relu"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "frame",
+        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("state_in", F, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("state_out", F, [1, 4, 8, 8])],
+    )
+    return make_model([helper.make_node("Loop", ["frames", "", "x"], ["y"], body=body, name="track")],
+                      {"x": [1, 4, 8, 8], "template": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]},
+                      initializers={"frames": np.array(10, np.int64), "scales": np.array([1, 1, 2, 2], np.float32)})
+
+
+def test_invariant_host_op_leaves_and_the_loop_sinks():
+    model = _tracking(host_op_reads_state=False)
+    graph = gp.load(model)
+    before = create().estimate(graph).total_us
+    assert hoist_loop_invariants(graph).stats["hoisted"] >= 2  # Resize of the template, and its pooling
+    ctx = PassContext()
+    result = place_and_sink(graph, ctx)
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    assert result.stats["sunk"] == 1 and A.get(loop, A.SINK) == "device"
+    resize = next(n for n in graph.nodes if n.op == "Resize")
+    assert A.get_engine(resize) == "AICPU"
+    assert any("runs on AICPU" in e.reason for e in ctx.explanations)
+    assert create().estimate(graph).total_us < before
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_host_op_on_the_loop_state_blocks_sinking_and_is_named():
+    graph = gp.load(_tracking(host_op_reads_state=True))
+    hoist_loop_invariants(graph)
+    ctx = PassContext()
+    result = place_and_sink(graph, ctx)
+    assert result.stats["not_sunk"] == 1
+    assert any("cannot sink: Resize 'resize' runs on AICPU" in e.reason for e in ctx.explanations)
+    assert A.get(graph.nodes[-1], A.SINK) is None
