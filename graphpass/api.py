@@ -100,4 +100,9 @@ def optimize(
     )
     if not getattr(cm, "active", False):
         report.notes.append("no cost model (target 'none'): estimates are not available")
+    elif report.nodes_after <= 20_000:  # four more estimates: cheap below that size
+        report.iterations_per_loop = {
+            n: cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=n, loop_trips=loop_trips).total_us
+            for n in (1, 10, 100, 1000)
+        }
     return OptimizeResult(graph, report)

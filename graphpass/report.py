@@ -41,6 +41,8 @@ class OptimizeReport:
     cost_after_us: float | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: estimate per step for iterations_per_loop N (the big/small-loop setting), when costed
+    iterations_per_loop: dict[int, float] = dataclasses.field(default_factory=dict)
 
     # -- data ------------------------------------------------------------------------------
 
@@ -60,6 +62,7 @@ class OptimizeReport:
                 for op in sorted(set(self.ops_before) | set(self.ops_after))
             },
             "explanations": [dataclasses.asdict(e) for e in self.explanations],
+            "iterations_per_loop_us": {str(k): v for k, v in self.iterations_per_loop.items()},
             "notes": list(self.notes),
         }
 
@@ -112,6 +115,9 @@ class OptimizeReport:
             b, a = self.ops_before.get(op, 0), self.ops_after.get(op, 0)
             h.add_row(op, str(b), str(a), f"{a - b:+d}" if a != b else "")
         console.print(h)
+        if self.iterations_per_loop:
+            console.print("iterations_per_loop (estimate per step): " + ", ".join(
+                f"N={k}: {v:,.1f} us" for k, v in self.iterations_per_loop.items()))
         for n in self.notes:
             console.print(f"note: {n}")
         return buf.getvalue()
@@ -134,6 +140,10 @@ class OptimizeReport:
                 f"{r.seconds * 1000:.1f} | {r.nodes_after} | {r.nodes_after - r.nodes_before:+d} | "
                 f"{_fmt_cost(r.cost_after_us)} | {r.note or _fmt_stats(r.stats)} |"
             )
+        if self.iterations_per_loop:
+            lines += ["", "| iterations_per_loop | " + " | ".join(str(k) for k in self.iterations_per_loop) + " |",
+                      "|---|" + "---:|" * len(self.iterations_per_loop),
+                      "| est. µs per step | " + " | ".join(f"{v:,.1f}" for v in self.iterations_per_loop.values()) + " |"]
         lines += ["", "<details><summary>op histogram</summary>", "", "| op | before | after |", "|---|---:|---:|"]
         for op in sorted(set(self.ops_before) | set(self.ops_after)):
             lines.append(f"| {op} | {self.ops_before.get(op, 0)} | {self.ops_after.get(op, 0)} |")

@@ -239,3 +239,11 @@ def test_cleanup_pipeline_preserves_outputs(model):
     # idempotent: a second run changes nothing
     again = gp.optimize(result.graph)
     assert not any(r.modified for r in again.report.passes)
+
+
+def test_optimize_report_has_the_iterations_per_loop_table(light_path):
+    rep = gp.optimize(light_path("light_squeezenet.onnx")).report
+    table = rep.iterations_per_loop
+    assert list(table) == [1, 10, 100, 1000] and table[1000] < table[100] < table[10] < table[1]
+    assert "iterations_per_loop (estimate per step)" in rep.to_table()
+    assert "| iterations_per_loop |" in rep.to_markdown()
