@@ -9,6 +9,7 @@ Exact (the body is the same computation). Every intermediate must have no other 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import onnx_graphsurgeon as gs
@@ -16,11 +17,10 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass
 from graphpass.infra.rewrite import single_reader
-from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, ensure_function, gelu_function
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
-from graphpass.passes.fusion._match import is_const, operands, producer_of
+from graphpass.ir.graph import NameGen
+from graphpass.passes.fusion._match import is_const, operands, producer_of, replace_matches
 
 __all__ = ["FuseGelu"]
 
@@ -46,7 +46,13 @@ def _erf_term(t: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, li
     return None
 
 
-def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, list[gs.Node]] | None:
+@dataclasses.dataclass
+class _Hit:
+    x: gs.Tensor
+    nodes: list[gs.Node]
+
+
+def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
         return None
     for p, q in operands(anchor):
@@ -57,12 +63,12 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, li
             for x, t in operands(inner):
                 hit = _erf_term(t, g, local)
                 if hit is not None and hit[0] is x:
-                    return x, hit[1] + [inner, anchor]
+                    return _Hit(x, hit[1] + [inner, anchor])
         for x, half in operands(inner):  # (x * 0.5) * (1 + erf)
             if is_const(half, 0.5):
                 hit = _erf_term(q, g, local)
                 if hit is not None and hit[0] is x:
-                    return x, hit[1] + [inner, anchor]
+                    return _Hit(x, hit[1] + [inner, anchor])
     return None
 
 
@@ -82,34 +88,13 @@ class FuseGelu(Pass):
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         opset = model_io.opset_of(graph) or graph.opset or 13
-        fired = 0
-        names = None
-        for g in list(iter_graphs(graph)):
-            local = {id(n) for n in g.nodes}
-            dead: list[gs.Node] = []
-            dead_ids: set[int] = set()
-            for node in list(g.nodes):
-                if id(node) in dead_ids:
-                    continue
-                hit = _match(node, g, local)
-                if hit is None or any(id(n) in dead_ids for n in hit[1]):
-                    continue
-                x, nodes = hit
-                names = names or NameGen(graph)
-                out = node.outputs[0]
-                node.outputs.clear()
-                if opset >= 20:
-                    gelu = gs.Node("Gelu", name=names("gelu"), inputs=[x], outputs=[out])
-                else:
-                    ensure_function(graph, gelu_function(opset))
-                    gelu = gs.Node("Gelu", name=names("gelu"), domain=DOMAIN, inputs=[x], outputs=[out])
-                g.nodes.append(gelu)
-                A.mark_created(gelu, self.name, replaced=nodes)
-                for n in nodes:
-                    n.inputs.clear()
-                    n.outputs.clear()
-                    dead_ids.add(id(n))
-                    dead.append(n)
-                fired += 1
-            remove_nodes(g, dead)
+        names = NameGen(graph)
+
+        def build(hit, out):
+            if opset >= 20:
+                return gs.Node("Gelu", name=names("gelu"), inputs=[hit.x], outputs=[out])
+            ensure_function(graph, gelu_function(opset))
+            return gs.Node("Gelu", name=names("gelu"), domain=DOMAIN, inputs=[hit.x], outputs=[out])
+
+        fired = replace_matches(graph, _match, build, self.name, names)
         return PassResult(fired > 0, {"fired": fired})

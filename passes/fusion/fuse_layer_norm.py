@@ -11,18 +11,19 @@ another reader. A missing scale or bias becomes ones or zeros of the normalized 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass
 from graphpass.infra.rewrite import single_reader
-from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, ensure_function, layer_norm_function
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
+from graphpass.ir.graph import NameGen
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.fusion._match import const_value, is_const, operands, producer_of
+from graphpass.passes.fusion._match import const_value, is_const, operands, producer_of, replace_matches
 
 __all__ = ["FuseLayerNorm"]
 
@@ -36,8 +37,18 @@ def _last_axis_mean(node: gs.Node | None, rank: int) -> bool:
     return axes is not None and [int(a) % rank for a in axes] == [rank - 1]
 
 
-def _match(anchor: gs.Node, g: gs.Graph, local: set[int]):
-    """Returns (x, scale, bias, eps, nodes) or None; anchor is the final Add (or Mul, or Div)."""
+@dataclasses.dataclass
+class _Hit:
+    x: gs.Tensor
+    scale: gs.Tensor | None
+    bias: gs.Tensor | None
+    eps: float
+    nodes: list[gs.Node]
+    width: int
+
+
+def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
+    """The matched LayerNorm, anchor being the final Add (or Mul, or Div)."""
     std = anchor.domain in (None, "", "ai.onnx")
     if not std:
         return None
@@ -86,7 +97,7 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]):
     shape = static_shape(x)
     if shape is None or not _last_axis_mean(mean, len(shape)) or not _last_axis_mean(var, len(shape)):
         return None
-    return x, scale, bias, const_value(eps_t), nodes + [t, sqrt, add, var, pow_, sub, mean], shape[-1]
+    return _Hit(x, scale, bias, const_value(eps_t), nodes + [t, sqrt, add, var, pow_, sub, mean], shape[-1])
 
 
 @register
@@ -105,39 +116,22 @@ class FuseLayerNorm(Pass):
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         opset = model_io.opset_of(graph) or graph.opset or 13
-        fired = 0
-        names = None
-        for g in list(iter_graphs(graph)):
-            local = {id(n) for n in g.nodes}
-            dead: list[gs.Node] = []
-            dead_ids: set[int] = set()
-            for node in reversed(list(g.nodes)):  # consumers first: the largest match (with bias) wins
-                if node.op not in ("Add", "Mul", "Div") or id(node) in dead_ids:
-                    continue
-                hit = _match(node, g, local)
-                if hit is None or any(id(n) in dead_ids for n in hit[4]):
-                    continue
-                x, scale, bias, eps, nodes, width = hit
-                names = names or NameGen(graph)
-                dtype = np.dtype(x.dtype) if x.dtype is not None else np.float32
-                scale = scale if scale is not None else gs.Constant(names("ln_scale"), np.ones(width, dtype))
-                bias = bias if bias is not None else gs.Constant(names("ln_bias"), np.zeros(width, dtype))
-                out = node.outputs[0]
-                node.outputs.clear()
-                if opset >= 17:
-                    ln = gs.Node("LayerNormalization", name=names("layer_norm"), inputs=[x, scale, bias], outputs=[out],
-                                 attrs={"axis": -1, "epsilon": float(eps)})
-                else:
-                    ensure_function(graph, layer_norm_function(opset))
-                    ln = gs.Node("LayerNorm", name=names("layer_norm"), domain=DOMAIN, inputs=[x, scale, bias],
-                                 outputs=[out], attrs={"epsilon": float(eps)})
-                g.nodes.append(ln)
-                A.mark_created(ln, self.name, replaced=nodes)
-                for n in nodes:
-                    n.inputs.clear()
-                    n.outputs.clear()
-                    dead_ids.add(id(n))
-                    dead.append(n)
-                fired += 1
-            remove_nodes(g, dead)
+        names = NameGen(graph)
+
+        def build(hit, out):
+            dtype = np.dtype(hit.x.dtype) if hit.x.dtype is not None else np.float32
+            scale = hit.scale if hit.scale is not None else gs.Constant(names("ln_scale"), np.ones(hit.width, dtype))
+            bias = hit.bias if hit.bias is not None else gs.Constant(names("ln_bias"), np.zeros(hit.width, dtype))
+            if opset >= 17:
+                return gs.Node("LayerNormalization", name=names("layer_norm"), inputs=[hit.x, scale, bias], outputs=[out],
+                               attrs={"axis": -1, "epsilon": float(hit.eps)})
+            ensure_function(graph, layer_norm_function(opset))
+            return gs.Node("LayerNorm", name=names("layer_norm"), domain=DOMAIN, inputs=[hit.x, scale, bias],
+                           outputs=[out], attrs={"epsilon": float(hit.eps)})
+
+        def match(node, g, local):
+            return _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
+
+        # consumers first: the largest match (with bias) wins over the bare Div inside it
+        fired = replace_matches(graph, match, build, self.name, names, anchors_last_first=True)
         return PassResult(fired > 0, {"fired": fired})
