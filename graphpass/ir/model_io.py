@@ -234,6 +234,11 @@ def _check_graph(graph: onnx.GraphProto, outer: frozenset, path: str) -> None:
     defined.update(i.values.name for i in graph.sparse_initializer)
     produced: dict[str, str] = {}
     for node in graph.node:
+        op = node.op_type
+        if not isinstance(op, str) or not op.isidentifier():
+            raise BadModelError(f"{path}: node '{node.name if isinstance(node.name, str) else '?'}' has an invalid op_type {op!r}")
+        if not isinstance(node.domain, str):
+            raise BadModelError(f"{path}: node '{node.name}' ({op}) has an invalid domain")
         for o in node.output:
             if not o:
                 continue

@@ -263,8 +263,16 @@ class FoldConstants(Pass):
         for n in nodes[:retries]:
             if not all((not t.name) or isinstance(t, gs.Constant) or id(t) in known for t in n.inputs):
                 continue
-            # Evaluate with already-computed inputs as temporary constants.
-            tmp_inputs = [known.get(id(t), t) for t in n.inputs]
+            # Evaluate on fresh tensors only: gs disconnects by equality, and a probe wired to the
+            # real tensors would unhook the real node (the mutated-model probe found this).
+            tmp_inputs = []
+            for t in n.inputs:
+                if id(t) in known:
+                    tmp_inputs.append(known[id(t)])
+                elif isinstance(t, gs.Constant):
+                    tmp_inputs.append(gs.Constant(t.name, t._values))
+                else:
+                    tmp_inputs.append(gs.Variable.empty())
             probe_outs = [gs.Variable(t.name, t.dtype) for t in n.outputs]
             probe = gs.Node(n.op, n.name, dict(n.attrs), tmp_inputs, probe_outs, n.domain)
             try:

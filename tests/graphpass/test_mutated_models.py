@@ -1,0 +1,57 @@
+"""1,000 mutated protobufs of valid models (bit flips, truncations, overwritten bytes): every one
+exits cleanly, 0 (still a valid model) or 2 with one line and no output file; never a traceback.
+
+This corpus found two bugs: op types that were not valid UTF-8 reached the passes, and
+fold_constants' node-by-node fallback unhooked a real node from its input (gs disconnects by
+equality, and the probe node equalled the real one)."""
+
+import contextlib
+import io
+import os
+import random
+
+import onnx
+
+from graphpass.cli import main
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "shufflenet_v2_x0_5.onnx")
+
+
+def _mutants(n: int, seed: int = 0):
+    seeds = [open(os.path.join(LIGHT, f), "rb").read() for f in ("light_squeezenet.onnx", "light_bvlc_alexnet.onnx")]
+    seeds.append(open(EXAMPLE, "rb").read()[:200_000])
+    rng = random.Random(seed)
+    for _ in range(n):
+        data = bytearray(rng.choice(seeds))
+        kind = rng.choice(["flip", "flip", "truncate", "overwrite"])
+        if kind == "flip":
+            for _ in range(rng.randint(1, 20)):
+                i = rng.randrange(len(data))
+                data[i] ^= 1 << rng.randrange(8)
+        elif kind == "truncate":
+            data = data[: rng.randrange(1, len(data))]
+        else:
+            i = rng.randrange(len(data))
+            data[i:i + 8] = bytes(rng.randrange(256) for _ in range(8))
+        yield kind, bytes(data)
+
+
+def test_thousand_mutated_models_exit_cleanly(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    failures = []
+    codes = {0: 0, 2: 0}
+    for k, (kind, data) in enumerate(_mutants(1000)):
+        src.write_bytes(data)
+        out.unlink(missing_ok=True)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["optimize", str(src), "-o", str(out), "-q", "--target", "none"])
+        text = err.getvalue().strip()
+        clean = code in (0, 2) and "Traceback" not in text and (code == 0 or (len(text.splitlines()) == 1 and not out.exists()))
+        if not clean:
+            failures.append((k, kind, code, text.splitlines()[-1] if text else ""))
+        else:
+            codes[code] += 1
+    assert not failures, failures[:5]
+    assert codes[2] > 500 and codes[0] > 0
