@@ -104,6 +104,8 @@ class CostReport:
         if self.crossings:
             c.print(f"  host/device and engine crossings: {len(self.crossings)} "
                     f"({sum(x['bytes'] for x in self.crossings):,} bytes, {sum(x['us'] for x in self.crossings):,.1f} us)")
+            for x in self.crossings[:top]:
+                c.print(f"    {x['tensor']}: {x['from']} -> {x['to']}, {x['bytes']:,} bytes, {x['us']:,.1f} us")
         for r in self.dynamic_regions:
             c.print(f"  host-scheduled region after {r['op']} '{r['root']}': {r['nodes']} nodes ({r['reason']})")
         if self.unknown_ops:

@@ -47,3 +47,19 @@ def test_cost_bad_precision_mode_is_a_usage_error(light_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["cost", light_path("light_squeezenet.onnx"), "--precision-mode", "fp8"])
     assert e.value.code == 2
+
+
+def test_cost_table_lists_each_crossing(tmp_path, capsys):
+    import numpy as np
+    from onnx import helper
+
+    from graphpass.testing import make_model
+
+    m = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Resize", ["a", "", "s"], ["b"], mode="nearest"),
+                    helper.make_node("Relu", ["b"], ["y"])], {"x": [1, 4, 8, 8]}, {"y": [1, 4, 16, 16]},
+                   initializers={"s": np.array([1, 1, 2, 2], np.float32)})
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    assert main(["cost", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "a: AICORE -> AICPU" in out and "b: AICPU -> AICORE" in out
