@@ -23,11 +23,13 @@ __all__ = ["Match", "RewriteRule", "RulePass", "single_reader"]
 
 @dataclasses.dataclass
 class Match:
-    """The matched nodes, producer first, anchor last; ``graph`` is the scope they live in."""
+    """The matched nodes, producer first, anchor last; ``graph`` is the scope they live in and
+    ``root`` the model's top graph (where model-level things such as local functions go)."""
 
     nodes: list[gs.Node]
     graph: gs.Graph
     names: NameGen
+    root: gs.Graph | None = None
 
     @property
     def anchor(self) -> gs.Node:
@@ -108,6 +110,7 @@ class RulePass(Pass):
                     m = rule.match(node, g, local, names)
                     if m is None or any(id(n) in dead_ids for n in m.nodes):
                         continue
+                    m.root = graph
                     verdict = rule.check(m, ctx)
                     if not verdict:
                         refused += 1

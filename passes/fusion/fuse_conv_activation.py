@@ -41,8 +41,9 @@ class _ConvAct(RewriteRule):
     def check(self, m: Match, ctx) -> MatchResult:
         conv = m.nodes[0]
         need = FUSED_CONV[self.activation][2]
-        if _opset(m.graph) < need:
-            return MatchResult.fail(f"the model's opset {_opset(m.graph)} is below {need}, which the fused body needs")
+        opset = _opset(m.root or m.graph)
+        if opset < need:
+            return MatchResult.fail(f"the model's opset {opset} is below {need}, which the fused body needs")
         if conv.outputs[0].dtype is not None and np.dtype(conv.outputs[0].dtype) not in (np.float32, np.float16):
             return MatchResult.fail(f"Conv of dtype {conv.outputs[0].dtype}")
         return self.check_activation(m)
@@ -55,11 +56,9 @@ class _ConvAct(RewriteRule):
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         conv, act = m.nodes[0], m.nodes[-1]
-        root = m.graph
         op, _, _ = FUSED_CONV[self.activation]
-        opset = _opset(m.graph)
-        top = ctx.__dict__.get("_gp_root") or root
-        ensure_function(top, fused_conv_function(self.activation, opset))
+        top = m.root or m.graph  # functions live on the model's top graph
+        ensure_function(top, fused_conv_function(self.activation, _opset(top)))
         bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2].name else None
         if bias is None:
             cout = conv.inputs[1].shape[0] if conv.inputs[1].shape else None
@@ -150,10 +149,3 @@ class FuseConvActivation(RulePass):
     kind = PassKind.FUSION
     ascend_name = "TbeConv2DReluv2Pass"
     rules = (_ConvAct("Relu", "Relu"), _Relu6(), _Leaky(), _ConvAct("HardSwish", "HardSwish"), _SiLU())
-
-    def run(self, graph, ctx):
-        ctx.__dict__["_gp_root"] = graph  # functions live on the model's top graph
-        try:
-            return super().run(graph, ctx)
-        finally:
-            ctx.__dict__.pop("_gp_root", None)

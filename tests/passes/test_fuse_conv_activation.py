@@ -83,3 +83,23 @@ def test_fusion_lowers_the_estimate():
     graph = gp.load(model)
     fuse_conv_activation(graph)
     assert create().estimate(graph).total_us < before
+
+
+def test_fusion_inside_a_loop_body_puts_the_function_on_the_model():
+    from onnx import TensorProto
+
+    body = helper.make_graph(
+        [helper.make_node("Conv", ["acc_in", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 3, 6, 6])],
+    )
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], {"x": [1, 3, 6, 6]}, {"y": [1, 3, 6, 6]},
+                       initializers={"n": np.array(2, np.int64), "w": (RNG.standard_normal((3, 3, 3, 3)) * 0.3).astype(np.float32)})
+    graph = gp.load(model)
+    assert fuse_conv_activation(graph).stats["fired"] == 1
+    device = gp.to_proto(graph, emit="device")
+    assert [f.name for f in device.functions] == ["FusedConvRelu"]
+    assert_equivalent(model, device, rtol=1e-5, atol=1e-6)
