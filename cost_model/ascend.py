@@ -16,7 +16,8 @@ allows (every input 4-D, C not broadcast), Reshape/Transpose/Gather are ND islan
 consumer needs another format than its producer gives, an *implicit* TransData is charged once
 per tensor and format. 5HD pads C to 16*ceil(C/16) (32 for 1-byte types); fractal formats pad
 their last two dims. A C-axis Concat in 5HD is a no-task op when every input's C is a multiple
-of C0 (GE-CNT, P) and a repacking kernel (read + write of every input again, E) when not.
+of C0 (GE-CNT, P) and a repacking kernel (read + write of every input again, E) when not; a
+C-axis Split into unaligned parts repacks the same way (E).
 
 Engines: from the op-info table, then by dtype and precision mode (ATC-PM, P): under
 ``must_keep_origin_dtype`` an fp32 op whose AI Core kernel is fp16-only falls back to AI CPU;
@@ -341,6 +342,9 @@ class AscendCostModel(CostModel):
                 engine = ann
             # formats: what the node takes and gives
             in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
+            if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+                in_fmts, out_fmts = ["ND"] * len(in_fmts), ["ND"] * len(out_fmts)
+            reads_data = node.op not in ("Shape", "Size")  # these read only the shape
             for i, t in enumerate(node.inputs):
                 if not t.name or isinstance(t, gs.Constant) or id(t) in const:
                     continue  # weights are converted at compile time: no runtime TransData
@@ -348,7 +352,7 @@ class AscendCostModel(CostModel):
                 if have is None:
                     have = A.get_format(t) or "ND"
                 want = in_fmts[i] if i < len(in_fmts) else "ND"
-                if have != want and not (have in _PLAIN and want in _PLAIN) and engine == "AICORE":
+                if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
                     key = (id(t), want)
                     if key not in seen_conv:
                         seen_conv.add(key)
@@ -510,6 +514,8 @@ class AscendCostModel(CostModel):
                     axes = [int(a) for a in np.asarray(node.inputs[1].values).ravel()]
                 axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes or [])
                 over_c = (not axes and node.op.startswith("Reduce")) or any(int(a) in (1, -3) for a in axes)
+                # a reduction that drops dims leaves no (N, C, H, W) to tile: its output is ND too
+                over_c = over_c or any(len(self._shape(t, cx)) != 4 for t in node.outputs if t.name)
                 return ["NC1HWC0"] + ["ND"] * (n_in - 1), ["ND" if over_c else "NC1HWC0"] * n_out
             return ["ND"] * n_in, ["ND"] * n_out
         return ["ND"] * n_in, ["ND"] * n_out
@@ -595,6 +601,12 @@ class AscendCostModel(CostModel):
                 return rec
             mem_bytes += in_bytes + out_bytes  # repack the padded C0 lanes (E)
             rec["note"] = f"Concat of C not a multiple of {c0} in 5HD: repacking kernel"
+        elif node.op == "Split" and out_fmts and out_fmts[0] == "NC1HWC0":
+            item = self._storage_itemsize(self._dtype(node.inputs[0]), compute16)
+            c0 = c0_of(item)
+            if any(len(s) == 4 and s[1] % c0 for s in (self._shape(t, cx) for t in node.outputs if t.name)):
+                mem_bytes += in_bytes + out_bytes  # outputs start inside a C0 lane: repack (E), as for Concat
+                rec["note"] = f"Split into C not a multiple of {c0} in 5HD: repacking kernel"
         rec["memory_us"] = mem_bytes / (p.gm_bytes_per_us * eff)
 
         elems = p.vector_fp16_elems_per_cycle if (compute16 or self._dtype(node.outputs[0]).itemsize <= 2) else p.vector_fp32_elems_per_cycle
@@ -698,3 +710,12 @@ class AscendCostModel(CostModel):
         rec["bound"] = "control"
         rec["note"] = f"{trips} iterations, {'sunk (one launch)' if sunk else 'host-driven: launch + sync per iteration'}"
         return rec
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def format_oracle(self, graph: gs.Graph, precision_mode: str | None = None,
+                      input_shapes: dict[str, list[int]] | None = None, **_: Any):
+        """Per-node format facts for the layout passes (see ``cost_model/formats.py``)."""
+        from graphpass.cost_model.formats import FormatOracle
+
+        return FormatOracle(self, graph, precision_mode, input_shapes)

@@ -102,6 +102,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     options = {}
     if args.fold_size_limit is not None:
         options["fold_constants"] = {"size_limit": args.fold_size_limit}
+    if args.layout == "off":
+        args.disable = [",".join(_split_names(args.disable) + ["propagate_layout"])]
+    else:
+        options["propagate_layout"] = {"mode": args.layout}
     if args.mixed_precision or args.keep_fp32:
         keep = _split_names([args.keep_fp32]) if args.keep_fp32 and args.keep_fp32 != "auto" else []
         if args.keep_fp32 == "auto":
@@ -479,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nodes that stay fp32; 'auto': the ones graphpass precision recommends")
     o.add_argument("--emit", default="portable", choices=["portable", "device"],
                    help="portable (default): device ops inlined into standard ONNX; device: graphpass.ascend ops kept")
+    o.add_argument("--layout", default="optimal", choices=["optimal", "greedy", "off"],
+                   help="storage formats: optimal (min-cut, default), greedy (GE's first-input rule, for comparison), off")
     o.add_argument("--fusion-off", action="store_true", help="switch every fusion off (precision_tool's fusion_off)")
     o.add_argument("--fusion-switch", default=None, metavar="FILE",
                    help="ATC fusion_switch_file (PassName:off lines, or the {\"Switch\": ...} JSON)")

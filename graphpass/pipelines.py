@@ -43,6 +43,11 @@ FUSION = (
     "fuse_gather_split",
 )
 
+#: Layout after fusion (formats are chosen for the ops that will actually run).
+LAYOUT = (
+    "propagate_layout",
+)
+
 #: Placement last: engines and sinking depend on what the graph has become.
 PLACEMENT = (
     "place_and_sink",
@@ -52,9 +57,9 @@ PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,
     "lowering": LOWERING,
     "fusion": FUSION,
-    # The Ascend pipeline grows as layout, lowering and placement passes land.
+    "layout": LAYOUT,
     "placement": PLACEMENT,
-    "default": CLEANUP + LOWERING + FUSION + PLACEMENT,
+    "default": CLEANUP + LOWERING + FUSION + LAYOUT + PLACEMENT,
     # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
 }
 

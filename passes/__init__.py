@@ -16,6 +16,7 @@ from graphpass.passes.cleanup import (
     SpecializeShapes,
 )
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
+from graphpass.passes.layout import PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
@@ -43,8 +44,11 @@ fuse_gather_split = FuseGatherSplit.as_function()
 fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
+propagate_layout = PropagateLayout.as_function()
 
 __all__ = [
+    "PropagateLayout",
+    "propagate_layout",
     "EliminateCastPairs",
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",

@@ -147,7 +147,7 @@ class PassManager:
                 if ctx.on_pass:
                     ctx.on_pass(p.name, rnd, k, total)
                 nodes_before = nodes_now
-                scored = p.is_scored() and not p.required
+                scored = p.scored_in(ctx) and not p.required
                 # every application is estimated on graphs up to ESTIMATE_EACH_MAX_NODES; above,
                 # only the ones the cost model may veto (an estimate of 100k nodes takes ~2 s)
                 estimate_after = cost is not None and (scored or nodes_before <= ESTIMATE_EACH_MAX_NODES)

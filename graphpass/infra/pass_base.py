@@ -99,6 +99,10 @@ class Pass:
             return cls.scored
         return cls.kind not in (PassKind.CLEANUP, PassKind.ANALYSIS)
 
+    def scored_in(self, ctx: "PassContext") -> bool:
+        """Whether the cost model may veto this application (a pass may depend on its options)."""
+        return self.is_scored()
+
     def options(self, ctx: "PassContext") -> dict[str, Any]:
         """Per-pass options from the context (``ctx.options[self.name]``)."""
         return ctx.options.get(self.name, {})

@@ -27,6 +27,7 @@ __all__ = [
     "PASS",
     "FUSED_FROM",
     "SINK",
+    "REASON",
     "meta",
     "get",
     "set",
@@ -45,6 +46,8 @@ ENGINE = "graphpass.engine"
 PASS = "graphpass.pass"
 FUSED_FROM = "graphpass.fused_from"
 SINK = "graphpass.sink"
+#: why a node a pass created is there (e.g. why a TransData could not be avoided)
+REASON = "graphpass.reason"
 
 _KEY = "_gp_meta"
 

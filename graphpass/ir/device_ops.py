@@ -21,7 +21,7 @@ from onnx import AttributeProto, helper
 from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 
 __all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "gelu_function", "layer_norm_function",
-           "ensure_function", "to_portable"]
+           "transdata_function", "is_transdata", "ensure_function", "to_portable"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,27 @@ def layer_norm_function(opset: int) -> onnx.FunctionProto:
                                 attributes=["epsilon"])
 
 
+def _calls_in_subgraphs(graph: onnx.GraphProto) -> bool:
+    for n in graph.node:
+        for a in n.attribute:
+            subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+            for sub in subs:
+                if any(m.domain == DOMAIN for m in sub.node) or _calls_in_subgraphs(sub):
+                    return True
+    return False
+
+
+def transdata_function(opset: int) -> onnx.FunctionProto:
+    """``TransData(X)`` with attributes ``src_format``/``dst_format``: a change of storage format,
+    so on the logical value it is Identity."""
+    return helper.make_function(DOMAIN, "TransData", ["X"], ["Y"], [helper.make_node("Identity", ["X"], ["Y"])],
+                                [helper.make_opsetid("", opset)], attributes=["src_format", "dst_format"])
+
+
+def is_transdata(node: gs.Node) -> bool:
+    return node.op == "TransData" and node.domain == DOMAIN
+
+
 def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
     """Add the function ``proto`` to ``graph`` unless one with its domain and name is there."""
     if any(f.domain == proto.domain and f.name == proto.name for f in graph.functions):
@@ -111,8 +132,58 @@ def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
     graph.functions = list(graph.functions) + [fn]
 
 
+def _rename_inputs(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
+    for n in graph.node:
+        for i, name in enumerate(n.input):
+            if name in mapping:
+                n.input[i] = mapping[name]
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                _rename_inputs(a.g, mapping)
+            elif a.type == AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    _rename_inputs(g, mapping)
+    for o in graph.output:
+        if o.name in mapping:
+            o.name = mapping[o.name]
+
+
+def _bypass_transdata(model: onnx.ModelProto) -> None:
+    """Drop TransData calls from the top graph: on the logical value they are Identity, and the
+    storage formats stay as tensor annotations. A TransData that writes a graph output stays
+    (it inlines to an Identity, so the output keeps its name)."""
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    mapping: dict[str, str] = {}
+    keep = []
+    for n in g.node:
+        if n.domain == DOMAIN and n.op_type == "TransData" and len(n.input) == 1 and n.output[0] not in outputs:
+            src = n.input[0]
+            mapping[n.output[0]] = mapping.get(src, src)
+        else:
+            keep.append(n)
+    if not mapping:
+        return
+    del g.node[:]
+    g.node.extend(keep)
+    _rename_inputs(g, mapping)
+    vis = [vi for vi in g.value_info if vi.name not in mapping]
+    del g.value_info[:]
+    g.value_info.extend(vis)
+
+
 def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Inline every ``graphpass.ascend`` op through its body; keep the calls' annotations."""
+    """Inline every ``graphpass.ascend`` op through its body (TransData is dropped where it can
+    be: it is Identity on the value); keep the calls' annotations."""
+    _bypass_transdata(model)
+    if not any(n.domain == DOMAIN for n in model.graph.node) and not _calls_in_subgraphs(model.graph):
+        keep = [o for o in model.opset_import if o.domain != DOMAIN]
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+        rest = [f for f in model.functions if f.domain != DOMAIN]
+        del model.functions[:]
+        model.functions.extend(rest)
+        return model
     ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
     if not ids:
         return model

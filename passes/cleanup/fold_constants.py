@@ -154,6 +154,8 @@ class FoldConstants(Pass):
                 break
             if not refresh_shapes(graph):
                 break
+        if total.get("folded") and any(t.shape is None for n in graph.nodes for t in n.outputs):
+            refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
         return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
 
     def _fold_once(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

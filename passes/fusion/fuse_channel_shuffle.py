@@ -98,6 +98,9 @@ class _Shuffle(RewriteRule):
         perm = gs.Constant(m.names(f"{r2.name or 'shuffle'}_perm"), shuffle_permutation(c, m.groups))
         out = r2.outputs[0]
         r2.outputs.clear()
+        if out.shape is None or static_shape(out) is None:  # a shuffle keeps the shape: say so
+            out.shape = list(static_shape(x))
+            out.dtype = out.dtype or x.dtype
         gather = gs.Node("Gather", name=m.names(f"{r2.name or 'shuffle'}_gather"), inputs=[x, perm], outputs=[out], attrs={"axis": 1})
         m.graph.nodes.append(gather)
         A.mark_created(gather, FuseChannelShuffle.name, replaced=[r1, tr, r2])

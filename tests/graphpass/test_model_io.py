@@ -52,22 +52,26 @@ def test_local_functions_and_custom_opsets_survive(tmp_path):
                                 attributes=["src_format", "dst_format"])
     model = make_model([helper.make_node("TransData", ["x"], ["t"], domain="graphpass.ascend",
                                          src_format="NCHW", dst_format="NC1HWC0"),
-                        helper.make_node("Relu", ["t"], ["y"])],
+                        helper.make_node("Relu", ["t"], ["r"]),
+                        helper.make_node("TransData", ["r"], ["y"], domain="graphpass.ascend",
+                                         src_format="NC1HWC0", dst_format="NCHW")],
                        {"x": [1, 2]}, {"y": [1, 2]}, functions=[body], extra_opsets={"graphpass.ascend": 1})
     graph = gp.load(model)
-    A.set_engine(graph.nodes[0], "AICORE")
+    A.set_engine(graph.nodes[2], "AICORE")
     gp.save(graph, tmp_path / "f.onnx", emit="device")
     back = onnx.load(tmp_path / "f.onnx")
     assert [f.name for f in back.functions] == ["TransData"]
     assert {o.domain for o in back.opset_import} >= {"", "graphpass.ascend"}
     assert back.ir_version >= 8
     assert_equivalent(model, back, exact=True)
-    # portable: the device op is inlined through its body; its annotations stay on what replaces it
+    # portable: TransData is Identity on the value, so it is dropped, except where it writes a
+    # graph output (the output keeps its name): there it is inlined and keeps its annotations
     gp.save(graph, tmp_path / "p.onnx")
     portable = onnx.load(tmp_path / "p.onnx")
     assert not portable.functions and "graphpass.ascend" not in {o.domain for o in portable.opset_import}
-    assert [n.op_type for n in portable.graph.node] == ["Identity", "Relu"]
-    assert {p.key: p.value for p in portable.graph.node[0].metadata_props} == {A.ENGINE: "AICORE"}
+    assert [n.op_type for n in portable.graph.node] == ["Relu", "Identity"]
+    assert list(portable.graph.node[0].input) == ["x"]
+    assert {p.key: p.value for p in portable.graph.node[1].metadata_props} == {A.ENGINE: "AICORE"}
     assert_equivalent(model, portable, exact=True)
 
 

@@ -1,0 +1,185 @@
+"""Layout propagation: a storage format for every tensor at minimum estimated cost.
+
+Ascend's graph engine picks formats greedily: a format-agnostic op (Relu, Add, Concat, ...)
+takes the format of its first input (GE-FMT). Seeds 000 and 002 show what that costs: chains
+of 5HD -> 4D -> Concat -> 5HD -> 4D TransData, and an op fed one 4D and one 5HD input aligned
+to the wrong one. This pass chooses instead, for every format-agnostic node, ND or NC1HWC0 so
+that the cost model's total — TransData kernels + the node's own cost in that format (16-lane
+padding inflation, the repacking kernel of a Concat/Split of unaligned C) — is minimal. The
+two-format problem is solved exactly as a minimum cut (``solver.py``; proved against brute
+force in the tests); fixed-format ops (Conv: NC1HWC0, MatMul: FRACTAL_NZ, ND islands such as
+Reshape/Transpose/Gather, graph inputs and outputs: ND) are the terminals. More formats for
+agnostic ops (FRACTAL_NZ around MatMul) are not chosen: such a region stays ND and pays a
+TransData at the MatMul, which the report lists.
+
+The result is explicit: every runtime tensor gets a ``graphpass.format`` annotation, and every
+format boundary a ``graphpass.ascend::TransData(src_format, dst_format)`` node (one per tensor
+and wanted format, shared by its readers) whose ONNX body is Identity, carrying
+``graphpass.reason``: why it could not be avoided. Weights are never converted at run time
+(ATC lays constants out at compile time). Existing TransData nodes are removed first and the
+layout is planned afresh, so the pass can run on its own output.
+
+Options: ``mode`` = ``optimal`` (default) or ``greedy`` (GE's first-input rule, for comparison:
+``--layout greedy``). Left in their origin format, with the reason in the stats: tensors of
+unknown rank or symbolic shape, ops missing from the op-info table, ops on AI CPU or the host,
+and everything inside subgraph bodies.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from graphpass.errors import UsageError
+from graphpass.infra import PassKind, PassResult, register
+from graphpass.infra.pass_base import Pass
+from graphpass.ir import annotations as A
+from graphpass.ir.graph import NameGen, producer
+from graphpass.passes.layout._common import bypass_transdata, is_transdata, make_transdata
+from graphpass.passes.layout.plan import MODES, Conversion, LayoutPlan
+
+__all__ = ["PropagateLayout", "strip_transdata"]
+
+
+def strip_transdata(graph: gs.Graph) -> int:
+    """Remove every TransData of the top graph that can be removed; returns how many."""
+    dead: set[int] = set()
+    for node in graph.nodes:
+        if is_transdata(node) and len(node.inputs) == 1 and len(node.outputs) == 1 and bypass_transdata(graph, node):
+            dead.add(id(node))
+    if dead:
+        graph.nodes = [n for n in graph.nodes if id(n) not in dead]
+    return len(dead)
+
+
+def _rewire(node: gs.Node, index: int | None, old: gs.Tensor, new: gs.Tensor) -> None:
+    if index is not None:
+        node.inputs[index] = new
+        return
+    for i, u in enumerate(node.inputs):
+        if u is old:
+            node.inputs[i] = new
+
+
+def _twin(t: gs.Tensor, fmt: str, names: NameGen) -> gs.Tensor:
+    """Make ``t``'s producer write a new tensor (in ``fmt``) instead; ``t`` is left unproduced."""
+    dev = gs.Variable(names(f"{t.name}_{fmt}"), dtype=t.dtype, shape=t.shape)
+    A.set_format(dev, fmt)
+    p = producer(t)
+    j = next(i for i, u in enumerate(p.outputs) if u is t)
+    p.outputs[j] = dev
+    return dev
+
+
+def materialize(graph: gs.Graph, plan: LayoutPlan, x: list[int], mode: str, pass_name: str,
+                convs: list[Conversion]) -> tuple[list[gs.Node], int]:
+    """Annotate formats and insert the TransData nodes ``convs`` of assignment ``x``.
+
+    Returns the TransData nodes and how many format annotations changed.
+    """
+    names = NameGen(graph)
+    by_tensor: dict[int, list[Conversion]] = {}
+    for c in convs:
+        by_tensor.setdefault(id(c.tensor), []).append(c)
+    changed = 0
+    for rec in plan.tensors:
+        cs = by_tensor.get(id(rec.tensor))
+        f = cs[0].dst if cs and not cs[0].readers else rec.producer.resolve(x)
+        if A.get_format(rec.tensor) != f:
+            A.set_format(rec.tensor, f)
+            changed += 1
+    created: list[gs.Node] = []
+
+    def td(src_t: gs.Tensor, c: Conversion, out: gs.Tensor | None = None, why: str | None = None) -> gs.Node:
+        why = why if why is not None else plan.reason(c, x, mode)
+        node = make_transdata(graph, names, src_t, c.src, c.dst, pass_name, why, out=out)
+        created.append(node)
+        return node
+
+    for rec in plan.tensors:
+        cs = by_tensor.get(id(rec.tensor))
+        if not cs:
+            continue
+        t = rec.tensor
+        if not cs[0].readers:  # greedy: computed in one format, stored in another
+            why = plan.reason(cs[0], x, mode)  # before the twin: it names the producer
+            td(_twin(t, cs[0].src, names), cs[0], out=t, why=why)
+            cs = cs[1:]
+            if not cs:
+                continue
+        src = cs[0].src
+        if any(r.kind == "output" for c in cs for r in c.readers):
+            # the graph output keeps its name and ND: the producer writes a device-format twin
+            dev = _twin(t, src, names)
+            converted = {(id(r.node), r.index) for c in cs for r in c.readers}
+            for r in rec.readers:  # readers that want the device format read the twin
+                if r.kind != "output" and (id(r.node), r.index) not in converted:
+                    _rewire(r.node, r.index, t, dev)
+            for c in cs:
+                if any(r.kind == "output" for r in c.readers):
+                    td(dev, c, out=t)
+                else:
+                    node = td(dev, c)
+                    for r in c.readers:
+                        _rewire(r.node, r.index, t, node.outputs[0])
+            continue
+        for c in cs:
+            node = td(t, c)
+            for r in c.readers:
+                _rewire(r.node, r.index, t, node.outputs[0])
+    return created, changed
+
+
+@register
+class PropagateLayout(Pass):
+    """Chooses ND or NC1HWC0 for every format-agnostic node at minimum estimated cost.
+
+    Cases:
+      1. Conv -> Relu -> Add -> Conv stays in NC1HWC0 end to end: no TransData inside;
+      2. a region between ND islands (Reshape/Transpose/Gather) stays ND when converting
+         it would cost more than it saves;
+      3. a Concat of C=58 inputs (not a multiple of 16) goes to ND when the repacking kernel
+         costs more than the two TransData around it; an aligned one stays in NC1HWC0;
+      4. a node fed one ND and one NC1HWC0 input takes the format that is cheaper overall,
+         not its first input's (``mode=greedy`` restores the first-input rule);
+      5. graph inputs and outputs stay ND; subgraph bodies, symbolic shapes and unknown ops
+         keep their origin format.
+    """
+
+    name = "propagate_layout"
+    summary = "Storage format (ND/NC1HWC0) for every tensor at minimum estimated cost (min-cut); explicit TransData at the boundaries."
+    kind = PassKind.LAYOUT
+    run_once = True
+
+    def scored_in(self, ctx) -> bool:
+        # greedy is kept for comparison even where it costs more than the input's estimate
+        return self.options(ctx).get("mode", "optimal") != "greedy"
+
+    def run(self, graph: gs.Graph, ctx) -> PassResult:
+        mode = self.options(ctx).get("mode", "optimal")
+        if mode not in MODES:
+            raise UsageError(f"unknown layout mode '{mode}'; known: {', '.join(MODES)}")
+        cm = ctx.cost_model
+        if cm is None or not getattr(cm, "active", False) or not hasattr(cm, "format_oracle"):
+            return PassResult(False, {"skipped": "needs a cost model (--target)"})
+        stripped = strip_transdata(graph)
+        oracle = cm.format_oracle(graph, **ctx.cost_options)
+        plan = LayoutPlan(graph, oracle)
+        x, stored = plan.assign(mode)
+        ge = plan.conversions(*plan.assign("greedy"))
+        convs = plan.conversions(x, stored)
+        created, changed = materialize(graph, plan, x, mode, self.name, convs)
+        stats = {
+            "mode": mode,
+            "transdata": len(created),
+            "transdata_us": round(sum(c.us for c in convs), 3),
+            "greedy_transdata": len(ge),
+            "greedy_transdata_us": round(sum(c.us for c in ge), 3),
+            "nc1hwc0_nodes": sum(x),
+            "choice_nodes": len(x),
+        }
+        if stripped:
+            stats["replanned_transdata"] = stripped
+        if plan.skipped:
+            stats["origin_format"] = list(plan.skipped)
+        modified = bool(created or stripped or changed)
+        return PassResult(modified, stats)
