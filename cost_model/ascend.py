@@ -356,7 +356,7 @@ class AscendCostModel(CostModel):
                     key = (id(t), want)
                     if key not in seen_conv:
                         seen_conv.add(key)
-                        us = self._transdata_us(t, have, want, cx, compute16)
+                        us = self._transdata_us(t, have, want, cx)
                         cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
                                             "reason": f"{op_label} '{node.name}' takes {want}, its input comes in {have}"})
                 # engine crossings
@@ -419,7 +419,7 @@ class AscendCostModel(CostModel):
                 have = fmt.get(id(t), "ND")
                 if have not in _PLAIN and (id(t), "ND") not in seen_conv:
                     seen_conv.add((id(t), "ND"))
-                    us = self._transdata_us(t, have, "ND", cx, True)
+                    us = self._transdata_us(t, have, "ND", cx)
                     cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
                 if engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
                     seen_cross.add((id(t), "AICORE"))  # back to device memory for the step's D2H
@@ -489,7 +489,7 @@ class AscendCostModel(CostModel):
         first_fmt = "ND"
         for t in node.inputs:
             if t.name and not isinstance(t, gs.Constant):
-                first_fmt = fmt.get(id(t), "ND")
+                first_fmt = fmt.get(id(t)) or A.get_format(t) or "ND"
                 break
         if info is None or info.layout in ("nd", "none"):
             return ["ND"] * n_in, ["ND"] * n_out
@@ -522,10 +522,12 @@ class AscendCostModel(CostModel):
 
     # -- costs ----------------------------------------------------------------------------
 
-    def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> float:
-        p = self.pv
-        byts = self._bytes(t, src, cx, compute16) + self._bytes(t, dst, cx, compute16)
-        return p.kernel_launch_us + byts / (p.gm_bytes_per_us * p.transdata_bw_efficiency)
+    def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx) -> float:
+        """One TransData of ``t``, implicit or explicit alike: what a TransData node would cost."""
+        info = self.ops.lookup("TransData", "graphpass.ascend")
+        fake = SimpleNamespace(op="TransData", domain="graphpass.ascend", inputs=[t], outputs=[t], attrs={})
+        engine, compute16, _ = self._engine(fake, info, cx)
+        return self._node_cost(fake, info, engine, compute16, [src], [dst], False, cx)["us"]
 
     def _cross(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> None:
         p = self.pv

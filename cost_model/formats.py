@@ -22,7 +22,6 @@ passes can price; such tensors stay in their origin format).
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,7 +82,6 @@ class FormatOracle:
             info = model.ops.lookup(node.op, node.domain)
             if model._folded_by_ge(node, info, self.const):
                 self.const.update(id(t) for t in node.outputs)
-        self._td_info = model.ops.lookup("TransData", "graphpass.ascend")
 
     # -- tensors ---------------------------------------------------------------------------
 
@@ -218,11 +216,7 @@ class FormatOracle:
         """Estimate of one explicit ``TransData(src -> dst)`` of ``t``: what the estimate charges it."""
         if plain(src) == plain(dst):
             return 0.0
-        model = self.model
-        fake = SimpleNamespace(op="TransData", domain="graphpass.ascend", inputs=[t], outputs=[t], attrs={})
-        engine, compute16, _ = model._engine(fake, self._td_info, self.cx)
-        rec = model._node_cost(fake, self._td_info, engine, compute16, [src], [dst], False, self.cx)
-        return rec["us"]
+        return self.model._transdata_us(t, src, dst, self.cx)
 
 
 def implicit_summary(report: Any) -> dict[str, Any]:

@@ -94,7 +94,27 @@ def main(argv=None) -> int:
 
     result = gp.optimize(model, input_shapes={"input": [1, 3, 224, 224]}, name=f"shufflenet_v2_x{args.width}")
     print(result.report.to_table(), end="")
+    print()
+    print(layout_comparison(model))
     return 0
+
+
+def layout_comparison(model) -> str:
+    """The same pipeline with GE's greedy first-input layout rule and with the optimal plan."""
+    import graphpass as gp
+    from graphpass.ir.device_ops import is_transdata
+
+    rows = []
+    for label, mode, disable in (("greedy (GE first-input rule)", "greedy", ["eliminate_transdata"]),
+                                 ("greedy + eliminate_transdata", "greedy", []),
+                                 ("optimal (min-cut)", "optimal", [])):
+        r = gp.optimize(model, input_shapes={"input": [1, 3, 224, 224]}, options={"propagate_layout": {"mode": mode}},
+                        disable=disable)
+        cost = gp.cost_model.create(r.report.target).estimate(r.graph)
+        n = sum(is_transdata(node) for node in r.graph.nodes)
+        rows.append(f"| {label} | {n} | {cost.transdata['us']:,.1f} | {r.report.cost_after_us:,.1f} |")
+    return "\n".join(["layout (estimates from the cost model, not measurements):",
+                      "| layout | TransData | TransData est. us | total est. us |", "|---|---:|---:|---:|"] + rows)
 
 
 if __name__ == "__main__":

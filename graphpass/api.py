@@ -98,11 +98,40 @@ def optimize(
         cost_after_us=manager.final_cost,
         explanations=list(ctx.explanations),
     )
+    final = None
     if not getattr(cm, "active", False):
         report.notes.append("no cost model (target 'none'): estimates are not available")
     elif report.nodes_after <= 20_000:  # four more estimates: cheap below that size
-        report.iterations_per_loop = {
-            n: cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=n, loop_trips=loop_trips).total_us
-            for n in (1, 10, 100, 1000)
-        }
+        reports = {n: cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=n, loop_trips=loop_trips)
+                   for n in (1, 10, 100, 1000)}
+        report.iterations_per_loop = {n: r.total_us for n, r in reports.items()}
+        final = reports[1]
+    report.layout = layout_summary(graph, records, manager.initial_report, final)
     return OptimizeResult(graph, report)
+
+
+def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | None:
+    """TransData before and after (cost-model estimates) and why each one left is there."""
+    from graphpass.ir import annotations as A
+    from graphpass.ir.device_ops import is_transdata
+
+    left = [{"node": n.name, "tensor": n.inputs[0].name if n.inputs else "", "src": str(n.attrs.get("src_format", "")),
+             "dst": str(n.attrs.get("dst_format", "")), "reason": A.get(n, A.REASON) or ""}
+            for n in graph.nodes if is_transdata(n)]
+    plan = next((r for r in records if r.name == "propagate_layout" and r.modified), None)
+    if plan is None and not left:
+        return None
+
+    def td(rep):
+        if rep is None:
+            return None
+        t = rep.transdata or {}
+        return {"count": int(t.get("explicit", 0)) + int(t.get("implicit", 0)), "us": round(float(t.get("us", 0.0)), 3)}
+
+    out = {"before": td(before), "after": td(after) or {"count": len(left), "us": None}, "transdata": left}
+    if plan is not None:
+        out["mode"] = plan.stats.get("mode")
+        out["greedy"] = {"count": plan.stats.get("greedy_transdata"), "us": plan.stats.get("greedy_transdata_us")}
+        if plan.stats.get("origin_format"):
+            out["origin_format"] = plan.stats["origin_format"]
+    return out

@@ -46,6 +46,7 @@ FUSION = (
 #: Layout after fusion (formats are chosen for the ops that will actually run).
 LAYOUT = (
     "propagate_layout",
+    "eliminate_transdata",
 )
 
 #: Placement last: engines and sinking depend on what the graph has become.

@@ -43,6 +43,8 @@ class OptimizeReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     #: estimate per step for iterations_per_loop N (the big/small-loop setting), when costed
     iterations_per_loop: dict[int, float] = dataclasses.field(default_factory=dict)
+    #: TransData before/after and the reason for each one left (see api.layout_summary)
+    layout: dict[str, Any] | None = None
 
     # -- data ------------------------------------------------------------------------------
 
@@ -63,11 +65,31 @@ class OptimizeReport:
             },
             "explanations": [dataclasses.asdict(e) for e in self.explanations],
             "iterations_per_loop_us": {str(k): v for k, v in self.iterations_per_loop.items()},
+            "layout": self.layout,
             "notes": list(self.notes),
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def _layout_lines(self) -> list[str]:
+        lay = self.layout
+        if not lay:
+            return []
+
+        def fmt(d):
+            if not d:
+                return "-"
+            us = d.get("us")
+            return f"{d['count']}" + (f" ({us:,.1f} us)" if us is not None else "")
+
+        head = f"TransData (estimates): input graph {fmt(lay.get('before'))} -> {fmt(lay.get('after'))}"
+        if lay.get("greedy") and lay.get("mode") == "optimal":
+            head += f"; GE's greedy first-input rule would need {fmt(lay['greedy'])}"
+        lines = [head]
+        for why in lay.get("origin_format", []):
+            lines.append(f"  kept in origin format: {why}")
+        return lines
 
     def _applied(self) -> list[PassRecord]:
         return [r for r in self.passes if r.modified or r.rolled_back]
@@ -115,6 +137,13 @@ class OptimizeReport:
             b, a = self.ops_before.get(op, 0), self.ops_after.get(op, 0)
             h.add_row(op, str(b), str(a), f"{a - b:+d}" if a != b else "")
         console.print(h)
+        for line in self._layout_lines():
+            console.print(line)
+        left = (self.layout or {}).get("transdata", [])
+        for d in left[:12]:
+            console.print(f"  {d['src']} -> {d['dst']}  {d['tensor']}: {d['reason']}")
+        if len(left) > 12:
+            console.print(f"  ... {len(left) - 12} more (the JSON and Markdown reports list all)")
         if self.iterations_per_loop:
             console.print("iterations_per_loop (estimate per step): " + ", ".join(
                 f"N={k}: {v:,.1f} us" for k, v in self.iterations_per_loop.items()))
@@ -144,6 +173,15 @@ class OptimizeReport:
             lines += ["", "| iterations_per_loop | " + " | ".join(str(k) for k in self.iterations_per_loop) + " |",
                       "|---|" + "---:|" * len(self.iterations_per_loop),
                       "| est. µs per step | " + " | ".join(f"{v:,.1f}" for v in self.iterations_per_loop.values()) + " |"]
+        lay_lines = self._layout_lines()
+        if lay_lines:
+            lines += ["", lay_lines[0].replace("->", "→")] + [f"- {x.strip()}" for x in lay_lines[1:]]
+            left = (self.layout or {}).get("transdata", [])
+            if left:
+                lines += ["", "<details><summary>why each TransData is there</summary>", "",
+                          "| tensor | from → to | reason |", "|---|---|---|"]
+                lines += [f"| `{d['tensor']}` | {d['src']} → {d['dst']} | {d['reason']} |" for d in left]
+                lines += ["", "</details>"]
         lines += ["", "<details><summary>op histogram</summary>", "", "| op | before | after |", "|---|---:|---:|"]
         for op in sorted(set(self.ops_before) | set(self.ops_after)):
             lines.append(f"| {op} | {self.ops_before.get(op, 0)} | {self.ops_after.get(op, 0)} |")

@@ -16,7 +16,7 @@ from graphpass.passes.cleanup import (
     SpecializeShapes,
 )
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
-from graphpass.passes.layout import PropagateLayout
+from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
@@ -45,10 +45,13 @@ fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 propagate_layout = PropagateLayout.as_function()
+eliminate_transdata = EliminateTransData.as_function()
 
 __all__ = [
     "PropagateLayout",
     "propagate_layout",
+    "EliminateTransData",
+    "eliminate_transdata",
     "EliminateCastPairs",
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",

@@ -77,15 +77,20 @@ class PassManager:
         self.records: list[PassRecord] = []
         self._dump_count = 0
         self.initial_cost: float | None = None
+        #: the cost model's report on the input graph (None without a cost model)
+        self.initial_report = None
         self.final_cost: float | None = None
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _estimate(self, graph: gs.Graph) -> float | None:
+    def _estimate(self, graph: gs.Graph, keep: bool = False) -> float | None:
         cm = self.ctx.cost_model
         if cm is None or not getattr(cm, "active", False):
             return None
-        return cm.estimate(graph, **self.ctx.cost_options).total_us
+        report = cm.estimate(graph, **self.ctx.cost_options)
+        if keep:
+            self.initial_report = report
+        return report.total_us
 
     def _reference(self, graph: gs.Graph):
         model = model_io.to_proto(graph)
@@ -128,7 +133,7 @@ class PassManager:
         if ctx.verify_each:
             feeds, ref = self._reference(graph)
         history: list[str] = []
-        cost = self._estimate(graph)
+        cost = self._estimate(graph, keep=True)
         self.initial_cost = cost
         stale = False
         total = len(self.passes)
@@ -178,7 +183,7 @@ class PassManager:
                 if result.modified:
                     new_cost = self._estimate(graph) if estimate_after else None
                     rec.cost_after_us = new_cost
-                    if snapshot is not None and new_cost is not None and cost is not None and new_cost > cost:
+                    if snapshot is not None and new_cost is not None and cost is not None and new_cost > cost * (1 + 1e-9) + 1e-9:
                         restored = model_io.from_proto(snapshot, shape_inference=False)
                         _replace_graph(graph, restored)
                         rec.rolled_back = True

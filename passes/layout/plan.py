@@ -65,6 +65,19 @@ class Conversion:
     us: float
 
 
+def _signature(node: gs.Node, role) -> tuple | None:
+    """What a node's cost depends on: op, formats, shapes, dtypes, attributes (None: not hashable)."""
+    try:
+        key = (node.op, node.domain, tuple(role.ins), tuple(role.ins5), tuple(role.outs5),
+               tuple((tuple(t.shape) if t.shape is not None else None, str(t.dtype)) for t in node.inputs),
+               tuple((tuple(t.shape) if t.shape is not None else None, str(t.dtype)) for t in node.outputs),
+               tuple(sorted((k, str(v)) for k, v in node.attrs.items())))
+        hash(key)
+        return key
+    except TypeError:
+        return None
+
+
 class LayoutPlan:
     """Build once per graph; then :meth:`assign` and :meth:`conversions` per mode."""
 
@@ -85,11 +98,18 @@ class LayoutPlan:
     def _build(self) -> None:
         g, o = self.graph, self.oracle
         top = {id(n) for n in g.nodes}
+        memo: dict = {}
         for node in g.nodes:
             role = o.role(node)
             self.roles[id(node)] = role
             if role.kind == "choice":
-                v = self.energy.add_var(o.node_us(node, role, False), o.node_us(node, role, True))
+                key = _signature(node, role)
+                costs = memo.get(key) if key is not None else None
+                if costs is None:
+                    costs = (o.node_us(node, role, False), o.node_us(node, role, True))
+                    if key is not None:
+                        memo[key] = costs
+                v = self.energy.add_var(*costs)
                 self.var_of[id(node)] = v
                 self.var_node.append(node)
         outputs = {id(t) for t in g.outputs}

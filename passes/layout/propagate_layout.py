@@ -33,7 +33,7 @@ from graphpass.errors import UsageError
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass
 from graphpass.ir import annotations as A
-from graphpass.ir.graph import NameGen, producer
+from graphpass.ir.graph import NameGen, producer, toposort
 from graphpass.passes.layout._common import bypass_transdata, is_transdata, make_transdata
 from graphpass.passes.layout.plan import MODES, Conversion, LayoutPlan
 
@@ -149,6 +149,7 @@ class PropagateLayout(Pass):
     summary = "Storage format (ND/NC1HWC0) for every tensor at minimum estimated cost (min-cut); explicit TransData at the boundaries."
     kind = PassKind.LAYOUT
     run_once = True
+    preserves_order = True  # it sorts the TransData in itself: the estimate walks nodes in order
 
     def scored_in(self, ctx) -> bool:
         # greedy is kept for comparison even where it costs more than the input's estimate
@@ -168,6 +169,8 @@ class PropagateLayout(Pass):
         ge = plan.conversions(*plan.assign("greedy"))
         convs = plan.conversions(x, stored)
         created, changed = materialize(graph, plan, x, mode, self.name, convs)
+        if created or stripped:
+            toposort(graph, recurse=False)
         stats = {
             "mode": mode,
             "transdata": len(created),

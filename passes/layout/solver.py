@@ -34,6 +34,7 @@ import itertools
 from typing import Sequence
 
 import networkx as nx
+from networkx.algorithms.flow import boykov_kolmogorov
 
 __all__ = ["Energy", "solve", "brute_force", "BRUTE_FORCE_MAX"]
 
@@ -63,6 +64,9 @@ class Energy:
             raise ValueError("an 'any' term needs a non-negative weight")
         vs = tuple(sorted(set(variables)))
         if not vs or weight == 0:
+            return
+        if len(vs) == 1:  # [x_v == value]: a unary term, no auxiliary node needed
+            self.unary[vs[0]][value] += weight
             return
         (self.any1 if value == 1 else self.any0).append((weight, vs))
 
@@ -129,7 +133,7 @@ def _cut(unary, any1, any0) -> list[int]:
         g.add_edge(b, t, capacity=round(w * _SCALE))
         for v in vs:
             g.add_edge(v, b)
-    _, (source_side, _) = nx.minimum_cut(g, s, t)
+    _, (source_side, _) = nx.minimum_cut(g, s, t, flow_func=boykov_kolmogorov)
     return [0 if v in source_side else 1 for v in range(len(unary))]
 
 
@@ -166,10 +170,17 @@ def solve(energy: Energy) -> list[int]:
 
 
 def brute_force(energy: Energy) -> tuple[list[int], float]:
-    """Minimum over all 2^n assignments (for tests; n up to ~16)."""
-    best, best_x = None, None
-    for bits in itertools.product((0, 1), repeat=energy.n):
-        e = energy.value(bits)
-        if best is None or e < best:
-            best, best_x = e, list(bits)
-    return best_x or [], best if best is not None else energy.constant
+    """Minimum over all 2^n assignments, vectorized (for tests; n up to ~18)."""
+    import numpy as np
+
+    n = energy.n
+    bits = ((np.arange(1 << n)[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)
+    e = np.full(1 << n, energy.constant, dtype=np.float64)
+    for v, (c0, c1) in enumerate(energy.unary):
+        e += np.where(bits[:, v], c1, c0)
+    for w, vs in energy.any1:
+        e += w * bits[:, list(vs)].any(axis=1)
+    for w, vs in energy.any0:
+        e += w * (~bits[:, list(vs)]).any(axis=1)
+    k = int(np.argmin(e))
+    return [int(b) for b in bits[k]], float(e[k])

@@ -1,0 +1,94 @@
+"""eliminate_transdata: inverse pairs, chains, fan-out duplicates, weights, moving through ops."""
+
+import numpy as np
+from onnx import helper
+
+import graphpass as gp
+from graphpass.cost_model import create
+from graphpass.infra.context import PassContext
+from graphpass.ir import annotations as A
+from graphpass.ir.device_ops import DOMAIN, is_transdata, transdata_function
+from graphpass.passes import eliminate_transdata
+from graphpass.testing import assert_equivalent, make_model
+
+CM = create("ascend910a")
+
+
+def _td(x, y, src, dst):
+    return helper.make_node("TransData", [x], [y], domain=DOMAIN, src_format=src, dst_format=dst)
+
+
+def _model(nodes, inputs, outputs, inits=None):
+    return make_model(nodes, inputs, outputs, initializers=inits, functions=[transdata_function(17)],
+                      extra_opsets={DOMAIN: 1})
+
+
+def _run(model):
+    graph = gp.load(model)
+    res = eliminate_transdata(graph, PassContext(cost_model=CM))
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+    assert_equivalent(model, gp.to_proto(graph, emit="portable"), exact=True)
+    return graph, res
+
+
+def _pairs(graph):
+    return [(n.attrs["src_format"], n.attrs["dst_format"]) for n in graph.nodes if is_transdata(n)]
+
+
+X = {"x": [1, 32, 8, 8]}
+Y = {"y": [1, 32, 8, 8]}
+
+
+def test_inverse_pair_cancels():
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), _td("r", "a", "ND", "NC1HWC0"), _td("a", "b", "NC1HWC0", "ND"),
+                    helper.make_node("Neg", ["b"], ["y"])], X, Y)
+    graph, res = _run(model)
+    assert res.stats["inverse_pairs"] == 1 and not _pairs(graph)
+    assert [n.op for n in graph.nodes] == ["Relu", "Neg"]
+
+
+def test_chain_composes_and_duplicates_on_fan_out_merge():
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), _td("r", "a", "ND", "NC1HWC0"),
+                    _td("a", "b", "NC1HWC0", "FRACTAL_NZ"), _td("r", "c", "ND", "NHWC"), _td("r", "d", "ND", "NHWC"),
+                    helper.make_node("Add", ["c", "d"], ["s"]), helper.make_node("Add", ["s", "b"], ["y"])], X, Y)
+    graph, res = _run(model)
+    assert res.stats["chains"] == 1 and res.stats["duplicates"] == 1
+    assert sorted(_pairs(graph)) == [("ND", "FRACTAL_NZ"), ("ND", "NHWC")]
+
+
+def test_weights_convert_at_compile_time():
+    w = np.random.default_rng(0).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    model = _model([_td("w", "w5", "ND", "NC1HWC0"), helper.make_node("Add", ["x", "w5"], ["y"])], X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["weights"] == 1 and not _pairs(graph)
+    assert A.get_format(graph.nodes[0].inputs[1]) == "NC1HWC0"
+
+
+def test_conversion_moves_through_a_format_agnostic_op():
+    """TransData(5HD->ND) -> Relu -> TransData(ND->5HD) between two Convs: the Relu runs in 5HD."""
+    w = np.random.default_rng(1).standard_normal((32, 32, 1, 1)).astype(np.float32) * 0.1
+    model = _model([_td("x", "x5", "ND", "NC1HWC0"), helper.make_node("Conv", ["x5", "w"], ["c"], kernel_shape=[1, 1]),
+                    _td("c", "cn", "NC1HWC0", "ND"), helper.make_node("Relu", ["cn"], ["r"]),
+                    _td("r", "r5", "ND", "NC1HWC0"), helper.make_node("Conv", ["r5", "w"], ["c2"], kernel_shape=[1, 1]),
+                    _td("c2", "y", "NC1HWC0", "ND")], X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["moved_through"] == 1
+    assert _pairs(graph) == [("ND", "NC1HWC0"), ("NC1HWC0", "ND")]
+    relu = next(n for n in graph.nodes if n.op == "Relu")
+    assert A.get_format(relu.outputs[0]) == "NC1HWC0"
+    assert CM.estimate(graph).transdata["implicit"] == 0
+
+
+def test_does_not_fire_on_needed_conversions_or_graph_outputs():
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), _td("r", "a", "ND", "NC1HWC0"),
+                    helper.make_node("Neg", ["a"], ["n"]), _td("n", "y", "NC1HWC0", "ND")], X, Y)
+    graph, res = _run(model)
+    assert not res.modified and len(_pairs(graph)) == 2
+    # a Reshape between the pair is not format-agnostic: nothing moves through it
+    model = _model([_td("x", "a", "ND", "NC1HWC0"), _td("a", "b", "NC1HWC0", "ND"),
+                    helper.make_node("Reshape", ["b", "s"], ["t"]), _td("t", "t5", "ND", "NC1HWC0"),
+                    helper.make_node("Relu", ["t5"], ["u"]), _td("u", "y", "NC1HWC0", "ND")], X, Y,
+                   {"s": np.array([1, 32, 8, 8], np.int64)})
+    graph, res = _run(model)
+    assert res.stats["inverse_pairs"] == 1 and res.stats["moved_through"] == 0
+    assert any(n.op == "Reshape" for n in graph.nodes)

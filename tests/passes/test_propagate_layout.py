@@ -1,0 +1,396 @@
+"""propagate_layout: optimal ND/NC1HWC0 assignment, explicit TransData, reasons, bad input."""
+
+import random
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.cost_model import create
+from graphpass.infra.context import PassContext
+from graphpass.ir import annotations as A
+from graphpass.ir.device_ops import is_transdata
+from graphpass.ir.graph import toposort
+from graphpass.passes import propagate_layout
+from graphpass.passes.layout import solver
+from graphpass.passes.layout.plan import LayoutPlan
+from graphpass.passes.layout.propagate_layout import materialize
+from graphpass.testing import assert_equivalent, make_model
+
+CM = create("ascend910a")
+
+
+def _ctx(**opts):
+    ctx = PassContext(cost_model=CM)
+    if opts:
+        ctx.options = {"propagate_layout": opts}
+    return ctx
+
+
+def _plan(graph):
+    return LayoutPlan(graph, CM.format_oracle(graph))
+
+
+def _tds(graph):
+    return [n for n in graph.nodes if is_transdata(n)]
+
+
+def _w(cout, cin, seed=0):
+    return np.random.default_rng(seed).standard_normal((cout, cin, 1, 1)).astype(np.float32) * 0.1
+
+
+def _conv(x, y, w):
+    return helper.make_node("Conv", [x, w], [y], kernel_shape=[1, 1])
+
+
+def _check(model, graph, exact=True):
+    """Device and portable forms: full checker and the same outputs as the input model."""
+    assert_equivalent(model, gp.to_proto(graph), exact=exact)
+    assert_equivalent(model, gp.to_proto(graph, emit="portable"), exact=exact)
+
+
+# -- random graphs (for optimality) -----------------------------------------------------------
+
+def random_layout_model(seed: int, max_choice: int = 12):
+    """A random DAG of Conv (NC1HWC0), agnostic ops (Relu, Sigmoid, Add, Mul, per-channel Add,
+    C-axis Concat), SE blocks (ReduceMean -> Sigmoid -> Mul), ND islands (Reshape there and
+    back) and MaxPool, with channel counts aligned and unaligned to 16."""
+    rng = random.Random(seed)
+    nodes, inits = [], {}
+    c_in = rng.choice([16, 24, 58])
+    pool = [("x", c_in)]
+    choice = 0
+    k = 0
+
+    def new():
+        nonlocal k
+        k += 1
+        return f"t{k}"
+
+    while choice < max_choice and k < 60:
+        op = rng.choice(["conv", "conv", "relu", "sigmoid", "add", "mul", "bias", "concat", "island", "se", "pool"])
+        t, c = rng.choice(pool[-4:]) if rng.random() < 0.8 else rng.choice(pool)
+        if op == "conv":
+            c2 = rng.choice([16, 24, 32, 58])
+            w = f"w{k}"
+            inits[w] = _w(c2, c, k)
+            y = new()
+            nodes.append(_conv(t, y, w))
+            pool.append((y, c2))
+        elif op in ("relu", "sigmoid"):
+            y = new()
+            nodes.append(helper.make_node(op.capitalize(), [t], [y]))
+            pool.append((y, c))
+            choice += 1
+        elif op in ("add", "mul"):
+            same = [p for p in pool if p[1] == c]
+            u = rng.choice(same)[0]
+            y = new()
+            nodes.append(helper.make_node(op.capitalize(), [t, u], [y]))
+            pool.append((y, c))
+            choice += 1
+        elif op == "bias":
+            b = f"b{k}"
+            inits[b] = np.full((1, c, 1, 1), 0.5, np.float32)
+            y = new()
+            nodes.append(helper.make_node("Add", [t, b], [y]))
+            pool.append((y, c))
+            choice += 1
+        elif op == "concat":
+            u, cu = rng.choice(pool)
+            if c + cu > 128:
+                continue
+            y = new()
+            nodes.append(helper.make_node("Concat", [t, u], [y], axis=1))
+            pool.append((y, c + cu))
+            choice += 1
+        elif op == "island":
+            s1, s2 = f"s{k}a", f"s{k}b"
+            inits[s1] = np.array([1, c, 16], np.int64)
+            inits[s2] = np.array([1, c, 4, 4], np.int64)
+            a, y = new(), new()
+            nodes += [helper.make_node("Reshape", [t, s1], [a]), helper.make_node("Reshape", [a, s2], [y])]
+            pool.append((y, c))
+        elif op == "se":
+            r, s, y = new(), new(), new()
+            nodes += [helper.make_node("ReduceMean", [t], [r], axes=[2, 3], keepdims=1),
+                      helper.make_node("Sigmoid", [r], [s]), helper.make_node("Mul", [t, s], [y])]
+            pool.append((y, c))
+            choice += 3
+        else:
+            y = new()
+            nodes.append(helper.make_node("MaxPool", [t], [y], kernel_shape=[1, 1]))
+            pool.append((y, c))
+    outs = {pool[-1][0]: [1, pool[-1][1], 4, 4]}
+    extra = rng.choice(pool[1:-1]) if len(pool) > 2 else None
+    if extra is not None and extra[0] not in outs:
+        outs[extra[0]] = [1, extra[1], 4, 4]
+    model = make_model(nodes, {"x": [1, c_in, 4, 4]}, outs, initializers=inits, opset=13)
+    return model
+
+
+# -- the solver --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("force_cut", [False, True])
+def test_solver_matches_brute_force_on_random_energies(force_cut, monkeypatch):
+    if force_cut:
+        monkeypatch.setattr(solver, "BRUTE_FORCE_MAX", 0)
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        e = solver.Energy()
+        for _ in range(n):
+            e.add_var(rng.uniform(0, 5), rng.uniform(0, 5))
+        for _ in range(rng.randint(0, 3 * n)):
+            e.add_any(rng.randint(0, 1), rng.uniform(0, 10), rng.sample(range(n), rng.randint(1, min(4, n))))
+        x = solver.solve(e)
+        _, best = solver.brute_force(e)
+        assert e.value(x) == pytest.approx(best, abs=1e-5)
+
+
+def test_optimal_plan_is_the_minimum_on_200_random_graphs():
+    """On the cost model's own terms: the min-cut plan equals brute force over every assignment."""
+    checked = 0
+    for seed in range(200):
+        graph = gp.load(random_layout_model(seed))
+        plan = _plan(graph)
+        assert 0 < plan.energy.n <= 15
+        x, _ = plan.assign("optimal")
+        _, best = solver.brute_force(plan.energy)
+        assert plan.energy.value(x) == pytest.approx(best, rel=1e-9, abs=1e-6), seed
+        gx, _ = plan.assign("greedy")
+        assert plan.energy.value(x) <= plan.energy.value(gx) + 1e-9
+        checked += 1
+    assert checked == 200
+
+
+def test_energy_is_exactly_what_the_cost_model_charges():
+    """For every assignment of small random graphs, materialize it and estimate: the estimate
+    minus the energy is one constant, so the energy's minimum is the estimate's minimum."""
+    seen = 0
+    for seed in range(300, 340):
+        model = random_layout_model(seed, max_choice=4)
+        plan = _plan(gp.load(model))
+        n = plan.energy.n
+        if not 1 <= n <= 5:
+            continue
+        gaps = []
+        for bits in range(1 << n):
+            x = [(bits >> v) & 1 for v in range(n)]
+            graph = gp.load(model)
+            fresh = _plan(graph)
+            materialize(graph, fresh, x, "optimal", "propagate_layout", fresh.conversions(x))
+            toposort(graph)
+            gaps.append(CM.estimate(graph).total_us - fresh.energy.value(x))
+        assert max(gaps) - min(gaps) < 1e-6, (seed, gaps)
+        seen += 1
+        if seen == 10:
+            break
+    assert seen == 10
+
+
+# -- structure ---------------------------------------------------------------------------------
+
+def test_conv_relu_add_conv_stays_in_5hd():
+    nodes = [_conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r"]), _conv("r", "c2", "w2"),
+             helper.make_node("Add", ["c2", "r"], ["a"]), _conv("a", "y", "w3")]
+    model = make_model(nodes, {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]},
+                       initializers={"w1": _w(32, 32, 1), "w2": _w(32, 32, 2), "w3": _w(32, 32, 3)})
+    graph = gp.load(model)
+    res = propagate_layout(graph, _ctx())
+    assert res.modified and res.stats["nc1hwc0_nodes"] == 2
+    tds = _tds(graph)
+    assert [(t.attrs["src_format"], t.attrs["dst_format"]) for t in tds] == [("ND", "NC1HWC0"), ("NC1HWC0", "ND")]
+    assert tds[0].inputs[0].name == "x" and tds[1].outputs[0].name == "y"
+    assert "graph output 'y'" in A.get(tds[1], A.REASON)
+    assert A.get_format(next(n for n in graph.nodes if n.op == "Relu").outputs[0]) == "NC1HWC0"
+    assert A.get(tds[0], A.PASS) == "propagate_layout"
+    _check(model, graph)
+    # the estimate charges exactly these: no implicit TransData is left
+    rep = CM.estimate(graph)
+    assert rep.transdata["implicit"] == 0 and rep.transdata["explicit"] == 2
+
+
+def test_nd_island_gets_transdata_with_its_reason_and_region_between_islands_stays_nd():
+    nodes = [_conv("x", "c", "w"), helper.make_node("Reshape", ["c", "s1"], ["a"]),
+             helper.make_node("Reshape", ["a", "s2"], ["b"]), helper.make_node("Relu", ["b"], ["r"]),
+             helper.make_node("Reshape", ["r", "s1"], ["y"])]
+    inits = {"w": _w(24, 16), "s1": np.array([1, 24, 64], np.int64), "s2": np.array([1, 24, 8, 8], np.int64)}
+    model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 24, 64]}, initializers=inits)
+    graph = gp.load(model)
+    propagate_layout(graph, _ctx())
+    tds = _tds(graph)
+    assert len(tds) == 2  # into the Conv, out of it for the Reshape; the Relu between islands stays ND
+    assert "accepts ND only" in A.get(tds[1], A.REASON)
+    assert A.get_format(next(n for n in graph.nodes if n.op == "Relu").outputs[0]) == "ND"
+    _check(model, graph)
+
+
+@pytest.mark.parametrize("c, in_5hd", [(64, True), (58, False)])
+def test_concat_of_unaligned_c_goes_to_nd_aligned_stays(c, in_5hd):
+    """Aligned C: a no-task Concat in 5HD (GE-CNT) and one TransData after it. Unaligned C at this
+    size: the repacking kernel costs more than the second TransData, so the Concat runs in ND."""
+    hw = 128
+    nodes = [_conv("x", "a", "w1"), _conv("x", "b", "w2"), helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Reshape", ["cat", "s"], ["y"])]
+    inits = {"w1": _w(c, 16, 1), "w2": _w(c, 16, 2), "s": np.array([1, 2 * c, hw * hw], np.int64)}
+    model = make_model(nodes, {"x": [1, 16, hw, hw]}, {"y": [1, 2 * c, hw * hw]}, initializers=inits)
+    graph = gp.load(model)
+    res = propagate_layout(graph, _ctx())
+    cat = next(n for n in graph.nodes if n.op == "Concat")
+    assert (A.get_format(cat.outputs[0]) == "NC1HWC0") is in_5hd
+    into_cat = [t for t in _tds(graph) if t.outputs[0].outputs and t.outputs[0].outputs[0] is cat]
+    if in_5hd:
+        assert not into_cat and res.stats["transdata"] == 2  # x -> 5HD, cat -> ND
+        assert any("no-task Concat" in n["note"] for n in CM.estimate(graph).nodes)
+    else:
+        assert len(into_cat) == 2 and res.stats["transdata"] == 3
+        assert all("Concat of C=58/58 inputs cannot stay in 5HD" in A.get(t, A.REASON) for t in into_cat)
+    _check(model, graph)
+
+
+def test_mixed_inputs_follow_the_cheaper_format_not_the_first_input():
+    """Seed 002 item 8: an op fed (ND, 5HD) aligned to its first input costs a TransData more."""
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["nd"]), _conv("x", "c", "w1"),
+             helper.make_node("Add", ["nd", "c"], ["a"]), _conv("a", "y", "w2")]
+    inits = {"s": np.array([1, 32, 8, 8], np.int64), "w1": _w(32, 32, 1), "w2": _w(32, 32, 2)}
+    model = make_model(nodes, {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]}, initializers=inits)
+    counts = {}
+    for mode in ("greedy", "optimal"):
+        graph = gp.load(model)
+        res = propagate_layout(graph, _ctx(mode=mode))
+        add = next(n for n in graph.nodes if n.op == "Add")
+        counts[mode] = (res.stats["transdata"], A.get_format(add.outputs[0]), CM.estimate(graph).total_us)
+        _check(model, graph)
+    assert counts["greedy"][1] == "ND" and counts["optimal"][1] == "NC1HWC0"
+    assert counts["optimal"][0] < counts["greedy"][0] and counts["optimal"][2] < counts["greedy"][2]
+
+
+def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
+    """Seed 002 item 3: 5HD -> 4D -> Concat -> 5HD -> 4D -> GatherV2 under the greedy rule."""
+    nodes = [_conv("x", "a", "w1"), _conv("x", "b", "w2"), helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Gather", ["cat", "idx"], ["y"], axis=1)]
+    inits = {"w1": _w(58, 16, 1), "w2": _w(58, 16, 2), "idx": np.arange(116, dtype=np.int64)[::-1].copy()}
+    model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 116, 8, 8]}, initializers=inits)
+    graph = gp.load(model)
+    greedy = propagate_layout(graph, _ctx(mode="greedy"))
+    pairs = [(t.attrs["src_format"], t.attrs["dst_format"]) for t in _tds(graph)]
+    assert pairs.count(("ND", "NC1HWC0")) == 2 and pairs.count(("NC1HWC0", "ND")) == 3  # in, a, b; cat back; to Gather
+    assert any("greedy" in A.get(t, A.REASON) for t in _tds(graph))
+    _check(model, graph)
+    graph = gp.load(model)
+    optimal = propagate_layout(graph, _ctx())
+    assert optimal.stats["transdata"] < greedy.stats["transdata"]
+    _check(model, graph)
+
+
+def test_does_not_fire_without_a_cost_model_or_format_agnostic_work():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
+    graph = gp.load(model)
+    assert not propagate_layout(graph, PassContext(cost_model=create("none"))).modified
+    res = propagate_layout(graph, _ctx())
+    assert res.stats["transdata"] == 0 and not _tds(graph)
+    _check(model, graph)
+
+
+def test_runs_on_its_own_output_and_plans_the_same():
+    for seed in range(20):
+        model = random_layout_model(seed)
+        graph = gp.load(model)
+        first = propagate_layout(graph, _ctx())
+        if first.stats["transdata"] >= 3:
+            break
+    assert first.stats["transdata"] >= 3
+    again = propagate_layout(graph, _ctx())
+    assert again.stats["replanned_transdata"] == first.stats["transdata"]
+    assert again.stats["transdata"] == first.stats["transdata"]
+    _check(model, graph)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+def test_symbolic_shape_unknown_op_and_subgraph_stay_in_origin_format():
+    then_g = helper.make_graph([helper.make_node("Relu", ["r"], ["o1"])], "then", [],
+                               [helper.make_tensor_value_info("o1", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["r"], ["o2"])], "else", [],
+                               [helper.make_tensor_value_info("o2", TensorProto.FLOAT, None)])
+    nodes = [_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g), _conv("r", "r2", "w"),
+             _conv("d", "dc", "w2"), helper.make_node("Relu", ["dc"], ["z"])]
+    model = make_model(nodes, {"x": [1, 16, 8, 8], "cond": (TensorProto.BOOL, []), "d": ["N", 16, 8, 8]},
+                       {"y": [1, 16, 8, 8], "z": ["N", 16, 8, 8], "r2": [1, 16, 8, 8]},
+                       initializers={"w": _w(16, 16, 1), "w2": _w(16, 16, 2)})
+    graph = gp.load(model)
+    res = propagate_layout(graph, _ctx())
+    assert any("symbolic shape" in why for why in res.stats["origin_format"])
+    # the Relu read inside the If body gets its input in ND
+    relu = next(n for n in graph.nodes if n.op == "Relu" and n.outputs[0].name == "r")
+    body_readers = [t for t in _tds(graph) if t.inputs[0] is relu.outputs[0]]
+    assert len(body_readers) == 1 and "subgraph body" in A.get(body_readers[0], A.REASON)
+    # nothing is converted on the symbolic-shape path
+    assert not any(t.inputs[0].name in ("d", "dc") for t in _tds(graph))
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32),
+             "cond": np.array(True), "d": np.ones((2, 16, 8, 8), np.float32)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+    feeds["cond"] = np.array(False)
+    assert_equivalent(model, gp.to_proto(graph, emit="portable"), feeds=feeds, exact=True)
+
+
+def test_op_missing_from_the_op_info_table_stays_nd():
+    nodes = [_conv("x", "c", "w"), helper.make_node("Celu", ["c"], ["y"])]
+    model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}, initializers={"w": _w(16, 16)})
+    graph = gp.load(model)
+    propagate_layout(graph, _ctx())
+    td = [t for t in _tds(graph) if t.attrs["dst_format"] == "ND"]
+    assert len(td) == 1 and "not in the op-info table" in A.get(td[0], A.REASON)
+    _check(model, graph)
+
+
+# -- real models -------------------------------------------------------------------------------
+
+def test_light_resnet50_transdata_only_at_input_output_and_before_gemm(light_path):
+    model = onnx.load(light_path("light_resnet50.onnx"))
+    result = gp.optimize(model)
+    tds = _tds(result.graph)
+    where = sorted((t.attrs["src_format"], t.attrs["dst_format"], t.outputs[0].outputs[0].op) for t in tds)
+    # input -> first Conv; GlobalAveragePool's 5HD -> the Reshape (ND island) before Gemm;
+    # ND -> FRACTAL_NZ into the Gemm, and its output back to ND for the final Softmax
+    assert where == [("FRACTAL_NZ", "ND", "Softmax"), ("NC1HWC0", "ND", "Reshape"),
+                     ("ND", "FRACTAL_NZ", "Gemm"), ("ND", "NC1HWC0", "FusedConvRelu")]
+    assert tds[0].inputs[0].name == result.graph.inputs[0].name
+    lay = result.report.layout
+    assert lay["after"]["count"] == 4 and lay["before"]["count"] >= 4
+    assert all(d["reason"] for d in lay["transdata"])
+    optimized = gp.to_proto(result.graph)
+    onnx.checker.check_model(optimized, full_check=True)
+
+
+def test_greedy_estimate_equals_the_cost_models_default_on_resnet(light_path):
+    """The cost model's implicit formats are GE's greedy rule: made explicit, the estimate is unchanged."""
+    from graphpass import pipelines
+
+    names = [n for n in pipelines.get_pipeline("default") if n not in ("propagate_layout", "eliminate_transdata")]
+    graph = gp.optimize(onnx.load(light_path("light_resnet50.onnx")), passes=names).graph
+    before = CM.estimate(graph)
+    propagate_layout(graph, _ctx(mode="greedy"))
+    after = CM.estimate(graph)
+    assert after.total_us == pytest.approx(before.total_us, rel=1e-9)
+    assert after.transdata["implicit"] == 0 and after.transdata["explicit"] == before.transdata["implicit"]
+
+
+def test_shufflenet_v2_optimal_beats_greedy():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import shufflenet_v2
+
+    model = shufflenet_v2.build(1.0, 1000)
+    res = {}
+    for mode in ("greedy", "optimal"):
+        r = gp.optimize(model, input_shapes={"input": [1, 3, 224, 224]}, options={"propagate_layout": {"mode": mode}},
+                        disable=["eliminate_transdata"])
+        res[mode] = (len(_tds(r.graph)), r.report.cost_after_us)
+    assert res["optimal"][0] < res["greedy"][0] and res["optimal"][1] < res["greedy"][1]
