@@ -82,6 +82,8 @@ class FormatOracle:
             info = model.ops.lookup(node.op, node.domain)
             if model._folded_by_ge(node, info, self.const):
                 self.const.update(id(t) for t in node.outputs)
+        self._roles: dict[tuple, NodeRole] = {}
+        self._td: dict[tuple, float] = {}
 
     # -- tensors ---------------------------------------------------------------------------
 
@@ -132,6 +134,21 @@ class FormatOracle:
         return ann if ann in ("AICORE", "AICPU", "HOST") else engine
 
     def role(self, node: gs.Node) -> NodeRole:
+        """The node's :class:`NodeRole` (memoized per op, attributes, shapes, dtypes, constness)."""
+        try:
+            key = (node.op, node.domain, A.get_engine(node),
+                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype, self.is_runtime(t))
+                         for t in node.inputs),
+                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs),
+                   tuple(sorted((k, str(v)) for k, v in node.attrs.items())))
+            hit = self._roles.get(key)
+        except TypeError:  # an unhashable attribute (a subgraph, a tensor)
+            return self._role(node)
+        if hit is None:
+            hit = self._roles[key] = self._role(node)
+        return dataclasses.replace(hit, ins=list(hit.ins), outs=list(hit.outs), ins5=list(hit.ins5), outs5=list(hit.outs5))
+
+    def _role(self, node: gs.Node) -> NodeRole:
         model = self.model
         info = model.ops.lookup(node.op, node.domain)
         label = info.ascend if info is not None else node.op
@@ -216,7 +233,11 @@ class FormatOracle:
         """Estimate of one explicit ``TransData(src -> dst)`` of ``t``: what the estimate charges it."""
         if plain(src) == plain(dst):
             return 0.0
-        return self.model._transdata_us(t, src, dst, self.cx)
+        key = (tuple(self.shape(t)), t.dtype, src, dst)
+        hit = self._td.get(key)
+        if hit is None:
+            hit = self._td[key] = self.model._transdata_us(t, src, dst, self.cx)
+        return hit
 
 
 def implicit_summary(report: Any) -> dict[str, Any]:

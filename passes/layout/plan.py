@@ -69,8 +69,8 @@ def _signature(node: gs.Node, role) -> tuple | None:
     """What a node's cost depends on: op, formats, shapes, dtypes, attributes (None: not hashable)."""
     try:
         key = (node.op, node.domain, tuple(role.ins), tuple(role.ins5), tuple(role.outs5),
-               tuple((tuple(t.shape) if t.shape is not None else None, str(t.dtype)) for t in node.inputs),
-               tuple((tuple(t.shape) if t.shape is not None else None, str(t.dtype)) for t in node.outputs),
+               tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.inputs),
+               tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs),
                tuple(sorted((k, str(v)) for k, v in node.attrs.items())))
         hash(key)
         return key

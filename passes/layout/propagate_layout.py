@@ -6,8 +6,8 @@ of 5HD -> 4D -> Concat -> 5HD -> 4D TransData, and an op fed one 4D and one 5HD 
 to the wrong one. This pass chooses instead, for every format-agnostic node, ND or NC1HWC0 so
 that the cost model's total — TransData kernels + the node's own cost in that format (16-lane
 padding inflation, the repacking kernel of a Concat/Split of unaligned C) — is minimal. The
-two-format problem is solved exactly as a minimum cut (``solver.py``; proved against brute
-force in the tests); fixed-format ops (Conv: NC1HWC0, MatMul: FRACTAL_NZ, ND islands such as
+two-format problem is solved exactly (``solver.py``: a minimum cut, or variable elimination
+on the long thin regions residual networks make; both checked against brute force in the tests); fixed-format ops (Conv: NC1HWC0, MatMul: FRACTAL_NZ, ND islands such as
 Reshape/Transpose/Gather, graph inputs and outputs: ND) are the terminals. More formats for
 agnostic ops (FRACTAL_NZ around MatMul) are not chosen: such a region stays ND and pays a
 TransData at the MatMul, which the report lists.

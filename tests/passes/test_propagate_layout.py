@@ -133,18 +133,19 @@ def random_layout_model(seed: int, max_choice: int = 12):
 
 # -- the solver --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("force_cut", [False, True])
-def test_solver_matches_brute_force_on_random_energies(force_cut, monkeypatch):
-    if force_cut:
+@pytest.mark.parametrize("path", ["default", "elimination", "cut", "elimination-falls-back-to-cut"])
+def test_solver_matches_brute_force_on_random_energies(path, monkeypatch):
+    if path != "default":  # every component through the chosen path, however small
         monkeypatch.setattr(solver, "BRUTE_FORCE_MAX", 0)
+    monkeypatch.setattr(solver, "MAX_WIDTH", {"cut": 0, "elimination-falls-back-to-cut": 2}.get(path, 12))
     rng = random.Random(7)
     for _ in range(300):
         n = rng.randint(1, 12)
         e = solver.Energy()
         for _ in range(n):
             e.add_var(rng.uniform(0, 5), rng.uniform(0, 5))
-        for _ in range(rng.randint(0, 3 * n)):
-            e.add_any(rng.randint(0, 1), rng.uniform(0, 10), rng.sample(range(n), rng.randint(1, min(4, n))))
+        for _ in range(rng.randint(0, 3 * n)):  # up to 7 variables: wide terms get an auxiliary variable
+            e.add_any(rng.randint(0, 1), rng.uniform(0, 10), rng.sample(range(n), rng.randint(1, min(7, n))))
         x = solver.solve(e)
         _, best = solver.brute_force(e)
         assert e.value(x) == pytest.approx(best, abs=1e-5)
