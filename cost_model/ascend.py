@@ -136,6 +136,7 @@ class _Ctx:
         self.nodes: list[dict[str, Any]] = []
         self.explicit_transdata = 0
         self.transdata_us = 0.0
+        self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
@@ -199,6 +200,12 @@ class AscendCostModel(CostModel):
         with gc_frozen():  # the per-node records would otherwise make the GC rescan a big graph
             return self._estimate(graph, **kwargs)
 
+    def node_costs(self, graph: gs.Graph, **kwargs: Any) -> tuple[dict[str, float], CostReport]:
+        """Estimate of every node (subgraphs included), keyed by its first output's name."""
+        with gc_frozen():
+            report = self._estimate(graph, _costs_out=(out := {}), **kwargs)
+        return out, report
+
     def placement(self, graph: gs.Graph, **kwargs: Any) -> tuple[dict[int, tuple[str, str]], CostReport]:
         """Engine of every node (by id, subgraphs included) with the reason when it is not AI Core."""
         with gc_frozen():
@@ -213,6 +220,7 @@ class AscendCostModel(CostModel):
         loop_trips: int = 1,
         input_shapes: dict[str, list[int]] | None = None,
         _engines_out: dict | None = None,
+        _costs_out: dict | None = None,
         **_: Any,
     ) -> CostReport:
         mode = precision_mode or self.profile.default_precision_mode
@@ -221,6 +229,7 @@ class AscendCostModel(CostModel):
         if iterations_per_loop < 1:
             raise UsageError(f"iterations_per_loop must be at least 1, got {iterations_per_loop}")
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
+        cx.costs_out = _costs_out
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
             _engines_out.update(cx.engines)
@@ -407,6 +416,8 @@ class AscendCostModel(CostModel):
             rec["formats_in"] = in_fmts
             rec["formats_out"] = out_fmts
             cx.nodes.append(rec)
+            if cx.costs_out is not None and node.outputs:
+                cx.costs_out[node.outputs[0].name] = rec["us"]
             cx.per_engine[engine] += rec["us"]
             cx.per_op[op_label] += rec["us"]
             if info is not None and info.cost == "transdata":

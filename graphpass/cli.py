@@ -223,6 +223,31 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from graphpass.cost_model import create
+    from graphpass.diff import diff_models, to_html, to_json, to_markdown, to_text
+
+    create(args.target)  # an unknown target fails before the models are read
+    if args.output:
+        from graphpass.ir import model_io
+
+        model_io.check_output_path(args.output)
+    d = diff_models(args.before, args.after, target=args.target, names=(args.before, args.after))
+    if args.format == "json":
+        text = to_json(d) + "\n"
+    elif args.format == "markdown":
+        text = to_markdown(d)
+    elif args.format == "html":
+        text = to_html(d)
+    else:
+        text = to_text(d, color=not args.output and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    if args.output:
+        _write_text_atomic(Path(args.output), text)
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
+    return 1 if args.exit_code and not d.equivalent else 0
+
+
 def cmd_passes(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -547,6 +572,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
     i.add_argument("model")
     i.set_defaults(func=cmd_inspect)
+
+    df = sub.add_parser("diff", parents=[common], help="graph diff for review: text, markdown, json, html")
+    df.add_argument("before")
+    df.add_argument("after")
+    df.add_argument("--format", default="text", choices=["text", "markdown", "json", "html"])
+    df.add_argument("-o", "--output", default=None, help="write the diff here (atomically) instead of stdout")
+    df.add_argument("--exit-code", action="store_true", help="exit 1 when the graphs differ, 0 when equivalent (like git diff)")
+    df.add_argument("--target", default="ascend910a", help="cost model for the deltas ('none': no estimates)")
+    df.set_defaults(func=cmd_diff)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
     v.add_argument("model_a")

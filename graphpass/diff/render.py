@@ -1,0 +1,184 @@
+"""Rendering a GraphDiff: text (terminal), Markdown (a pull-request comment), JSON.
+
+JSON schema ``graphpass.diff/1`` (stable: fields are only ever added):
+
+    {
+      "schema": "graphpass.diff/1",
+      "before": str, "after": str,                  # the two models as given
+      "equivalent": bool,                           # no node, weight, attribute, I/O or opset change
+      "summary": {"nodes": [before, after], "removed": int, "added": int, "matched": int,
+                  "rewired": int, "attribute_changes": int,
+                  "matched_by": {"structure": int, "name": int, "neighbours": int}},
+      "ops": {op: [before, after]},                 # only ops whose count changed
+      "transdata": {"before": int, "after": int,    # explicit graphpass.ascend::TransData nodes
+                    "implicit_before"?, "implicit_after"?, "us_before"?, "us_after"?},
+      "cost": null | {"target", "before_us", "after_us", "note"} | {"target", "skipped"},
+      "rewrites": [{"label": "Reshape×2+Transpose → Gather", "pass": str, "count": int,
+                    "cost_delta_us": float | null,
+                    "sites": [{"removed": [node], "added": [node], "cost_delta_us"?: float}]}],
+      "attribute_changes": [{"node", "op", "attribute", "before", "after"}],
+      "inputs" / "outputs": {"removed": [name], "added": [name],
+                             "changed": [{"name", "before": {"dtype", "shape"}, "after": {...}}]},
+      "weights": {"removed": [name], "added": [name], "changed": [name],
+                  "count": [before, after], "bytes": [before, after]},
+      "opsets": {"before": {domain: version}, "after": {...}},
+      "subgraphs": [{"node", "op", "attribute", "diff": <the same object, without before/after/cost>}]
+    }
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from graphpass.diff.core import GraphDiff
+
+__all__ = ["to_dict", "to_json", "to_text", "to_markdown", "SCHEMA"]
+
+SCHEMA = "graphpass.diff/1"
+
+
+def to_dict(d: GraphDiff, top: bool = True) -> dict[str, Any]:
+    how: dict[str, int] = {"structure": 0, "name": 0, "neighbours": 0}
+    for h in d.matching.how.values():
+        how[h] = how.get(h, 0) + 1
+    out: dict[str, Any] = {}
+    if top:
+        out["schema"] = SCHEMA
+        out["before"] = d.names.get("before", "")
+        out["after"] = d.names.get("after", "")
+    out["equivalent"] = d.equivalent
+    out["summary"] = {"nodes": [len(d.before.nodes), len(d.after.nodes)], "removed": len(d.removed),
+                      "added": len(d.added), "matched": len(d.matching.a_of_b), "rewired": len(d.rewired),
+                      "attribute_changes": len(d.attribute_changes), "matched_by": how}
+    out["ops"] = {op: list(v) for op, v in d.ops.items()}
+    out["transdata"] = dict(d.transdata)
+    if top:
+        out["cost"] = d.cost
+    out["rewrites"] = [r.to_dict() for r in d.rewrites]
+    out["attribute_changes"] = d.attribute_changes
+    out["inputs"] = d.inputs
+    out["outputs"] = d.outputs
+    out["weights"] = d.weights
+    if top:
+        out["opsets"] = d.opsets
+    out["subgraphs"] = [{"node": s["node"], "op": s["op"], "attribute": s["attribute"], "diff": to_dict(s["diff"], top=False)}
+                        for s in d.subgraphs]
+    return out
+
+
+def to_json(d: GraphDiff) -> str:
+    return json.dumps(to_dict(d), indent=2, ensure_ascii=False, default=str)
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:+,.1f} us"
+
+
+def _summary_lines(d: GraphDiff) -> list[str]:
+    if d.equivalent:
+        return ["no changes"]
+    s = [f"nodes {len(d.before.nodes)} -> {len(d.after.nodes)}: {len(d.removed)} removed, {len(d.added)} added, "
+         f"{len(d.rewired)} rewired, {len(d.attribute_changes)} attribute changes"]
+    td = d.transdata
+    line = f"TransData {td['before']} -> {td['after']} explicit"
+    if "implicit_before" in td:
+        line += (f"; with the cost model's implicit ones {td['before'] + td['implicit_before']} -> "
+                 f"{td['after'] + td['implicit_after']} ({td['us_before']:,.1f} -> {td['us_after']:,.1f} us estimated)")
+    s.append(line)
+    if d.cost and "before_us" in d.cost:
+        s.append(f"estimated cost ({d.cost['target']}, cost model, not measured): {d.cost['before_us']:,.1f} -> "
+                 f"{d.cost['after_us']:,.1f} us ({d.cost['after_us'] - d.cost['before_us']:+,.1f})")
+    elif d.cost and "skipped" in d.cost:
+        s.append(f"estimated cost: {d.cost['skipped']}")
+    w = d.weights
+    if w["removed"] or w["added"] or w["changed"]:
+        s.append(f"weights {w['count'][0]} -> {w['count'][1]} ({w['bytes'][0]:,} -> {w['bytes'][1]:,} bytes): "
+                 f"{len(w['removed'])} removed, {len(w['added'])} added, {len(w['changed'])} changed")
+    if d.opsets and d.opsets["before"] != d.opsets["after"]:
+        s.append(f"opsets {d.opsets['before']} -> {d.opsets['after']}")
+    return s
+
+
+def _io_lines(d: GraphDiff) -> list[str]:
+    out = []
+    for kind, ch in (("input", d.inputs), ("output", d.outputs)):
+        out += [f"graph {kind} removed: {n}" for n in ch["removed"]]
+        out += [f"graph {kind} added: {n}" for n in ch["added"]]
+        for c in ch["changed"]:
+            out.append(f"graph {kind} {c['name']}: {c['before']['dtype']}{c['before']['shape']} -> "
+                       f"{c['after']['dtype']}{c['after']['shape']}")
+    return out
+
+
+def _site(site: dict) -> str:
+    return (site["added"] or site["removed"] or ["?"])[0]
+
+
+def to_text(d: GraphDiff, color: bool = False, max_sites: int = 3) -> str:
+    red, green, bold, end = ("\033[31m", "\033[32m", "\033[1m", "\033[0m") if color else ("", "", "", "")
+    buf = io.StringIO()
+    print(f"{bold}graphpass diff {d.names.get('before', '')} {d.names.get('after', '')}{end}", file=buf)
+    for line in _summary_lines(d):
+        print(line, file=buf)
+    if d.equivalent:
+        return buf.getvalue()
+    for line in _io_lines(d):
+        print(line, file=buf)
+    if d.rewrites:
+        print(f"\n{bold}rewrites{end}", file=buf)
+    for r in d.rewrites:
+        sites = ", ".join(_site(s) for s in r.sites[:max_sites]) + (", ..." if len(r.sites) > max_sites else "")
+        print(f"  {r.label}  [{r.pass_name}]  {len(r.sites)} site{'s' if len(r.sites) > 1 else ''}: {sites}"
+              + (f"  est. {_us(r.cost_delta_us)}" if r.cost_delta_us is not None else ""), file=buf)
+    if d.ops:
+        print(f"\n{bold}ops{end}", file=buf)
+        for op, (a, b) in d.ops.items():
+            col = red if b < a else green
+            print(f"  {col}{op}: {a} -> {b} ({b - a:+d}){end}", file=buf)
+    for c in d.attribute_changes:
+        print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}", file=buf)
+    for s in d.subgraphs:
+        print(f"\n{bold}subgraph {s['node']}.{s['attribute']}{end}", file=buf)
+        sub = to_text(s["diff"], color, max_sites).splitlines()[1:]
+        print("\n".join("  " + line for line in sub), file=buf)
+    return buf.getvalue()
+
+
+def to_markdown(d: GraphDiff, max_inline: int = 15) -> str:
+    lines = [f"### graphpass diff `{d.names.get('before', '')}` → `{d.names.get('after', '')}`", ""]
+    lines += [f"- {x}" for x in _summary_lines(d)]
+    if d.equivalent:
+        return "\n".join(lines) + "\n"
+    lines += [f"- {x}" for x in _io_lines(d)]
+    if d.rewrites:
+        lines += ["", "| rewrite | pass | sites | est. Δ µs |", "|---|---|---:|---:|"]
+        for r in d.rewrites[:max_inline]:
+            lines.append(f"| {r.label} | `{r.pass_name}` | {len(r.sites)} | "
+                         f"{'-' if r.cost_delta_us is None else f'{r.cost_delta_us:+,.1f}'} |")
+        if len(d.rewrites) > max_inline:
+            lines += ["", f"<details><summary>{len(d.rewrites) - max_inline} more rewrites</summary>", "",
+                      "| rewrite | pass | sites | est. Δ µs |", "|---|---|---:|---:|"]
+            for r in d.rewrites[max_inline:]:
+                lines.append(f"| {r.label} | `{r.pass_name}` | {len(r.sites)} | "
+                             f"{'-' if r.cost_delta_us is None else f'{r.cost_delta_us:+,.1f}'} |")
+            lines += ["", "</details>"]
+        lines += ["", "<details><summary>sites of each rewrite</summary>", ""]
+        for r in d.rewrites:
+            lines.append(f"- **{r.label}** (`{r.pass_name}`): " + ", ".join(f"`{_site(s)}`" for s in r.sites))
+        lines += ["", "</details>"]
+    if d.ops:
+        lines += ["", "<details><summary>op counts that changed</summary>", "", "| op | before | after |", "|---|---:|---:|"]
+        lines += [f"| {op} | {a} | {b} |" for op, (a, b) in d.ops.items()]
+        lines += ["", "</details>"]
+    if d.attribute_changes:
+        lines += ["", "<details><summary>attribute changes</summary>", "", "| node | op | attribute | before | after |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| `{c['node']}` | {c['op']} | {c['attribute']} | `{c['before']}` | `{c['after']}` |" for c in d.attribute_changes]
+        lines += ["", "</details>"]
+    for s in d.subgraphs:
+        lines += ["", f"<details><summary>subgraph {s['node']}.{s['attribute']}</summary>", "",
+                  to_markdown(s["diff"], max_inline).split("\n", 2)[-1], "</details>"]
+    lines.append("")
+    return "\n".join(lines)
