@@ -1,4 +1,8 @@
-"""Every ONNX node conformance case (and every light model) through the default pipeline.
+"""Every ONNX node conformance case and every light model through the default pipeline.
+
+The default pipeline is every default pass (layout included) with the ascend910a cost model;
+a light model is run on the input onnx's backend runner uses (arange(n)/n) against the output
+shipped beside it, in the device and the portable form.
 
     python benchmarks/conformance.py            # all ~1,900 cases, summary by status and op
     python benchmarks/conformance.py --failures # also list each failing or crashing case
@@ -17,13 +21,14 @@ import warnings
 
 from onnx.backend.test.case.node import collect_testcases
 
-from graphpass.conformance import run_case
+from graphpass.conformance import light_models, run_case, run_light_model
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--failures", action="store_true", help="list failing and crashing cases")
     ap.add_argument("--filter", default="", help="only cases whose name contains this")
+    ap.add_argument("--no-models", action="store_true", help="skip the light models (node cases only)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -32,10 +37,12 @@ def main(argv=None) -> int:
     cases = [c for c in collect_testcases(None) if args.filter in c.name]
     t0 = time.perf_counter()
     outcomes = [run_case(c) for c in cases]
-    seconds = time.perf_counter() - t0
+    if not args.no_models:
+        outcomes += [run_light_model(p) for p in light_models() if args.filter in p]
     status = collections.Counter(o.status for o in outcomes)
     console = Console(width=140)
-    summary = Table(title=f"{len(cases)} conformance cases in {seconds:.0f} s")
+    seconds = time.perf_counter() - t0
+    summary = Table(title=f"{len(outcomes)} conformance cases and light models in {seconds:.0f} s")
     summary.add_column("status")
     summary.add_column("cases", justify="right")
     for k, v in status.most_common():

@@ -16,7 +16,7 @@ import graphpass as gp
 from graphpass import verify as V
 from graphpass.errors import BadModelError, GraphpassError
 
-__all__ = ["CaseOutcome", "run_case"]
+__all__ = ["CaseOutcome", "run_case", "run_light_model", "light_models"]
 
 
 @dataclasses.dataclass
@@ -100,3 +100,58 @@ def run_case(case, pipeline: str | None = None, rtol: float | None = None, atol:
             return CaseOutcome(case.name, op, "fail", diff)
         return CaseOutcome(case.name, op, "pass")
     return CaseOutcome(case.name, op, "pass", "no data sets")
+
+
+def light_models() -> list[str]:
+    """Paths of the model-zoo architectures onnx ships (``onnx/backend/test/data/light``)."""
+    from pathlib import Path
+
+    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    return sorted(str(p) for p in folder.glob("light_*.onnx"))
+
+
+def _dummy_input(vi: onnx.ValueInfoProto) -> np.ndarray:
+    """The input onnx's backend test runner feeds a light model: arange(n) / n (runner.generate_dummy_data)."""
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+def run_light_model(path: str, pipeline: str | None = None, rtol: float = 1e-3, atol: float = 1e-5) -> CaseOutcome:
+    """A light model against the expected output shipped beside it, before and after optimizing."""
+    from pathlib import Path
+
+    name = Path(path).stem
+    model = onnx.load(path)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [_dummy_input(vi) for vi in model.graph.input if vi.name not in inits]
+    expected = []
+    for i in range(len(model.graph.output)):
+        pb = Path(path).with_name(f"{name}_output_{i}.pb")
+        if not pb.exists():
+            return CaseOutcome(name, "model", "ort-fails-original", f"no expected output {pb.name}")
+        t = onnx.TensorProto()
+        t.ParseFromString(pb.read_bytes())
+        expected.append(onnx.numpy_helper.to_array(t))
+    try:
+        got = _run(model, inputs)
+    except Exception as e:  # noqa: BLE001
+        return CaseOutcome(name, "model", "ort-fails-original", str(e).splitlines()[0] if str(e) else "")
+    if _matches(expected, got, rtol, atol):
+        return CaseOutcome(name, "model", "ort-fails-original", "onnxruntime does not reproduce the expected outputs")
+    try:
+        result = gp.optimize(model, pipeline=pipeline)
+        forms = [gp.to_proto(result.graph), gp.to_proto(result.graph, emit="portable")]
+    except GraphpassError as e:
+        return CaseOutcome(name, "model", "crash", str(e))
+    except Exception as e:  # noqa: BLE001
+        return CaseOutcome(name, "model", "crash", f"{type(e).__name__}: {e}")
+    for form, optimized in zip(("device", "portable"), forms):
+        try:
+            got2 = _run(optimized, inputs)
+        except Exception as e:  # noqa: BLE001
+            return CaseOutcome(name, "model", "fail", f"{form} form does not run: {str(e).splitlines()[0]}")
+        diff = _matches(expected, got2, rtol, atol)
+        if diff:
+            return CaseOutcome(name, "model", "fail", f"{form} form: {diff}")
+    return CaseOutcome(name, "model", "pass")

@@ -54,8 +54,13 @@ PLACEMENT = (
     "place_and_sink",
 )
 
+#: Hardware-neutral: cleanup plus the fusions whose result is standard ONNX any runtime runs
+#: (no device op, no Ascend cost decision). What benchmarks/peers.py compares with onnxsim & co.
+NEUTRAL = CLEANUP + ("fold_pad", "merge_concats", "fold_batchnorm", "fuse_conv_bias", "fuse_matmul_add")
+
 PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,
+    "neutral": NEUTRAL,
     "lowering": LOWERING,
     "fusion": FUSION,
     "layout": LAYOUT,

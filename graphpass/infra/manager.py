@@ -32,10 +32,10 @@ __all__ = ["PassRecord", "PassManager", "CONTRACT_CHECK_MAX_NODES"]
 
 #: Above this many nodes the per-pass fingerprint (the ``modified`` honesty check) is skipped
 #: unless ``PassContext.check_contract`` is set explicitly: it is a development aid.
-CONTRACT_CHECK_MAX_NODES = 20_000
+CONTRACT_CHECK_MAX_NODES = 5_000
 
 #: Up to this many nodes every pass application is estimated (else only the scored ones).
-ESTIMATE_EACH_MAX_NODES = 20_000
+ESTIMATE_EACH_MAX_NODES = 5_000
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,7 @@ class PassManager:
         if ctx.verify_each:
             feeds, ref = self._reference(graph)
         history: list[str] = []
+        snapshot = None
         cost = self._estimate(graph, keep=True)
         self.initial_cost = cost
         stale = False
@@ -156,7 +157,9 @@ class PassManager:
                 # every application is estimated on graphs up to ESTIMATE_EACH_MAX_NODES; above,
                 # only the ones the cost model may veto (an estimate of 100k nodes takes ~2 s)
                 estimate_after = cost is not None and (scored or nodes_before <= ESTIMATE_EACH_MAX_NODES)
-                snapshot = model_io.to_proto(graph) if cost is not None and scored else None
+                # the snapshot to roll back to stays valid until a pass changes the graph
+                if cost is not None and scored and snapshot is None:
+                    snapshot = model_io.to_proto(graph)
                 t0 = time.perf_counter()
                 try:
                     result = p.apply(graph, ctx)
@@ -183,15 +186,17 @@ class PassManager:
                 if result.modified:
                     new_cost = self._estimate(graph) if estimate_after else None
                     rec.cost_after_us = new_cost
-                    if snapshot is not None and new_cost is not None and cost is not None and new_cost > cost * (1 + 1e-9) + 1e-9:
+                    if scored and snapshot is not None and new_cost is not None and cost is not None and new_cost > cost * (1 + 1e-9) + 1e-9:
                         restored = model_io.from_proto(snapshot, shape_inference=False)
                         _replace_graph(graph, restored)
                         rec.rolled_back = True
                         rec.modified = False
                         rec.nodes_after = nodes_now = count_nodes(graph)
                         rec.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
+                        snapshot = None  # from_proto may have consumed it
                         log.info("%s %s", p.name, rec.note)
                     else:
+                        snapshot = None  # the graph changed: the next scored pass needs a new one
                         applied += 1
                         rec.application = applied
                         if new_cost is not None:

@@ -3,10 +3,14 @@
     x -> Identity -> y -> consumers              =>  x -> consumers
     producer -> x -> Identity -> y (graph output) =>  producer -> y         (x renamed away)
     x -> Dropout(inference, mask unused) -> y    =>  as Identity
+    x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0     =>  as Identity (neutral elements)
 
 Kept when ``y`` is a graph output and ``x`` cannot take its name: ``x`` is a graph input, another
 graph output, a constant, or comes from an enclosing scope. A Dropout is an identity only in
 inference: no ``training_mode`` input, or a constant false one, and no consumer of its mask.
+A neutral element goes only when the constant does not broadcast ``x`` to a bigger shape and the
+result has ``x``'s dtype (both known); the ops are exact (x * 1 == x bit for bit, NaN included),
+except that ``-0.0 + 0`` is ``+0.0``, which compares equal.
 """
 
 from __future__ import annotations
@@ -19,6 +23,32 @@ from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_onnx_op
 
 __all__ = ["EliminateIdentity"]
+
+
+_NEUTRAL = {"Mul": (1.0, True), "Div": (1.0, False), "Add": (0.0, True), "Sub": (0.0, False)}
+
+
+def _neutral_operand(node: gs.Node) -> gs.Tensor | None:
+    """For ``x op c`` where c is the op's neutral element and changes nothing, ``x``."""
+    unit, commutes = _NEUTRAL[node.op]
+    if len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    y = node.outputs[0]
+    pairs = [(node.inputs[0], node.inputs[1])] + ([(node.inputs[1], node.inputs[0])] if commutes else [])
+    for x, c in pairs:
+        if not isinstance(c, gs.Constant) or isinstance(x, gs.Constant):
+            continue
+        values = np.asarray(c.values)
+        if values.size > 4096 or not np.all(values == unit):
+            continue
+        if x.shape is None or y.shape is None or list(x.shape) != list(y.shape) or len(values.shape) > len(x.shape):
+            continue
+        if not all(isinstance(d, (int, np.integer)) for d in x.shape):
+            continue
+        if x.dtype is None or y.dtype is None or np.dtype(x.dtype) != np.dtype(y.dtype) or values.dtype != np.dtype(x.dtype):
+            continue
+        return x
+    return None
 
 
 def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
@@ -36,32 +66,38 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
 
 @register
 class EliminateIdentity(Pass):
-    """Removes Identity nodes and inference-mode Dropout.
+    """Removes Identity nodes, inference-mode Dropout and neutral-element arithmetic (x * 1, x + 0, ...).
 
     Cases:
       1. ``y`` is an internal tensor: its consumers read ``x``;
       2. ``y`` is a graph output and ``x`` is a local intermediate: ``x``'s producer writes ``y``;
-      3. Dropout in inference mode with an unused mask: treated as case 1/2.
+      3. Dropout in inference mode with an unused mask: treated as case 1/2;
+      4. Mul/Div by a constant 1, Add/Sub of a constant 0 that does not broadcast x: as case 1/2.
     """
 
     name = "eliminate_identity"
-    summary = "Remove Identity nodes and inference-mode Dropout."
+    summary = "Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+0, x-0."
     kind = PassKind.CLEANUP
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"identity": 0, "dropout": 0, "kept_at_output": 0}
+        stats = {"identity": 0, "dropout": 0, "neutral": 0, "kept_at_output": 0}
         for g in list(iter_graphs(graph)):
             outs = {id(t) for t in g.outputs}
             ins = {id(t) for t in g.inputs}
             local = {id(n) for n in g.nodes}
             dead = []
             for node in g.nodes:
-                if not is_onnx_op(node, "Identity", "Dropout") or not node.inputs or not node.outputs:
+                neutral = None
+                if is_onnx_op(node, *_NEUTRAL):
+                    neutral = _neutral_operand(node)
+                    if neutral is None:
+                        continue
+                elif not is_onnx_op(node, "Identity", "Dropout") or not node.inputs or not node.outputs:
                     continue
                 if node.op == "Dropout" and not _dropout_is_identity(node, outs):
                     continue
-                x, y = node.inputs[0], node.outputs[0]
+                x, y = (neutral if neutral is not None else node.inputs[0]), node.outputs[0]
                 if id(y) not in outs:
                     replace_uses(y, x)
                 elif (
@@ -80,6 +116,6 @@ class EliminateIdentity(Pass):
                     stats["kept_at_output"] += 1
                     continue
                 dead.append(node)
-                stats["identity" if node.op == "Identity" else "dropout"] += 1
+                stats["identity" if node.op == "Identity" else "dropout" if node.op == "Dropout" else "neutral"] += 1
             remove_nodes(g, dead)
-        return PassResult(bool(stats["identity"] or stats["dropout"]), stats)
+        return PassResult(bool(stats["identity"] or stats["dropout"] or stats["neutral"]), stats)

@@ -107,10 +107,13 @@ class MergeConcats(RulePass):
                         continue
                     # case 1: splice same-axis Concat inputs
                     new_inputs, changed = [], False
-                    for t in node.inputs:
+                    # decide before splicing: splicing one input changes the reader counts of others
+                    # (Concat(Concat(a, t), t) must not splice the second t once the first is gone)
+                    sole = [single_reader(t, g) for t in node.inputs]
+                    for t, only in zip(list(node.inputs), sole):
                         p = t.inputs[0] if len(t.inputs) == 1 else None
                         if (p is not None and p.op == "Concat" and id(p) in local and id(p) not in dead_ids and axis is not None
-                                and _axis(p, _rank(p.outputs[0])) == axis and single_reader(t, g)):
+                                and _axis(p, _rank(p.outputs[0])) == axis and only):
                             new_inputs.extend(p.inputs)
                             p.inputs.clear()
                             p.outputs.clear()

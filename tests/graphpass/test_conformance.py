@@ -40,3 +40,12 @@ def test_optional_and_type_proto_attributes_survive(name):
     """gs cannot export optional types or TYPE_PROTO attributes; the IR layer restores them."""
     outcome = run_case(_BY_NAME[name])
     assert outcome.status == "pass", outcome.detail
+
+
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_shufflenet"])
+def test_light_model_reproduces_its_shipped_output_after_optimizing(name):
+    from graphpass.conformance import light_models, run_light_model
+
+    path = next(p for p in light_models() if p.endswith(f"{name}.onnx"))
+    outcome = run_light_model(path)
+    assert outcome.status == "pass", outcome.detail

@@ -58,3 +58,27 @@ def test_dropout_with_used_mask_is_kept():
                        {"d": [3], "mask": (TensorProto.BOOL, [3])}, opset=13)
     graph = gp.load(model)
     assert not eliminate_identity(graph).modified
+
+
+def test_neutral_elements_are_removed():
+    inits = {"one": np.ones((1, 3, 1), np.float32), "zero": np.zeros((), np.float32), "one_s": np.array(1.0, np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "one"], ["a"]),
+             helper.make_node("Add", ["zero", "a"], ["b"]), helper.make_node("Div", ["b", "one_s"], ["c"]),
+             helper.make_node("Sub", ["c", "zero"], ["y"])]
+    model = make_model(nodes, {"x": [2, 3, 4]}, {"y": [2, 3, 4]}, initializers=inits)
+    graph = gp.load(model)
+    res = eliminate_identity(graph)
+    assert res.stats["neutral"] == 4 and ops(graph) == ["Relu"]
+    assert graph.nodes[0].outputs[0].name == "y"
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_neutral_element_that_broadcasts_or_is_not_neutral_is_kept():
+    inits = {"one": np.ones((2, 3, 4), np.float32), "two": np.full((), 2.0, np.float32), "zero": np.zeros((), np.float32)}
+    nodes = [helper.make_node("Mul", ["x", "one"], ["a"]),      # broadcasts x [3, 4] to [2, 3, 4]
+             helper.make_node("Mul", ["a", "two"], ["b"]),      # not a neutral element
+             helper.make_node("Sub", ["zero", "b"], ["y"])]     # 0 - b is a negation
+    model = make_model(nodes, {"x": [3, 4]}, {"y": [2, 3, 4]}, initializers=inits)
+    graph = gp.load(model)
+    assert not eliminate_identity(graph).modified
+    assert ops(graph) == ["Mul", "Mul", "Sub"]

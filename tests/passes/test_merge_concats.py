@@ -46,3 +46,19 @@ def test_slice_chain_is_composed():
     assert merge_concats(graph).stats["slices_composed"] == 1
     assert ops(graph) == ["Slice"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_inner_concat_read_twice_by_the_chain_is_kept():
+    """Found by the fuzzer (benchmarks/fuzz.py): Concat(Concat(a, t), t) with t = Concat(x, x).
+    Splicing the first input used to make t look single-reader and splice it too, leaving the
+    second reference dangling."""
+    model = make_model([helper.make_node("Concat", ["x", "x"], ["t"], axis=1),
+                        helper.make_node("Concat", ["a", "t"], ["u"], axis=1),
+                        helper.make_node("Concat", ["u", "t"], ["y"], axis=1)],
+                       {"x": [1, 2, 3], "a": [1, 1, 3]}, {"y": [1, 9, 3]})
+    graph = gp.load(model)
+    assert merge_concats(graph).stats["concats_merged"] == 1
+    assert sorted(ops(graph)) == ["Concat", "Concat"]
+    final = next(n for n in graph.nodes if n.outputs[0].name == "y")
+    assert [t.name for t in final.inputs] == ["a", "t", "t"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

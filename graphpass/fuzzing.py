@@ -1,0 +1,217 @@
+"""Random models for property-based testing (hypothesis), and the property they must keep.
+
+:func:`models` is a hypothesis strategy for random DAGs of Conv, BatchNormalization,
+activations, elementwise ops with broadcasting (per-channel and scalar constants, tensor +
+tensor), Reshape, Transpose, C-axis Concat and Split, Gather, MatMul(+Add), TopK, pooling,
+reductions and Loop (with a loop-invariant subexpression in its body), over random shapes and
+channel counts aligned and unaligned to 16. :func:`check` is the property: the default pipeline
+(every default pass, layout included, target ascend910a) leaves a model that passes the full
+ONNX checker and computes the same outputs in onnxruntime, in the device and the portable form.
+
+Used by ``tests/graphpass/test_fuzz.py`` (CI: 300 examples) and ``benchmarks/fuzz.py``
+(10,000 examples, minimized reproducers saved to disk). Needs hypothesis (a test extra).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["models", "check", "OPS"]
+
+OPS = ("conv", "bn", "act", "bias", "scalar", "binary", "reshape", "transpose", "concat", "split", "gather",
+       "matmul", "topk", "pool", "reduce", "loop")
+_CHANNELS = (3, 8, 16, 24, 32, 58)
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+def models():
+    """The hypothesis strategy (imported lazily so graphpass itself does not need hypothesis)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def build(draw) -> onnx.ModelProto:
+        rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+        n = draw(st.sampled_from([1, 2]))
+        c = draw(st.sampled_from(_CHANNELS))
+        hw = draw(st.sampled_from([4, 6, 8]))
+        nodes, inits = [], []
+        pool: list[tuple[str, tuple[int, ...]]] = [("x", (n, c, hw, hw))]
+        counter = [0]
+
+        def name(p: str) -> str:
+            counter[0] += 1
+            return f"{p}{counter[0]}"
+
+        def const(arr) -> str:
+            k = name("w")
+            inits.append(numpy_helper.from_array(np.asarray(arr), k))
+            return k
+
+        def pick4() -> tuple[str, tuple[int, ...]]:
+            four = [p for p in pool if len(p[1]) == 4]
+            return four[draw(st.integers(0, len(four) - 1))] if len(four) < 3 else \
+                four[len(four) - 1 - draw(st.integers(0, 2))]
+
+        steps = draw(st.integers(1, 14))
+        for _ in range(steps):
+            op = draw(st.sampled_from(OPS))
+            t, s = pick4()
+            y = name("t")
+            if op == "conv":
+                k = draw(st.sampled_from([1, 3]))
+                depthwise = draw(st.booleans()) and k == 3
+                cout = s[1] if depthwise else draw(st.sampled_from(_CHANNELS))
+                group = s[1] if depthwise else 1
+                w = const(_f32(rng.standard_normal((cout, s[1] // group, k, k)) * 0.3))
+                ins = [t, w] + ([const(_f32(rng.standard_normal(cout) * 0.1))] if draw(st.booleans()) else [])
+                nodes.append(helper.make_node("Conv", ins, [y], kernel_shape=[k, k], pads=[k // 2] * 4, group=group))
+                pool.append((y, (s[0], cout, s[2], s[3])))
+            elif op == "bn":
+                ch = s[1]
+                ps = [const(_f32(rng.uniform(0.5, 1.5, ch))), const(_f32(rng.standard_normal(ch) * 0.1)),
+                      const(_f32(rng.standard_normal(ch) * 0.1)), const(_f32(rng.uniform(0.5, 1.5, ch)))]
+                nodes.append(helper.make_node("BatchNormalization", [t] + ps, [y], epsilon=1e-5))
+                pool.append((y, s))
+            elif op == "act":
+                kind = draw(st.sampled_from(["Relu", "Sigmoid", "LeakyRelu", "Clip", "HardSwish", "Tanh"]))
+                if kind == "Clip":
+                    nodes.append(helper.make_node("Clip", [t, const(_f32(0.0)), const(_f32(6.0))], [y]))
+                elif kind == "LeakyRelu":
+                    nodes.append(helper.make_node("LeakyRelu", [t], [y], alpha=0.1))
+                else:
+                    nodes.append(helper.make_node(kind, [t], [y]))
+                pool.append((y, s))
+            elif op in ("bias", "scalar"):
+                shape = (s[1], 1, 1) if op == "bias" else ()
+                kind = draw(st.sampled_from(["Add", "Mul", "Sub"]))
+                c_ = const(_f32(rng.uniform(0.5, 1.5, shape)))
+                ins = [t, c_] if draw(st.booleans()) else [c_, t]
+                nodes.append(helper.make_node(kind, ins, [y]))
+                pool.append((y, s))
+            elif op == "binary":
+                same = [p for p in pool if p[1] == s]
+                u = same[draw(st.integers(0, len(same) - 1))][0]
+                nodes.append(helper.make_node(draw(st.sampled_from(["Add", "Mul", "Max"])), [t, u], [y]))
+                pool.append((y, s))
+            elif op == "reshape":
+                mid = name("r")
+                nodes += [helper.make_node("Reshape", [t, const(np.array([s[0], s[1], -1], np.int64))], [mid]),
+                          helper.make_node("Reshape", [mid, const(np.array(s, np.int64))], [y])]
+                pool.append((y, s))
+            elif op == "transpose":
+                perm = list(draw(st.permutations([0, 1, 2, 3])))
+                mid = name("p")
+                nodes.append(helper.make_node("Transpose", [t], [mid], perm=perm))
+                inverse = list(np.argsort(perm))
+                nodes.append(helper.make_node("Transpose", [mid], [y], perm=inverse))
+                pool.append((y, s))
+            elif op == "concat":
+                same = [p for p in pool if len(p[1]) == 4 and p[1][0] == s[0] and p[1][2:] == s[2:]]
+                u, su = same[draw(st.integers(0, len(same) - 1))]
+                nodes.append(helper.make_node("Concat", [t, u], [y], axis=1))
+                pool.append((y, (s[0], s[1] + su[1], s[2], s[3])))
+            elif op == "split":
+                if s[1] < 2:
+                    continue
+                a = draw(st.integers(1, s[1] - 1))
+                y2 = name("t")
+                nodes.append(helper.make_node("Split", [t, const(np.array([a, s[1] - a], np.int64))], [y, y2], axis=1))
+                pool += [(y, (s[0], a, s[2], s[3])), (y2, (s[0], s[1] - a, s[2], s[3]))]
+            elif op == "gather":
+                idx = rng.permutation(s[1]).astype(np.int64)
+                nodes.append(helper.make_node("Gather", [t, const(idx)], [y], axis=1))
+                pool.append((y, s))
+            elif op == "matmul":
+                flat = name("f")
+                k = s[1] * s[2] * s[3]
+                m_ = draw(st.sampled_from([4, 10, 16]))
+                nodes += [helper.make_node("Flatten", [t], [flat], axis=1),
+                          helper.make_node("MatMul", [flat, const(_f32(rng.standard_normal((k, m_)) * 0.1))], [name("m")])]
+                mm = nodes[-1].output[0]
+                nodes.append(helper.make_node("Add", [mm, const(_f32(rng.standard_normal(m_) * 0.1))], [y]))
+                pool.append((y, (s[0], m_)))
+            elif op == "topk":
+                k = draw(st.integers(1, s[3]))
+                nodes.append(helper.make_node("TopK", [t, const(np.array([k], np.int64))], [y, name("i")], axis=-1))
+                pool.append((y, (s[0], s[1], s[2], k)))
+            elif op == "pool":
+                kind = draw(st.sampled_from(["MaxPool", "AveragePool", "GlobalAveragePool"]))
+                if kind != "GlobalAveragePool" and min(s[2], s[3]) < 2:
+                    kind = "GlobalAveragePool"
+                if kind == "GlobalAveragePool":
+                    nodes.append(helper.make_node(kind, [t], [y]))
+                    pool.append((y, (s[0], s[1], 1, 1)))
+                else:
+                    nodes.append(helper.make_node(kind, [t], [y], kernel_shape=[2, 2], strides=[2, 2]))
+                    pool.append((y, (s[0], s[1], s[2] // 2, s[3] // 2)))
+            elif op == "reduce":
+                axis = draw(st.sampled_from([1, 2, 3]))
+                nodes.append(helper.make_node("ReduceMean", [t], [y], axes=[axis], keepdims=1))
+                shape = list(s)
+                shape[axis] = 1
+                pool.append((y, tuple(shape)))
+            elif op == "loop":
+                trips = draw(st.integers(1, 3))
+                scale = const(_f32(rng.uniform(0.5, 1.0, (1,))))
+                body = helper.make_graph(
+                    [helper.make_node("Mul", [scale, scale], ["inv"]),  # loop-invariant
+                     helper.make_node("Mul", ["v_in", "inv"], ["m"]),
+                     helper.make_node("Add", ["m", t], ["v_out"]),
+                     helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                    name("body"),
+                    [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                     helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("v_in", TensorProto.FLOAT, list(s))],
+                    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("v_out", TensorProto.FLOAT, list(s))])
+                nodes.append(helper.make_node("Loop", [const(np.array(trips, np.int64)), "", t], [y], body=body))
+                pool.append((y, s))
+        outs = [pool[-1]]
+        if len(pool) > 2 and draw(st.booleans()):
+            extra = pool[draw(st.integers(1, len(pool) - 2))]
+            if extra[0] != outs[0][0]:
+                outs.append(extra)
+        graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(sh)) for o, sh in outs],
+                                  initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return model
+
+    return build()
+
+
+def check(model: onnx.ModelProto, seed: int = 0) -> bool:
+    """The property: optimized (default pipeline), both output forms pass the full checker and
+    give onnxruntime's outputs of the input model. Raises AssertionError with the reason;
+    returns False (nothing checked) when the input itself is invalid or onnxruntime cannot run it."""
+    import graphpass as gp
+    from graphpass import verify as V
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        ref_sess = V.session(model)
+        feeds = V.random_inputs(ref_sess, seed=seed)
+        ref = V.run(ref_sess, feeds)
+    except Exception:  # noqa: BLE001 - not a property of the optimizer
+        return False
+    result = gp.optimize(model)
+    for form in ("device", "portable"):
+        out = gp.to_proto(result.graph, emit=form)
+        try:
+            onnx.checker.check_model(out, full_check=True)
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"{form} form fails the full checker: {str(e).splitlines()[0]}") from e
+        got = V.run(V.session(out), feeds)
+        for k, r in ref.items():
+            g = got[k]
+            assert g.shape == r.shape, f"{form} form: output {k} shape {g.shape} != {r.shape}"
+            scale = max(1.0, float(np.abs(r).max()) if r.size else 1.0)
+            err = float(np.abs(g.astype(np.float64) - r).max()) if r.size else 0.0
+            assert err <= 1e-4 * scale, f"{form} form: output {k} differs by {err:.3g} (scale {scale:.3g})"
+    return True
