@@ -159,7 +159,7 @@ class PassManager:
                 estimate_after = cost is not None and (scored or nodes_before <= ESTIMATE_EACH_MAX_NODES)
                 # the snapshot to roll back to stays valid until a pass changes the graph
                 if cost is not None and scored and snapshot is None:
-                    snapshot = model_io.to_proto(graph)
+                    snapshot = model_io.snapshot(graph)
                 t0 = time.perf_counter()
                 try:
                     result = p.apply(graph, ctx)
@@ -187,7 +187,7 @@ class PassManager:
                     new_cost = self._estimate(graph) if estimate_after else None
                     rec.cost_after_us = new_cost
                     if scored and snapshot is not None and new_cost is not None and cost is not None and new_cost > cost * (1 + 1e-9) + 1e-9:
-                        restored = model_io.from_proto(snapshot, shape_inference=False)
+                        restored = model_io.restore(snapshot)
                         _replace_graph(graph, restored)
                         rec.rolled_back = True
                         rec.modified = False

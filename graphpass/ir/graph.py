@@ -281,6 +281,13 @@ class NameGen:
                 return name
 
 
+def peek_values(tensor: gs.Constant) -> np.ndarray:
+    """A Constant's values without caching them in the tensor (gs's ``values`` keeps a weight
+    read from disk in memory for as long as the tensor lives, even after a rewrite drops it)."""
+    v = tensor._values
+    return v.load() if isinstance(v, gs.ir.tensor.LazyValues) else v
+
+
 def constant_array(tensor: gs.Tensor) -> np.ndarray | None:
     """The value of a gs Constant as a numpy array, or None for a Variable."""
     if isinstance(tensor, gs.Constant):

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
+import numpy as np
 import onnx
 import onnx.version_converter
 import onnx_graphsurgeon as gs
@@ -104,8 +105,11 @@ class gc_frozen:
 # loading
 
 
-def load_proto(source: ModelSource) -> onnx.ModelProto:
+def load_proto(source: ModelSource, lazy_external: bool = False) -> onnx.ModelProto:
     """Read and validate a ModelProto from a path, bytes or a ModelProto; external data loaded.
+
+    ``lazy_external``: leave external data on disk; each external tensor's location becomes the
+    absolute path of its (checked) file, which :func:`load` reads tensor by tensor on demand.
 
     Raises:
         BadModelError: with one line saying what is wrong and where.
@@ -129,7 +133,8 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
             raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
         model = _parse(data, str(path))
         base_dir = path.resolve().parent
-    _load_external_data(model, base_dir, str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>")
+    _load_external_data(model, base_dir, str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>",
+                        lazy=lazy_external)
     validate(model)
     return _upgrade_old_opset(model)
 
@@ -170,7 +175,7 @@ def _external_tensors(model: onnx.ModelProto):
             yield t
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str) -> None:
+def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str, lazy: bool = False) -> None:
     tensors = list(_external_tensors(model))
     if not tensors:
         return
@@ -203,10 +208,61 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: st
                 f"{where}: tensor '{t.name}' reads bytes {offset}..{offset + length} of '{location}', "
                 f"which has only {size}"
             )
+    if lazy:
+        for t in tensors:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = str((base_dir / e.value).resolve())
+        return
     try:
         external_data_helper.load_external_data_for_model(model, str(base_dir))
     except Exception as e:
         raise BadModelError(f"{where}: cannot load external data: {e}") from e
+
+
+class ExternalValues(gs.ir.tensor.LazyValues):
+    """Values of a weight that stays in its external data file until a pass reads it.
+
+    Unlike gs's LazyValues (whose ``onnx.numpy_helper.to_array`` would copy the bytes into the
+    TensorProto for good) each ``load`` reads the tensor's byte range into a fresh array, so a
+    model over 2 GB is never resident as a whole: only the weights a pass changes are.
+    """
+
+    def load(self):
+        info = {e.key: e.value for e in self.tensor.external_data}
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(self.tensor.data_type)
+        except Exception:  # noqa: BLE001 - exotic types: onnx's own loader, on a copy
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf" or dtype.itemsize * int(np.prod(self.shape)) != int(info.get("length", -1)):
+            return np.array(onnx.numpy_helper.to_array(_read_on_disk(self.tensor)))
+        buf = bytearray(int(info["length"]))
+        with open(info["location"], "rb") as f:
+            f.seek(int(info.get("offset", 0) or 0))
+            f.readinto(buf)
+        return np.frombuffer(buf, dtype=dtype.newbyteorder("<")).reshape(self.shape)
+
+
+def _is_on_disk(t: onnx.TensorProto) -> bool:
+    """An external tensor :func:`load_proto` left on disk (its location made absolute)."""
+    if not (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+        return False
+    loc = next((e.value for e in t.external_data if e.key == "location"), "")
+    return os.path.isabs(loc)
+
+
+def _read_on_disk(t: onnx.TensorProto) -> onnx.TensorProto:
+    """``t`` with its bytes read in (a new TensorProto; ``t`` is left as it is)."""
+    info = {e.key: e.value for e in t.external_data}
+    with open(info["location"], "rb") as f:
+        f.seek(int(info.get("offset", 0) or 0))
+        raw = f.read(int(info["length"])) if info.get("length") else f.read()
+    copy = onnx.TensorProto()
+    copy.CopyFrom(t)
+    del copy.external_data[:]
+    copy.data_location = onnx.TensorProto.DEFAULT
+    copy.raw_data = raw
+    return copy
 
 
 def validate(model: onnx.ModelProto) -> None:
@@ -498,7 +554,14 @@ def load(
         input_shapes: fixes graph input dims before shape inference (static-shape specialization).
         shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
     """
-    return from_proto(load_proto(source), input_shapes=input_shapes, shape_inference=shape_inference)
+    graph = from_proto(load_proto(source, lazy_external=True), input_shapes=input_shapes, shape_inference=shape_inference)
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            for t in node.inputs:
+                v = t.__dict__.get("_values") if isinstance(t, gs.Constant) else None
+                if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
+                    t._values = ExternalValues(v.tensor)
+    return graph
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,15 +578,18 @@ def _header(t: onnx.TensorProto) -> onnx.TensorProto:
 
 
 def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
-    """Export with every unloaded weight over 1 KiB as a data-less header.
+    """Export with every weight over 1 KiB as a data-less header.
 
     gs's exporter copies every initializer twice (make_graph, then make_model); for a model of
     a gigabyte that was most of the save time. Instead the exporter sees header-only protos
     (swapped in and back, no bytes copied); the caller puts the real tensors in. Returns the
-    model and the original TensorProto of each weight left out, by name.
+    model and, by name, the original TensorProto (or, for a weight a pass computed, the numpy
+    array) of each weight left out. Weights still on disk (:class:`ExternalValues`) are exported
+    as their external reference; :func:`to_proto` reads them in, :func:`save` copies them over.
     """
-    originals: dict[str, onnx.TensorProto] = {}
+    originals: dict[str, onnx.TensorProto | np.ndarray] = {}
     swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
+    arrays: list[tuple[gs.Constant, np.ndarray]] = []
     seen: set[int] = set()
     for g in iter_graphs(graph):
         for node in g.nodes:
@@ -532,6 +598,15 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     continue
                 seen.add(id(t))
                 values = t._values
+                if (isinstance(values, np.ndarray) and values.nbytes > 1024 and values.dtype.kind in "biuf"
+                        and getattr(t, "export_dtype", None) in (None, values.dtype)):
+                    # a weight a pass computed: the exporter would copy it twice; it gets a header
+                    header = onnx.TensorProto(name=t.name, dims=list(values.shape),
+                                              data_type=onnx.helper.np_dtype_to_tensor_dtype(values.dtype))
+                    arrays.append((t, values))
+                    originals[t.name] = values
+                    t._values = gs.ir.tensor.LazyValues(header)
+                    continue
                 if isinstance(values, gs.ir.tensor.LazyValues) and values.nbytes > 1024:
                     original = values.tensor
                     if original.HasField("data_location") and original.data_location == onnx.TensorProto.EXTERNAL:
@@ -547,6 +622,8 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     finally:
         for values, original in swapped:
             values.tensor = original
+        for t, arr in arrays:
+            t._values = arr
     return model, originals
 
 
@@ -591,13 +668,52 @@ def to_proto(graph: gs.Graph, emit: str = "device") -> onnx.ModelProto:
             bodies); ``"portable"`` inlines them into standard ONNX (see ``device_ops``).
     """
     model, originals = _export(graph, emit)
-    if originals:
-        for g in _graph_protos(model.graph):
-            for init in g.initializer:
-                original = originals.get(init.name)
-                if original is not None:
-                    init.CopyFrom(original)
+    for g in _graph_protos(model.graph):
+        for init in g.initializer:
+            original = originals.get(init.name)
+            if original is not None:
+                init.CopyFrom(_as_proto(init.name, original))
+            elif _is_on_disk(init):
+                init.CopyFrom(_read_on_disk(init))
     return model
+
+
+def snapshot(graph: gs.Graph) -> tuple[onnx.ModelProto, dict]:
+    """A copy of ``graph`` to roll back to, without copying its weights: the structure as a
+    weightless proto, the weights by reference. Passes replace a Constant rather than change
+    its array in place, so the referenced weights are still the old ones at restore time."""
+    return _export(graph, "device")
+
+
+def restore(snap: tuple[onnx.ModelProto, dict]) -> gs.Graph:
+    """The graph :func:`snapshot` saw."""
+    model, originals = snap
+    graph = from_proto(model, shape_inference=False)
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            for t in node.inputs:
+                if not isinstance(t, gs.Constant):
+                    continue
+                original = originals.get(t.name)
+                if isinstance(original, np.ndarray):
+                    t._values = original
+                elif original is not None:
+                    t._values = gs.ir.tensor.LazyValues(original)
+                elif type(t._values) is gs.ir.tensor.LazyValues and _is_on_disk(t._values.tensor):
+                    t._values = ExternalValues(t._values.tensor)
+    return graph
+
+
+def _as_proto(name: str, original: "onnx.TensorProto | np.ndarray") -> onnx.TensorProto:
+    if isinstance(original, np.ndarray):
+        return onnx.numpy_helper.from_array(original, name)
+    return original
+
+
+def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
+    if isinstance(original, np.ndarray):
+        return int(original.nbytes)
+    return _numel(original) * _itemsize(original)
 
 
 def _graph_protos(g: onnx.GraphProto):
@@ -718,8 +834,12 @@ def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = 
     for g in list(_graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
             if init.name in originals and init.name not in main_inits:
-                init.CopyFrom(originals.pop(init.name))
-    payload = sum(_numel(t) * _itemsize(t) for t in originals.values()) + _payload_bytes(model)
+                init.CopyFrom(_as_proto(init.name, originals.pop(init.name)))
+            elif _is_on_disk(init):
+                init.CopyFrom(_read_on_disk(init))
+    on_disk = sum(int(next((e.value for e in t.external_data if e.key == "length"), 0) or 0)
+                  for t in model.graph.initializer if _is_on_disk(t))
+    payload = sum(_nbytes(t) for t in originals.values()) + _payload_bytes(model) + on_disk
     if external_data is None:
         external_data = payload > EXTERNAL_DATA_THRESHOLD
     folder = out.parent if str(out.parent) else Path(".")
@@ -746,21 +866,24 @@ def _itemsize(t: onnx.TensorProto) -> int:
         return 4
 
 
-def _write_streaming(model: onnx.ModelProto, originals: dict[str, onnx.TensorProto], dst: Path) -> None:
-    keep = [i for i in model.graph.initializer if i.name not in originals]
+def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None:
+    disk = [i for i in model.graph.initializer if i.name not in originals and _is_on_disk(i)]
+    keep = [i for i in model.graph.initializer if i.name not in originals and not _is_on_disk(i)]
     del model.graph.initializer[:]
     model.graph.initializer.extend(keep)
+    records = [(name, lambda name=name, o=o: _as_proto(name, o)) for name, o in originals.items()]
+    records += [(t.name, lambda t=t: _read_on_disk(t)) for t in disk]
     with open(dst, "wb") as f:
         f.write(model.SerializeToString())
-        for tensor in originals.values():
-            body = tensor.SerializeToString()
+        for _, make in records:  # one weight in memory at a time
+            body = make().SerializeToString()
             inner = _len_field(_INITIALIZER_FIELD, len(body))
             f.write(_len_field(_GRAPH_FIELD, len(inner) + len(body)))
             f.write(inner)
             f.write(body)
 
 
-def _write_external(model: onnx.ModelProto, originals: dict[str, onnx.TensorProto], folder: Path, name: str) -> None:
+def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name: str) -> None:
     from onnx import numpy_helper
 
     data_name = name + ".data"
@@ -768,8 +891,12 @@ def _write_external(model: onnx.ModelProto, originals: dict[str, onnx.TensorProt
     with open(folder / data_name, "wb") as data:
         for init in model.graph.initializer:
             original = originals.get(init.name)
-            if original is not None:
+            if isinstance(original, np.ndarray):
+                raw = np.ascontiguousarray(original).reshape(-1).view(np.uint8).data  # len() = bytes
+            elif original is not None:
                 raw = original.raw_data if original.HasField("raw_data") else numpy_helper.to_array(original).tobytes()
+            elif _is_on_disk(init):
+                raw = _read_on_disk(init).raw_data
             elif init.ByteSize() > 1024 and (init.HasField("raw_data") or _has_typed_data(init)):
                 raw = init.raw_data if init.HasField("raw_data") else numpy_helper.to_array(init).tobytes()
             else:

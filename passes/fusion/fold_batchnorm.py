@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
+from graphpass.ir.graph import peek_values
 from graphpass.passes.fusion._common import absorb, require_constants, set_bias
 
 __all__ = ["FoldBatchNorm"]
@@ -46,10 +47,10 @@ class _FoldInto(RewriteRule):
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         prod, bn = m.nodes
-        scale, beta, mean, var = (np.asarray(t.values, dtype=np.float64) for t in bn.inputs[1:5])
+        scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
         s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-        w = np.asarray(prod.inputs[1].values, dtype=np.float64)
-        old_b = np.asarray(prod.inputs[2].values, dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
+        w = np.asarray(peek_values(prod.inputs[1]), dtype=np.float64)
+        old_b = np.asarray(peek_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
         new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
         prod.inputs[1] = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w.astype(np.float32))
         set_bias(prod, gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b.astype(np.float32)))
