@@ -34,6 +34,7 @@ FUSION = (
     "fold_pad",
     "merge_concats",
     "fold_batchnorm",
+    "fuse_conv_scale",
     "fuse_conv_bias",
     "fuse_conv_activation",
     "fuse_matmul_add",
@@ -56,7 +57,8 @@ PLACEMENT = (
 
 #: Hardware-neutral: cleanup plus the fusions whose result is standard ONNX any runtime runs
 #: (no device op, no Ascend cost decision). What benchmarks/peers.py compares with onnxsim & co.
-NEUTRAL = CLEANUP + ("fold_pad", "merge_concats", "fold_batchnorm", "fuse_conv_bias", "fuse_matmul_add")
+NEUTRAL = CLEANUP + ("fold_pad", "merge_concats", "fold_batchnorm", "fuse_conv_scale", "fuse_conv_bias",
+                     "fuse_matmul_add")
 
 PIPELINES: dict[str, tuple[str, ...]] = {
     "cleanup": CLEANUP,

@@ -19,7 +19,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
-from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
+from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -40,6 +40,7 @@ merge_concats = MergeConcats.as_function()
 fuse_channel_shuffle = FuseChannelShuffle.as_function()
 fuse_conv_activation = FuseConvActivation.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
+fuse_conv_scale = FuseConvScale.as_function()
 fuse_gather_split = FuseGatherSplit.as_function()
 fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
@@ -48,6 +49,8 @@ propagate_layout = PropagateLayout.as_function()
 eliminate_transdata = EliminateTransData.as_function()
 
 __all__ = [
+    "FuseConvScale",
+    "fuse_conv_scale",
     "PropagateLayout",
     "propagate_layout",
     "EliminateTransData",

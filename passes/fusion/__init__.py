@@ -5,10 +5,11 @@ from graphpass.passes.fusion.fold_pad import FoldPad
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
 from graphpass.passes.fusion.fuse_conv_activation import FuseConvActivation
 from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
+from graphpass.passes.fusion.fuse_conv_scale import FuseConvScale
 from graphpass.passes.fusion.fuse_gather_split import FuseGatherSplit
 from graphpass.passes.fusion.fuse_gelu import FuseGelu
 from graphpass.passes.fusion.fuse_layer_norm import FuseLayerNorm
 from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
 from graphpass.passes.fusion.merge_concats import MergeConcats
 
-__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd"]
+__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd"]

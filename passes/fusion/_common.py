@@ -7,7 +7,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.infra.pass_base import MatchResult
 
-__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb"]
+__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel"]
 
 
 def constant_param(t: gs.Tensor) -> np.ndarray | None:
@@ -50,3 +50,25 @@ def absorb(producer: gs.Node, consumer: gs.Node) -> None:
     out = consumer.outputs[0]
     consumer.outputs.clear()
     producer.outputs[0] = out
+
+
+def per_output_channel(conv: gs.Node, c: gs.Tensor) -> MatchResult:
+    """``c`` is a scalar or one value per output channel of ``conv`` (a Conv: weight dim 0; a
+    BatchNormalization: its scale), laid out to broadcast along the channel axis only:
+    [C] for a 1-D tensor, [C,1,1] or [1,C,1,1] for an NCHW one."""
+    if conv.op == "BatchNormalization":
+        cout, rank_out = conv.inputs[1].shape[0], len(conv.outputs[0].shape or []) or 4
+    else:
+        cout, rank_out = conv.inputs[1].shape[0], len(conv.inputs[1].shape)
+    shape = list(c.shape)
+    numel = int(np.prod(shape)) if shape else 1
+    if numel == 1 and len(shape) <= rank_out:
+        return MatchResult.success()
+    per_channel = numel == cout and (
+        shape == [cout] and rank_out == 2
+        or (len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout and all(d == 1 for d in shape[-(rank_out - 2):])
+            and all(d == 1 for d in shape[: len(shape) - (rank_out - 1)]))
+    )
+    if not per_channel:
+        return MatchResult.fail(f"operand shaped {shape} is not per output channel (C={cout})")
+    return MatchResult.success()

@@ -15,7 +15,8 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
-from graphpass.passes.fusion._common import absorb, other_input, require_constants, set_bias
+from graphpass.ir.graph import peek_values
+from graphpass.passes.fusion._common import absorb, other_input, per_output_channel, require_constants, set_bias
 
 __all__ = ["FuseConvBias"]
 
@@ -23,6 +24,33 @@ __all__ = ["FuseConvBias"]
 def _addend(m: Match) -> gs.Tensor:
     conv, add = m.nodes
     return other_input(add, conv.outputs[0])
+
+
+class _BatchNormAdd(RewriteRule):
+    """BatchNormalization(x, scale, B, mean, var) -> Add(d): B + d."""
+
+    pattern = ("BatchNormalization", "Add")
+    follow = (None,)
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        bn, add = m.nodes
+        if len(bn.outputs) > 1 and any(t.outputs for t in bn.outputs[1:]):
+            return MatchResult.fail("training-mode BatchNormalization (running statistics are read)")
+        d = other_input(add, bn.outputs[0])
+        verdict = require_constants({"addend": d, "B": bn.inputs[2]}, bn, ("B",))
+        if not verdict:
+            return verdict
+        return per_output_channel(bn, d)
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        bn, add = m.nodes
+        c = bn.inputs[1].shape[0]
+        d = np.broadcast_to(np.asarray(peek_values(other_input(add, bn.outputs[0])), np.float32).reshape(-1), (c,))
+        b = np.asarray(peek_values(bn.inputs[2]), np.float32) + d
+        bn.inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b.astype(np.float32))
+        absorb(bn, add)
+        A.mark_created(bn, FuseConvBias.name, replaced=[bn, add])
+        return [add]
 
 
 class _ConvAdd(RewriteRule):
@@ -40,20 +68,7 @@ class _ConvAdd(RewriteRule):
         verdict = require_constants(tensors, conv, exclusive)
         if not verdict:
             return verdict
-        cout = conv.inputs[1].shape[0]
-        shape = list(c.shape)
-        rank_out = len(conv.inputs[1].shape)
-        numel = int(np.prod(shape)) if shape else 1
-        if numel == 1 and len(shape) <= rank_out:
-            return MatchResult.success()
-        per_channel = numel == cout and (
-            shape == [cout] and rank_out == 2
-            or (len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout and all(d == 1 for d in shape[-(rank_out - 2):])
-                and all(d == 1 for d in shape[: len(shape) - (rank_out - 1)]))
-        )
-        if not per_channel:
-            return MatchResult.fail(f"addend shaped {shape} is not per output channel (C={cout})")
-        return MatchResult.success()
+        return per_output_channel(conv, c)
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         conv, add = m.nodes
@@ -73,11 +88,12 @@ class FuseConvBias(RulePass):
     Cases:
       1. Conv without bias -> Add(c): the Conv gets bias c;
       2. Conv with bias b -> Add(c): bias b + c;
-      3. a scalar addend is broadcast over the channels.
+      3. a scalar addend is broadcast over the channels;
+      4. BatchNormalization -> Add(d): the BN's bias plus d.
     """
 
     name = "fuse_conv_bias"
     summary = "Fold a per-channel constant Add after a Conv into the Conv's bias."
     kind = PassKind.FUSION
     ascend_name = "AABiasaddConvFusion"
-    rules = (_ConvAdd(),)
+    rules = (_ConvAdd(), _BatchNormAdd())

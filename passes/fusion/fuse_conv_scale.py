@@ -1,0 +1,101 @@
+"""Conv (or inference BatchNormalization) followed by a per-channel constant Mul: the scale goes
+into the Conv's weights and bias (the BN's scale and bias).
+
+    Conv(x, W[, b]) -> Mul(., s)   =>  Conv(x, W * s[:, None, ...], b * s)
+        s constant, float32, shaped [C], [C,1,1], [1,C,1,1] (per output channel) or a scalar
+
+The "scale" layers of Caffe-converted models (the model zoo's Conv -> Mul -> Add) and
+exporters' unfused affine BN tails. Exact up to float rounding, like BN folding. Mul is
+commutative: the Conv may feed either input. Refused (with the reason) for a non-constant,
+non-float32 or non-per-channel scale, or shared weights or bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.rewrite import Match, RewriteRule, RulePass
+from graphpass.ir import annotations as A
+from graphpass.ir.graph import peek_values
+from graphpass.passes.fusion._common import absorb, other_input, per_output_channel, require_constants, set_bias
+
+__all__ = ["FuseConvScale"]
+
+
+class _BatchNormMul(RewriteRule):
+    """BatchNormalization(x, scale, B, mean, var) -> Mul(s): scale * s and B * s."""
+
+    pattern = ("BatchNormalization", "Mul")
+    follow = (None,)
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        bn, mul = m.nodes
+        if len(bn.outputs) > 1 and any(t.outputs for t in bn.outputs[1:]):
+            return MatchResult.fail("training-mode BatchNormalization (running statistics are read)")
+        s = other_input(mul, bn.outputs[0])
+        verdict = require_constants({"factor": s, "scale": bn.inputs[1], "B": bn.inputs[2]}, bn, ("scale", "B"))
+        if not verdict:
+            return verdict
+        return per_output_channel(bn, s)
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        bn, mul = m.nodes
+        c = bn.inputs[1].shape[0]
+        s = np.broadcast_to(np.asarray(peek_values(other_input(mul, bn.outputs[0])), np.float64).reshape(-1), (c,))
+        for i, label in ((1, "scale"), (2, "bias")):
+            v = np.asarray(peek_values(bn.inputs[i]), np.float64) * s
+            bn.inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), v.astype(np.float32))
+        absorb(bn, mul)
+        A.mark_created(bn, FuseConvScale.name, replaced=[bn, mul])
+        return [mul]
+
+
+class _ConvMul(RewriteRule):
+    pattern = ("Conv", "Mul")
+    follow = (None,)
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        conv, mul = m.nodes
+        s = other_input(mul, conv.outputs[0])
+        tensors = {"scale": s, "weight": conv.inputs[1]}
+        exclusive: tuple[str, ...] = ("weight",)
+        if len(conv.inputs) > 2 and conv.inputs[2].name:
+            tensors["bias"] = conv.inputs[2]
+            exclusive = ("weight", "bias")
+        verdict = require_constants(tensors, conv, exclusive)
+        if not verdict:
+            return verdict
+        return per_output_channel(conv, s)
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        conv, mul = m.nodes
+        w = conv.inputs[1]
+        cout = w.shape[0]
+        s = np.broadcast_to(np.asarray(peek_values(other_input(mul, conv.outputs[0])), np.float64).reshape(-1), (cout,))
+        weights = np.asarray(peek_values(w), np.float64) * s.reshape((cout,) + (1,) * (len(w.shape) - 1))
+        conv.inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights.astype(np.float32))
+        if len(conv.inputs) > 2 and conv.inputs[2].name:
+            bias = np.asarray(peek_values(conv.inputs[2]), np.float64) * s
+            set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias.astype(np.float32)))
+        absorb(conv, mul)
+        A.mark_created(conv, FuseConvScale.name, replaced=[conv, mul])
+        return [mul]
+
+
+@register
+class FuseConvScale(RulePass):
+    """Folds a per-channel constant Mul after a Conv into the Conv's weights (and bias).
+
+    Cases:
+      1. Conv -> Mul(s): weights scaled per output channel;
+      2. Conv with bias b -> Mul(s): bias b * s as well;
+      3. a scalar scale multiplies every channel;
+      4. BatchNormalization -> Mul(s): the BN's scale and bias times s.
+    """
+
+    name = "fuse_conv_scale"
+    summary = "Fold a per-channel constant Mul after a Conv into the Conv's weights and bias."
+    kind = PassKind.FUSION
+    rules = (_ConvMul(), _BatchNormMul())

@@ -1,0 +1,77 @@
+import numpy as np
+import onnx
+from onnx import helper
+
+import graphpass as gp
+from graphpass.infra import PassContext
+from graphpass.passes import fuse_conv_bias, fuse_conv_scale
+from graphpass.testing import assert_equivalent, make_model, ops
+
+RNG = np.random.default_rng(2)
+
+
+def _model(scale, conv_bias=False, mul_first=False, group=1, then_add=False):
+    cin = 6 if group > 1 else 3
+    inits = {"w": RNG.standard_normal((6, cin // group, 3, 3)).astype(np.float32), "s": scale}
+    ins = ["x", "w"] + (["b"] if conv_bias else [])
+    if conv_bias:
+        inits["b"] = RNG.standard_normal(6).astype(np.float32)
+    out = "m" if then_add else "y"
+    nodes = [helper.make_node("Conv", ins, ["conv"], group=group),
+             helper.make_node("Mul", ["s", "conv"] if mul_first else ["conv", "s"], [out])]
+    if then_add:
+        inits["d"] = RNG.standard_normal((1, 6, 1, 1)).astype(np.float32)
+        nodes.append(helper.make_node("Add", ["m", "d"], ["y"]))
+    return make_model(nodes, {"x": [1, cin, 8, 8]}, {"y": [1, 6, 6, 6]}, initializers=inits)
+
+
+def test_per_channel_and_scalar_scales_go_into_the_weights():
+    cases = [RNG.uniform(0.5, 2, (1, 6, 1, 1)), RNG.uniform(0.5, 2, (6, 1, 1)), np.array([0.5])]
+    for scale, conv_bias, mul_first, group in zip(cases, (False, True, False), (False, True, True), (1, 2, 1)):
+        model = _model(scale.astype(np.float32), conv_bias, mul_first, group)
+        graph = gp.load(model)
+        result = fuse_conv_scale(graph)
+        assert result.stats["fired"] == 1 and ops(graph) == ["Conv"]
+        assert graph.nodes[0].outputs[0].name == "y"
+        assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+        onnx.checker.check_model(gp.to_proto(graph), full_check=True)
+
+
+def test_caffe_scale_layer_conv_mul_add_becomes_one_conv():
+    model = _model(RNG.uniform(0.5, 2, (1, 6, 1, 1)).astype(np.float32), then_add=True)
+    graph = gp.load(model)
+    assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
+    assert ops(graph) == ["Conv"]
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_spatial_scale_or_shared_weights_are_refused_with_reason():
+    model = _model(RNG.standard_normal((1, 6, 6, 6)).astype(np.float32))
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_scale(graph, ctx).modified
+    assert "not per output channel" in ctx.explanations[0].reason
+    # the same weight read by a second Conv: scaling it would change the other one
+    w = RNG.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c1"]), helper.make_node("Mul", ["c1", "s"], ["y"]),
+                        helper.make_node("Conv", ["x", "w"], ["z"])], {"x": [1, 3, 8, 8]},
+                       {"y": [1, 6, 6, 6], "z": [1, 6, 6, 6]}, initializers={"w": w, "s": np.float32(2.0)})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_scale(graph, ctx).modified
+    assert "shared" in ctx.explanations[0].reason
+
+
+def test_batchnorm_then_scale_and_shift_fold_into_the_batchnorm():
+    """DenseNet's pre-activation BN -> Mul -> Add (a BN after a Concat cannot fold into a Conv)."""
+    c = 6
+    inits = {"s": RNG.uniform(0.5, 1.5, c).astype(np.float32), "b": RNG.standard_normal(c).astype(np.float32),
+             "m": RNG.standard_normal(c).astype(np.float32), "v": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+             "k": RNG.uniform(0.5, 2, (c, 1, 1)).astype(np.float32), "d": RNG.standard_normal((1, c, 1, 1)).astype(np.float32)}
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]),
+                        helper.make_node("Mul", ["n", "k"], ["p"]), helper.make_node("Add", ["d", "p"], ["r"]),
+                        helper.make_node("Relu", ["r"], ["y"])], {"x": [2, c, 5, 5]}, {"y": [2, c, 5, 5]}, initializers=inits)
+    graph = gp.load(model)
+    assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
+    assert ops(graph) == ["BatchNormalization", "Relu"]
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
