@@ -227,7 +227,7 @@ class FormatOracle:
             chans = [self.shape(t)[1] for t in node.inputs if self.is_runtime(t) and len(self.shape(t)) == 4]
             if any(c % 16 for c in chans):
                 return f"Concat of C={'/'.join(str(c) for c in chans)} inputs cannot stay in 5HD (C not a multiple of 16: repacking kernel)"
-        return f"{self.label(node)} is cheaper in ND here"
+        return f"{self.label(node)} costs less in ND than in NC1HWC0 here (estimate)"
 
     def transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
         """Estimate of one explicit ``TransData(src -> dst)`` of ``t``: what the estimate charges it."""

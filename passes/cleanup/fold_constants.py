@@ -87,6 +87,18 @@ def _has_unresolved_shape(graph: gs.Graph) -> bool:
     return False
 
 
+_RELAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _relayout_of_weight(t: gs.Tensor) -> bool:
+    """``t`` is a weight only re-laid-out (Reshape/Transpose/...) and the weight has no other
+    reader: folding replaces it by a tensor of the same size, so the model does not grow."""
+    p = t.inputs[0] if len(t.inputs) == 1 else None
+    if p is None or p.op not in _RELAYOUT or not p.inputs or not isinstance(p.inputs[0], gs.Constant):
+        return False
+    return len(p.inputs[0].outputs) == 1
+
+
 def _nbytes_known(t: gs.Tensor) -> int | None:
     shape = static_shape(t)
     if shape is None or t.dtype is None:
@@ -128,7 +140,9 @@ class FoldConstants(Pass):
       2. Shape/Size of a tensor whose shape is static become constants (after
          ``specialize_shapes`` this collapses Shape -> Gather -> ... -> Reshape chains);
       3. pure default-domain nodes whose inputs are all constant are evaluated by onnxruntime;
-      4. a boundary result above ``size_limit`` bytes stays computed at run time.
+      4. a boundary result above ``size_limit`` bytes stays computed at run time, unless it is
+         only a weight re-laid-out (Reshape/Transpose/Squeeze/... of a weight nothing else reads:
+         the folded tensor replaces it, the model does not grow).
     Options: ``size_limit`` (bytes), ``max_single_retries``.
     """
 
@@ -214,7 +228,7 @@ class FoldConstants(Pass):
                         continue
                     if any(id(c) not in fold_ids for c in t.outputs):
                         size = _nbytes_known(t)
-                        if size is not None and size > limit:
+                        if size is not None and size > limit and not _relayout_of_weight(t):
                             stats["too_large"] += 1
                             continue
                         if t.dtype is not None and np.dtype(t.dtype).kind in "OSU":
@@ -234,7 +248,7 @@ class FoldConstants(Pass):
                 v = values.get(t.name)
                 if v is None or not isinstance(v, np.ndarray) or v.dtype.kind in "OSU":
                     continue
-                if v.nbytes > limit:
+                if v.nbytes > limit and not _relayout_of_weight(t):
                     stats["too_large"] += 1
                     continue
                 prod = t.inputs[0]
