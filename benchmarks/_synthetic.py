@@ -11,8 +11,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def residual_stack(target_nodes: int, channels: int = 16, hw: int = 8, seed: int = 0) -> onnx.ModelProto:
-    """About ``target_nodes`` nodes of Conv-BN-Relu-Conv-BN-Add-Relu blocks (+ cleanup bait)."""
+def residual_stack(target_nodes: int, channels: int = 16, hw: int = 8, seed: int = 0,
+                   weight_scale: float = 0.1) -> onnx.ModelProto:
+    """About ``target_nodes`` nodes of Conv-BN-Relu-Conv-BN-Add-Relu blocks (+ cleanup bait).
+
+    ``weight_scale``: the convolutions' weight std. The default makes activations grow block by
+    block (fine for timing); a small one (0.01) keeps a deep stack finite for numeric checks."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     per_block = 15
@@ -26,8 +30,8 @@ def residual_stack(target_nodes: int, channels: int = 16, hw: int = 8, seed: int
     x = "input"
     for b in range(blocks):
         p = f"b{b}"
-        w1 = init(f"{p}.w1", (rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32))
-        w2 = init(f"{p}.w2", (rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32))
+        w1 = init(f"{p}.w1", (rng.standard_normal((c, c, 3, 3)) * weight_scale).astype(np.float32))
+        w2 = init(f"{p}.w2", (rng.standard_normal((c, c, 3, 3)) * weight_scale).astype(np.float32))
         bn = [init(f"{p}.bn{k}", v) for k, v in (("s", np.ones(c, np.float32)), ("b", np.zeros(c, np.float32)),
                                                   ("m", np.zeros(c, np.float32)), ("v", np.ones(c, np.float32)))]
         half = init(f"{p}.half", np.array([0.5], np.float32))
