@@ -22,7 +22,7 @@ passes can price; such tensors stay in their origin format).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -239,8 +239,3 @@ class FormatOracle:
             hit = self._td[key] = self.model._transdata_us(t, src, dst, self.cx)
         return hit
 
-
-def implicit_summary(report: Any) -> dict[str, Any]:
-    """TransData count and estimated time of a CostReport (explicit nodes + implicit ones)."""
-    td = report.transdata or {}
-    return {"count": int(td.get("explicit", 0)) + int(td.get("implicit", 0)), "us": float(td.get("us", 0.0))}

@@ -27,7 +27,7 @@ from typing import Any
 import onnx
 
 from graphpass.diff.match import Matching, match
-from graphpass.diff.views import GraphView, NodeView
+from graphpass.diff.views import GraphView
 
 __all__ = ["GraphDiff", "Rewrite", "diff_graphs", "diff_models", "COST_MAX_NODES"]
 
@@ -360,6 +360,3 @@ def diff_models(before, after, target: str = "ascend910a", names: tuple[str, str
                "after": names[1] if names else str(after if not isinstance(after, onnx.ModelProto) else "after")}
     return d
 
-
-def node_label(n: NodeView) -> str:
-    return f"{n.op} {n.label}"
