@@ -305,15 +305,22 @@ def _load(path_or_model, label: str) -> onnx.ModelProto:
 
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model
+    from graphpass.ir import model_io
+
     p = Path(path_or_model)
     try:
-        return onnx.load(str(p), load_external_data=False)
+        model = onnx.load(str(p), load_external_data=False)
     except FileNotFoundError:
         raise BadModelError(f"{label} model '{p}': no such file") from None
     except IsADirectoryError:
         raise BadModelError(f"{label} model '{p}': is a folder, not an ONNX file") from None
     except Exception as e:  # noqa: BLE001 - protobuf raises several types on bad bytes
         raise BadModelError(f"{label} model '{p}': not a readable ONNX model ({type(e).__name__})") from None
+    try:
+        model_io.validate(model)  # the structural checks of graphpass load
+    except BadModelError as e:
+        raise BadModelError(f"{label} model '{p}': {e}") from None
+    return model
 
 
 def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], Any] | None:

@@ -106,7 +106,11 @@ class GraphView:
         for i, n in enumerate(graph.node):
             attrs, subs = {}, {}
             for a in n.attribute:
-                attrs[a.name] = _attr_value(a)
+                name = a.name if isinstance(a.name, str) else bytes(a.name).decode("utf-8", "replace")
+                try:
+                    attrs[name] = _attr_value(a)
+                except Exception:  # noqa: BLE001 - a malformed attribute still compares by its bytes
+                    attrs[name] = ("proto", a.SerializeToString())
                 if a.type == AttributeProto.GRAPH:
                     subs[a.name] = a.g
                 elif a.type == AttributeProto.GRAPHS:

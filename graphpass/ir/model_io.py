@@ -283,7 +283,29 @@ def validate(model: onnx.ModelProto) -> None:
     _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")
 
 
+def _check_names(graph: onnx.GraphProto, path: str) -> None:
+    """Every name in ``graph`` is text (protobuf hands back bytes for invalid UTF-8)."""
+    def bad(what: str, value) -> BadModelError:
+        return BadModelError(f"{path}: {what} {bytes(value)[:40]!r} is not valid UTF-8")
+
+    for holder, what in ((graph.input, "graph input"), (graph.output, "graph output"),
+                         (graph.initializer, "initializer"), (graph.value_info, "value_info")):
+        for t in holder:
+            if not isinstance(t.name, str):
+                raise bad(what + " name", t.name)
+    for node in graph.node:
+        if not isinstance(node.name, str):
+            raise bad("node name", node.name)
+        for t in list(node.input) + list(node.output):
+            if not isinstance(t, str):
+                raise bad(f"tensor name of node '{node.name}'", t)
+        for a in node.attribute:
+            if not isinstance(a.name, str):
+                raise bad(f"attribute name of node '{node.name}'", a.name)
+
+
 def _check_graph(graph: onnx.GraphProto, outer: frozenset, path: str) -> None:
+    _check_names(graph, path)
     defined: set[str] = set(outer)
     defined.update(i.name for i in graph.input)
     defined.update(i.name for i in graph.initializer)

@@ -55,3 +55,21 @@ def test_thousand_mutated_models_exit_cleanly(tmp_path):
             codes[code] += 1
     assert not failures, failures[:5]
     assert codes[2] > 500 and codes[0] > 0
+
+
+def test_diff_of_mutated_models_exits_cleanly(tmp_path):
+    """``graphpass diff`` on 300 mutants against the model they came from: 0 or 1, or 2 naming
+    the file in one line; never a traceback or an internal error."""
+    good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
+    good.write_bytes(open(os.path.join(LIGHT, "light_squeezenet.onnx"), "rb").read())
+    failures = []
+    for k, (kind, data) in enumerate(_mutants(300, seed=1)):
+        bad.write_bytes(data)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["diff", str(good), str(bad), "--target", "none", "--exit-code"])
+        text = err.getvalue().strip()
+        clean = code in (0, 1) or (code == 2 and len(text.splitlines()) == 1 and "bad.onnx" in text)
+        if not clean or "Traceback" in text:
+            failures.append((k, kind, code, text.splitlines()[-1] if text else ""))
+    assert not failures, failures[:5]
