@@ -1,4 +1,4 @@
-"""Conv followed by a per-channel constant Add becomes the Conv's bias.
+"""Conv (or inference BatchNormalization) followed by a per-channel constant Add: the addend joins its bias.
 
     Conv(x, W[, b]) -> Add(., c)   =>  Conv(x, W, b + c)
         c constant, float32, shaped [C], [C,1,1], [1,C,1,1] (per output channel) or a scalar
@@ -93,7 +93,7 @@ class FuseConvBias(RulePass):
     """
 
     name = "fuse_conv_bias"
-    summary = "Fold a per-channel constant Add after a Conv into the Conv's bias."
+    summary = "Fold a per-channel constant Add after a Conv or inference BN into its bias."
     kind = PassKind.FUSION
     ascend_name = "AABiasaddConvFusion"
     rules = (_ConvAdd(), _BatchNormAdd())

@@ -96,6 +96,6 @@ class FuseConvScale(RulePass):
     """
 
     name = "fuse_conv_scale"
-    summary = "Fold a per-channel constant Mul after a Conv into the Conv's weights and bias."
+    summary = "Fold a per-channel constant Mul after a Conv or inference BN into its weights (scale) and bias."
     kind = PassKind.FUSION
     rules = (_ConvMul(), _BatchNormMul())
