@@ -19,11 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _synthetic import residual_stack  # noqa: E402
 
 
 def big_weights_model(folder: Path, gigabytes: float, channels: int = 512, seed: int = 0) -> tuple[Path, int]:
@@ -75,6 +72,14 @@ _CHILD = ("import resource, sys\n"
           "sys.exit(rc)\n")
 
 
+_MAKE_NODES = ("import sys, onnx\n"
+               "from _synthetic import residual_stack\n"
+               "m = residual_stack(int(sys.argv[2]), channels=int(sys.argv[3]))\n"
+               "w = sum(len(t.raw_data) for t in m.graph.initializer)\n"
+               "onnx.save(m, sys.argv[1], save_as_external_data=w > 1.5e9, location='nodes.onnx.data')\n"
+               "print(len(m.graph.node), w)\n")
+
+
 def optimize_child(model: Path, out: Path) -> tuple[float, int, int]:
     """(seconds, peak RSS bytes of the child that ran ``graphpass optimize``, exit code)."""
     t0 = time.perf_counter()
@@ -110,12 +115,12 @@ def main(argv=None) -> int:
             out_bytes = sum(p.stat().st_size for p in d.iterdir() if p.name.startswith("big.opt"))
             rows.append((f"{weights / 1e9:.2f} GB weights (external data)", weights, dt, peak, rc, out_bytes))
         if args.nodes > 0:
-            model = residual_stack(args.nodes, channels=args.channels)
+            # built in its own process: a parent holding the model while it forks the optimizer
+            # would count in the child's peak RSS (Linux keeps ru_maxrss across fork + exec)
             path = folder / "nodes.onnx"
-            weights = sum(len(t.raw_data) for t in model.graph.initializer)
-            onnx.save(model, path, save_as_external_data=weights > 1.5e9, location="nodes.onnx.data")
-            n = len(model.graph.node)
-            del model
+            out = subprocess.run([sys.executable, "-c", _MAKE_NODES, str(path), str(args.nodes), str(args.channels)],
+                                 capture_output=True, text=True, check=True, cwd=str(Path(__file__).resolve().parent))
+            n, weights = (int(v) for v in out.stdout.split())
             dt, peak, rc = optimize_child(path, folder / "nodes.opt.onnx")
             rows.append((f"{n:,}-node graph, {args.channels} channels", weights, dt, peak, rc,
                          sum(p.stat().st_size for p in folder.glob("nodes.opt.onnx*")) if not rc else 0))

@@ -109,7 +109,7 @@ def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
 
 def refresh_shapes(graph: gs.Graph) -> int:
     """Re-run shape inference on ``graph`` and update its tensors; returns how many changed."""
-    model = model_io.to_proto(graph)
+    model = model_io.snapshot(graph)[0]  # weightless: inference needs dims and dtypes, not bytes
     inferred = model_io.infer_shapes(model)
     if inferred is model:
         return 0
