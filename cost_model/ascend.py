@@ -303,7 +303,6 @@ class AscendCostModel(CostModel):
     # -- per graph ------------------------------------------------------------------------
 
     def _graph_cost(self, graph: gs.Graph, cx: _Ctx, top: bool = False) -> float:
-        p = self.pv
         fmt: dict[int, str] = {}
         engine_of: dict[int, str] = {}  # tensor id -> engine of its producer
         for t in graph.inputs:  # in device memory: the step term pays the H2D copy

@@ -20,6 +20,8 @@ import onnx_graphsurgeon as gs
 from onnx import AttributeProto, helper
 from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 
+from graphpass.ir.graph import graph_protos
+
 __all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "gelu_function", "layer_norm_function",
            "transdata_function", "is_transdata", "ensure_function", "to_portable"]
 
@@ -103,14 +105,15 @@ def layer_norm_function(opset: int) -> onnx.FunctionProto:
                                 attributes=["epsilon"])
 
 
-def _calls_in_subgraphs(graph: onnx.GraphProto) -> bool:
-    for n in graph.node:
-        for a in n.attribute:
-            subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
-            for sub in subs:
-                if any(m.domain == DOMAIN for m in sub.node) or _calls_in_subgraphs(sub):
-                    return True
-    return False
+def _drop_device_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Remove the ``graphpass.ascend`` opset import and functions (nothing calls them any more)."""
+    keep = [o for o in model.opset_import if o.domain != DOMAIN]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    rest = [f for f in model.functions if f.domain != DOMAIN]
+    del model.functions[:]
+    model.functions.extend(rest)
+    return model
 
 
 def transdata_function(opset: int) -> onnx.FunctionProto:
@@ -133,19 +136,16 @@ def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
 
 
 def _rename_inputs(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
-    for n in graph.node:
-        for i, name in enumerate(n.input):
-            if name in mapping:
-                n.input[i] = mapping[name]
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                _rename_inputs(a.g, mapping)
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    _rename_inputs(g, mapping)
-    for o in graph.output:
-        if o.name in mapping:
-            o.name = mapping[o.name]
+    """Rename what nodes (of ``graph`` and every body in it) read, and the bodies' outputs."""
+    for g in graph_protos(graph):
+        for n in g.node:
+            for i, name in enumerate(n.input):
+                if name in mapping:
+                    n.input[i] = mapping[name]
+        if g is not graph:
+            for o in g.output:
+                if o.name in mapping:
+                    o.name = mapping[o.name]
 
 
 def _bypass_transdata(model: onnx.ModelProto) -> None:
@@ -176,14 +176,8 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     """Inline every ``graphpass.ascend`` op through its body (TransData is dropped where it can
     be: it is Identity on the value); keep the calls' annotations."""
     _bypass_transdata(model)
-    if not any(n.domain == DOMAIN for n in model.graph.node) and not _calls_in_subgraphs(model.graph):
-        keep = [o for o in model.opset_import if o.domain != DOMAIN]
-        del model.opset_import[:]
-        model.opset_import.extend(keep)
-        rest = [f for f in model.functions if f.domain != DOMAIN]
-        del model.functions[:]
-        model.functions.extend(rest)
-        return model
+    if not any(n.domain == DOMAIN for g in graph_protos(model.graph) for n in g.node):
+        return _drop_device_domain(model)
     ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
     if not ids:
         return model
@@ -207,10 +201,4 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
             pos += k
     else:  # pragma: no cover - the inliner changed how it expands calls
         log.warning("portable output: could not map inlined nodes back to their calls; their annotations are dropped")
-    keep = [o for o in inlined.opset_import if o.domain != DOMAIN]
-    del inlined.opset_import[:]
-    inlined.opset_import.extend(keep)
-    remaining = [f for f in inlined.functions if f.domain != DOMAIN]
-    del inlined.functions[:]
-    inlined.functions.extend(remaining)
-    return inlined
+    return _drop_device_domain(inlined)

@@ -75,6 +75,20 @@ def subgraph_pairs(proto_node, node: gs.Node):
                     yield g_proto, g
 
 
+def graph_protos(g):
+    """``g`` (a GraphProto) and every graph nested in its nodes' attributes, depth first."""
+    import onnx
+
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from graph_protos(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from graph_protos(sub)
+
+
 def has_subgraph(node: gs.Node) -> bool:
     return _may_have_subgraph(node) and any(
         isinstance(v, gs.Graph)

@@ -33,7 +33,7 @@ from onnx import external_data_helper
 
 from graphpass.errors import BadModelError, UsageError
 from graphpass.ir import annotations
-from graphpass.ir.graph import iter_graphs, subgraph_pairs, toposort
+from graphpass.ir.graph import graph_protos, iter_graphs, subgraph_pairs, toposort
 
 __all__ = [
     "MIN_OPSET",
@@ -467,7 +467,7 @@ def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
     exporter puts these types back from what is kept here (see :func:`_restore_types`).
     """
     types: dict[str, onnx.TypeProto] = {}
-    for g in _graph_protos(graph_proto):
+    for g in graph_protos(graph_proto):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 types[vi.name] = vi.type
@@ -536,7 +536,7 @@ class _types_hidden:
 def _restore_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> None:
     if not types:
         return
-    for g in _graph_protos(model.graph):
+    for g in graph_protos(model.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             tp = types.get(vi.name)
             if tp is not None:
@@ -658,7 +658,7 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
     model.domain = info.get("domain", "")
     model.model_version = info.get("model_version", 0)
     _merge_opsets(model, info.get("opset_import", []))
-    min_ir = 4 if any(len(g.initializer) for g in _graph_protos(model.graph)) else 3
+    min_ir = 4 if any(len(g.initializer) for g in graph_protos(model.graph)) else 3
     if len(model.functions):
         min_ir = 8
     if model.ir_version < min_ir:
@@ -690,7 +690,7 @@ def to_proto(graph: gs.Graph, emit: str = "device") -> onnx.ModelProto:
             bodies); ``"portable"`` inlines them into standard ONNX (see ``device_ops``).
     """
     model, originals = _export(graph, emit)
-    for g in _graph_protos(model.graph):
+    for g in graph_protos(model.graph):
         for init in g.initializer:
             original = originals.get(init.name)
             if original is not None:
@@ -736,17 +736,6 @@ def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
     if isinstance(original, np.ndarray):
         return int(original.nbytes)
     return _numel(original) * _itemsize(original)
-
-
-def _graph_protos(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graph_protos(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    yield from _graph_protos(sub)
 
 
 def _merge_opsets(model: onnx.ModelProto, original: list[tuple[str, int]]) -> None:
@@ -853,7 +842,7 @@ def save(graph: gs.Graph, path: str | os.PathLike, external_data: bool | None = 
     out = check_output_path(path)
     model, originals = _export(graph, emit)
     main_inits = {init.name for init in model.graph.initializer}
-    for g in list(_graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
+    for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
             if init.name in originals and init.name not in main_inits:
                 init.CopyFrom(_as_proto(init.name, originals.pop(init.name)))

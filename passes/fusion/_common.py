@@ -7,7 +7,8 @@ import onnx_graphsurgeon as gs
 
 from graphpass.infra.pass_base import MatchResult
 
-__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel"]
+__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",
+           "channel_operand"]
 
 
 def constant_param(t: gs.Tensor) -> np.ndarray | None:
@@ -72,3 +73,16 @@ def per_output_channel(conv: gs.Node, c: gs.Tensor) -> MatchResult:
     if not per_channel:
         return MatchResult.fail(f"operand shaped {shape} is not per output channel (C={cout})")
     return MatchResult.success()
+
+
+def channel_operand(owner: gs.Node, operand: gs.Tensor, label: str, params: dict[str, gs.Tensor],
+                    exclusive: tuple[str, ...]) -> MatchResult:
+    """The check of every "fold a per-channel constant into ``owner``" rule: ``owner`` (a Conv, or
+    a BatchNormalization in inference mode) and ``operand`` constant float32, the ``exclusive``
+    parameters read by ``owner`` alone, and ``operand`` per output channel."""
+    if owner.op == "BatchNormalization" and len(owner.outputs) > 1 and any(t.outputs for t in owner.outputs[1:]):
+        return MatchResult.fail("training-mode BatchNormalization (running statistics are read)")
+    verdict = require_constants({label: operand, **params}, owner, exclusive)
+    if not verdict:
+        return verdict
+    return per_output_channel(owner, operand)

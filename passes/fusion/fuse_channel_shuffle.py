@@ -12,7 +12,6 @@ taken. Refused (with the reason) for shapes that are unknown or not a shuffle.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register

@@ -16,7 +16,7 @@ from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, other_input, per_output_channel, require_constants, set_bias
+from graphpass.passes.fusion._common import absorb, channel_operand, other_input, set_bias
 
 __all__ = ["FuseConvBias"]
 
@@ -34,13 +34,7 @@ class _BatchNormAdd(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         bn, add = m.nodes
-        if len(bn.outputs) > 1 and any(t.outputs for t in bn.outputs[1:]):
-            return MatchResult.fail("training-mode BatchNormalization (running statistics are read)")
-        d = other_input(add, bn.outputs[0])
-        verdict = require_constants({"addend": d, "B": bn.inputs[2]}, bn, ("B",))
-        if not verdict:
-            return verdict
-        return per_output_channel(bn, d)
+        return channel_operand(bn, other_input(add, bn.outputs[0]), "addend", {"B": bn.inputs[2]}, ("B",))
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         bn, add = m.nodes
@@ -59,22 +53,16 @@ class _ConvAdd(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         conv, _ = m.nodes
-        c = _addend(m)
-        tensors = {"addend": c, "weight": conv.inputs[1]}
-        exclusive: tuple[str, ...] = ()
+        params = {"weight": conv.inputs[1]}
         if len(conv.inputs) > 2 and conv.inputs[2].name:
-            tensors["bias"] = conv.inputs[2]
-            exclusive = ("bias",)
-        verdict = require_constants(tensors, conv, exclusive)
-        if not verdict:
-            return verdict
-        return per_output_channel(conv, c)
+            params["bias"] = conv.inputs[2]
+        return channel_operand(conv, _addend(m), "addend", params, ("bias",) if "bias" in params else ())
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         conv, add = m.nodes
-        c = np.asarray(_addend(m).values, dtype=np.float32).reshape(-1)
+        c = np.asarray(peek_values(_addend(m)), dtype=np.float32).reshape(-1)
         cout = conv.inputs[1].shape[0]
-        old = np.asarray(conv.inputs[2].values, np.float32) if len(conv.inputs) > 2 and conv.inputs[2].name else np.zeros(cout, np.float32)
+        old = np.asarray(peek_values(conv.inputs[2]), np.float32) if len(conv.inputs) > 2 and conv.inputs[2].name else np.zeros(cout, np.float32)
         set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), (old + np.broadcast_to(c, (cout,))).astype(np.float32)))
         absorb(conv, add)
         A.mark_created(conv, FuseConvBias.name, replaced=[conv, add])

@@ -19,7 +19,7 @@ from graphpass.infra import MatchResult, PassKind, register
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, other_input, per_output_channel, require_constants, set_bias
+from graphpass.passes.fusion._common import absorb, channel_operand, other_input, set_bias
 
 __all__ = ["FuseConvScale"]
 
@@ -32,13 +32,8 @@ class _BatchNormMul(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         bn, mul = m.nodes
-        if len(bn.outputs) > 1 and any(t.outputs for t in bn.outputs[1:]):
-            return MatchResult.fail("training-mode BatchNormalization (running statistics are read)")
-        s = other_input(mul, bn.outputs[0])
-        verdict = require_constants({"factor": s, "scale": bn.inputs[1], "B": bn.inputs[2]}, bn, ("scale", "B"))
-        if not verdict:
-            return verdict
-        return per_output_channel(bn, s)
+        return channel_operand(bn, other_input(mul, bn.outputs[0]), "factor",
+                               {"scale": bn.inputs[1], "B": bn.inputs[2]}, ("scale", "B"))
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         bn, mul = m.nodes
@@ -58,16 +53,10 @@ class _ConvMul(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         conv, mul = m.nodes
-        s = other_input(mul, conv.outputs[0])
-        tensors = {"scale": s, "weight": conv.inputs[1]}
-        exclusive: tuple[str, ...] = ("weight",)
+        params = {"weight": conv.inputs[1]}
         if len(conv.inputs) > 2 and conv.inputs[2].name:
-            tensors["bias"] = conv.inputs[2]
-            exclusive = ("weight", "bias")
-        verdict = require_constants(tensors, conv, exclusive)
-        if not verdict:
-            return verdict
-        return per_output_channel(conv, s)
+            params["bias"] = conv.inputs[2]
+        return channel_operand(conv, other_input(mul, conv.outputs[0]), "scale", params, tuple(params))
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         conv, mul = m.nodes

@@ -26,7 +26,6 @@ from graphpass.infra import MatchResult, PassContext, PassKind, PassResult, regi
 from graphpass.infra.pass_base import Pass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
-from graphpass.ir.shapes import static_shape
 
 __all__ = ["LowerExtractImagePatches", "one_hot_filter", "tf_same_pads"]
 

@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import PassContext, PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass
 from graphpass.ir import annotations as A
-from graphpass.ir.graph import iter_graphs, subgraphs_of
+from graphpass.ir.graph import iter_graphs
 
 __all__ = ["PlaceAndSink"]
 
