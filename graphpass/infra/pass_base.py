@@ -19,7 +19,7 @@ from graphpass.ir.graph import fingerprint
 if TYPE_CHECKING:  # pragma: no cover
     from graphpass.infra.context import PassContext
 
-__all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError"]
+__all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "Promise", "EXACT", "REASSOCIATION"]
 
 
 class PassKind(str, enum.Enum):
@@ -59,6 +59,45 @@ class MatchResult:
         return self.ok
 
 
+@dataclasses.dataclass(frozen=True)
+class Promise:
+    """What a pass promises about the outputs of the graphs it rewrites.
+
+    ``exact``: bitwise-equal outputs on every input (NaN positions and the sign of zero
+    included) wherever onnxruntime itself is deterministic. ``tolerance``: outputs may differ by
+    float rounding only, from the cause named in ``reason`` (reassociation of BN/scale/bias
+    folds, MatMul+Add, a different summation order, a fused kernel instead of its
+    decomposition); elementwise ``|a - b| <= atol + rtol * |b|``, and NaN/inf positions and
+    signs stay exactly where the original has them. A rewrite that can change a value beyond
+    that is a bug, never a tolerance.
+    """
+
+    kind: str  # "exact" | "tolerance"
+    name: str = "exact"
+    rtol: float = 0.0
+    atol: float = 0.0
+    reason: str = "bitwise-equal outputs on every input"
+
+    @classmethod
+    def tolerance(cls, name: str, *, rtol: float, atol: float, reason: str) -> "Promise":
+        return cls("tolerance", name, rtol, atol, reason)
+
+    @property
+    def exact(self) -> bool:
+        return self.kind == "exact"
+
+    def __str__(self) -> str:
+        return "exact" if self.exact else f"{self.name} (rtol {self.rtol:g}, atol {self.atol:g})"
+
+
+EXACT = Promise("exact")
+
+#: Float rounding from folding per-channel scales/biases into weights ((x*a)*b -> x*(a*b)).
+REASSOCIATION = Promise.tolerance(
+    "reassociation", rtol=1e-5, atol=1e-6,
+    reason="scales and biases folded into weights: (x*a)*b -> x*(a*b), (x+a)+b -> x+(a+b)")
+
+
 class PassContractError(AssertionError):
     """A pass broke the contract (no PassResult, or claimed no change but changed the graph)."""
 
@@ -89,6 +128,8 @@ class Pass:
     scored: ClassVar[bool | None] = None
     #: The corresponding Ascend (ATC/FE) fusion pass, where one exists.
     ascend_name: ClassVar[str | None] = None
+    #: What the pass promises about outputs (:class:`Promise`): every pass declares its own.
+    promise: ClassVar[Promise]
 
     def run(self, graph: gs.Graph, ctx: "PassContext") -> PassResult:  # pragma: no cover
         raise NotImplementedError

@@ -14,6 +14,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
@@ -51,6 +52,7 @@ class EliminateCastPairs(Pass):
     name = "eliminate_cast_pairs"
     summary = "Remove Cast pairs that are exact round trips (fp32->fp16->fp32 is kept)."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_pure
 
@@ -78,6 +79,7 @@ class EliminateCommonSubexpressions(Pass):
     name = "eliminate_common_subexpressions"
     summary = "Merge duplicate nodes (same op, inputs, attributes) and equal small constants."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import node_dependencies, remove_nodes, subgraphs_of
 
 __all__ = ["EliminateDeadNodes"]
@@ -58,6 +59,7 @@ class EliminateDeadNodes(Pass):
     name = "eliminate_dead_nodes"
     summary = "Remove nodes whose results reach no graph output (inputs/outputs kept)."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_onnx_op
 
@@ -78,6 +79,7 @@ class EliminateIdentity(Pass):
     name = "eliminate_identity"
     summary = "Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+0, x-0."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

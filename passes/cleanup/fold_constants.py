@@ -25,6 +25,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphpass import verify as _verify
+from graphpass.infra.pass_base import EXACT
 from graphpass.errors import BadModelError
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
@@ -149,6 +150,7 @@ class FoldConstants(Pass):
     name = "fold_constants"
     summary = "Evaluate constant subgraphs with onnxruntime (size guard, default 1 MiB)."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import static_shape
 from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
@@ -38,6 +39,7 @@ class MergeReshapes(Pass):
     name = "merge_reshapes"
     summary = "Collapse Reshape/Flatten/Squeeze/Unsqueeze -> Reshape chains; drop no-op Reshapes."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
@@ -43,6 +44,7 @@ class MergeTransposes(Pass):
     name = "merge_transposes"
     summary = "Compose consecutive Transposes; remove identity Transposes."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

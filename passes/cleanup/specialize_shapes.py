@@ -12,6 +12,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
+from graphpass.infra.pass_base import EXACT
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir.shapes import refresh_shapes
 
@@ -60,6 +61,7 @@ class SpecializeShapes(Pass):
     name = "specialize_shapes"
     summary = "Fix dynamic input dims (--input-shape) and re-run shape inference."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = True
     run_once = True
 

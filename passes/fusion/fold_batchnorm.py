@@ -16,6 +16,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
@@ -112,5 +113,6 @@ class FoldBatchNorm(RulePass):
     name = "fold_batchnorm"
     summary = "Fold inference BatchNormalization into the preceding Conv/ConvTranspose/Gemm."
     kind = PassKind.FUSION
+    promise = REASSOCIATION
     ascend_name = "ConvBatchnormFusionPass"
     rules = (_IntoConv(), _IntoConvTranspose(), _IntoGemm())

@@ -17,6 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
@@ -116,4 +117,5 @@ class FoldPad(RulePass):
     name = "fold_pad"
     summary = "Fold a zero constant Pad into the following Conv/AveragePool padding."
     kind = PassKind.FUSION
+    promise = EXACT
     rules = (_PadInto("Conv"), _PadInto("AveragePool"), _PadIntoMaxPool())

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
@@ -119,4 +120,5 @@ class FuseChannelShuffle(RulePass):
     name = "fuse_channel_shuffle"
     summary = "Channel shuffle (Reshape/Transpose/Reshape) -> Gather over channels, where cheaper."
     kind = PassKind.FUSION
+    promise = EXACT
     rules = (_Shuffle(),)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass, single_reader
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
@@ -147,5 +148,6 @@ class FuseConvActivation(RulePass):
     name = "fuse_conv_activation"
     summary = "Conv + Relu/Relu6/LeakyRelu/HardSwish/SiLU -> one graphpass.ascend FusedConv op."
     kind = PassKind.FUSION
+    promise = EXACT
     ascend_name = "TbeConv2DReluv2Pass"
     rules = (_ConvAct("Relu", "Relu"), _Relu6(), _Leaky(), _ConvAct("HardSwish", "HardSwish"), _SiLU())

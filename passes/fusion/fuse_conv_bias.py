@@ -13,6 +13,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
@@ -83,5 +84,6 @@ class FuseConvBias(RulePass):
     name = "fuse_conv_bias"
     summary = "Fold a per-channel constant Add after a Conv or inference BN into its bias."
     kind = PassKind.FUSION
+    promise = REASSOCIATION
     ascend_name = "AABiasaddConvFusion"
     rules = (_ConvAdd(), _BatchNormAdd())

@@ -16,6 +16,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
@@ -87,4 +88,5 @@ class FuseConvScale(RulePass):
     name = "fuse_conv_scale"
     summary = "Fold a per-channel constant Mul after a Conv or inference BN into its weights (scale) and bias."
     kind = PassKind.FUSION
+    promise = REASSOCIATION
     rules = (_ConvMul(), _BatchNormMul())

@@ -14,6 +14,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import EXACT
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
@@ -84,4 +85,5 @@ class FuseGatherSplit(RulePass):
     name = "fuse_gather_split"
     summary = "Gather followed by Split along the same axis -> one Gather per part (no Split)."
     kind = PassKind.FUSION
+    promise = EXACT
     rules = (_GatherSplit(),)

@@ -15,7 +15,7 @@ import math
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, Promise
 from graphpass.infra.rewrite import single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, ensure_function, gelu_function
@@ -85,6 +85,7 @@ class FuseGelu(Pass):
     name = "fuse_gelu"
     summary = "Erf-form GELU subgraph -> Gelu (opset 20+) or a graphpass.ascend::Gelu device op."
     kind = PassKind.FUSION
+    promise = Promise.tolerance("fused-kernel", rtol=1e-5, atol=1e-6, reason="one Gelu kernel instead of its erf decomposition: the same formula, rounded once per kernel")
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         opset = model_io.opset_of(graph) or graph.opset or 13

@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
+from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
@@ -68,5 +69,6 @@ class FuseMatMulAdd(RulePass):
     name = "fuse_matmul_add"
     summary = "Turn a 2-D MatMul followed by Add into one Gemm."
     kind = PassKind.FUSION
+    promise = REASSOCIATION
     ascend_name = "ATbeMatMulElemwiseFusionPass"
     rules = (_MatMulAdd(),)

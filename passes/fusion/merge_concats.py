@@ -15,7 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassKind, register
-from graphpass.infra.pass_base import PassResult
+from graphpass.infra.pass_base import PassResult, EXACT
 from graphpass.infra.rewrite import RulePass, single_reader
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
@@ -74,6 +74,7 @@ class MergeConcats(RulePass):
     name = "merge_concats"
     summary = "Merge Concat chains, remove Split->Concat round trips, compose Slice chains."
     kind = PassKind.FUSION
+    promise = EXACT
     ascend_name = None
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:

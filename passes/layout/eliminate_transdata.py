@@ -28,7 +28,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import is_graph_output, replace_uses
 from graphpass.passes.layout._common import is_transdata
@@ -61,6 +61,7 @@ class EliminateTransData(Pass):
     name = "eliminate_transdata"
     summary = "TransData: inverse pairs cancel, chains compose, fan-out duplicates merge, weights convert at compile time."
     kind = PassKind.LAYOUT
+    promise = EXACT
     ascend_name = "TransOpWithoutReshapeFusionPass"
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:

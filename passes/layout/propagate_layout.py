@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
 from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, producer, toposort
 from graphpass.passes.layout._common import bypass_transdata, is_transdata, make_transdata
@@ -148,6 +148,7 @@ class PropagateLayout(Pass):
     name = "propagate_layout"
     summary = "Storage format (ND/NC1HWC0) for every tensor at minimum estimated cost (min-cut); explicit TransData at the boundaries."
     kind = PassKind.LAYOUT
+    promise = EXACT
     run_once = True
     preserves_order = True  # it sorts the TransData in itself: the estimate walks nodes in order
 

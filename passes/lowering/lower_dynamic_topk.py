@@ -21,7 +21,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, Promise
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
@@ -77,6 +77,7 @@ class LowerDynamicTopK(Pass):
     name = "lower_dynamic_topk"
     summary = "TopK with a runtime k feeding reductions -> static TopK + mask (OHEM losses)."
     kind = PassKind.LOWERING
+    promise = Promise.tolerance("summation-order", rtol=1e-5, atol=1e-6, reason="values reduced in another order after the static TopK")
     required = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

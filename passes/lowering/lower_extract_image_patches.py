@@ -23,7 +23,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 
@@ -87,6 +87,7 @@ class LowerExtractImagePatches(Pass):
     name = "lower_extract_image_patches"
     summary = "ExtractImagePatches (TF semantics) -> Transpose + one-hot Conv + Transpose on the Cube."
     kind = PassKind.LOWERING
+    promise = EXACT
     required = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

@@ -24,7 +24,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import subgraphs_of
 from graphpass.passes.cleanup._common import is_pure
@@ -89,6 +89,7 @@ class HoistLoopInvariants(Pass):
     name = "hoist_loop_invariants"
     summary = "Move loop-invariant nodes out of Loop/Scan bodies (exact; recursive)."
     kind = PassKind.CLEANUP
+    promise = EXACT
     preserves_order = False
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

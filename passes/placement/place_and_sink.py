@@ -14,7 +14,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass
+from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import iter_graphs
 
@@ -43,6 +43,7 @@ class PlaceAndSink(Pass):
     name = "place_and_sink"
     summary = "Annotate each node's engine (AI Core / AI CPU / host); mark device-only loops as sunk."
     kind = PassKind.PLACEMENT
+    promise = EXACT
     scored = False  # annotations the estimate agrees with by construction
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

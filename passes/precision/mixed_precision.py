@@ -20,6 +20,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
+from graphpass.infra.pass_base import Promise
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen
@@ -68,6 +69,7 @@ class MixedPrecision(Pass):
     name = "mixed_precision"
     summary = "Convert compute to fp16 by Ascend precision mode (white/black/gray lists, keep-fp32)."
     kind = PassKind.PRECISION
+    promise = Promise.tolerance("fp16", rtol=1e-2, atol=1e-3, reason="opt-in: the chosen tensors are computed in float16 (the user asked for lower precision)")
     default_enabled = False
     scored = False  # a precision choice the user asked for, not a speed rewrite to veto
     preserves_order = False
