@@ -52,11 +52,22 @@ def _reduce_axes(node: gs.Node, rank: int) -> list[int] | None:
     return sorted(int(a) % rank for a in axes)
 
 
+def _dtype(t: gs.Tensor) -> np.dtype | None:
+    """The numpy dtype of a tensor, or None when unknown or not a plain numpy type (bfloat16, float8)."""
+    try:
+        return np.dtype(t.dtype) if t.dtype is not None else None
+    except TypeError:
+        return None
+
+
 def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
     x = topk.inputs[0]
     shape = static_shape(x)
     if shape is None:
         return MatchResult.fail("the TopK input's shape is not static: no bound on k")
+    dtype = _dtype(x)
+    if dtype is None or dtype.kind not in "iuf":
+        return MatchResult.fail(f"the TopK input's dtype ({x.dtype}) is unknown or not a numpy int/float type")
     axis = int(topk.attrs.get("axis", -1)) % len(shape)
     outs = {id(t) for t in g.outputs}
     if len(topk.outputs) > 1 and topk.outputs[1].name and (len(topk.outputs[1].outputs) or id(topk.outputs[1]) in outs):
@@ -70,7 +81,7 @@ def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
         axes = _reduce_axes(c, len(shape))
         if axes is None or axis not in axes:
             return MatchResult.fail(f"{c.op} '{c.name}' does not reduce over the TopK axis")
-        if c.op == "ReduceMean" and x.dtype is not None and np.dtype(x.dtype).kind in "iu":
+        if c.op == "ReduceMean" and dtype.kind in "iu":
             return MatchResult.fail(f"integer ReduceMean '{c.name}': onnxruntime's integer mean does not overflow "
                                     "like a sum divided by the count, so no lowering matches it exactly")
     return MatchResult.success()
@@ -123,7 +134,7 @@ class LowerDynamicTopK(Pass):
         rank = len(shape)
         axis = int(topk.attrs.get("axis", -1)) % rank
         n = shape[axis]
-        dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)
+        dtype = _dtype(x)
         base = topk.name or "topk"
         values = topk.outputs[0]
         readers = list(values.outputs)
@@ -151,7 +162,7 @@ class LowerDynamicTopK(Pass):
         # the fill: -0.0 (index n) is the exact identity of +, so the masked sum is the sum of the
         # selected values whatever their signs; k = 0 takes +0.0 (index n + 1), onnxruntime's sum of
         # an empty tensor; integers fill 0
-        is_float = dtype.kind == "f" or dtype.name == "bfloat16"
+        is_float = dtype.kind == "f"
         fills = np.array([-0.0, 0.0] if is_float else [0, 0], dtype)
         fill_shape = list(shape)
         fill_shape[axis] = 2

@@ -95,10 +95,6 @@ def test_dbnet_loss_is_equal_on_20_batches_and_has_no_dynamic_shape_left():
 
 # --- issue 16: sorted=0, masks by selection, special values, ties, k = 0 and k = n, dtypes ----------
 
-SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38, 1.0, 1.0, -2.0],
-                    np.float32)
-
-
 def _topk_model(sorted_=1, largest=1, reducer="ReduceSum", elem=TensorProto.FLOAT, n=12, opset=17, keepdims=0):
     nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, sorted=sorted_, largest=largest),
              helper.make_node(reducer, ["v"], ["y"], keepdims=keepdims)]
@@ -137,7 +133,9 @@ def _inputs(rng, n=12, dtype=np.float32):
         info = np.iinfo(dtype)
         specials = np.array([info.max, info.min, 0, 1, 1, 1, -1 if info.min < 0 else 2, 5, 5, 0, 7, 3][:n], dtype)
         return np.stack([specials, rng.permutation(specials), rng.integers(-3, 4, n).astype(dtype)])
-    specials = SPECIALS[:n].astype(dtype)
+    f = np.finfo(dtype)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, f.smallest_subnormal, -f.smallest_subnormal, f.max, -f.max,
+                         1.0, 1.0, -2.0][:n], dtype)
     ties = rng.choice(np.array([-0.0, 0.0, 1.0, -1.0], dtype), n)
     return np.stack([rng.permutation(specials), ties, rng.standard_normal(n).astype(dtype)])
 
@@ -225,3 +223,13 @@ def test_integer_mean_is_refused(elem):
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
     assert "integer mean" in ctx.explanations[0].reason
+
+
+@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.UNDEFINED])
+def test_unknown_or_non_numpy_dtypes_are_refused(elem):
+    model = _topk_model(1, 1, "ReduceSum", elem=TensorProto.FLOAT)
+    graph = gp.load(model)
+    graph.nodes[0].inputs[0].dtype = None if elem == TensorProto.UNDEFINED else elem  # as gs holds them
+    ctx = PassContext()
+    assert not lower_dynamic_topk(graph, ctx).modified
+    assert "dtype" in ctx.explanations[0].reason
