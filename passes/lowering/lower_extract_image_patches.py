@@ -139,18 +139,27 @@ class LowerExtractImagePatches(Pass):
                 nodes.append(gs.Node("Pad", name=names(f"{base}_pad"), inputs=[x], outputs=[src],
                                      attrs={"mode": "constant", "pads": pads, "value": 0.0}))
         ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+        oh = ow = None  # output sizes, when the input's are static (a sunk loop needs them)
+        if isinstance(h, int) and isinstance(w, int):
+            oh = max(math.ceil((h + pt + pb - ekh + 1) / sh), 0)
+            ow = max(math.ceil((w + pl + pr - ekw + 1) / sw), 0)
+        piece_shape = [n, oh, ow, c] if oh is not None else None
         slices = []
         for i in range(kh):
             for j in range(kw):
                 # start at the offset, stop (extent - 1 - offset) before the end: ceil((size - extent + 1) / stride) rows
                 end_h, end_w = i * rh - (ekh - 1), j * rw - (ekw - 1)
                 ends = [end_h if end_h < 0 else _TO_END, end_w if end_w < 0 else _TO_END]
-                piece = gs.Variable(names(f"{base}_offset_{i}_{j}"), dtype=dtype)
+                piece = gs.Variable(names(f"{base}_offset_{i}_{j}"), dtype=dtype, shape=piece_shape)
                 consts = [gs.Constant(names(f"{base}_{key}_{i}_{j}"), np.array(v, np.int64))
                           for key, v in (("starts", [i * rh, j * rw]), ("ends", ends), ("axes", [1, 2]), ("steps", [sh, sw]))]
                 nodes.append(gs.Node("Slice", name=names(f"{base}_slice_{i}_{j}"), inputs=[src] + consts, outputs=[piece]))
                 slices.append(piece)
         node.outputs.clear()
+        if piece_shape is not None and (out.shape is None or not all(isinstance(d, int) for d in out.shape)):
+            out.shape = [n, oh, ow, kh * kw * c if isinstance(c, int) else None]
+        if out.dtype is None:
+            out.dtype = dtype
         if len(slices) == 1:
             nodes.append(gs.Node("Identity", name=names(f"{base}_patches"), inputs=slices, outputs=[out]))
         else:
