@@ -209,3 +209,17 @@ def test_one_by_one_kernel_is_a_strided_copy():
     assert ops(out) == ["Slice", "Identity"]
     x = _special_input((1, 6, 6, 2), np.float32, 3)
     _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 1, 1, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME"))
+
+
+def test_siammask_example_checks_bit_for_bit_and_can_fail():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    import siammask_patches
+
+    lowered = gp.to_proto(gp.optimize(siammask_patches.build()).graph)
+    assert siammask_patches.check_bit_for_bit(lowered, seeds=2) == []
+    concat = next(n for n in lowered.graph.node if n.op_type == "Concat")
+    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]  # a wrong channel order
+    assert siammask_patches.check_bit_for_bit(lowered, seeds=1)[0].startswith("model patches differ")
