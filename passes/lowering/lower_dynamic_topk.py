@@ -1,17 +1,26 @@
 """A TopK whose k is computed at run time becomes a static TopK plus a mask (seed 000, DB_ResNet).
 
-    v = TopK(x, k)[0] -> ReduceSum(v, axis)        =>  ReduceSum(TopK(x, n)[0] * (Range(n) < k), axis)
-    v = TopK(x, k)[0] -> ReduceMean(v, axes)       =>  ReduceSum(masked, axes) / (k * other reduced sizes)
+    v = TopK(x, k)[0] -> ReduceSum(v, axis)   =>  ReduceSum(masked, axis)
+        masked = Gather(Concat(TopK(x, n, sorted=1)[0], fills), Where(Range(n) < k, Range(n), fill index), axis)
+    v = TopK(x, k)[0] -> ReduceMean(v, axes)  =>  ReduceSum(masked, axes) / max(k * other reduced sizes, 1)
 
-n is the static size of the TopK axis (the bound on k). The first k of n sorted values are the k
-largest, so the masked sum equals the sum of the k selected values exactly, up to fp32
-summation order; k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
+n is the static size of the TopK axis (the bound on k). The static TopK is always sorted, whatever
+the original's ``sorted``: its first k values are then exactly the k values TopK(x, k) selects
+(largest or smallest, ties to the lower index as ONNX says, NaN ordered as onnxruntime orders it).
+The mask selects by Gather, it never multiplies: 0 * inf would be NaN (and onnxruntime's float
+Where turns a -0.0 taken from its first branch into +0.0, so it cannot select either). The fill is -0.0, the exact
+identity of addition (for k = 0 it is +0.0, onnxruntime's sum of an empty tensor; integers fill
+0), so the masked sum is the sum of the selected values; only the order of the additions
+changes, hence the summation-order tolerance. NaN and inf positions stay where the original has
+them. k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
 nothing depends on the data's shape any more: the graph compiles statically and sinks.
 
 Cases left alone with the reason (the region stays host-scheduled in the cost model): the
 selected values feed something other than a reduction over the TopK axis, the indices are
-used, or the axis size is not static. A TopK whose k is already a constant is static (k often
-becomes constant once ``--input-shape`` and fold_constants have run) and is only counted.
+used, the axis size is not static, or an integer mean (onnxruntime's does not wrap around like
+an integer sum divided by the count: no lowering reproduces it exactly). A TopK
+whose k is already a constant is static (k often becomes constant once ``--input-shape`` and
+fold_constants have run) and is only counted.
 """
 
 from __future__ import annotations
@@ -43,11 +52,22 @@ def _reduce_axes(node: gs.Node, rank: int) -> list[int] | None:
     return sorted(int(a) % rank for a in axes)
 
 
+def _dtype(t: gs.Tensor) -> np.dtype | None:
+    """The numpy dtype of a tensor, or None when unknown or not a plain numpy type (bfloat16, float8)."""
+    try:
+        return np.dtype(t.dtype) if t.dtype is not None else None
+    except TypeError:
+        return None
+
+
 def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
     x = topk.inputs[0]
     shape = static_shape(x)
     if shape is None:
         return MatchResult.fail("the TopK input's shape is not static: no bound on k")
+    dtype = _dtype(x)
+    if dtype is None or dtype.kind not in "iuf":
+        return MatchResult.fail(f"the TopK input's dtype ({x.dtype}) is unknown or not a numpy int/float type")
     axis = int(topk.attrs.get("axis", -1)) % len(shape)
     outs = {id(t) for t in g.outputs}
     if len(topk.outputs) > 1 and topk.outputs[1].name and (len(topk.outputs[1].outputs) or id(topk.outputs[1]) in outs):
@@ -61,6 +81,9 @@ def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
         axes = _reduce_axes(c, len(shape))
         if axes is None or axis not in axes:
             return MatchResult.fail(f"{c.op} '{c.name}' does not reduce over the TopK axis")
+        if c.op == "ReduceMean" and dtype.kind in "iu":
+            return MatchResult.fail(f"integer ReduceMean '{c.name}': onnxruntime's integer mean does not overflow "
+                                    "like a sum divided by the count, so no lowering matches it exactly")
     return MatchResult.success()
 
 
@@ -71,7 +94,9 @@ class LowerDynamicTopK(Pass):
     Cases:
       1. k constant: already static, counted;
       2. values -> ReduceSum / ReduceMean over the TopK axis (any axes given as attribute or input);
-      3. anything else: left alone, the reason recorded.
+      3. anything else: left alone, the reason recorded;
+      4. sorted=0 and largest=0/1: the static TopK is sorted, so its prefix is the selection;
+      5. the mask selects (Gather; fill -0.0, +0.0 for k = 0, integer 0): inf, NaN, -0.0 kept.
     """
 
     name = "lower_dynamic_topk"
@@ -109,7 +134,7 @@ class LowerDynamicTopK(Pass):
         rank = len(shape)
         axis = int(topk.attrs.get("axis", -1)) % rank
         n = shape[axis]
-        dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)
+        dtype = _dtype(x)
         base = topk.name or "topk"
         values = topk.outputs[0]
         readers = list(values.outputs)
@@ -121,19 +146,37 @@ class LowerDynamicTopK(Pass):
             created.append(gs.Node(op, name=names(f"{base}_{op.lower()}"), inputs=inputs, outputs=[out], attrs=attrs))
             return out
 
-        # static TopK over the whole axis: k = n
+        # static TopK over the whole axis, always sorted (case 4): its first k values are the ones
+        # TopK(x, k) selects, ties to the lower index first, NaN where onnxruntime puts it
         full = gs.Variable(names(f"{base}_all_values"), dtype=dtype, shape=shape)
         idx = gs.Variable(names(f"{base}_all_indices"), dtype=np.int64, shape=shape)
         kn = gs.Constant(names(f"{base}_n"), np.array([n], np.int64))
-        created.append(gs.Node("TopK", name=names(f"{base}_static"), inputs=[x, kn], outputs=[full, idx], attrs=dict(topk.attrs)))
-        # mask: position along the axis < k
-        pos_shape = [1] * rank
-        pos_shape[axis] = n
-        positions = gs.Constant(names(f"{base}_positions"), np.arange(n, dtype=np.int64).reshape(pos_shape))
-        k64 = node("Cast", [k], np.int64, to=onnx.TensorProto.INT64)
-        mask = node("Less", [positions, k64], np.bool_, pos_shape)
-        mask_f = node("Cast", [mask], dtype, pos_shape, to=onnx.helper.np_dtype_to_tensor_dtype(dtype))
-        masked = node("Mul", [full, mask_f], dtype, shape)
+        attrs = {**topk.attrs, "sorted": 1}
+        created.append(gs.Node("TopK", name=names(f"{base}_static"), inputs=[x, kn], outputs=[full, idx], attrs=attrs))
+        # mask (case 5): position along the axis < k picks the value, any other position picks the
+        # fill; by Gather, which only moves values: 0 * inf would be NaN, and onnxruntime's float
+        # Where turns a -0.0 it selects from its first branch into +0.0
+        positions = np.arange(n, dtype=np.int64)
+        k64 = node("Cast", [k], np.int64, [1], to=onnx.TensorProto.INT64)
+        mask = node("Less", [gs.Constant(names(f"{base}_positions"), positions), k64], np.bool_, [n])
+        # the fill: -0.0 (index n) is the exact identity of +, so the masked sum is the sum of the
+        # selected values whatever their signs; k = 0 takes +0.0 (index n + 1), onnxruntime's sum of
+        # an empty tensor; integers fill 0
+        is_float = dtype.kind == "f"
+        fills = np.array([-0.0, 0.0] if is_float else [0, 0], dtype)
+        fill_shape = list(shape)
+        fill_shape[axis] = 2
+        fill_const = np.reshape(fills, [2 if d == axis else 1 for d in range(rank)])
+        fill = node("Expand", [gs.Constant(names(f"{base}_fills"), fill_const),
+                               gs.Constant(names(f"{base}_fill_shape"), np.array(fill_shape, np.int64))], dtype, fill_shape)
+        ext_shape = list(shape)
+        ext_shape[axis] = n + 2
+        extended = node("Concat", [full, fill], dtype, ext_shape, axis=axis)
+        k_positive = node("Greater", [k64, gs.Constant(names(f"{base}_zero_k"), np.array(0, np.int64))], np.bool_, [1])
+        fill_index = node("Where", [k_positive, gs.Constant(names(f"{base}_neg_zero_at"), np.array([n], np.int64)),
+                                    gs.Constant(names(f"{base}_pos_zero_at"), np.array([n + 1], np.int64))], np.int64, [1])
+        picks = node("Where", [mask, gs.Constant(names(f"{base}_keep_at"), positions), fill_index], np.int64, [n])
+        masked = node("Gather", [extended, picks], dtype, shape, axis=axis)
         for r in readers:
             axes = _reduce_axes(r, rank)
             if r.op == "ReduceSum":

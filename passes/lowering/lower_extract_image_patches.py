@@ -1,18 +1,22 @@
-"""TensorFlow's ExtractImagePatches (any domain) becomes a Conv with a one-hot filter.
+"""TensorFlow's ExtractImagePatches (any domain) becomes Pad + one strided Slice per kernel offset + Concat.
 
     ExtractImagePatches(x NHWC, ksizes [1,kh,kw,1], strides [1,sh,sw,1], rates [1,rh,rw,1], padding)
-        =>  Transpose(0,3,1,2) -> Conv(W one-hot [kh*kw*C, C, kh, kw], strides, dilations=rates, pads)
-            -> Transpose(0,2,3,1)
+        =>  xp = Pad(x, TF's SAME pads)                                   (SAME only, when any pad > 0)
+            Concat(Slice(xp, starts [i*rh, j*rw], steps [sh, sw], axes [1, 2]) for i < kh, j < kw; axis=3)
 
 Output channel o = (i * kw + j) * C + c reads input channel c at kernel position (i, j): TF's
-channel order. SAME padding is TF's: out = ceil(in / stride), total = max((out - 1) * stride +
-(k - 1) * rate + 1 - in, 0), the odd pixel at the end. The Conv runs on the Cube instead of the
-host/py_func fallback that cost SiamMask 22 s per step (seed 000). Exact for finite inputs (each
-output is one input times 1.0 plus zeros).
+channel order, which is the Concat order of the slices. SAME padding is TF's: out = ceil(in /
+stride), total = max((out - 1) * stride + (k - 1) * rate + 1 - in, 0), the odd pixel at the end,
+filled with zeros. Each slice ends (k - 1) * rate - offset before the end of its axis, so a VALID
+extraction works on symbolic spatial sizes too. Every output element is a copy of one input
+element (or a padding zero): exact on every input and every dtype, NaN, inf and -0.0 included,
+and the slices run on the device instead of the host/py_func fallback that cost SiamMask 22 s per
+step (seed 000). (The one-hot Conv this pass once emitted multiplied every element of a patch by
+0 or 1: one inf or NaN in a patch turned its neighbours' outputs into NaN.)
 
 Refused (left in place, reason for --explain) for: a padding other than SAME/VALID, non-unit
-batch or channel entries in ksizes/strides/rates, an input whose rank is not 4 or whose channel
-count is unknown, a symbolic spatial size with SAME padding, and a non-float input.
+batch or channel entries in ksizes/strides/rates, an input whose rank is not 4, a symbolic
+spatial size with SAME padding, and a model below opset 10 (Slice has no steps there).
 """
 
 from __future__ import annotations
@@ -25,18 +29,12 @@ import onnx_graphsurgeon as gs
 from graphpass.infra import MatchResult, PassContext, PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
+from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 
-__all__ = ["LowerExtractImagePatches", "one_hot_filter", "tf_same_pads"]
+__all__ = ["LowerExtractImagePatches", "tf_same_pads"]
 
-
-def one_hot_filter(kh: int, kw: int, c: int, dtype=np.float32) -> np.ndarray:
-    w = np.zeros((kh * kw * c, c, kh, kw), dtype)
-    for i in range(kh):
-        for j in range(kw):
-            for ch in range(c):
-                w[(i * kw + j) * c + ch, ch, i, j] = 1
-    return w
+_TO_END = np.iinfo(np.int64).max
 
 
 def tf_same_pads(size: int, k: int, stride: int, rate: int) -> tuple[int, int]:
@@ -50,7 +48,12 @@ def _attr(node: gs.Node, key: str) -> list[int] | None:
     return [int(x) for x in v] if v is not None else None
 
 
-def _check(node: gs.Node) -> MatchResult:
+def _padding(node: gs.Node) -> str:
+    pad = node.attrs.get("padding", "VALID")
+    return (pad.decode() if isinstance(pad, bytes) else str(pad)).upper()
+
+
+def _check(node: gs.Node, opset: int) -> MatchResult:
     pad = node.attrs.get("padding", "VALID")
     pad = pad.decode() if isinstance(pad, bytes) else str(pad)
     if pad.upper() not in ("SAME", "VALID"):
@@ -61,31 +64,31 @@ def _check(node: gs.Node) -> MatchResult:
             return MatchResult.fail(f"{key} {v} is not a 4-element list")
         if v[0] != 1 or v[3] != 1:
             return MatchResult.fail(f"{key} {v} is not 1 on the batch and channel axes")
+        if any(d < 1 for d in v):
+            return MatchResult.fail(f"{key} {v} holds a value below 1")
     x = node.inputs[0] if node.inputs else None
     shape = x.shape if x is not None else None
     if shape is None or len(shape) != 4:
         return MatchResult.fail("the input's rank is unknown or not 4 (NHWC)")
-    if not isinstance(shape[3], int):
-        return MatchResult.fail("the input's channel count is unknown")
     if pad.upper() == "SAME" and not all(isinstance(d, int) for d in shape[1:3]):
         return MatchResult.fail("SAME padding on a symbolic spatial size (the pads depend on it)")
-    if x.dtype is not None and np.dtype(x.dtype) not in (np.float32, np.float16, np.float64):
-        return MatchResult.fail(f"input dtype {np.dtype(x.dtype)}: a Conv needs floats")
+    if opset < 10:
+        return MatchResult.fail(f"opset {opset}: Slice has no steps below opset 10")
     return MatchResult.success()
 
 
 @register
 class LowerExtractImagePatches(Pass):
-    """Lowers ExtractImagePatches (TF semantics, any domain) to a one-hot Conv.
+    """Lowers ExtractImagePatches (TF semantics, any domain) to Pad + strided Slices + Concat.
 
     Cases:
       1. VALID and SAME padding, any strides and rates;
-      2. any channel count (aligned to 16 or not) and spatial size (odd or even);
+      2. any channel count (known or not), spatial size (odd or even; symbolic with VALID) and dtype;
       3. refusals are recorded with their reason; the node stays.
     """
 
     name = "lower_extract_image_patches"
-    summary = "ExtractImagePatches (TF semantics) -> Transpose + one-hot Conv + Transpose on the Cube."
+    summary = "ExtractImagePatches (TF semantics) -> Pad + one strided Slice per kernel offset + Concat (exact)."
     kind = PassKind.LOWERING
     promise = EXACT
     required = True
@@ -93,47 +96,74 @@ class LowerExtractImagePatches(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         fired = refused = 0
         names = NameGen(graph)
+        opset = model_io.opset_of(graph) or graph.opset or 13
         for g in list(iter_graphs(graph)):
             dead = []
             for node in list(g.nodes):
                 if node.op != "ExtractImagePatches":
                     continue
-                verdict = _check(node)
+                verdict = _check(node, opset)
                 if not verdict:
                     refused += 1
                     ctx.explain(self.name, node, verdict.reason)
                     continue
-                self._lower(node, g, names)
+                self._lower(node, g, names, opset)
                 dead.append(node)
                 fired += 1
             remove_nodes(g, dead)
         return PassResult(fired > 0, {"fired": fired, "refused": refused})
 
-    def _lower(self, node: gs.Node, g: gs.Graph, names: NameGen) -> None:
+    def _lower(self, node: gs.Node, g: gs.Graph, names: NameGen, opset: int) -> None:
         x = node.inputs[0]
         out = node.outputs[0]
         n, h, w, c = x.shape
         _, kh, kw, _ = _attr(node, "ksizes")
         _, sh, sw, _ = _attr(node, "strides")
         _, rh, rw, _ = _attr(node, "rates") or [1, 1, 1, 1]
-        pad = node.attrs.get("padding", "VALID")
-        pad = (pad.decode() if isinstance(pad, bytes) else str(pad)).upper()
-        if pad == "SAME":
+        if _padding(node) == "SAME":
             (pt, pb), (pl, pr) = tf_same_pads(h, kh, sh, rh), tf_same_pads(w, kw, sw, rw)
         else:
             pt = pb = pl = pr = 0
-        dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)
+        dtype = x.dtype  # passed through as gs holds it (bfloat16 is no numpy dtype)
         base = node.name or "extract_image_patches"
-        x_nchw = gs.Variable(names(f"{base}_nchw"), dtype=dtype, shape=[n, c, h, w])
-        conv_out = gs.Variable(names(f"{base}_patches_nchw"), dtype=dtype)
-        weight = gs.Constant(names(f"{base}_one_hot"), one_hot_filter(kh, kw, c, dtype))
-        nodes = [
-            gs.Node("Transpose", name=names(f"{base}_to_nchw"), inputs=[x], outputs=[x_nchw], attrs={"perm": [0, 3, 1, 2]}),
-            gs.Node("Conv", name=names(f"{base}_conv"), inputs=[x_nchw, weight], outputs=[conv_out],
-                    attrs={"kernel_shape": [kh, kw], "strides": [sh, sw], "dilations": [rh, rw], "pads": [pt, pl, pb, pr]}),
-        ]
+        nodes: list[gs.Node] = []
+        src = x
+        if pt or pb or pl or pr:
+            hp, wp = h + pt + pb, w + pl + pr
+            src = gs.Variable(names(f"{base}_padded"), dtype=dtype, shape=[n, hp, wp, c])
+            pads = [0, pt, pl, 0, 0, pb, pr, 0]
+            if opset >= 11:  # constant_value omitted: zero of the input's dtype, as TF pads
+                nodes.append(gs.Node("Pad", name=names(f"{base}_pad"), inputs=[x, gs.Constant(names(f"{base}_pads"), np.array(pads, np.int64))],
+                                     outputs=[src], attrs={"mode": "constant"}))
+            else:
+                nodes.append(gs.Node("Pad", name=names(f"{base}_pad"), inputs=[x], outputs=[src],
+                                     attrs={"mode": "constant", "pads": pads, "value": 0.0}))
+        ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+        oh = ow = None  # output sizes, when the input's are static (a sunk loop needs them)
+        if isinstance(h, int) and isinstance(w, int):
+            oh = max(math.ceil((h + pt + pb - ekh + 1) / sh), 0)
+            ow = max(math.ceil((w + pl + pr - ekw + 1) / sw), 0)
+        piece_shape = [n, oh, ow, c] if oh is not None else None
+        slices = []
+        for i in range(kh):
+            for j in range(kw):
+                # start at the offset, stop (extent - 1 - offset) before the end: ceil((size - extent + 1) / stride) rows
+                end_h, end_w = i * rh - (ekh - 1), j * rw - (ekw - 1)
+                ends = [end_h if end_h < 0 else _TO_END, end_w if end_w < 0 else _TO_END]
+                piece = gs.Variable(names(f"{base}_offset_{i}_{j}"), dtype=dtype, shape=piece_shape)
+                consts = [gs.Constant(names(f"{base}_{key}_{i}_{j}"), np.array(v, np.int64))
+                          for key, v in (("starts", [i * rh, j * rw]), ("ends", ends), ("axes", [1, 2]), ("steps", [sh, sw]))]
+                nodes.append(gs.Node("Slice", name=names(f"{base}_slice_{i}_{j}"), inputs=[src] + consts, outputs=[piece]))
+                slices.append(piece)
         node.outputs.clear()
-        nodes.append(gs.Node("Transpose", name=names(f"{base}_to_nhwc"), inputs=[conv_out], outputs=[out], attrs={"perm": [0, 2, 3, 1]}))
+        if piece_shape is not None and (out.shape is None or not all(isinstance(d, int) for d in out.shape)):
+            out.shape = [n, oh, ow, kh * kw * c if isinstance(c, int) else None]
+        if out.dtype is None:
+            out.dtype = dtype
+        if len(slices) == 1:
+            nodes.append(gs.Node("Identity", name=names(f"{base}_patches"), inputs=slices, outputs=[out]))
+        else:
+            nodes.append(gs.Node("Concat", name=names(f"{base}_patches"), inputs=slices, outputs=[out], attrs={"axis": 3}))
         node.inputs.clear()
         for new in nodes:
             A.mark_created(new, self.name, replaced=[node])

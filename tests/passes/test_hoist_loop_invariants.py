@@ -1,10 +1,11 @@
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
 from graphpass.infra import PassContext
 from graphpass.passes import hoist_loop_invariants
-from graphpass.testing import assert_equivalent, make_model, ops
+from graphpass.testing import assert_equivalent, check_full, make_model, ops, ort_run
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -93,3 +94,208 @@ def test_body_outputs_and_scan_outputs_stay():
     graph = gp.load(model)
     assert not hoist_loop_invariants(graph).modified  # e is a scan output: the body must produce it
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+# --- issue 16: cond, zero trips, and ops that can fail --------------------------------------------
+
+import onnx  # noqa: E402
+
+S = TensorProto.STRING
+
+
+def _bitwise(got, ref):
+    assert set(got) == set(ref)
+    for k in ref:
+        assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape, k
+        assert got[k].tobytes() == ref[k].tobytes(), (k, got[k], ref[k])
+
+
+def _general_loop(body_nodes, m="input", cond="input", extra_inputs=None, scan_output=False, cond_out=None):
+    """Loop(M, cond, acc) where M / cond are a graph input, a constant (int / bool) or absent ("")."""
+    inputs = {"x": [4], "w": [4], **(extra_inputs or {})}
+    inits = {}
+    m_name = cond_name = ""
+    if m == "input":
+        inputs["m"], m_name = (I64, []), "m"
+    elif m is not None:
+        inits["m"], m_name = np.array(m, np.int64), "m"
+    if cond == "input":
+        inputs["c"], cond_name = (B, []), "c"
+    elif cond is not None:
+        inits["c"], cond_name = np.array(cond, bool), "c"
+    tail = [helper.make_node("Identity", ["cond_in"], ["cond_out"])] if cond_out is None else cond_out
+    outs = [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("acc_out", F, [4])]
+    if scan_output:
+        outs.append(helper.make_tensor_value_info("acc_scan", F, [4]))
+        tail = tail + [helper.make_node("Identity", ["acc_out"], ["acc_scan"])]
+    body = helper.make_graph(body_nodes + tail, "body",
+                             [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+                              helper.make_tensor_value_info("acc_in", F, [4])], outs)
+    loop_outs = ["y"] + (["ys"] if scan_output else [])
+    outputs = {"y": [4], **({"ys": [None, 4]} if scan_output else {})}
+    return make_model([helper.make_node("Loop", [m_name, cond_name, "x"], loop_outs, body=body, name="loop")],
+                      inputs, outputs, initializers=inits)
+
+
+def _gather_body():
+    return [helper.make_node("Gather", ["w", "idx"], ["g"], axis=0, name="gather"),
+            helper.make_node("Add", ["acc_in", "g"], ["acc_out"])]
+
+
+def _body_op_names(graph):
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    return [n.op for n in loop.attrs["body"].nodes]
+
+
+@pytest.mark.parametrize("cond", ["input", False])
+def test_cond_false_at_entry_keeps_what_could_fail_in_the_body(cond):
+    # M = 3 is constant, but cond is false (or unknown) at entry: zero trips, the Gather must not run
+    model = _general_loop(_gather_body(), m=3, cond=cond, extra_inputs={"idx": (I64, [4])})
+    graph = gp.load(model)
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    assert "Gather" in _body_op_names(graph) and "Gather" not in ops(graph)
+    assert any("trip count is not provably >= 1" in e.reason for e in ctx.explanations)
+    out = gp.to_proto(graph)
+    feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.ones(4, np.float32),
+             "idx": np.array([7, 8, 9, 10], np.int64)}  # out of range: the Gather fails if it ever runs
+    if cond == "input":
+        feeds["c"] = np.array(False)
+    _bitwise(ort_run(out, feeds), ort_run(model, feeds))
+
+
+def test_cond_true_constant_and_trip_count_hoist_everything():
+    model = _general_loop(_gather_body(), m=2, cond=True, extra_inputs={"idx": (I64, [4])})
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    assert "Gather" in ops(graph) and "Gather" not in _body_op_names(graph)
+    feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.arange(4, dtype=np.float32),
+             "idx": np.array([3, 2, 1, 0], np.int64)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("m, cond", [("input", None), (None, "input"), (0, None), (3, "input"), ("input", True)])
+def test_trip_count_only_cond_only_and_zero_trips_keep_a_gather(m, cond):
+    cond_out = None
+    if m is None:  # cond only: stop after 2 iterations
+        cond_out = [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", I64, [], [1])),
+                    helper.make_node("Less", ["i", "two"], ["cond_out"])]
+    model = _general_loop(_gather_body(), m=m, cond=cond, extra_inputs={"idx": (I64, [4])}, cond_out=cond_out)
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    assert "Gather" in _body_op_names(graph)
+    out = gp.to_proto(graph)
+    check = []
+    for trips, go in ((0, True), (2, False), (3, True)):
+        feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.arange(4, dtype=np.float32),
+                 "idx": np.array([3, 2, 1, 0], np.int64)}
+        if m == "input":
+            feeds["m"] = np.array(trips, np.int64)
+        if cond == "input":
+            feeds["c"] = np.array(go)
+        _bitwise(ort_run(out, feeds), ort_run(model, feeds))
+        check.append(feeds)
+    assert check
+
+
+def test_integer_div_stays_when_the_loop_may_not_run():
+    # integer division by zero traps; with M = 0 the original never divides
+    body = [helper.make_node("Div", ["a", "b"], ["q"], name="div"),
+            helper.make_node("Cast", ["q"], ["qf"], to=F),
+            helper.make_node("Add", ["acc_in", "qf"], ["acc_out"])]
+    model = _general_loop(body, m="input", cond=None, extra_inputs={"a": (I64, [4]), "b": (I64, [4])})
+    graph = gp.load(model)
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    assert "Div" in _body_op_names(graph) and "Div" not in ops(graph)  # checked before anything runs
+    assert any("integer Div traps" in e.reason for e in ctx.explanations)
+    feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.zeros(4, np.float32),
+             "a": np.arange(4, dtype=np.int64), "b": np.zeros(4, np.int64), "m": np.array(0, np.int64)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+def test_cast_from_string_stays_when_the_loop_may_not_run():
+    body = [helper.make_node("Cast", ["s"], ["sf"], to=F, name="parse"),
+            helper.make_node("Add", ["acc_in", "sf"], ["acc_out"])]
+    model = _general_loop(body, m="input", cond=None, extra_inputs={"s": (S, [4])})
+    graph = gp.load(model)
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    assert "Cast" in _body_op_names(graph) and "Cast" not in ops(graph)
+    assert any("string" in e.reason for e in ctx.explanations)
+    feeds = {"x": np.ones(4, np.float32), "w": np.zeros(4, np.float32), "s": np.array(["x", "1", "2", "3"], object),
+             "m": np.array(0, np.int64)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+def test_broadcasting_ops_need_static_broadcastable_shapes_when_the_loop_may_not_run():
+    body = [helper.make_node("Add", ["u", "v"], ["uv"], name="dyn_add"),  # symbolic shapes: may not broadcast
+            helper.make_node("Mul", ["w", "w"], ["ww"], name="static_mul"),  # [4] x [4]: cannot fail
+            helper.make_node("Div", ["w", "w"], ["wd"], name="float_div"),  # float: 0/0 is NaN, no trap
+            helper.make_node("ReduceSum", ["uv"], ["r"], keepdims=0),
+            helper.make_node("Add", ["acc_in", "ww"], ["t0"]), helper.make_node("Add", ["t0", "wd"], ["t1"]),
+            helper.make_node("Add", ["t1", "r"], ["acc_out"])]
+    model = _general_loop(body, m="input", cond=None, extra_inputs={"u": ["A"], "v": ["B"]})
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    body_ops = _body_op_names(graph)
+    assert "Mul" in ops(graph) and "Div" in ops(graph) and "Mul" not in body_ops
+    assert "ReduceSum" in body_ops and sum(op == "Add" for op in body_ops) == 4  # dyn_add stays
+    for trips in (0, 2):
+        feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.array([0, -0.0, np.inf, 1e-45], np.float32),
+                 "u": np.ones(3, np.float32), "v": np.ones(2 if trips == 0 else 3, np.float32), "m": np.array(trips, np.int64)}
+        _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("trips, go", [(0, True), (1, True), (3, True), (3, False), (0, False)])
+def test_special_values_bit_for_bit_with_scan_outputs_and_zero_trips(trips, go):
+    body = [helper.make_node("Exp", ["w"], ["e"]), helper.make_node("Div", ["e", "w"], ["d"]),
+            helper.make_node("Neg", ["d"], ["nd"]), helper.make_node("Mul", ["acc_in", "nd"], ["acc_out"])]
+    model = _general_loop(body, m="input", cond="input", scan_output=True)
+    graph = gp.load(model)
+    assert hoist_loop_invariants(graph).stats["hoisted"] == 3
+    out = gp.to_proto(graph)
+    check_full(out)
+    f = np.finfo(np.float32)
+    feeds = {"x": np.array([np.nan, -np.inf, -0.0, f.smallest_subnormal], np.float32),
+             "w": np.array([-0.0, np.inf, f.max, np.nan], np.float32), "m": np.array(trips, np.int64), "c": np.array(go)}
+    ref = ort_run(model, feeds)
+    if trips == 0 or not go:
+        assert ref["ys"].shape == (0, 4)  # zero trips: no scan output rows, the carried value unchanged
+        assert ref["y"].tobytes() == feeds["x"].tobytes()
+    _bitwise(ort_run(out, feeds), ref)
+
+
+def _scan_model(length, gather=True):
+    body_nodes = ([helper.make_node("Gather", ["w", "idx"], ["g"], axis=0)] if gather
+                  else [helper.make_node("Exp", ["w"], ["g"])])
+    body = helper.make_graph(
+        body_nodes + [helper.make_node("Add", ["s_in", "g"], ["t"]), helper.make_node("Mul", ["t", "row"], ["s_out"]),
+                      helper.make_node("Identity", ["s_out"], ["row_out"])],
+        "scan_body", [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("row", F, [4])],
+        [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("row_out", F, [4])])
+    return make_model([helper.make_node("Scan", ["x", "rows"], ["y", "ys"], body=body, num_scan_inputs=1, name="scan")],
+                      {"x": [4], "w": [4], "idx": (I64, [4]), "rows": [length, 4]}, {"y": [4], "ys": [length, 4]})
+
+
+@pytest.mark.parametrize("length", ["L", 0])
+def test_scan_that_may_run_zero_times_keeps_a_gather(length):
+    model = _scan_model(length)
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    scan = next(n for n in graph.nodes if n.op == "Scan")
+    assert "Gather" in [n.op for n in scan.attrs["body"].nodes] and "Gather" not in ops(graph)
+    if length == "L":  # onnxruntime 1.x cannot run a Scan over 0 rows at all (its slicer refuses), so 2 rows here
+        feeds = {"x": np.array([np.nan, -np.inf, -0.0, 1], np.float32), "w": np.ones(4, np.float32),
+                 "idx": np.array([3, 0, 1, 2], np.int64), "rows": np.array([[-0.0, 1, np.inf, 2]] * 2, np.float32)}
+        _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+def test_scan_with_a_static_length_hoists_and_stays_bitwise():
+    model = _scan_model(3)
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    assert "Gather" in ops(graph)
+    feeds = {"x": np.array([np.nan, -np.inf, -0.0, 1], np.float32), "w": np.array([np.inf, -0.0, 1e-45, 3e38], np.float32),
+             "idx": np.array([3, 2, 1, 0], np.int64), "rows": np.array([[-0.0, 1, np.inf, 2]] * 3, np.float32)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))

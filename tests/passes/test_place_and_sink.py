@@ -25,6 +25,8 @@ def _tracking(host_op_reads_state: bool):
         [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
          helper.make_tensor_value_info("state_in", F, [1, 4, 8, 8])],
         [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("state_out", F, [1, 4, 8, 8])],
+        # onnx cannot infer a Resize whose scales live in the outer graph: the shapes a converter writes
+        value_info=[helper.make_tensor_value_info("big", F, [1, 4, 16, 16]), helper.make_tensor_value_info("m", F, [1, 4, 1, 1])],
     )
     return make_model([helper.make_node("Loop", ["frames", "", "x"], ["y"], body=body, name="track")],
                       {"x": [1, 4, 8, 8], "template": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]},
@@ -76,3 +78,64 @@ def test_siammask_tracking_example_hoists_sinks_and_stays_equal():
     report = V.verify_models(gp.to_proto(reference.graph), gp.to_proto(result.graph), rtol=1e-5, atol=1e-6)
     assert report.ok
     assert create().estimate(result.graph).total_us < create().estimate(reference.graph).total_us
+
+
+# --- issue 16: a loop sinks only when every shape in its body is static -----------------------------
+
+def _topk_loop(state_shape=(8,)):
+    """Each iteration sums the i+1 largest values of the state: TopK's output shape follows i (data)."""
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", I64, [], [1])),
+         helper.make_node("Constant", [], ["shape1"], value=helper.make_tensor("shape1", I64, [1], [1])),
+         helper.make_node("Add", ["i", "one"], ["i1"], name="next_k"),
+         helper.make_node("Reshape", ["i1", "shape1"], ["k"], name="k"),
+         helper.make_node("TopK", ["state_in", "k"], ["top", "idx"], axis=-1, name="topk"),
+         helper.make_node("ReduceSum", ["top"], ["s"], keepdims=1, name="sum"),
+         helper.make_node("Add", ["state_in", "s"], ["state_out"], name="update"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+                 helper.make_tensor_value_info("state_in", F, list(state_shape))],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("state_out", F, list(state_shape))])
+    return make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")],
+                      {"x": [8]}, {"y": [8]}, initializers={"n": np.array(4, np.int64)})
+
+
+def test_a_data_dependent_shape_in_the_body_blocks_sinking():
+    model = _topk_loop()
+    graph = gp.load(model)
+    topk = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "TopK")
+    ctx = PassContext()
+    result = place_and_sink(graph, ctx)
+    assert A.get_engine(topk) in (None, "AICORE")  # every node is on AI Core: only the shape blocks
+    assert result.stats["not_sunk"] == 1 and result.stats["sunk"] == 0
+    assert A.get(graph.nodes[-1], A.SINK) is None
+    assert any("cannot sink: the shape of 'top'" in e.reason and "not static" in e.reason for e in ctx.explanations)
+
+
+def test_a_symbolic_loop_carried_shape_blocks_sinking():
+    model = _topk_loop()
+    body = model.graph.node[0].attribute[0].g
+    for n in list(body.node):
+        if n.op_type in ("TopK", "ReduceSum"):
+            body.node.remove(n)
+    next(n for n in body.node if n.name == "update").input[1] = "state_in"
+    body.input[2].type.tensor_type.shape.dim[0].dim_param = "L"
+    body.output[1].type.tensor_type.shape.dim[0].dim_param = "L"
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert place_and_sink(graph, ctx).stats["sunk"] == 0
+    assert any("the shape of 'state_in' is not static" in e.reason for e in ctx.explanations)
+
+
+def test_annotations_only_outputs_bit_for_bit_on_special_values():
+    model = _tracking(host_op_reads_state=False)
+    graph = gp.load(model)
+    place_and_sink(graph, PassContext())
+    f = np.finfo(np.float32)
+    pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, f.smallest_subnormal, f.max, -f.max, 1.0], np.float32)
+    rng = np.random.default_rng(0)
+    from graphpass.testing import ort_run
+
+    feeds = {"x": rng.choice(pool, (1, 4, 8, 8)), "template": rng.choice(pool, (1, 4, 8, 8))}
+    ref, got = ort_run(model, feeds), ort_run(gp.to_proto(graph), feeds)
+    assert ref["y"].tobytes() == got["y"].tobytes() and np.isnan(ref["y"]).any()
