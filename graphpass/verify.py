@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 
 #: Default tolerance of ``verify``, and the floor of runs where a tolerance pass ran
 #: (:func:`tolerance_for`). The atol absorbs float32 cancellation: a sum of large terms that
-#: nearly cancel keeps the absolute error of its terms (a ShuffleNet's folded BatchNorms:
-#: logits up to 721, differences up to 7e-4, 5.5e-5 beyond rtol 1e-4 on a logit of -0.58).
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-4
+#: nearly cancel keeps the absolute error of its terms (a ShuffleNet x1.0 with folded
+#: BatchNorms: logits up to 721, differences up to 7e-4 with 5.5e-5 beyond rtol 1e-4 on a logit
+#: of -0.58; intermediates 3.3e-4 off on values of 0.44). A 0.03 change of a probability fails.
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-3
 #: The same when a model holds float16 (one fp16 ulp at 1.0 is 9.8e-4; errors compound).
 FP16_RTOL, FP16_ATOL = 1e-2, 1e-2
 #: Symbolic dims are fed as this unless ``--input-shape`` says otherwise.
@@ -618,8 +619,11 @@ def verify_models(
         if bname != name and np.shape(va[name]) != np.shape(vb[bname]):
             skipped += 1  # provenance is a hint, not a proof: a shape change means no counterpart
             continue
-        c = judged(compare_arrays(name if bname == name else f"{name} ~ {bname}", va[name], vb[bname], rtol, atol,
-                                  strict_dtype=False))
+        # intermediates: atol in units of the tensor's own largest magnitude (at least 1), since
+        # their rounding grows with the values that made them; the verdict stays on the outputs
+        scale = _magnitude(va[name])
+        c = judged(compare_arrays(name if bname == name else f"{name} ~ {bname}", va[name], vb[bname], rtol,
+                                  atol * scale, strict_dtype=False))
         report.tensors.append(c)
         if not c.ok and report.first_divergence is None:
             report.first_divergence = c.name
@@ -635,6 +639,14 @@ def verify_models(
 
     report.first_nonfinite = {"a": first_bad(va, order_a), "b": first_bad(vb, order_b)}
     return report
+
+
+def _magnitude(v) -> float:
+    v = np.asarray(v)
+    if v.dtype.kind != "f" or v.size == 0:
+        return 1.0
+    fin = np.abs(v[np.isfinite(v)].astype(np.float64))
+    return max(1.0, float(fin.max())) if fin.size else 1.0
 
 
 def _emulation_names(emulated: onnx.ModelProto, original: onnx.ModelProto) -> set[str]:
