@@ -130,7 +130,8 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
         bad_nan = nan_r != nan_g
         bad_inf = (np.isinf(r) | np.isinf(g)) & ~nan_r & ~nan_g & (r != g)
         fin = np.isfinite(r) & np.isfinite(g)
-        diff = np.where(fin, np.abs(g - r), 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(fin, np.abs(g - r), 0.0)
         bad_val = fin & (diff > atol + rtol * np.abs(r))
         if exact:
             bad_val |= fin & (r == 0) & (g == 0) & (np.signbit(r) != np.signbit(g))
@@ -261,7 +262,7 @@ UNDECLARED = _undeclared()
 
 @dataclasses.dataclass
 class FedInput:
-    """One input as fed: its shape, and which dims were symbolic (axis -> dim name or '?')."""
+    """One input as fed: its shape, and which dims were symbolic (axis -> dim name, or ``input[axis]``)."""
 
     name: str
     dtype: str
@@ -326,7 +327,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
                 if d.HasField("dim_value") and d.dim_value >= 0:
                     shape.append(int(d.dim_value))
                 else:
-                    symbolic[k] = d.dim_param or "?"
+                    symbolic[k] = d.dim_param or f"{vi.name}[{k}]"
                     shape.append(symbolic_dim)
         if dtype.kind == "f":
             arr = rng.standard_normal(shape).astype(dtype)
