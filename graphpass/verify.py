@@ -231,7 +231,7 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
         fr, fa = (FP16_RTOL, FP16_ATOL) if fp16 else (DEFAULT_RTOL, DEFAULT_ATOL)
         names = sorted({p.name for p in loose})
         why = ("loosest promise of the passes that ran: " + ", ".join(names)) if names else "default"
-        tol = Tolerance(max(fr, *(p.rtol for p in loose)), max(fa, *(p.atol for p in loose)),
+        tol = Tolerance(max([fr] + [p.rtol for p in loose]), max([fa] + [p.atol for p in loose]),
                         why + ("; float16 floor" if fp16 else ""))
     if rtol is not None or atol is not None:
         tol = Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol, "given")
