@@ -30,6 +30,8 @@ class BisectResult:
     record: PassRecord | None = None
     added: list[str] = dataclasses.field(default_factory=list)
     removed: list[str] = dataclasses.field(default_factory=list)
+    #: nodes kept under their label whose op changed: ``"relu2 (Relu -> Neg)"``
+    changed: list[str] = dataclasses.field(default_factory=list)
     last_good: Path | None = None
     first_bad_model: Path | None = None
     detail: str = ""
@@ -62,7 +64,7 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
         try:
             cand = V.Runner(proto, fp16_emulate)
             emulated[0] = emulated[0] or cand.emulated
-            tol = V.tolerance_for(V.promises_of(applied), rtol, atol, fp16=runner.emulated or cand.emulated)
+            tol = V.tolerance_for(V.promises_of(applied), rtol, atol, fp16=runner.fp16 or cand.fp16)
             comps = V.compare(reference, cand.run(feeds), tol.rtol, tol.atol)
             bad = next((c for c in comps if not c.ok), None)
             if bad is not None:
@@ -96,6 +98,7 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
     before, after = _node_ids(good_proto), _node_ids(bad_proto)
     res.removed = sorted(f"{k} ({v})" for k, v in before.items() if k not in after)
     res.added = sorted(f"{k} ({v})" for k, v in after.items() if k not in before)
+    res.changed = sorted(f"{k} ({before[k]} -> {v})" for k, v in after.items() if k in before and before[k] != v)
     res.detail = V.describe(bad)
     res.fp16_emulated = emulated[0]
     out = Path(out_dir)

@@ -153,7 +153,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         feeds, ref, _, ra, notes = V.reference(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes,
                                                fp16_emulate=args.fp16_emulate)
         rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
-        tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.emulated or rb.emulated)
+        tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
         comps = V.compare(ref, rb.run(feeds), rtol=tol.rtol, atol=tol.atol)
         if not V.all_match(comps):
             bad = next(c for c in comps if not c.ok)
@@ -472,7 +472,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"first bad application: #{res.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> {r.nodes_after} nodes, "
           f"{', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
     print(f"  {res.detail}")
-    for label, items in (("removed", res.removed), ("added", res.added)):
+    for label, items in (("removed", res.removed), ("added", res.added), ("changed", res.changed)):
         if items:
             more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
             print(f"  nodes {label}: {', '.join(items[:12])}{more}")

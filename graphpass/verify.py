@@ -348,12 +348,15 @@ class Runner:
 
         if isinstance(model, str):  # a path: onnxruntime reads it (and its external data) itself
             head = onnx.load(model, load_external_data=False)
-            if not (fp16_emulate and fp16.has_fp16(head)):
+            self.fp16 = fp16.has_fp16(head)
+            if not (fp16_emulate and self.fp16):
                 self._emu, self.sess, self.emulated, self.model = None, session(model), False, head
                 return
             from graphpass.ir import model_io
 
             model = model_io.load_proto(model)
+        #: the model holds float16 (emulated or not): comparisons take the fp16 floor
+        self.fp16 = fp16.has_fp16(model)
         if fp16_emulate:
             self._emu = fp16.Emulated(model, session)
             self.sess = self._emu.session
@@ -567,7 +570,6 @@ def verify_models(
         UsageError: the models have different inputs or outputs, or ``input_shapes`` names no input.
         BadModelError: onnxruntime cannot run one of them (its reason, one line).
     """
-    from graphpass import fp16
     from graphpass.errors import UsageError
 
     ins_a, ins_b = {i.name for i in _graph_inputs(a)}, {i.name for i in _graph_inputs(b)}
@@ -580,7 +582,7 @@ def verify_models(
     check_input_shapes(b, input_shapes)
     feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
     rb = Runner(b, fp16_emulate)
-    fp16_models = ra.emulated or rb.emulated or (not fp16_emulate and (fp16.has_fp16(a) or fp16.has_fp16(b)))
+    fp16_models = ra.fp16 or rb.fp16
     base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
             else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
     tol = base if rtol is None and atol is None else Tolerance(

@@ -97,7 +97,7 @@ class PassManager:
     def _reference(self, graph: gs.Graph):
         model = model_io.to_proto(graph)
         feeds, ref, _, runner, _ = _verify.reference(model, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
-        self._fp16_reference = runner.emulated
+        self._fp16_reference = runner.fp16
         return feeds, ref
 
     def _verify(self, graph: gs.Graph, name: str, feeds, ref) -> None:
@@ -110,7 +110,7 @@ class PassManager:
             ) from e
         # judged like optimize --verify: at the loosest promise of the passes applied so far
         runner = _verify.Runner(model)
-        tol = _verify.tolerance_for(self._promises, fp16=self._fp16_reference or runner.emulated)
+        tol = _verify.tolerance_for(self._promises, fp16=self._fp16_reference or runner.fp16)
         got = runner.run(feeds)
         bad = [c for c in _verify.compare(ref, got, tol.rtol, tol.atol) if not c.ok]
         if bad:
