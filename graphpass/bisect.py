@@ -30,10 +30,13 @@ class BisectResult:
     record: PassRecord | None = None
     added: list[str] = dataclasses.field(default_factory=list)
     removed: list[str] = dataclasses.field(default_factory=list)
+    #: nodes kept under their label whose op changed: ``"relu2 (Relu -> Neg)"``
+    changed: list[str] = dataclasses.field(default_factory=list)
     last_good: Path | None = None
     first_bad_model: Path | None = None
     detail: str = ""
     runs: int = 0
+    fp16_emulated: bool = False
 
 
 def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
@@ -41,29 +44,38 @@ def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
     return {(n.name or (n.output[0] if n.output else "?")): n.op_type for n in model.graph.node}
 
 
-def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0,
-           **optimize_kwargs: Any) -> BisectResult:
-    """Binary-search the first failing application; ``optimize_kwargs`` as for :func:`optimize`."""
+def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None = None, atol: float | None = None,
+           seed: int = 0, fp16_emulate: bool = True, **optimize_kwargs: Any) -> BisectResult:
+    """Binary-search the first failing application; ``optimize_kwargs`` as for :func:`optimize`.
+
+    Each run is judged like ``optimize --verify``: at ``rtol``/``atol`` when given, else at the
+    tolerance the applied passes promise (exact when only exact passes ran); models holding
+    float16 run with fp16 emulation unless ``fp16_emulate`` is False.
+    """
     original = model_io.load_proto(model)
     shapes = optimize_kwargs.get("input_shapes")
-    sess = V.session(original)
-    feeds = V.random_inputs(sess, seed=seed, input_shapes=shapes)
-    reference = V.run(sess, feeds)
+    feeds, reference, _, runner, _ = V.reference(original, seed=seed, input_shapes=shapes, fp16_emulate=fp16_emulate)
+    emulated = [runner.emulated]
 
     def attempt(limit: int | None):
         result = optimize(original, max_applications=limit, seed=seed, **optimize_kwargs)
         proto = model_io.to_proto(result.graph)
+        applied = [r.name for r in result.report.passes if r.application]
         try:
-            got = V.run(V.session(proto), feeds)
-            comps = V.compare(reference, got, rtol, atol)
+            cand = V.Runner(proto, fp16_emulate)
+            emulated[0] = emulated[0] or cand.emulated
+            tol = V.tolerance_for(V.promises_of(applied), rtol, atol, fp16=runner.fp16 or cand.fp16)
+            comps = V.compare(reference, cand.run(feeds), tol.rtol, tol.atol)
             bad = next((c for c in comps if not c.ok), None)
+            if bad is not None:
+                bad.note = (bad.note + f"; at {tol}").strip("; ")
         except Exception as e:  # a model onnxruntime cannot run counts as broken
             bad = V.OutputComparison("<model>", float("inf"), float("inf"), 0.0, False, str(e).splitlines()[0])
         return result, proto, bad
 
     full, full_proto, bad = attempt(None)
     records = [r for r in full.report.passes if r.application]
-    res = BisectResult(applications=len(records), first_bad=None, runs=1)
+    res = BisectResult(applications=len(records), first_bad=None, runs=1, fp16_emulated=emulated[0])
     if bad is None:
         res.detail = "the fully optimized model matches the original"
         return res
@@ -86,7 +98,9 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float = 1e-4,
     before, after = _node_ids(good_proto), _node_ids(bad_proto)
     res.removed = sorted(f"{k} ({v})" for k, v in before.items() if k not in after)
     res.added = sorted(f"{k} ({v})" for k, v in after.items() if k not in before)
-    res.detail = f"output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
+    res.changed = sorted(f"{k} ({before[k]} -> {v})" for k, v in after.items() if k in before and before[k] != v)
+    res.detail = V.describe(bad)
+    res.fp16_emulated = emulated[0]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res.last_good = model_io.save_proto(good_proto, out / "last_good.onnx")

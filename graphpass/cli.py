@@ -149,19 +149,23 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress.stop()
     model_io.save(result.graph, out, emit=args.emit)
     if args.verify:
-        original = model_io.load_proto(args.model)
-        sa = V.session(original)
-        feeds = V.random_inputs(sa, seed=args.seed, input_shapes=shapes)
-        comps = V.compare(V.run(sa, feeds), V.run(V.session(str(out)), feeds), rtol=args.rtol, atol=args.atol)
+        applied = [r.name for r in result.report.passes if r.application]
+        feeds, ref, _, ra, notes = V.reference(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes,
+                                               fp16_emulate=args.fp16_emulate)
+        rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
+        tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
+        comps = V.compare(ref, rb.run(feeds), rtol=tol.rtol, atol=tol.atol)
         if not V.all_match(comps):
             bad = next(c for c in comps if not c.ok)
             if not args.keep_failed:
                 out.unlink(missing_ok=True)
             raise VerificationError(
-                f"verification failed: output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
+                f"verification failed: {V.describe(bad)} at {tol}"
                 + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")
             )
-        result.report.notes.append(f"verified with onnxruntime: {len(comps)} output(s) match (seed {args.seed})")
+        emulated = " with fp16 emulation" if ra.emulated or rb.emulated else ""
+        result.report.notes.append(f"verified with onnxruntime{emulated}: {len(comps)} output(s) match at {tol} "
+                                   f"(seed {args.seed})" + "".join(f"; {n}" for n in notes))
     if args.report:
         rp = Path(args.report)
         text = result.report.to_markdown() if rp.suffix.lower() in (".md", ".markdown") else result.report.to_json()
@@ -372,13 +376,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     a = model_io.load_proto(args.model_a)
     b = model_io.load_proto(args.model_b)
+    shapes = parse_input_shapes(args.input_shape)
+    V.check_input_shapes(a, shapes)
+    if args.symbolic_dim < 1:
+        raise UsageError(f"--symbolic-dim must be at least 1, got {args.symbolic_dim}")
     feeds = V.load_inputs(args.inputs, V.session(a)) if args.inputs else None
-    report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
-                             rtol=args.rtol, atol=args.atol, min_cosine=args.min_cosine, all_tensors=args.all_tensors)
+    report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=shapes, rtol=args.rtol, atol=args.atol,
+                             min_cosine=args.min_cosine, all_tensors=args.all_tensors, fp16_emulate=args.fp16_emulate,
+                             symbolic_dim=args.symbolic_dim)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2, default=float))
     else:
         console = Console(width=120, markup=False)
+        src = f"from {args.inputs}" if args.inputs else f"seeded random, seed {report.seed}"
+        console.print(f"inputs ({src}): " + "; ".join(str(f) for f in report.fed))
+        sym = sorted({v for f in report.fed for v in f.symbolic.values()})
+        if sym:
+            console.print(f"symbolic dims ({', '.join(sym)}) fed as {args.symbolic_dim}: change with --symbolic-dim N "
+                          "or --input-shape NAME:D1,D2,...")
+        for note in report.notes:
+            console.print(f"note: {note}")
+        emulated = [k.upper() for k, v in report.fp16_emulated.items() if v]
+        console.print(f"comparison: {report.tolerance}; ints, bools, strings exact; NaN/inf positions and signs exact"
+                      + (f"; fp16 emulated in model {' and '.join(emulated)}" if emulated else ""))
         t = Table(title="outputs")
         for col in ("output", "max abs", "max rel", "cosine", "result"):
             t.add_column(col)
@@ -441,8 +461,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out-dir '{out}' exists and is not a folder")
     res = bisect(args.model, out, rtol=args.rtol, atol=args.atol, seed=args.seed, pipeline=args.pipeline, passes=passes,
-                 disable=disable, enable=enable, target=args.target, input_shapes=shapes or None)
-    print(f"{res.applications} pass applications changed the graph; {res.runs} optimize + verify runs")
+                 disable=disable, enable=enable, target=args.target, input_shapes=shapes or None,
+                 fp16_emulate=args.fp16_emulate)
+    print(f"{res.applications} pass applications changed the graph; {res.runs} optimize + verify runs"
+          + ("; fp16 emulated" if res.fp16_emulated else ""))
     if res.first_bad is None:
         print(f"no failing application: {res.detail}")
         return 0
@@ -450,7 +472,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"first bad application: #{res.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> {r.nodes_after} nodes, "
           f"{', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
     print(f"  {res.detail}")
-    for label, items in (("removed", res.removed), ("added", res.added)):
+    for label, items in (("removed", res.removed), ("added", res.added), ("changed", res.changed)):
         if items:
             more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
             print(f"  nodes {label}: {', '.join(items[:12])}{more}")
@@ -496,8 +518,11 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
     o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
     o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
-    o.add_argument("--rtol", type=float, default=1e-4)
-    o.add_argument("--atol", type=float, default=1e-5)
+    o.add_argument("--rtol", type=float, default=None,
+                   help="--verify tolerance (default: exact when only exact passes ran, else the loosest promise, at least 1e-4)")
+    o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-5)")
+    o.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
+                   help="--verify runs models holding float16 with every fp16 value rounded (default on)")
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
@@ -554,8 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     bs.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"])
     bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--rtol", type=float, default=1e-4)
-    bs.add_argument("--atol", type=float, default=1e-5)
+    bs.add_argument("--rtol", type=float, default=None,
+                    help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")
+    bs.add_argument("--atol", type=float, default=None, help="default: as --rtol (at least 1e-5)")
+    bs.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
+                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     bs.set_defaults(func=cmd_bisect)
 
     pr = sub.add_parser("precision", parents=[common], help="fp16 overflow/underflow risk per tensor")
@@ -587,8 +615,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("model_b")
     v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--rtol", type=float, default=1e-4)
-    v.add_argument("--atol", type=float, default=1e-5)
+    v.add_argument("--rtol", type=float, default=None,
+                   help="elementwise |a-b| <= atol + rtol*|b| (default 1e-4; 1e-2 when a model holds float16; 0 with --atol 0: bitwise)")
+    v.add_argument("--atol", type=float, default=None, help="default 1e-5 (1e-3 when a model holds float16)")
+    v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
+                   help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
+    v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
+                   help="value fed for symbolic dims not fixed by --input-shape (default 2; 1 if the original fails with 2)")
     v.add_argument("--min-cosine", type=float, default=None, help="also fail a tensor whose cosine similarity is lower")
     v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
     v.add_argument("--all-tensors", action="store_true",

@@ -1,22 +1,47 @@
 """Numeric verification with onnxruntime (graph optimizations off, so ORT does not redo our work).
 
-This module is the base that ``graphpass verify``/``bisect`` build on; the pass manager uses it
-for ``--verify-each``. Inputs are generated per input dtype and shape from a seed; dynamic dims
-take the value given in ``input_shapes`` or 1.
+This module is the base that ``graphpass verify``/``bisect``/``optimize --verify`` and the pass
+manager's ``--verify-each`` build on; all of them judge outputs with :func:`compare_arrays`:
+
+* integer, bool and string values compare exactly;
+* floats element by element: ``|a - b| <= atol + rtol * |b|`` (``b`` the original's value);
+  NaN positions exact (a NaN where the original has a number fails, and the reverse), infinities
+  exact in position and sign; with ``rtol = atol = 0`` the sign of zero counts too (bitwise);
+* a different dtype or shape fails.
+
+Inputs are generated per input dtype and shape from a seed (:func:`make_inputs`); a symbolic dim
+takes the value given by ``input_shapes`` or ``symbolic_dim`` (2 by default: 1 hides bugs along
+a batch axis, e.g. a mean over it), and 1 when the original model cannot run with 2. Models
+holding float16 tensors run with fp16 emulation (:mod:`graphpass.fp16`) unless switched off.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+import logging
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 
 from graphpass.errors import BadModelError
 
-__all__ = ["OutputComparison", "VerifyReport", "session", "random_inputs", "run", "compare", "all_match",
-           "load_inputs", "verify_models"]
+__all__ = ["OutputComparison", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
+           "make_inputs", "check_input_shapes", "reference", "run", "compare", "compare_arrays", "all_match",
+           "tolerance_for", "describe", "load_inputs", "verify_models", "DEFAULT_RTOL", "DEFAULT_ATOL"]
+
+log = logging.getLogger(__name__)
+
+#: Default tolerance of ``verify``, and the floor of runs where a tolerance pass ran
+#: (:func:`tolerance_for`). The atol absorbs float32 cancellation: a sum of large terms that
+#: nearly cancel keeps the absolute error of its terms (a ShuffleNet x1.0 with folded
+#: BatchNorms: logits up to 721, differences up to 7e-4 with 5.5e-5 beyond rtol 1e-4 on a logit
+#: of -0.58; intermediates 3.3e-4 off on values of 0.44). A 0.03 change of a probability fails.
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-3
+#: The same when a model holds float16 (one fp16 ulp at 1.0 is 9.8e-4; errors compound).
+FP16_RTOL, FP16_ATOL = 1e-2, 1e-2
+#: Symbolic dims are fed as this unless ``--input-shape`` says otherwise.
+SYMBOLIC_DIM = 2
 
 
 @dataclasses.dataclass
@@ -27,6 +52,8 @@ class OutputComparison:
     cosine: float
     ok: bool
     note: str = ""
+    mismatched: int = 0
+    size: int = 0
 
 
 def session(model: onnx.ModelProto | bytes | str):
@@ -61,10 +88,320 @@ _ORT_TYPES = {
 }
 
 
+def run(sess, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [o.name for o in sess.get_outputs()]
+    try:
+        values = sess.run(names, dict(feeds))
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadModelError(f"onnxruntime failed to run the model: {first}") from e
+    return dict(zip(names, values))
+
+
+def _scalar(v) -> str:
+    v = v.item() if hasattr(v, "item") else v
+    return repr(v)
+
+
+def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                   strict_dtype: bool = True) -> OutputComparison:
+    """The one comparison rule of graphpass (module docstring); ``ref`` is the original's value.
+
+    ``strict_dtype=False`` lets two float dtypes meet (intermediates of a mixed-precision model).
+    """
+    ref = np.asarray(ref)
+    got = np.asarray(got)
+    if ref.shape != got.shape:
+        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, f"shape {list(got.shape)} != {list(ref.shape)}",
+                                size=int(ref.size))
+    if ref.dtype != got.dtype and (strict_dtype or ref.dtype.kind != "f" or got.dtype.kind != "f"):
+        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, f"dtype {got.dtype} != {ref.dtype}",
+                                size=int(ref.size))
+    size = int(ref.size)
+    if size == 0:
+        return OutputComparison(name, 0.0, 0.0, 1.0, True)
+    exact = rtol == 0 and atol == 0
+    why: list[str] = []
+    max_abs = max_rel = 0.0
+    cosine = 1.0
+    if ref.dtype.kind == "f":
+        r, g = ref.astype(np.float64), got.astype(np.float64)
+        nan_r, nan_g = np.isnan(r), np.isnan(g)
+        bad_nan = nan_r != nan_g
+        bad_inf = (np.isinf(r) | np.isinf(g)) & ~nan_r & ~nan_g & (r != g)
+        fin = np.isfinite(r) & np.isfinite(g)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(fin, np.abs(g - r), 0.0)
+        bad_val = fin & (diff > atol + rtol * np.abs(r))
+        if exact:
+            bad_val |= fin & (r == 0) & (g == 0) & (np.signbit(r) != np.signbit(g))
+        bad = bad_nan | bad_inf | bad_val
+        if bad_nan.any():
+            why.append("NaN positions differ")
+        if bad_inf.any():
+            why.append("inf positions or signs differ")
+        if exact and (fin & (r == 0) & (g == 0) & (np.signbit(r) != np.signbit(g))).any():
+            why.append("sign of zero differs")
+        if fin.any():
+            max_abs = float(diff.max())
+            absr = np.abs(r)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(fin & (diff > 0), diff / np.where(absr > 0, absr, 0.0), 0.0)
+            max_rel = float(np.nanmax(rel)) if rel.size else 0.0
+            rf, gf = r[fin], g[fin]
+            nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
+            cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
+    elif ref.dtype.kind in "biu":
+        bad = ref != got
+        if bad.any():
+            pairs = zip(ref[bad].tolist(), got[bad].tolist())
+            max_abs = float(max(abs(int(x) - int(y)) for x, y in pairs))
+            max_rel = max(abs(int(x) - int(y)) / abs(int(x)) if int(x) else float("inf")
+                          for x, y in zip(ref[bad].tolist(), got[bad].tolist()))
+            rf, gf = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+            nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
+            cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
+    else:  # strings, objects, complex: exact
+        bad = np.asarray(ref != got, dtype=bool).reshape(ref.shape)
+        if bad.any():
+            max_abs = max_rel = float("inf")
+            cosine = 0.0
+    count = int(np.count_nonzero(bad))
+    if count == 0:
+        return OutputComparison(name, max_abs, max_rel, cosine, True, size=size)
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    rule = "exact" if exact or ref.dtype.kind not in "f" else f"|a-b| <= {atol:g} + {rtol:g}*|b|"
+    note = (f"{count} of {size} values differ ({rule}); first at {list(idx)}: {_scalar(got[idx])} vs {_scalar(ref[idx])}"
+            + (f"; {', '.join(why)}" if why else ""))
+    return OutputComparison(name, max_abs, max_rel, cosine, False, note, mismatched=count, size=size)
+
+
+def compare(
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+) -> list[OutputComparison]:
+    """Per output of ``ref``: :func:`compare_arrays` (a missing output fails)."""
+    out = []
+    for name, r in ref.items():
+        if name not in got:
+            out.append(OutputComparison(name, float("inf"), float("inf"), 0.0, False, "missing output"))
+        else:
+            out.append(compare_arrays(name, r, got[name], rtol, atol))
+    return out
+
+
+def all_match(comparisons: Sequence[OutputComparison]) -> bool:
+    return all(c.ok for c in comparisons)
+
+
+def describe(c: OutputComparison) -> str:
+    """One line for a failed comparison: ``output 'y' differs (...)``."""
+    return (f"output '{c.name}' differs (max abs {c.max_abs:.3g}, cosine {c.cosine:.6f}"
+            + (f"; {c.note}" if c.note else "") + ")")
+
+
+# ------------------------------------------------------------------------------------------
+# tolerance from the passes that ran
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    why: str
+
+    def __str__(self) -> str:
+        if self.rtol == 0 and self.atol == 0:
+            return f"exact ({self.why})"
+        return f"rtol {self.rtol:g}, atol {self.atol:g} ({self.why})"
+
+
+def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | None = None,
+                  fp16: bool = False) -> Tolerance:
+    """The default tolerance after passes with these promises ran (``rtol``/``atol`` override).
+
+    Only exact passes: exact comparison (bitwise, sign of zero included). Otherwise the
+    loosest promise, floored at ``DEFAULT_RTOL``/``DEFAULT_ATOL`` (``FP16_RTOL``/``FP16_ATOL``
+    when ``fp16``, i.e. a model compared holds float16): a promise bounds one application, and
+    applications compound.
+    """
+    loose = [p for p in promises if not p.exact]
+    if not loose and not fp16:
+        tol = Tolerance(0.0, 0.0, "only exact passes changed the graph")
+    else:
+        fr, fa = (FP16_RTOL, FP16_ATOL) if fp16 else (DEFAULT_RTOL, DEFAULT_ATOL)
+        names = sorted({p.name for p in loose})
+        why = ("loosest promise of the passes that ran: " + ", ".join(names)) if names else "default"
+        tol = Tolerance(max([fr] + [p.rtol for p in loose]), max([fa] + [p.atol for p in loose]),
+                        why + ("; float16 floor" if fp16 else ""))
+    if rtol is not None or atol is not None:
+        tol = Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol, "given")
+    return tol
+
+
+def _undeclared():
+    from graphpass.infra.pass_base import Promise
+
+    return Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                             reason="a pass that declares no promise is held to the default tolerance")
+
+
+def promises_of(pass_names: Iterable[str]) -> list:
+    """The declared promises of these registered passes (a pass without one: :data:`UNDECLARED`)."""
+    from graphpass.infra.registry import all_passes
+
+    known = all_passes()
+    return [getattr(known[n], "promise", UNDECLARED) if n in known else UNDECLARED for n in pass_names]
+
+
+UNDECLARED = _undeclared()
+
+
+# ------------------------------------------------------------------------------------------
+# inputs
+
+
+@dataclasses.dataclass
+class FedInput:
+    """One input as fed: its shape, and which dims were symbolic (axis -> dim name, or ``input[axis]``)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    symbolic: dict[int, str] = dataclasses.field(default_factory=dict)
+    given: bool = False
+
+    def __str__(self) -> str:
+        dims = [f"{d}({self.symbolic[k]})" if k in self.symbolic else str(d) for k, d in enumerate(self.shape)]
+        return f"{self.name} {self.dtype}[{', '.join(dims)}]" + (" (--input-shape)" if self.given else "")
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def check_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """The check every verb shares: each name is a graph input, ranks and fixed dims agree.
+
+    Raises:
+        UsageError: naming the unknown input and listing the known ones (exit 2).
+    """
+    if not input_shapes:
+        return
+    from graphpass.ir import model_io
+
+    head = onnx.ModelProto()
+    head.graph.input.extend(_graph_inputs(model))
+    model_io._apply_input_shapes(head, input_shapes)  # the same check as load(input_shapes=...)
+
+
+def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                symbolic_dim: int = SYMBOLIC_DIM) -> tuple[dict[str, np.ndarray], list[FedInput]]:
+    """Seeded inputs for every graph input: normal floats, small non-negative ints, bools.
+
+    A dim without a value takes ``input_shapes``' value or ``symbolic_dim``.
+    """
+    check_input_shapes(model, input_shapes)
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    fed: list[FedInput] = []
+    for vi in _graph_inputs(model):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.elem_type:
+            raise BadModelError(f"input '{vi.name}' is not a typed tensor, which graphpass cannot generate")
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except Exception:
+            dtype = None
+        if dtype is None or dtype.kind not in "fbiu" or dtype.itemsize > 8 or str(dtype) not in {
+                str(np.dtype(t)) for t in _ORT_TYPES.values()}:
+            raise BadModelError(f"input '{vi.name}' has type {onnx.TensorProto.DataType.Name(tt.elem_type).lower()}, "
+                                "which graphpass cannot generate")
+        given = (input_shapes or {}).get(vi.name)
+        symbolic: dict[int, str] = {}
+        if given is not None:
+            shape = [int(d) for d in given]
+        else:
+            shape = []
+            for k, d in enumerate(tt.shape.dim if tt.HasField("shape") else []):
+                if d.HasField("dim_value") and d.dim_value >= 0:
+                    shape.append(int(d.dim_value))
+                else:
+                    symbolic[k] = d.dim_param or f"{vi.name}[{k}]"
+                    shape.append(symbolic_dim)
+        if dtype.kind == "f":
+            arr = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            arr = rng.integers(0, 2, size=shape).astype(np.bool_)
+        else:
+            arr = rng.integers(0, 4, size=shape).astype(dtype)
+        feeds[vi.name] = arr
+        fed.append(FedInput(vi.name, str(dtype), list(arr.shape), symbolic, given is not None))
+    return feeds, fed
+
+
+class Runner:
+    """A model ready to run: an onnxruntime session, with fp16 emulation when the model holds float16."""
+
+    def __init__(self, model: onnx.ModelProto | str, fp16_emulate: bool = True):
+        from graphpass import fp16
+
+        if isinstance(model, str):  # a path: onnxruntime reads it (and its external data) itself
+            head = onnx.load(model, load_external_data=False)
+            self.fp16 = fp16.has_fp16(head)
+            if not (fp16_emulate and self.fp16):
+                self._emu, self.sess, self.emulated, self.model = None, session(model), False, head
+                return
+            from graphpass.ir import model_io
+
+            model = model_io.load_proto(model)
+        #: the model holds float16 (emulated or not): comparisons take the fp16 floor
+        self.fp16 = fp16.has_fp16(model)
+        if fp16_emulate:
+            self._emu = fp16.Emulated(model, session)
+            self.sess = self._emu.session
+            self.emulated = self._emu.active
+            self.model = self._emu.model
+        else:
+            self._emu = None
+            self.sess = session(model)
+            self.emulated = False
+            self.model = model
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._emu is None or not self.emulated:
+            return run(self.sess, feeds)
+        return self._emu.outputs(run(self.sess, self._emu.feeds(feeds)))
+
+
+def reference(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, Sequence[int]] | None = None,
+              fp16_emulate: bool = True, symbolic_dim: int = SYMBOLIC_DIM, feeds: Mapping[str, np.ndarray] | None = None):
+    """Inputs and the original's outputs: ``(feeds, outputs, fed inputs, runner, notes)``.
+
+    When symbolic dims fed as ``symbolic_dim`` make the original fail in onnxruntime, they are
+    fed as 1 instead, and a note says so.
+    """
+    runner = Runner(model, fp16_emulate)
+    notes: list[str] = []
+    if feeds is not None:
+        fed = [FedInput(k, str(np.asarray(v).dtype), list(np.asarray(v).shape), {}, True) for k, v in feeds.items()]
+        return dict(feeds), runner.run(feeds), fed, runner, notes
+    feeds, fed = make_inputs(model, seed, input_shapes, symbolic_dim)
+    try:
+        outputs = runner.run(feeds)
+    except BadModelError as e:
+        if symbolic_dim == 1 or not any(f.symbolic for f in fed):
+            raise
+        feeds, fed = make_inputs(model, seed, input_shapes, 1)
+        outputs = runner.run(feeds)
+        notes.append(f"symbolic dims fed as 1: the original model fails with {symbolic_dim} ({e})")
+    return feeds, outputs, fed, runner, notes
+
+
 def random_inputs(
     sess, seed: int = 0, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> dict[str, np.ndarray]:
-    """Seeded inputs for every input of ``sess``: normal floats, small non-negative ints, bools."""
+    """Seeded inputs for every input of ``sess`` (dynamic dims 1); prefer :func:`make_inputs`."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for inp in sess.get_inputs():
@@ -83,64 +420,6 @@ def random_inputs(
     return feeds
 
 
-def run(sess, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    names = [o.name for o in sess.get_outputs()]
-    try:
-        values = sess.run(names, dict(feeds))
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadModelError(f"onnxruntime failed to run the model: {first}") from e
-    return dict(zip(names, values))
-
-
-def _compare_one(name: str, ref: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> OutputComparison:
-    ref = np.asarray(ref)
-    got = np.asarray(got)
-    if ref.shape != got.shape:
-        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, f"shape {got.shape} != {ref.shape}")
-    if ref.dtype != got.dtype:
-        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, f"dtype {got.dtype} != {ref.dtype}")
-    if ref.size == 0:
-        return OutputComparison(name, 0.0, 0.0, 1.0, True)
-    if ref.dtype == object or not np.issubdtype(ref.dtype, np.number) and ref.dtype != np.bool_:
-        same = bool(np.array_equal(ref, got))
-        return OutputComparison(name, 0.0 if same else float("inf"), 0.0, 1.0 if same else 0.0, same)
-    r = ref.astype(np.float64)
-    g = got.astype(np.float64)
-    nan_r, nan_g = np.isnan(r), np.isnan(g)
-    if not np.array_equal(nan_r, nan_g):
-        return OutputComparison(name, float("nan"), float("nan"), 0.0, False, "NaN positions differ")
-    r = np.where(nan_r, 0.0, r)
-    g = np.where(nan_g, 0.0, g)
-    inf_same = np.array_equal(np.isinf(r), np.isinf(g)) and np.array_equal(r[np.isinf(r)], g[np.isinf(g)])
-    finite = np.isfinite(r) & np.isfinite(g)
-    diff = np.abs(r[finite] - g[finite])
-    max_abs = float(diff.max()) if diff.size else 0.0
-    scale = float(np.abs(r[finite]).max()) if diff.size else 0.0
-    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    nr, ng = np.linalg.norm(r[finite]), np.linalg.norm(g[finite])
-    cosine = float(np.dot(r[finite].ravel(), g[finite].ravel()) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
-    ok = bool(inf_same and max_abs <= atol + rtol * scale)
-    return OutputComparison(name, max_abs, max_rel, cosine, ok, "" if inf_same else "Inf positions differ")
-
-
-def compare(
-    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-5
-) -> list[OutputComparison]:
-    """Per output of ``ref``: errors and whether ``max_abs <= atol + rtol * max|ref|``."""
-    out = []
-    for name, r in ref.items():
-        if name not in got:
-            out.append(OutputComparison(name, float("inf"), float("inf"), 0.0, False, "missing output"))
-        else:
-            out.append(_compare_one(name, r, got[name], rtol, atol))
-    return out
-
-
-def all_match(comparisons: Sequence[OutputComparison]) -> bool:
-    return all(c.ok for c in comparisons)
-
-
 # ------------------------------------------------------------------------------------------
 # whole-model verification (graphpass verify)
 
@@ -155,6 +434,11 @@ class VerifyReport:
     first_nonfinite: dict[str, str | None] = dataclasses.field(default_factory=dict)
     inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     min_cosine: float | None = None
+    fed: list[FedInput] = dataclasses.field(default_factory=list)
+    seed: int | None = None
+    tolerance: Tolerance | None = None
+    fp16_emulated: dict[str, bool] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -162,9 +446,16 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {
-            "schema": "graphpass.verify_report/1",
+            "schema": "graphpass.verify_report/2",
             "ok": self.ok,
             "inputs": self.inputs,
+            "fed": [dataclasses.asdict(f) for f in self.fed],
+            "seed": self.seed,
+            "rtol": self.tolerance.rtol if self.tolerance else None,
+            "atol": self.tolerance.atol if self.tolerance else None,
+            "tolerance": str(self.tolerance) if self.tolerance else None,
+            "fp16_emulated": self.fp16_emulated,
+            "notes": self.notes,
             "outputs": [dataclasses.asdict(c) for c in self.outputs],
             "tensors_compared": len(self.tensors),
             "first_divergence": self.first_divergence,
@@ -217,23 +508,43 @@ def _expose_all(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
 
 
 def _provenance_map(a: onnx.ModelProto, b: onnx.ModelProto) -> dict[str, str]:
-    """B tensor -> A tensor for nodes a rewrite created (graphpass.fused_from), where names differ."""
+    """B tensor -> A tensor for tensors a rewrite created (``graphpass.fused_from``).
+
+    The nodes that one rewrite made from the same original nodes (an inlined device op is
+    several nodes carrying the same provenance) form a group; only the tensor that leaves the
+    group (read outside it, or a graph output) stands for the last fused node's output. Its
+    inner tensors (the Conv inside an inlined Conv+Relu) correspond to no tensor of A.
+    """
     import json
 
     a_out = {n.name: list(n.output) for n in a.graph.node if n.name}
-    a_names = {o for n in a.graph.node for o in n.output}
-    mapping = {}
+    b_names = {o for n in b.graph.node for o in n.output} | {i.name for i in b.graph.input}
+    groups: dict[str, list[onnx.NodeProto]] = {}
     for n in b.graph.node:
-        props = {p.key: p.value for p in n.metadata_props}
-        fused = props.get("graphpass.fused_from")
-        if not fused or not n.output or n.output[0] in a_names:
-            continue
+        fused = next((p.value for p in n.metadata_props if p.key == "graphpass.fused_from"), None)
+        if fused:
+            groups.setdefault(fused, []).append(n)
+    readers: dict[str, list[int]] = {}
+    for k, n in enumerate(b.graph.node):
+        for i in n.input:
+            readers.setdefault(i, []).append(id(n))
+    graph_outs = {o.name for o in b.graph.output}
+    mapping: dict[str, str] = {}
+    for fused, members in groups.items():
         try:
             origin = json.loads(fused)
         except ValueError:
             continue
-        if origin and origin[-1] in a_out and a_out[origin[-1]]:
-            mapping[n.output[0]] = a_out[origin[-1]][0]
+        if not origin or origin[-1] not in a_out or not a_out[origin[-1]]:
+            continue
+        target = a_out[origin[-1]][0]
+        if target in b_names:  # the name survives in B: matched by name
+            continue
+        ids = {id(n) for n in members}
+        leaving = [o for n in members for o in n.output
+                   if o and (o in graph_outs or any(r not in ids for r in readers.get(o, [])))]
+        if len(leaving) == 1:
+            mapping[leaving[0]] = target
     return mapping
 
 
@@ -243,28 +554,40 @@ def verify_models(
     feeds: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    rtol: float = 1e-4,
-    atol: float = 1e-5,
+    rtol: float | None = None,
+    atol: float | None = None,
     min_cosine: float | None = None,
     all_tensors: bool = False,
+    fp16_emulate: bool = True,
+    symbolic_dim: int = SYMBOLIC_DIM,
 ) -> VerifyReport:
-    """Run ``a`` and ``b`` on the same inputs in onnxruntime (optimizations off) and compare.
+    """Run ``a`` (the original) and ``b`` on the same inputs in onnxruntime and compare.
+
+    ``rtol``/``atol`` default to ``DEFAULT_RTOL``/``DEFAULT_ATOL``, or to the fp16 promise
+    when either model holds float16 tensors; give 0 and 0 for bitwise comparison.
 
     Raises:
-        UsageError: the models have different inputs or outputs.
+        UsageError: the models have different inputs or outputs, or ``input_shapes`` names no input.
         BadModelError: onnxruntime cannot run one of them (its reason, one line).
     """
     from graphpass.errors import UsageError
 
-    sa, sb = session(a), session(b)
-    ins_a, ins_b = {i.name for i in sa.get_inputs()}, {i.name for i in sb.get_inputs()}
+    ins_a, ins_b = {i.name for i in _graph_inputs(a)}, {i.name for i in _graph_inputs(b)}
     if ins_a != ins_b:
         raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
-    outs_a, outs_b = [o.name for o in sa.get_outputs()], {o.name for o in sb.get_outputs()}
+    outs_a, outs_b = [o.name for o in a.graph.output], {o.name for o in b.graph.output}
     if set(outs_a) != outs_b:
         raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
-    if feeds is None:
-        feeds = random_inputs(sa, seed=seed, input_shapes=input_shapes)
+    check_input_shapes(a, input_shapes)
+    check_input_shapes(b, input_shapes)
+    feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
+    rb = Runner(b, fp16_emulate)
+    fp16_models = ra.fp16 or rb.fp16
+    base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
+            else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
+    tol = base if rtol is None and atol is None else Tolerance(
+        base.rtol if rtol is None else rtol, base.atol if atol is None else atol, "given")
+    rtol, atol = tol.rtol, tol.atol
 
     def judged(c: OutputComparison) -> OutputComparison:
         if min_cosine is not None and c.ok and c.cosine < min_cosine:
@@ -272,25 +595,43 @@ def verify_models(
             c.note = (c.note + f"; cosine below {min_cosine}").strip("; ")
         return c
 
-    report = VerifyReport(outputs=[], inputs={k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()}, min_cosine=min_cosine)
+    report = VerifyReport(outputs=[], inputs={k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
+                          min_cosine=min_cosine, fed=fed, seed=seed, tolerance=tol,
+                          fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes)
     if not all_tensors:
-        report.outputs = [judged(c) for c in compare(run(sa, feeds), run(sb, feeds), rtol, atol)]
+        report.outputs = [judged(c) for c in compare(ref, rb.run(feeds), rtol, atol)]
         return report
-    ea, order_a = _expose_all(a)
-    eb, order_b = _expose_all(b)
-    va, vb = run(session(ea), feeds), run(session(eb), feeds)
-    report.outputs = [judged(c) for c in compare({k: va[k] for k in outs_a}, vb, rtol, atol)]
+    ea, order_a = _expose_all(ra.model)
+    eb, order_b = _expose_all(rb.model)
+    made = _emulation_names(ra.model, a) | _emulation_names(rb.model, b)
+    order_a = [n for n in order_a if n not in made]
+    order_b = [n for n in order_b if n not in made]
+    va = Runner(ea, fp16_emulate=False).run(ra._emu.feeds(feeds) if ra.emulated else feeds)
+    vb = Runner(eb, fp16_emulate=False).run(rb._emu.feeds(feeds) if rb.emulated else feeds)
+    got_outs = rb._emu.outputs(vb) if rb.emulated else vb
+    report.outputs = [judged(c) for c in compare(ref, {k: got_outs[k] for k in outs_a}, rtol, atol)]
     to_a = _provenance_map(a, b)
     b_for_a = {name: name for name in order_b if name in va}
-    b_for_a.update({av: bv for bv, av in to_a.items()})
+    for bv, av in to_a.items():
+        b_for_a.setdefault(av, bv)
+    skipped = 0
     for name in order_a:
         bname = b_for_a.get(name)
         if bname is None or bname not in vb:
             continue
-        c = judged(_compare_one(name if bname == name else f"{name} ~ {bname}", va[name], vb[bname], rtol, atol))
+        if bname != name and np.shape(va[name]) != np.shape(vb[bname]):
+            skipped += 1  # provenance is a hint, not a proof: a shape change means no counterpart
+            continue
+        # intermediates: atol in units of the tensor's own largest magnitude (at least 1), since
+        # their rounding grows with the values that made them; the verdict stays on the outputs
+        scale = _magnitude(va[name])
+        c = judged(compare_arrays(name if bname == name else f"{name} ~ {bname}", va[name], vb[bname], rtol,
+                                  atol * scale, strict_dtype=False))
         report.tensors.append(c)
         if not c.ok and report.first_divergence is None:
             report.first_divergence = c.name
+    if skipped:
+        report.notes.append(f"{skipped} tensor(s) matched by provenance had another shape and were not compared")
 
     def first_bad(values, order):
         for name in order:
@@ -301,3 +642,19 @@ def verify_models(
 
     report.first_nonfinite = {"a": first_bad(va, order_a), "b": first_bad(vb, order_b)}
     return report
+
+
+def _magnitude(v) -> float:
+    v = np.asarray(v)
+    if v.dtype.kind != "f" or v.size == 0:
+        return 1.0
+    fin = np.abs(v[np.isfinite(v)].astype(np.float64))
+    return max(1.0, float(fin.max())) if fin.size else 1.0
+
+
+def _emulation_names(emulated: onnx.ModelProto, original: onnx.ModelProto) -> set[str]:
+    """Tensors the fp16 emulation added (raw and half values), to leave out of per-tensor views."""
+    if emulated is original:
+        return set()
+    before = {o for n in original.graph.node for o in n.output}
+    return {o for n in emulated.graph.node for o in n.output if o not in before}

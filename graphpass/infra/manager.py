@@ -76,6 +76,8 @@ class PassManager:
         self.passes = [c() for c in classes if c.name not in self.ctx.disabled]
         self.records: list[PassRecord] = []
         self._dump_count = 0
+        self._promises: list = []  # promises of the applications so far (verify_each's tolerance)
+        self._fp16_reference = False
         self.initial_cost: float | None = None
         #: the cost model's report on the input graph (None without a cost model)
         self.initial_report = None
@@ -94,9 +96,9 @@ class PassManager:
 
     def _reference(self, graph: gs.Graph):
         model = model_io.to_proto(graph)
-        sess = _verify.session(model)
-        feeds = _verify.random_inputs(sess, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
-        return feeds, _verify.run(sess, feeds)
+        feeds, ref, _, runner, _ = _verify.reference(model, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
+        self._fp16_reference = runner.fp16
+        return feeds, ref
 
     def _verify(self, graph: gs.Graph, name: str, feeds, ref) -> None:
         model = model_io.to_proto(graph)
@@ -106,14 +108,13 @@ class PassManager:
             raise VerificationError(
                 f"after pass '{name}': the ONNX checker rejects the model: {str(e).splitlines()[0]}"
             ) from e
-        got = _verify.run(_verify.session(model), feeds)
-        bad = [c for c in _verify.compare(ref, got) if not c.ok]
+        # judged like optimize --verify: at the loosest promise of the passes applied so far
+        runner = _verify.Runner(model)
+        tol = _verify.tolerance_for(self._promises, fp16=self._fp16_reference or runner.fp16)
+        got = runner.run(feeds)
+        bad = [c for c in _verify.compare(ref, got, tol.rtol, tol.atol) if not c.ok]
         if bad:
-            c = bad[0]
-            raise VerificationError(
-                f"after pass '{name}': output '{c.name}' differs from the input model "
-                f"(max abs {c.max_abs:.3g}, cosine {c.cosine:.6f}{', ' + c.note if c.note else ''})"
-            )
+            raise VerificationError(f"after pass '{name}': {_verify.describe(bad[0])} from the input model at {tol}")
 
     def _dump(self, graph: gs.Graph, name: str) -> None:
         assert self.ctx.dump_dir is not None
@@ -206,6 +207,7 @@ class PassManager:
                             stale = True
                         changed = True
                         if ctx.verify_each:
+                            self._promises.append(getattr(p, "promise", _verify.UNDECLARED))
                             self._verify(graph, p.name, feeds, ref)
                         if ctx.dump_dir is not None:
                             self._dump(graph, p.name)

@@ -51,7 +51,9 @@ def test_bisect_names_the_wrong_rewrite_and_writes_both_models(tmp_path):
     res = bisect(_model(), tmp_path, passes=PIPE, target="none")
     assert res.first_bad is not None and res.record.name == "test_break_second_relu"
     assert res.applications >= 3 and res.first_bad == 3  # identity, transposes, then the wrong one
-    assert any("relu2" in n or "Neg" in n for n in res.added + res.removed) or res.record.stats == {"broken": 1}
+    # the wrong rewrite kept relu2's name and changed its op: neither added nor removed, changed
+    assert res.changed == ["relu2 (Relu -> Neg)"] and res.added == [] and res.removed == []
+    assert res.record.stats == {"broken": 1}
     good, bad = onnx.load(res.last_good), onnx.load(res.first_bad_model)
     assert "Neg" not in {n.op_type for n in good.graph.node} and "Neg" in {n.op_type for n in bad.graph.node}
 
@@ -67,6 +69,7 @@ def test_cli_bisect(tmp_path, capsys):
     code = main(["bisect", str(src), "--passes", ",".join(PIPE), "--target", "none", "--out-dir", str(tmp_path / "b")])
     out = capsys.readouterr().out
     assert code == 1 and "first bad application: #3 test_break_second_relu" in out
+    assert "nodes changed: relu2 (Relu -> Neg)" in out
     assert (tmp_path / "b" / "first_bad.onnx").exists()
 
 

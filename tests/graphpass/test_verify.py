@@ -100,3 +100,61 @@ def test_models_with_different_inputs_or_outputs_are_usage_errors(tmp_path, caps
     b = _write(tmp_path, "b.onnx", renamed)
     assert main(["verify", a, b]) == 2
     assert "different outputs: ['y', 'z']" in capsys.readouterr().err
+
+
+def _conv_bn_relu():
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["r1"], name="relu"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2")]
+    inits = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.random(4).astype(np.float32) + 0.5,
+             "b": rng.standard_normal(4).astype(np.float32), "m": rng.standard_normal(4).astype(np.float32),
+             "v": rng.random(4).astype(np.float32) + 0.5, "w2": rng.standard_normal((2, 4, 1, 1)).astype(np.float32)}
+    return make_model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, initializers=inits)
+
+
+def _portable(model, tmp_path):
+    out = tmp_path / "o.onnx"
+    gp.save(gp.optimize(model).graph, str(out))  # the default (portable) output: device ops inlined
+    return onnx.load(str(out))
+
+
+def test_all_tensors_on_the_portable_output_finds_no_false_divergence(tmp_path):
+    """Issue 17: the inlined Conv (provenance conv, bn, relu) was matched to the ReLU's output r1."""
+    original = _conv_bn_relu()
+    optimized = _portable(original, tmp_path)
+    assert [n.op_type for n in optimized.graph.node][:2] == ["Conv", "Relu"]  # the inlined FusedConvRelu
+    report = V.verify_models(original, optimized, all_tensors=True)
+    assert report.ok and report.first_divergence is None
+    assert [c.name for c in report.tensors] == ["r1", "y"]
+
+
+def test_all_tensors_finds_a_planted_divergence_at_the_right_tensor(tmp_path):
+    original = _conv_bn_relu()
+    optimized = _portable(original, tmp_path)
+    w = next(t for t in optimized.graph.initializer if t.name == optimized.graph.node[0].input[1])
+    arr = onnx.numpy_helper.to_array(w).copy()
+    arr[1, 0, 1, 1] += 0.5  # the folded Conv's weight: channel 1 of r1 changes
+    w.CopyFrom(onnx.numpy_helper.from_array(arr, w.name))
+    report = V.verify_models(original, optimized, all_tensors=True)
+    assert not report.ok and report.first_divergence == "r1"
+    assert [c.name for c in report.tensors if not c.ok] == ["r1", "y"]
+
+
+def test_all_tensors_maps_a_fused_tensor_whose_name_changed():
+    """A fused node whose output got a new name stands for the last node it replaced."""
+    from graphpass.verify import _provenance_map
+
+    a = _conv_bn_relu()
+    b = onnx.ModelProto()
+    b.CopyFrom(a)
+    conv, bn, relu = b.graph.node[0], b.graph.node[1], b.graph.node[2]
+    for n in (conv, relu):
+        n.metadata_props.add(key="graphpass.fused_from", value='["conv", "bn", "relu"]')
+    conv.output[0] = "fused_c"
+    relu.input[0] = "fused_c"
+    relu.output[0] = "fused_r"
+    b.graph.node[3].input[0] = "fused_r"
+    b.graph.node.remove(bn)
+    assert _provenance_map(a, b) == {"fused_r": "r1"}  # fused_c stays inside the group: no counterpart

@@ -71,7 +71,7 @@ def test_precision_flags_the_underflow_and_auto_keep_list_fixes_it():
     def error(keep):
         opts = {"mixed_precision": {"mode": "force_fp16", "keep_fp32": keep, "emulate": True}}
         result = gp.optimize(model, enable=["mixed_precision"], options=opts)
-        return V.verify_models(model, gp.to_proto(result.graph), rtol=1e-2, atol=1e-3)
+        return V.verify_models(model, gp.to_proto(result.graph), rtol=V.FP16_RTOL, atol=V.FP16_ATOL)
 
     assert not error([]).ok  # force_fp16 loses log(1 + tiny)
     assert error(report.keep_fp32).ok
