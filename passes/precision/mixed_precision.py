@@ -6,7 +6,7 @@
     mode must_keep_origin_dtype nothing changes
 
 (ATC-PM and MS-AMP, ascend_facts.md §7.) Nodes named in ``keep_fp32`` stay fp32 whatever the
-mode (``--keep-fp32 auto`` takes the precision analysis' recommendations). Constants an fp16
+mode (an unnamed node by its first output's name; ``--keep-fp32 auto`` takes the precision analysis' recommendations). Constants an fp16
 node reads are converted at compile time; a runtime fp32 tensor entering an fp16 region gets
 one Cast to fp16, and an fp16 tensor leaving it (to an fp32 node or a graph output) one Cast
 back, shared by all readers. Graph inputs and outputs keep their dtypes. Only the inputs that
@@ -28,7 +28,7 @@ from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs
 
-__all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE", "data_slots"]
+__all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE", "FLOAT_OPS", "data_slots", "schema_data_slots"]
 
 MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype")
 CUBE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -56,6 +56,12 @@ def _is_f32(t: gs.Tensor) -> bool:
         return False
 
 
+def _half(values) -> np.ndarray:
+    """fp16 values (beyond 65504: inf, as the device has them; the precision analysis reports it)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values).astype(np.float16)
+
+
 def _onnx_opset(graph: gs.Graph) -> int:
     imports = getattr(graph, "import_domains", None) or []
     for imp in imports:
@@ -64,7 +70,16 @@ def _onnx_opset(graph: gs.Graph) -> int:
     return int(graph.opset or onnx.defs.onnx_opset_version())
 
 
+def _key(node: gs.Node) -> str:
+    """How ``keep_fp32`` names a node: its name, or its first output's for an unnamed node."""
+    return node.name or (node.outputs[0].name if node.outputs else "")
+
+
 def data_slots(node: gs.Node, opset: int) -> tuple[set[int], set[int]] | None:
+    return schema_data_slots(node.op, len(node.inputs), len(node.outputs), opset)
+
+
+def schema_data_slots(op: str, n_inputs: int, n_outputs: int, opset: int) -> tuple[set[int], set[int]] | None:
     """Input and output positions that carry the op's float data type, from its ONNX schema.
 
     The data type is a type parameter (``T``) that an output carries, that some input binds and
@@ -73,7 +88,7 @@ def data_slots(node: gs.Node, opset: int) -> tuple[set[int], set[int]] | None:
     None when the op has no schema at this opset.
     """
     try:
-        schema = onnx.defs.get_schema(node.op, opset, "")
+        schema = onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
     allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
@@ -85,8 +100,8 @@ def data_slots(node: gs.Node, opset: int) -> tuple[set[int], set[int]] | None:
             return params[-1].type_str
         return None
 
-    in_types = [formal(schema.inputs, i) for i in range(len(node.inputs))]
-    out_types = [formal(schema.outputs, k) for k in range(len(node.outputs))]
+    in_types = [formal(schema.inputs, i) for i in range(n_inputs)]
+    out_types = [formal(schema.outputs, k) for k in range(n_outputs)]
     data = {t for t in out_types if t in allowed and {"tensor(float16)", "tensor(float)"} <= allowed[t] and t in in_types}
     return ({i for i, t in enumerate(in_types) if t in data}, {k for k, t in enumerate(out_types) if t in data})
 
@@ -145,7 +160,7 @@ class MixedPrecision(Pass):
         chosen: list[gs.Node] = []
         slots: dict[int, tuple[set, set]] = {}
         for node in g.nodes:
-            if node.op not in FLOAT_OPS or node.domain not in (None, "", "ai.onnx") or node.name in keep:
+            if node.op not in FLOAT_OPS or node.domain not in (None, "", "ai.onnx") or _key(node) in keep:
                 continue
             data = data_slots(node, opset)
             if data is None:
@@ -192,7 +207,7 @@ class MixedPrecision(Pass):
                     continue
                 if isinstance(t, gs.Constant):
                     if id(t) not in consts:
-                        consts[id(t)] = gs.Constant(names(t.name + "_fp16"), np.asarray(t.values).astype(np.float16))
+                        consts[id(t)] = gs.Constant(names(t.name + "_fp16"), _half(t.values))
                         stats["constants_converted"] += 1
                     node.inputs[i] = consts[id(t)]
                 else:
@@ -265,10 +280,11 @@ class MixedPrecision(Pass):
                 if not _is_f32(t):
                     continue
                 if isinstance(t, gs.Constant):
-                    node.inputs[i] = gs.Constant(names(t.name + "_fp16vals"), np.asarray(t.values).astype(np.float16).astype(np.float32))
+                    node.inputs[i] = gs.Constant(names(t.name + "_fp16vals"), _half(t.values).astype(np.float32))
                     stats["constants_converted"] += 1
                 elif id(t) not in produced_rounded:
                     node.inputs[i] = round_pair(t)
+            A.set(node, "graphpass.precision", "fp16")
             stats["fp16_nodes"] += 1
         graph_outs = {id(t) for t in graph.outputs}
         for node in chosen:
