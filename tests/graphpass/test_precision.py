@@ -1,0 +1,212 @@
+"""graphpass precision: every planted fp16 hazard is found, confirmed under emulated fp16, and its
+advice (the keep-list, applied by mixed_precision) removes it (issue 17)."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass import precision as P
+from graphpass import verify as V
+from graphpass.cli import main
+from graphpass.ir.graph import graph_protos
+from graphpass.passes import mixed_precision
+from graphpass.testing import make_model
+
+from conftest import LIGHT_DIR
+
+RNG = np.random.default_rng(17)
+
+
+def constant_overflow():
+    """A multiplier of 1e5 is inf in fp16; the product (~100) is not."""
+    nodes = [helper.make_node("Mul", ["x", "gain"], ["y"], name="gain_mul"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={"gain": np.array(1e5, np.float32)})
+    return model, {"x": (RNG.standard_normal(64) * 1e-3).astype(np.float32)}
+
+
+def constant_underflow():
+    """A factor of 1e-9 is 0 in fp16; x (1e4..3e4) times it and rescaled is ~0.1."""
+    nodes = [helper.make_node("Mul", ["x", "eps"], ["tiny"], name="eps_mul"),
+             helper.make_node("Mul", ["tiny", "big"], ["out"], name="rescale")]
+    model = make_model(nodes, {"x": [64]}, {"out": [64]},
+                       initializers={"eps": np.array(1e-9, np.float32), "big": np.array(1e4, np.float32)})
+    return model, {"x": RNG.uniform(1e4, 3e4, 64).astype(np.float32)}
+
+
+def activation_overflow():
+    """(400 x)^2 passes 65504 for |x| > 0.64; its square root is back in range."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             helper.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+             helper.make_node("Sqrt", ["sq"], ["out"], name="root")]
+    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={"k": np.array(400, np.float32)})
+    return model, {"x": RNG.standard_normal(64).astype(np.float32)}
+
+
+def absorption():
+    """log(1 + t) with t around 2e-4: 1 + t is exactly 1 in fp16, the log all zeros."""
+    nodes = [helper.make_node("Mul", ["u", "small"], ["t"], name="to_small"),
+             helper.make_node("Add", ["t", "one"], ["one_plus"], name="one_plus"),
+             helper.make_node("Log", ["one_plus"], ["l"], name="log1p"),
+             helper.make_node("Mul", ["l", "gain"], ["out"], name="rescale")]
+    model = make_model(nodes, {"u": [64]}, {"out": [64]},
+                       initializers={"small": np.array(1e-4, np.float32), "one": np.array(1.0, np.float32),
+                                     "gain": np.array(1e4, np.float32)})
+    return model, {"u": RNG.uniform(1, 3, 64).astype(np.float32)}
+
+
+def subgraph_overflow():
+    """The overflow of activation_overflow inside an If branch (the taken one)."""
+    then = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["sq"], name="then_square"),
+                              helper.make_node("Sqrt", ["sq"], ["r"], name="then_root")], "then", [],
+                             [helper.make_tensor_value_info("r", TensorProto.FLOAT, [64])])
+    els = helper.make_graph([helper.make_node("Abs", ["a"], ["e"], name="else_abs")], "else", [],
+                            [helper.make_tensor_value_info("e", TensorProto.FLOAT, [64])])
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             helper.make_node("If", ["c"], ["out"], name="branch", then_branch=then, else_branch=els)]
+    model = make_model(nodes, {"x": [64], "c": (TensorProto.BOOL, [])}, {"out": [64]},
+                       initializers={"k": np.array(400, np.float32)})
+    return model, {"x": RNG.standard_normal(64).astype(np.float32), "c": np.array(True)}
+
+
+def loop_overflow():
+    """The overflow inside a Loop body (three trips)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cin"], ["cout"], name="body_cond"),
+         helper.make_node("Mul", ["acc", "acc"], ["sq"], name="body_square"),
+         helper.make_node("Sqrt", ["sq"], ["acc2"], name="body_root")],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("cout", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc2", TensorProto.FLOAT, [64])])
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             helper.make_node("Loop", ["n", "", "a"], ["out"], name="loop", body=body)]
+    model = make_model(nodes, {"x": [64], "n": (TensorProto.INT64, [])}, {"out": [64]},
+                       initializers={"k": np.array(400, np.float32)})
+    return model, {"x": RNG.standard_normal(64).astype(np.float32), "n": np.array(3, np.int64)}
+
+
+PLANTED = {  # case -> (hazard kind, hazard, the tensor, nodes the keep-list must hold)
+    "constant_overflow": (constant_overflow, "constant", "overflow", "gain", {"gain_mul"}),
+    "constant_underflow": (constant_underflow, "constant", "underflow", "eps", {"eps_mul", "rescale"}),
+    "activation_overflow": (activation_overflow, "activation", "overflow", "sq", {"square", "root"}),
+    "absorption": (absorption, "absorption", "absorption", "one_plus", {"one_plus", "log1p"}),
+    "if_branch": (subgraph_overflow, "activation", "overflow", "sq", {"then_square", "then_root"}),
+    "loop_body": (loop_overflow, "activation", "overflow", "sq", {"body_square", "body_root"}),
+}
+
+
+def _emulated_error(model, feeds, keep):
+    graph = gp.load(model)
+    mixed_precision(graph, mode="force_fp16", keep_fp32=list(keep), emulate=True)
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    ref, got = V.run(V.session(model), feeds)["out"], V.run(V.session(out), feeds)["out"]
+    assert np.all(np.isfinite(ref))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.max(np.abs(got.astype(np.float64) - ref) / (np.abs(ref) + 1e-3)))
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_planted_hazard_is_flagged_confirmed_and_fixed_by_the_advice(case):
+    build, kind, hazard, tensor, chain = PLANTED[case]
+    model, feeds = build()
+    report = P.analyze(model, feeds=feeds)
+    found = [f for f in report.findings if f.tensor == tensor and f.kind == kind and f.hazard == hazard]
+    assert found, [(f.kind, f.hazard, f.tensor) for f in report.findings]
+    f = found[0]
+    assert set(f.keep_fp32) <= set(report.keep_fp32) and chain <= set(report.keep_fp32)
+    assert report.checked and f.confirmed, f.evidence
+    assert f.fixed, f.fixed_evidence
+    # the same, end to end: force_fp16 (emulated) breaks the output, the keep-list repairs it
+    assert _emulated_error(model, feeds, []) > 0.1
+    assert _emulated_error(model, feeds, report.keep_fp32) < 1e-2
+
+
+def test_subgraph_tensors_are_judged():
+    model, feeds = subgraph_overflow()
+    report = P.analyze(model, feeds=feeds, check=False)
+    by_name = {t.name: t for t in report.activations}
+    assert {"a", "out", "sq", "r", "e"} <= set(by_name)
+    assert by_name["sq"].graph == "branch/then_branch" and by_name["sq"].risky
+    assert by_name["e"].elements == 0 and report.not_run >= 1  # the branch not taken has no values
+    assert report.graphs == 3
+
+
+def test_absorption_needs_a_small_operand_that_vanishes():
+    # t around 2e-3 survives 1 + t in fp16 (ulp(1)/2 = 4.9e-4): not absorbed (only rounded)
+    model, feeds = absorption()
+    feeds = {"u": feeds["u"] * 10}
+    report = P.analyze(model, feeds=feeds)
+    assert not [f for f in report.findings if f.kind == "absorption"]
+    assert P.analyze(model, feeds={"u": feeds["u"] / 10}).findings[0].kind == "absorption"
+
+
+def test_constant_no_fp16_op_reads_as_data_is_not_a_hazard():
+    # Resize's scales stay fp32 whatever their values: judged, not risky
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode="nearest")]
+    model = make_model(nodes, {"x": [1, 1, 2, 2]}, {"y": [1, 1, 4, 4]},
+                       initializers={"scales": np.array([1, 1, 2, 2], np.float32) * np.float32(1e-9) / np.float32(1e-9)})
+    big = make_model([helper.make_node("Add", ["x", "k"], ["y"], name="add"),
+                      helper.make_node("Resize", ["y", "", "s"], ["z"], name="resize", mode="nearest")],
+                     {"x": [1, 1, 2, 2]}, {"z": [1, 1, 4, 4]},
+                     initializers={"k": np.array(1e-9, np.float32), "s": np.array([1, 1, 2, 2], np.float32)})
+    for m in (model, big):
+        report = P.analyze(m)
+        assert {t.name for t in report.constants} >= {"scales"} if m is model else {"k", "s"}
+    r = P.analyze(big)
+    k = next(t for t in r.constants if t.name == "k")
+    assert k.risky and k.flush_share == 1.0  # Add reads k as data: flushed to zero
+
+
+@pytest.mark.parametrize("name", ["light_inception_v1.onnx", "light_squeezenet.onnx"])
+def test_every_float_tensor_of_a_zoo_model_is_judged(name):
+    model = onnx.load(os.path.join(LIGHT_DIR, name))
+    report = P.analyze(model, check=False)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    float_outputs = set()
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            continue
+        schema = onnx.defs.get_schema(n.op_type, model.opset_import[0].version, "")
+        for k, o in enumerate(n.output):
+            # opset-9 Dropout's mask gets no inferred type: its schema types it T, like the data
+            untyped_float = (o not in types and schema.outputs[k].type_str == schema.inputs[0].type_str
+                             and types.get(n.input[0], TensorProto.FLOAT) == TensorProto.FLOAT)
+            if o and (types.get(o) == TensorProto.FLOAT or untyped_float):
+                float_outputs.add(o)
+    float_consts = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT}
+    float_consts |= {n.output[0] for n in model.graph.node if n.op_type == "Constant"
+                     and n.attribute[0].t.data_type == TensorProto.FLOAT}
+    assert len(model.graph.node) > 100
+    assert {t.name for t in report.activations} == float_outputs
+    assert {t.name for t in report.constants} == float_consts
+    assert len(report.tensors) == len(float_outputs) + len(float_consts)
+
+
+def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsys):
+    model, feeds = absorption()
+    src, inputs, dst = tmp_path / "m.onnx", tmp_path / "in.npz", tmp_path / "o.onnx"
+    src.write_bytes(model.SerializeToString())
+    np.savez(inputs, **feeds)
+    assert main(["precision", str(src), "--inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "absorption" in out and "confirmed" in out and "one_plus" in out
+    assert main(["precision", str(src), "--inputs", str(inputs), "--format", "json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    f = next(f for f in data["findings"] if f["kind"] == "absorption")
+    assert f["confirmed"] and f["fixed"] and {"one_plus", "log1p"} <= set(data["keep_fp32"])
+    assert main(["optimize", str(src), "-o", str(dst), "--mixed-precision", "force_fp16", "--keep-fp32",
+                 ",".join(data["keep_fp32"]), "-q"]) == 0
+    m = onnx.load(dst)
+    fp16 = {n.name for g in graph_protos(m.graph) for n in g.node
+            if {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") == "fp16"}
+    assert fp16 and not fp16 & {"one_plus", "log1p"}
