@@ -578,14 +578,17 @@ def _symptom(f: Finding, info: _Info, vals: Mapping[str, np.ndarray], ref: Mappi
 
 
 def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
-    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    m = (w != 0) & np.isfinite(w)
+    """Mean absolute error over the mean magnitude (robust where single values are near zero)."""
+    g, w = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
+    m = np.isfinite(w)
     if not np.any(m):
         return 0.0
+    scale = float(np.mean(np.abs(w[m])))
+    if scale == 0.0:
+        return 0.0 if np.array_equal(g[m], w[m]) else math.inf
     with np.errstate(over="ignore", invalid="ignore"):
-        e = np.abs(g[m] - w[m]) / np.abs(w[m])
-    e = np.where(np.isfinite(e), e, np.inf)
-    return float(np.mean(e))
+        err = float(np.mean(np.abs(g[m] - w[m])))
+    return err / scale if math.isfinite(err) else math.inf
 
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
