@@ -165,7 +165,7 @@ def _walk(model: onnx.ModelProto) -> _Info:
                 if value is not None and value.dtype == np.float32:
                     info.constants[node.output[0]] = (value, path, k)
             for attr, sub in _subgraphs(node):
-                visit(sub, f"{k}/{attr}")
+                visit(sub, f"{k}/{attr}" if path == "main" else f"{path}/{k}/{attr}")
                 outs = [o.name for o in sub.output]
                 if node.op_type == "If":
                     pairs = list(zip(outs, node.output))
@@ -310,22 +310,43 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
     return m, probes, unobserved
 
 
-def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Every float32 tensor's value on ``feeds`` (subgraph ones too where onnxruntime allows)."""
-    for subgraphs in (True, False):
-        exposed, probes, unobserved = _expose(model, subgraphs)
+def _run_quiet(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """V.run without onnxruntime's own error log (a failure here only means: try without subgraphs)."""
+    import onnxruntime as ort
+
+    sess = V.session(model)
+    opts = ort.RunOptions()
+    opts.log_severity_level = 4
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds), opts)))
+
+
+def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+             subgraphs: bool = True) -> tuple[dict[str, np.ndarray], list[str], bool]:
+    """Every float32 tensor's value on ``feeds`` (subgraph ones too where onnxruntime allows);
+    the tensors left out; whether subgraph tensors were observed."""
+    for sub in ((True, False) if subgraphs else (False,)):
+        exposed, probes, unobserved = _expose(model, sub)
         try:
-            values = V.run(V.session(exposed), feeds)
+            values = _run_quiet(exposed, feeds) if sub else V.run(V.session(exposed), feeds)
         except Exception as e:  # noqa: BLE001 - e.g. a Loop whose per-iteration shapes vary
-            if not subgraphs:
+            if not sub:
                 raise
-            log.warning("precision: cannot expose subgraph tensors (%s); judging the main graph only", e)
+            log.warning("precision: cannot expose subgraph tensors (%s); judging the main graph only",
+                        str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             continue
-        out = {probes[k]: np.asarray(v) for k, v in values.items() if k in probes}
-        if not subgraphs:
+        out: dict[str, np.ndarray] = {}
+        for k, v in values.items():
+            if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
+                out[probes[k]] = np.asarray(v)
+        if not sub and _has_subgraphs(model):
             unobserved = unobserved + ["(every subgraph tensor)"]
-        return out, unobserved
+        return out, unobserved, sub
     raise AssertionError("unreachable")
+
+
+def _has_subgraphs(model: onnx.ModelProto) -> bool:
+    return any(True for n in model.graph.node for _ in _subgraphs(n))
 
 
 # ----------------------------------------------------------------------------------------- judging
@@ -424,7 +445,7 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
     info = _walk(model)
     opset = _opset(model)
-    values, unobserved = _observe(model, feeds)
+    values, unobserved, observed_subgraphs = _observe(model, feeds)
     for name, (value, _, _) in info.constants.items():
         values.setdefault(name, value)
     for name, value in feeds.items():
@@ -489,7 +510,7 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             scale = s
     report = PrecisionReport(tensors, list(keep), scale, findings, info.graphs, not_run, unobserved, False, mode)
     if check and findings:
-        _check(model, report, info, feeds, values, underflow_share, absorption_share)
+        _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs)
     return report
 
 
@@ -592,10 +613,10 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
-           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float) -> None:
+           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool) -> None:
     for keep, field in (((), "confirmed"), (report.keep_fp32, "fixed")):
         emulated, half = _emulated(model, report.mode, keep)
-        vals, _ = _observe(emulated, feeds)
+        vals, _, _ = _observe(emulated, feeds, subgraphs)
         for f in report.findings:
             shows, evidence = _symptom(f, info, vals, ref, half, underflow_share, absorption_share)
             if field == "confirmed":

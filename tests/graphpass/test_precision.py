@@ -210,3 +210,56 @@ def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsy
     fp16 = {n.name for g in graph_protos(m.graph) for n in g.node
             if {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") == "fp16"}
     assert fp16 and not fp16 & {"one_plus", "log1p"}
+
+
+def _vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_scan_body_and_an_if_nested_in_a_loop_are_judged_checked_and_fixed():
+    body = helper.make_graph([helper.make_node("Mul", ["s", "xi"], ["p"], name="sc_mul"),
+                              helper.make_node("Mul", ["p", "p"], ["sq"], name="sc_sq"),
+                              helper.make_node("Sqrt", ["sq"], ["r"], name="sc_root"),
+                              helper.make_node("Identity", ["r"], ["so"], name="sc_id")],
+                             "b", [_vi("s", [4]), _vi("xi", [4])], [_vi("r", [4]), _vi("so", [4])])
+    scan = make_model([helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], name="scan", body=body, num_scan_inputs=1)],
+                      {"s0": [4], "xs": [3, 4]}, {"sf": [4], "ys": [3, 4]})
+    r = P.analyze(scan, feeds={"s0": np.full(4, 400, np.float32), "xs": np.ones((3, 4), np.float32)})
+    sq = next(t for t in r.activations if t.name == "sq")
+    assert sq.graph == "scan/body" and sq.elements == 12 and sq.risky  # stacked over the 3 iterations
+    f = next(f for f in r.findings if f.tensor == "sq")
+    assert f.confirmed and f.fixed and {"sc_sq", "sc_root"} <= set(r.keep_fp32)
+
+    then = helper.make_graph([helper.make_node("Mul", ["acc", "acc"], ["sq"], name="t_sq"),
+                              helper.make_node("Sqrt", ["sq"], ["tr"], name="t_root")], "t", [], [_vi("tr", [4])])
+    els = helper.make_graph([helper.make_node("Neg", ["acc"], ["en"], name="e_neg")], "e", [], [_vi("en", [4])])
+    lbody = helper.make_graph([helper.make_node("Identity", ["ci"], ["co"], name="l_cond"),
+                               helper.make_node("If", ["ci"], ["acc2"], name="inner_if", then_branch=then, else_branch=els)],
+                              "lb", [_vi("i", [], TensorProto.INT64), _vi("ci", [], TensorProto.BOOL), _vi("acc", [4])],
+                              [_vi("co", [], TensorProto.BOOL), _vi("acc2", [4])])
+    nested = make_model([helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+                         helper.make_node("Loop", ["n", "c", "a"], ["y"], name="loop", body=lbody)],
+                        {"x": [4], "n": (TensorProto.INT64, []), "c": (TensorProto.BOOL, [])}, {"y": [4]},
+                        initializers={"k": np.array(400, np.float32)})
+    feeds = {"x": np.ones(4, np.float32), "n": np.array(2, np.int64), "c": np.array(True)}
+    r = P.analyze(nested, feeds=feeds)
+    f = next(f for f in r.findings if f.tensor == "sq")
+    assert f.graph == "loop/body/inner_if/then_branch" and f.confirmed and f.fixed
+    assert {"t_sq", "t_root"} <= set(r.keep_fp32)
+    r0 = P.analyze(nested, feeds={**feeds, "n": np.array(0, np.int64)})  # zero trips: nothing ran, nothing risky
+    assert not r0.findings and r0.not_run == 4
+
+
+def test_a_loop_onnxruntime_cannot_expose_is_said_not_judged_silently():
+    # per-iteration shapes grow: stacking the body's tensors fails; the report says what it left out
+    body = helper.make_graph([helper.make_node("Identity", ["ci"], ["co"], name="cond"),
+                              helper.make_node("Concat", ["acc", "one"], ["acc2"], name="grow", axis=0)],
+                             "g", [_vi("i", [], TensorProto.INT64), _vi("ci", [], TensorProto.BOOL), _vi("acc", None)],
+                             [_vi("co", [], TensorProto.BOOL), _vi("acc2", None)],
+                             [onnx.numpy_helper.from_array(np.array([7e4], np.float32), "one")])
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
+                       {"x": [1], "n": (TensorProto.INT64, [])}, {"y": [None]})
+    r = P.analyze(model, feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
+    assert "(every subgraph tensor)" in r.unobserved
+    one = next(f for f in r.findings if f.tensor == "one")  # constants are judged without running
+    assert one.kind == "constant" and one.hazard == "overflow" and "grow" in r.keep_fp32
