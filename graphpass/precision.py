@@ -521,11 +521,17 @@ def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[o
     import graphpass as gp
     from graphpass.passes import mixed_precision
 
-    graph = gp.load(model)
-    mixed_precision(graph, mode=mode, keep_fp32=list(keep), emulate=True)
-    out = gp.to_proto(graph)
+    named = onnx.ModelProto()
+    named.CopyFrom(model)
     from graphpass.ir.graph import graph_protos
 
+    for g in graph_protos(named.graph):  # an unnamed node keeps its key (first output) through the rewrite
+        for n in g.node:
+            if not n.name and n.output:
+                n.name = n.output[0]
+    graph = gp.load(named)
+    mixed_precision(graph, mode=mode, keep_fp32=list(keep), emulate=True)
+    out = gp.to_proto(graph)
     half = {_key(n) for g in graph_protos(out.graph) for n in g.node
             if any(p.key == "graphpass.precision" and p.value == "fp16" for p in n.metadata_props)}
     return out, half

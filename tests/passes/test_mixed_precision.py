@@ -211,3 +211,17 @@ def test_if_and_loop_bodies_are_converted_and_stay_valid(cond, emulate):
     if not emulate:
         assert {"relu", "then_resize", "else_mul", "body_add", "body_clip"} <= fp16
     assert result.stats["fp16_nodes"] == 5
+
+
+def test_keep_fp32_names_an_unnamed_node_by_its_first_output():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Mul", ["a", "a"], ["sq"]),
+             helper.make_node("Sqrt", ["sq"], ["y"])]
+    model = make_model(nodes, {"x": [8]}, {"y": [8]}, initializers={"k": np.array(400, np.float32)})
+    graph = gp.load(model)
+    mixed_precision(graph, mode="force_fp16", keep_fp32=["sq", "y"])
+    half = [n.outputs[0].name for n in graph.nodes if A.get(n, "graphpass.precision") == "fp16"]
+    assert half == ["a"]
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    np.testing.assert_allclose(V.run(V.session(out), {"x": x})["y"], 400 * np.abs(x), rtol=1e-3)
