@@ -239,6 +239,36 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
                 collect(sub)
 
     collect(m.graph)
+    opset = _opset(model)
+
+    def deduce(g: onnx.GraphProto) -> None:
+        """Types shape inference left out (opset-9 Dropout's mask): from the schema, the type of an
+        input bound to the same type parameter, or the output's fixed type."""
+        for n in g.node:
+            for _, sub in _subgraphs(n):
+                deduce(sub)
+            missing = [k for k, o in enumerate(n.output) if o and o not in types]
+            if not missing or n.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                schema = onnx.defs.get_schema(n.op_type, opset, "")
+            except onnx.defs.SchemaError:
+                continue
+            for k in missing:
+                if k >= len(schema.outputs) and not (schema.outputs and schema.outputs[-1].option
+                                                     == onnx.defs.OpSchema.FormalParameterOption.Variadic):
+                    continue
+                ts = schema.outputs[min(k, len(schema.outputs) - 1)].type_str
+                if ts == "tensor(float)":
+                    types[n.output[k]] = TensorProto.FLOAT
+                    continue
+                for j, i in enumerate(n.input):
+                    f = schema.inputs[min(j, len(schema.inputs) - 1)] if schema.inputs else None
+                    if f is not None and f.type_str == ts and i in types:
+                        types[n.output[k]] = types[i]
+                        break
+
+    deduce(m.graph)
     counter = [0]
 
     def fresh(prefix: str) -> str:
@@ -325,24 +355,48 @@ def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
              subgraphs: bool = True) -> tuple[dict[str, np.ndarray], list[str], bool]:
     """Every float32 tensor's value on ``feeds`` (subgraph ones too where onnxruntime allows);
     the tensors left out; whether subgraph tensors were observed."""
-    for sub in ((True, False) if subgraphs else (False,)):
-        exposed, probes, unobserved = _expose(model, sub)
+    attempts = []
+    if subgraphs and _has_subgraphs(model):
+        attempts.append(model)
+        if _opset(model) < 11 and _has_if(model):
+            # If before opset 11 wants both branches' outputs of one shape: the probes of the branch
+            # not taken (empty) cannot match, so try the model converted to opset 11
+            try:
+                from onnx import version_converter
+
+                attempts.append(version_converter.convert_version(model, 11))
+            except Exception as e:  # noqa: BLE001 - the converter does not know every op
+                log.info("precision: cannot convert to opset 11 (%s)", e)
+    reason = ""
+    for m in attempts:
+        exposed, probes, unobserved = _expose(m, True)
         try:
-            values = _run_quiet(exposed, feeds) if sub else V.run(V.session(exposed), feeds)
+            values = _run_quiet(exposed, feeds)
         except Exception as e:  # noqa: BLE001 - e.g. a Loop whose per-iteration shapes vary
-            if not sub:
-                raise
-            log.warning("precision: cannot expose subgraph tensors (%s); judging the main graph only",
-                        str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             continue
-        out: dict[str, np.ndarray] = {}
-        for k, v in values.items():
-            if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
-                out[probes[k]] = np.asarray(v)
-        if not sub and _has_subgraphs(model):
-            unobserved = unobserved + ["(every subgraph tensor)"]
-        return out, unobserved, sub
-    raise AssertionError("unreachable")
+        return _by_tensor(values, probes), unobserved, True
+    if reason:
+        log.warning("precision: cannot expose subgraph tensors (%s); judging the main graph only", reason)
+    exposed, probes, unobserved = _expose(model, False)
+    values = V.run(V.session(exposed), feeds)
+    if _has_subgraphs(model):
+        unobserved = unobserved + ["(every subgraph tensor)"]
+    return _by_tensor(values, probes), unobserved, False
+
+
+def _by_tensor(values: Mapping[str, np.ndarray], probes: Mapping[str, str]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for k, v in values.items():
+        if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
+            out[probes[k]] = np.asarray(v)
+    return out
+
+
+def _has_if(model: onnx.ModelProto) -> bool:
+    from graphpass.ir.graph import graph_protos
+
+    return any(n.op_type == "If" for g in graph_protos(model.graph) for n in g.node)
 
 
 def _has_subgraphs(model: onnx.ModelProto) -> bool:

@@ -128,6 +128,16 @@ def test_planted_hazard_is_flagged_confirmed_and_fixed_by_the_advice(case):
     assert _emulated_error(model, feeds, report.keep_fp32) < 1e-2
 
 
+def test_if_branches_before_opset_11_are_judged_too():
+    # If-1 wants one shape from both branches: the probes are run on the model converted to opset 11
+    model, feeds = subgraph_overflow()
+    model.opset_import[0].version = 9
+    onnx.checker.check_model(model, full_check=True)
+    report = P.analyze(model, feeds=feeds)
+    f = next(f for f in report.findings if f.tensor == "sq")
+    assert f.graph == "branch/then_branch" and f.confirmed and f.fixed and not report.unobserved
+
+
 def test_subgraph_tensors_are_judged():
     model, feeds = subgraph_overflow()
     report = P.analyze(model, feeds=feeds, check=False)
@@ -263,3 +273,64 @@ def test_a_loop_onnxruntime_cannot_expose_is_said_not_judged_silently():
     assert "(every subgraph tensor)" in r.unobserved
     one = next(f for f in r.findings if f.tensor == "one")  # constants are judged without running
     assert one.kind == "constant" and one.hazard == "overflow" and "grow" in r.keep_fp32
+
+
+def _float_outputs(graph, opset, types):
+    """Float32 node outputs of ``graph`` (by inference; opset-9 Dropout's mask by its schema)."""
+    out = set()
+    for n in graph.node:
+        if n.op_type == "Constant":
+            continue
+        schema = onnx.defs.get_schema(n.op_type, opset, "")
+        for k, o in enumerate(n.output):
+            untyped_float = (o not in types and schema.outputs[k].type_str == schema.inputs[0].type_str
+                             and types.get(n.input[0], TensorProto.FLOAT) == TensorProto.FLOAT)
+            if o and (types.get(o) == TensorProto.FLOAT or untyped_float):
+                out.add(o)
+    return out
+
+
+def test_a_model_living_in_if_branches_is_judged_whole():
+    # VAD-like: the main graph is one If (on the sample rate), the network lives in its branches
+    zoo = onnx.version_converter.convert_version(onnx.load(os.path.join(LIGHT_DIR, "light_squeezenet.onnx")), 13)
+    opset = zoo.opset_import[0].version
+    produced = {o for n in zoo.graph.node for o in n.output} | {t.name for t in zoo.graph.initializer}
+    data = next(i for i in zoo.graph.input if i.name not in produced)  # (ir 3 lists the weights as inputs too)
+    inner = {o for n in zoo.graph.node for o in n.output} | {t.name for t in zoo.graph.initializer}
+
+    def branch(suffix):
+        g = onnx.GraphProto()
+        g.CopyFrom(zoo.graph)
+        g.name = "net" + suffix
+        rn = {name: name + suffix for name in inner}
+        for n in g.node:
+            n.name = n.name + suffix if n.name else ""
+            n.input[:] = [rn.get(i, i) for i in n.input]
+            n.output[:] = [rn.get(o, o) for o in n.output]
+        for t in g.initializer:
+            t.name = rn[t.name]
+        for o in g.output:
+            o.name = rn.get(o.name, o.name)
+        del g.input[:]
+        return g
+
+    then, els = branch("_16k"), branch("_8k")
+    node = helper.make_node("If", ["is_16k"], ["prob"], name="sample_rate", then_branch=then, else_branch=els)
+    graph = helper.make_graph([node], "vad_like", [data, helper.make_tensor_value_info("is_16k", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT,
+                                                             [d.dim_value for d in zoo.graph.output[0].type.tensor_type.shape.dim])])
+    model = helper.make_model(graph, opset_imports=list(zoo.opset_import))
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    report = P.analyze(model, feeds={"data_0": RNG.standard_normal([d.dim_value for d in data.type.tensor_type.shape.dim])
+                                     .astype(np.float32), "is_16k": np.array(True)}, check=False)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {}
+    for g in graph_protos(inferred.graph):
+        types.update({v.name: v.type.tensor_type.elem_type for v in list(g.value_info) + list(g.output)})
+    expected = {"prob"} | _float_outputs(then, opset, types) | _float_outputs(els, opset, types)
+    assert len(expected) > 200
+    assert {t.name for t in report.activations} == expected and not report.unobserved
+    ran = {t.name for t in report.activations if t.elements}
+    assert ran == {"prob"} | _float_outputs(then, opset, types)  # the 8k branch did not run
+    assert report.not_run == len(_float_outputs(els, opset, types)) and report.graphs == 3

@@ -225,3 +225,45 @@ def test_keep_fp32_names_an_unnamed_node_by_its_first_output():
     onnx.checker.check_model(out, full_check=True)
     x = np.linspace(-2, 2, 8).astype(np.float32)
     np.testing.assert_allclose(V.run(V.session(out), {"x": x})["y"], 400 * np.abs(x), rtol=1e-3)
+
+
+I64 = TensorProto.INT64
+
+
+@pytest.mark.parametrize("op, inputs, attrs, inits, out_shape", [
+    ("Pad", ["r", "pads", "cval"], {}, {"pads": np.array([0, 1, 0, 1], np.int64), "cval": np.array(0.5, np.float32)}, [2, 6]),
+    ("Slice", ["r", "starts", "ends"], {}, {"starts": np.array([0, 1], np.int64), "ends": np.array([2, 3], np.int64)}, [2, 2]),
+    ("Reshape", ["r", "shape"], {}, {"shape": np.array([4, 2], np.int64)}, [4, 2]),
+    ("Tile", ["r", "reps"], {}, {"reps": np.array([1, 2], np.int64)}, [2, 8]),
+    ("Expand", ["r", "eshape"], {}, {"eshape": np.array([3, 2, 4], np.int64)}, [3, 2, 4]),
+    ("Gather", ["r", "idx"], {"axis": 1}, {"idx": np.array([3, 0], np.int64)}, [2, 2]),
+    ("Split", ["r", "split"], {"axis": 1}, {"split": np.array([1, 3], np.int64)}, [2, 1]),
+    ("Unsqueeze", ["r", "axes"], {}, {"axes": np.array([0], np.int64)}, [1, 2, 4]),
+    ("ReduceMax", ["r", "raxes"], {}, {"raxes": np.array([1], np.int64)}, [2, 1]),
+])
+def test_shape_and_index_inputs_keep_their_dtype(op, inputs, attrs, inits, out_shape):
+    outs = ["y", "y2"] if op == "Split" else ["y"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node(op, inputs, outs, name="op", **attrs)]
+    if op == "ReduceMax":
+        model = make_model(nodes, {"x": [2, 4]}, {"y": out_shape}, initializers=inits, opset=18)
+    else:
+        model = make_model(nodes, {"x": [2, 4]}, {"y": out_shape}, initializers=inits)
+    feeds = {"x": RNG.standard_normal((2, 4)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 2
+    node = next(n for n in out.graph.node if n.name == "op")
+    types = _elem_types(out)
+    for given, now in zip(inputs, node.input):
+        if given != "r":
+            assert types[now] == onnx.helper.np_dtype_to_tensor_dtype(np.asarray(inits[given]).dtype) or \
+                (given == "cval" and types[now] == TensorProto.FLOAT16), (given, types[now])
+
+
+def test_topk_values_fp16_indices_int64():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("TopK", ["r", "k"], ["v", "i"], name="topk", axis=-1)]
+    model = make_model(nodes, {"x": [2, 6]}, {"v": [2, 3], "i": (I64, [2, 3])}, initializers={"k": np.array([3], np.int64)})
+    feeds = {"x": RNG.standard_normal((2, 6)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 2
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [TensorProto.FLOAT, I64]
