@@ -4,7 +4,8 @@ A DB-style head turns features into a probability map; the balanced-BCE style lo
 ``log(1 + p * eps)`` of tiny values and scales them up again. In fp16 the tiny values fall below
 the smallest normal (6.1e-5) and ``1 + tiny`` rounds to 1, so the log is 0 and the scaled
 result is lost: the run does not converge (the seed's symptom). graphpass precision finds the
-tensors; mixed precision with the recommended keep-list stays within tolerance, force_fp16 does not.
+tensors and the absorption of ``1 + tiny``, confirms each under emulated fp16 and checks that its
+keep-list fixes it; mixed precision with that keep-list stays within tolerance, force_fp16 does not.
 
     python examples/dbnet_precision.py
 """
@@ -44,9 +45,11 @@ def main() -> int:
 
     model = build()
     report = P.analyze(model)
-    print(f"precision: {len(report.risky)} risky tensors")
-    for r in report.risky:
-        print(f"  {r.name}: {r.advice}")
+    print(f"precision: {len(report.risky)} risky of {len(report.tensors)} float32 tensors, {len(report.findings)} findings")
+    for f in report.findings:
+        print(f"  {f.hazard} [{f.kind}] {f.tensor}: {f.detail}")
+        print(f"    emulated fp16: {'confirmed' if f.confirmed else 'not confirmed'} ({f.evidence}); "
+              f"keep-list applied: {'fixed' if f.fixed else 'NOT fixed'}")
     print(f"  keep in fp32: {', '.join(report.keep_fp32)}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, keep in (("force_fp16", []), ("force_fp16 + keep-fp32 auto", report.keep_fp32)):

@@ -430,19 +430,33 @@ def cmd_precision(args: argparse.Namespace) -> int:
     model = model_io.load_proto(args.model)
     feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
-                       underflow_share=args.underflow_share)
+                       underflow_share=args.underflow_share, absorption_share=args.absorption_share,
+                       check=not args.no_check, mode=args.mode)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
         return 0
-    console = Console(width=140, markup=False)
-    t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors")
-    for col in ("tensor", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
+    console = Console(width=160, markup=False)
+    t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors "
+                    f"({len(report.activations)} activations, {len(report.constants)} constants, {report.graphs} graphs)")
+    for col in ("tensor", "graph", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
         t.add_column(col, justify="right" if col in ("max |x|", "> 65504", "< 6.1e-5", "flushed") else "left")
     rows = sorted(report.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[: args.top]
     for r in rows:
-        t.add_row(r.name, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
+        t.add_row(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
                   f"{100 * r.flush_share:.0f}%", r.advice)
     console.print(t)
+    if report.not_run:
+        console.print(f"{report.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran zero times)")
+    if report.unobserved:
+        console.print(f"not observed (type unknown): {', '.join(report.unobserved[:10])}" + (" ..." if len(report.unobserved) > 10 else ""))
+    for f in report.findings:
+        if f.confirmed is None:
+            check = "not checked"
+        else:
+            check = (f"emulated {report.mode}: {'confirmed' if f.confirmed else 'not confirmed'} ({f.evidence}); "
+                     f"keep-list applied: {'fixed' if f.fixed else 'NOT fixed'} ({f.fixed_evidence})")
+        where = "" if f.graph == "main" else f" in {f.graph}"
+        console.print(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
     console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing"))
     if report.loss_scale:
         console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")
@@ -593,6 +607,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--underflow-share", type=float, default=0.01,
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
+    pr.add_argument("--absorption-share", type=float, default=0.5,
+                    help="an Add/Sub absorbs when more than this share of its elements lose the smaller operand in fp16")
+    pr.add_argument("--mode", default="force_fp16", choices=["force_fp16", "allow_fp32_to_fp16", "allow_mix_precision"],
+                    help="mixed_precision mode the emulated fp16 check runs (default force_fp16)")
+    pr.add_argument("--no-check", action="store_true", help="skip the emulated fp16 runs that confirm each finding")
     pr.add_argument("--format", default="table", choices=["table", "json"])
     pr.add_argument("--top", type=int, default=20)
     pr.set_defaults(func=cmd_precision)

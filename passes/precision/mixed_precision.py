@@ -6,10 +6,13 @@
     mode must_keep_origin_dtype nothing changes
 
 (ATC-PM and MS-AMP, ascend_facts.md §7.) Nodes named in ``keep_fp32`` stay fp32 whatever the
-mode (``--keep-fp32 auto`` takes the precision analysis' recommendations). Constants an fp16
+mode (an unnamed node by its first output's name; ``--keep-fp32 auto`` takes the precision analysis' recommendations). Constants an fp16
 node reads are converted at compile time; a runtime fp32 tensor entering an fp16 region gets
 one Cast to fp16, and an fp16 tensor leaving it (to an fp32 node or a graph output) one Cast
-back, shared by all readers. Graph inputs and outputs keep their dtypes. Main graph only.
+back, shared by all readers. Graph inputs and outputs keep their dtypes. Only the inputs that
+share the op's data type by its ONNX schema (type parameter ``T``) become fp16: Resize's roi and
+scales, shape, size and index inputs and LayerNormalization's Mean/InvStdDev keep theirs. If,
+Loop and Scan bodies are converted like the main graph, their own inputs and outputs kept.
 The report lists the ops of the graph that are fp16-only on Ascend (the op-info table).
 """
 
@@ -23,9 +26,9 @@ from graphpass.errors import UsageError
 from graphpass.infra.pass_base import Promise
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import annotations as A
-from graphpass.ir.graph import NameGen
+from graphpass.ir.graph import NameGen, iter_graphs
 
-__all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE"]
+__all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE", "FLOAT_OPS", "data_slots", "schema_data_slots"]
 
 MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype")
 CUBE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -53,6 +56,56 @@ def _is_f32(t: gs.Tensor) -> bool:
         return False
 
 
+def _half(values) -> np.ndarray:
+    """fp16 values (beyond 65504: inf, as the device has them; the precision analysis reports it)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values).astype(np.float16)
+
+
+def _onnx_opset(graph: gs.Graph) -> int:
+    imports = getattr(graph, "import_domains", None) or []
+    for imp in imports:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return int(graph.opset or onnx.defs.onnx_opset_version())
+
+
+def _key(node: gs.Node) -> str:
+    """How ``keep_fp32`` names a node: its name, or its first output's for an unnamed node."""
+    return node.name or (node.outputs[0].name if node.outputs else "")
+
+
+def data_slots(node: gs.Node, opset: int) -> tuple[set[int], set[int]] | None:
+    return schema_data_slots(node.op, len(node.inputs), len(node.outputs), opset)
+
+
+def schema_data_slots(op: str, n_inputs: int, n_outputs: int, opset: int) -> tuple[set[int], set[int]] | None:
+    """Input and output positions that carry the op's float data type, from its ONNX schema.
+
+    The data type is a type parameter (``T``) that an output carries, that some input binds and
+    that admits float16; an input typed by another parameter (Resize's ``roi``: T2, its
+    ``scales``: tensor(float), LayerNormalization's Mean: U) or a fixed type keeps its dtype.
+    None when the op has no schema at this opset.
+    """
+    try:
+        schema = onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+
+    def formal(params, i):
+        if i < len(params):
+            return params[i].type_str
+        if params and params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            return params[-1].type_str
+        return None
+
+    in_types = [formal(schema.inputs, i) for i in range(n_inputs)]
+    out_types = [formal(schema.outputs, k) for k in range(n_outputs)]
+    data = {t for t in out_types if t in allowed and {"tensor(float16)", "tensor(float)"} <= allowed[t] and t in in_types}
+    return ({i for i, t in enumerate(in_types) if t in data}, {k for k, t in enumerate(out_types) if t in data})
+
+
 @register
 class MixedPrecision(Pass):
     """Converts compute to fp16 by an Ascend precision mode.
@@ -61,7 +114,9 @@ class MixedPrecision(Pass):
       1. the four modes above; gray ops in allow_mix_precision take fp16 only when every float
          input comes from fp16 (or is a constant);
       2. ``keep_fp32`` node names always stay fp32;
-      3. constants convert at compile time; runtime tensors cross fp32/fp16 through shared Casts.
+      3. constants convert at compile time; runtime tensors cross fp32/fp16 through shared Casts;
+      4. subgraphs (If branches, Loop/Scan bodies) are converted like the main graph;
+      5. only the data inputs/outputs (schema type parameter shared with the output) change dtype.
     Options: ``mode`` (default force_fp16), ``keep_fp32`` (a list of node names), ``emulate``
     (keep fp32 dtypes and round every fp16 value instead: for checking fp16 numerics on a CPU).
     """
@@ -83,13 +138,39 @@ class MixedPrecision(Pass):
         stats = {"fp16_nodes": 0, "casts": 0, "constants_converted": 0, "fp16_only_ops": self._fp16_only(graph)}
         if mode == "must_keep_origin_dtype":
             return PassResult(False, stats)
+        opset = _onnx_opset(graph)
+        names = NameGen(graph)
+        modified = False
+        for g in list(iter_graphs(graph)):  # case 4: every subgraph, its own inputs/outputs kept
+            chosen, slots = self._choose(g, mode, keep, opset)
+            if not chosen:
+                continue
+            modified = True
+            if opts.get("emulate", False):
+                self._emulate(g, chosen, slots, stats, names)
+            else:
+                self._convert(g, chosen, slots, stats, names)
+        if modified and opts.get("emulate", False):
+            stats["emulated"] = 1
+        return PassResult(modified, stats)
+
+    @staticmethod
+    def _choose(g: gs.Graph, mode: str, keep: set, opset: int) -> tuple[list[gs.Node], dict[int, tuple[set, set]]]:
         half: set[int] = set()  # ids of tensors that are now fp16
         chosen: list[gs.Node] = []
-        for node in graph.nodes:
-            if node.op not in FLOAT_OPS or node.domain not in (None, "", "ai.onnx") or node.name in keep:
+        slots: dict[int, tuple[set, set]] = {}
+        for node in g.nodes:
+            if node.op not in FLOAT_OPS or node.domain not in (None, "", "ai.onnx") or _key(node) in keep:
                 continue
-            floats = [t for t in node.inputs if t.name and _is_f32(t)]
-            if not floats and not any(id(t) in half for t in node.inputs):
+            data = data_slots(node, opset)
+            if data is None:
+                continue
+            ins, outs = data
+            ins = {i for i in ins if i < len(node.inputs) and node.inputs[i].name}
+            outs = {k for k in outs if k < len(node.outputs) and _is_f32(node.outputs[k])}
+            # the op's data type must be float32 (or already fp16 here) on every data input
+            data_in = [node.inputs[i] for i in ins]
+            if not outs or not data_in or not all(_is_f32(t) or id(t) in half for t in data_in):
                 continue
             if mode == "force_fp16":
                 take = True
@@ -100,28 +181,33 @@ class MixedPrecision(Pass):
             elif node.op in BLACK:
                 take = False
             else:  # gray: follow the inputs
-                runtime = [t for t in node.inputs if t.name and not isinstance(t, gs.Constant) and (_is_f32(t) or id(t) in half)]
+                runtime = [t for t in data_in if not isinstance(t, gs.Constant)]
                 take = bool(runtime) and all(id(t) in half for t in runtime)
             if take:
                 chosen.append(node)
-                half.update(id(t) for t in node.outputs if _is_f32(t))
-        if not chosen:
-            return PassResult(False, stats)
-        if opts.get("emulate", False):
-            return self._emulate(graph, chosen, stats)
-        names = NameGen(graph)
+                slots[id(node)] = (ins, outs)
+                half.update(id(node.outputs[k]) for k in outs)
+        return chosen, slots
+
+    def _convert(self, graph: gs.Graph, chosen: list[gs.Node], slots: dict, stats: dict, names: NameGen) -> None:
         chosen_ids = {id(n) for n in chosen}
+        half = {id(n.outputs[k]) for n in chosen for k in slots[id(n)][1]}
         to16: dict[int, gs.Tensor] = {}
         consts: dict[int, gs.Constant] = {}
         new_nodes: list[gs.Node] = []
-        # 1. inputs of fp16 nodes
+
+        def reads_fp16(c: gs.Node, j: int) -> bool:
+            return id(c) in chosen_ids and j in slots[id(c)][0]
+
+        # 1. data inputs of fp16 nodes (case 5: only the inputs that share the op's data type)
         for node in chosen:
-            for i, t in enumerate(node.inputs):
-                if not t.name or not _is_f32(t) or id(t) in half:
+            for i in sorted(slots[id(node)][0]):
+                t = node.inputs[i]
+                if not _is_f32(t) or id(t) in half:
                     continue
                 if isinstance(t, gs.Constant):
                     if id(t) not in consts:
-                        consts[id(t)] = gs.Constant(names(t.name + "_fp16"), np.asarray(t.values).astype(np.float16))
+                        consts[id(t)] = gs.Constant(names(t.name + "_fp16"), _half(t.values))
                         stats["constants_converted"] += 1
                     node.inputs[i] = consts[id(t)]
                 else:
@@ -133,46 +219,46 @@ class MixedPrecision(Pass):
                         to16[id(t)] = c
                         stats["casts"] += 1
                     node.inputs[i] = to16[id(t)]
-        # 2. outputs become fp16; readers outside the region and graph outputs get a Cast back
+        # 2. data outputs become fp16; readers outside the region (other nodes, other slots,
+        #    subgraphs) and graph outputs get a Cast back
         graph_outs = {id(t) for t in graph.outputs}
         for node in chosen:
             A.set(node, "graphpass.precision", "fp16")
             stats["fp16_nodes"] += 1
-            for k, t in enumerate(node.outputs):
-                if id(t) not in half:
-                    continue
-                outside = [c for c in t.outputs if id(c) not in chosen_ids]
+            for k in sorted(slots[id(node)][1]):
+                t = node.outputs[k]
+                readers = list({id(c): c for c in t.outputs}.values())
                 if id(t) in graph_outs:  # keep the graph output's name and fp32 dtype
                     h = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
                     node.outputs[k] = h
-                    for c in list(t.outputs):
-                        if id(c) in chosen_ids:
-                            c.inputs[[x is t for x in c.inputs].index(True)] = h
+                    for c in readers:
+                        for j, x in enumerate(c.inputs):
+                            if x is t and reads_fp16(c, j):
+                                c.inputs[j] = h
                     back = gs.Node("Cast", name=names(t.name + "_to_fp32"), inputs=[h], outputs=[t], attrs={"to": onnx.TensorProto.FLOAT})
                     A.mark_created(back, self.name)
                     new_nodes.append(back)
-                    half.add(id(h))
                     stats["casts"] += 1
                     continue
                 t.dtype = F16
-                if outside:
-                    f = gs.Variable(names(t.name + "_fp32"), dtype=F32, shape=t.shape)
-                    back = gs.Node("Cast", name=names(t.name + "_to_fp32"), inputs=[t], outputs=[f], attrs={"to": onnx.TensorProto.FLOAT})
-                    A.mark_created(back, self.name)
-                    new_nodes.append(back)
-                    stats["casts"] += 1
-                    for c in outside:
-                        for j, x in enumerate(c.inputs):
-                            if x is t:
-                                c.inputs[j] = f
+                f = None
+                for c in readers:
+                    for j, x in enumerate(c.inputs):
+                        if x is t and not reads_fp16(c, j):
+                            if f is None:
+                                f = gs.Variable(names(t.name + "_fp32"), dtype=F32, shape=t.shape)
+                                back = gs.Node("Cast", name=names(t.name + "_to_fp32"), inputs=[t], outputs=[f],
+                                               attrs={"to": onnx.TensorProto.FLOAT})
+                                A.mark_created(back, self.name)
+                                new_nodes.append(back)
+                                stats["casts"] += 1
+                            c.inputs[j] = f
         graph.nodes.extend(new_nodes)
-        return PassResult(True, stats)
 
-    def _emulate(self, graph: gs.Graph, chosen: list[gs.Node], stats: dict) -> PassResult:
+    def _emulate(self, graph: gs.Graph, chosen: list[gs.Node], slots: dict, stats: dict, names: NameGen) -> None:
         """fp32 graph that rounds every value an fp16 node reads or writes to fp16 (a
         Cast-to-fp16-and-back pair), for checking fp16 numerics on a CPU whose fp16 kernels
         compute in fp32 inside chains of fp16 ops (onnxruntime's CPU provider does)."""
-        names = NameGen(graph)
         rounded: dict[int, gs.Tensor] = {}
         new_nodes: list[gs.Node] = []
         chosen_ids = {id(n) for n in chosen}
@@ -187,32 +273,30 @@ class MixedPrecision(Pass):
                 stats["casts"] += 2
             return rounded[id(t)]
 
+        produced_rounded = {id(n.outputs[k]) for n in chosen for k in slots[id(n)][1]}
         for node in chosen:
-            for i, t in enumerate(node.inputs):
-                if not t.name or not _is_f32(t):
+            for i in sorted(slots[id(node)][0]):
+                t = node.inputs[i]
+                if not _is_f32(t):
                     continue
                 if isinstance(t, gs.Constant):
-                    node.inputs[i] = gs.Constant(names(t.name + "_fp16vals"), np.asarray(t.values).astype(np.float16).astype(np.float32))
+                    node.inputs[i] = gs.Constant(names(t.name + "_fp16vals"), _half(t.values).astype(np.float32))
                     stats["constants_converted"] += 1
-                elif not (len(t.inputs) == 1 and id(t.inputs[0]) in chosen_ids):
+                elif id(t) not in produced_rounded:
                     node.inputs[i] = round_pair(t)
+            A.set(node, "graphpass.precision", "fp16")
             stats["fp16_nodes"] += 1
         graph_outs = {id(t) for t in graph.outputs}
         for node in chosen:
-            for k, t in enumerate(node.outputs):
-                if not _is_f32(t):
-                    continue
-                readers = list(t.outputs)
-                if id(t) in graph_outs:
+            for k in sorted(slots[id(node)][1]):
+                t = node.outputs[k]
+                readers = list({id(c): c for c in t.outputs}.values())
+                if id(t) in graph_outs:  # the graph output keeps its name; readers read the rounded value
                     inner = gs.Variable(names(t.name + "_raw"), dtype=F32, shape=t.shape)
                     node.outputs[k] = inner
                     h = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
                     new_nodes.append(gs.Node("Cast", name=names(t.name + "_round16"), inputs=[inner], outputs=[h], attrs={"to": onnx.TensorProto.FLOAT16}))
                     new_nodes.append(gs.Node("Cast", name=names(t.name + "_back32"), inputs=[h], outputs=[t], attrs={"to": onnx.TensorProto.FLOAT}))
-                    for c in readers:
-                        for j, x in enumerate(c.inputs):
-                            if x is t:
-                                c.inputs[j] = t  # readers keep the rounded graph output
                     continue
                 r = round_pair(t)
                 for c in readers:
@@ -220,8 +304,6 @@ class MixedPrecision(Pass):
                         if x is t:
                             c.inputs[j] = r
         graph.nodes.extend(new_nodes)
-        stats["emulated"] = 1
-        return PassResult(True, stats)
 
     @staticmethod
     def _fp16_only(graph: gs.Graph) -> str:

@@ -11,6 +11,7 @@ from graphpass import precision as P
 from graphpass import verify as V
 from graphpass.cli import main
 from graphpass.ir import annotations as A
+from graphpass.ir.graph import graph_protos
 from graphpass.passes import mixed_precision
 from graphpass.testing import make_model, ops
 
@@ -99,3 +100,170 @@ def test_cli_precision_and_optimize_keep_fp32_auto(tmp_path, capsys):
     m = onnx.load(dst)
     precision = {n.name: {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") for n in m.graph.node}
     assert precision.get("log1p") is None and "fp16" in precision.values()
+
+
+# Issue 16 item 5: only the inputs that share the op's data type (schema type parameter) become fp16.
+
+def _convert_and_run(model, feeds, rtol=2e-2, atol=2e-2, emulate=False):
+    graph = gp.load(model)
+    result = mixed_precision(graph, mode="force_fp16", emulate=emulate)
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    ref = V.run(V.session(model), feeds)
+    got = V.run(V.session(out), feeds)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=rtol, atol=atol, err_msg=k)
+    return result, out
+
+
+def _elem_types(model):
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    types = {v.name: v.type.tensor_type.elem_type for v in vis}
+    types.update({t.name: t.data_type for t in inferred.graph.initializer})
+    return types
+
+
+def test_resize_roi_and_scales_stay_float32():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Resize", ["r", "roi", "scales"], ["y"], name="resize", mode="linear")]
+    model = make_model(nodes, {"x": [1, 2, 4, 4]}, {"y": [1, 2, 8, 8]},
+                       initializers={"roi": np.array([], np.float32), "scales": np.array([1, 1, 2, 2], np.float32)})
+    feeds = {"x": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    for emulate in (False, True):
+        result, out = _convert_and_run(model, feeds, emulate=emulate)
+        resize = next(n for n in out.graph.node if n.op_type == "Resize")
+        types = _elem_types(out)
+        assert types[resize.input[1]] == TensorProto.FLOAT and types[resize.input[2]] == TensorProto.FLOAT
+        if not emulate:
+            assert types[resize.input[0]] == TensorProto.FLOAT16 and result.stats["fp16_nodes"] == 2
+
+
+def test_resize_scales_computed_by_an_fp16_op_are_cast_back():
+    # the scales come out of a Mul that itself runs in fp16: the Resize reads them back in fp32
+    nodes = [helper.make_node("Mul", ["s0", "two"], ["scales"], name="scale_mul"),
+             helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode="nearest")]
+    model = make_model(nodes, {"x": [1, 1, 2, 2], "s0": [4]}, {"y": [1, 1, 4, 4]},
+                       initializers={"two": np.array(2.0, np.float32)})
+    feeds = {"x": RNG.standard_normal((1, 1, 2, 2)).astype(np.float32), "s0": np.ones(4, np.float32)}
+    _, out = _convert_and_run(model, feeds)
+    resize = next(n for n in out.graph.node if n.op_type == "Resize")
+    assert _elem_types(out)[resize.input[2]] == TensorProto.FLOAT
+
+
+@pytest.mark.parametrize("opset", [11, 13, 17])
+def test_clip_min_max_follow_the_data_type(opset):
+    # min is a runtime tensor (computed in fp16 here), max a constant: both must be fp16 with the data
+    nodes = [helper.make_node("Mul", ["m", "lo"], ["lo2"], name="runtime_min"),
+             helper.make_node("Clip", ["x", "lo2", "hi"], ["y"], name="clip")]
+    model = make_model(nodes, {"x": [8], "m": []}, {"y": [8]}, opset=opset,
+                       initializers={"lo": np.array(-0.5, np.float32), "hi": np.array(0.75, np.float32)})
+    feeds = {"x": np.linspace(-2, 2, 8).astype(np.float32), "m": np.array(1.0, np.float32)}
+    _, out = _convert_and_run(model, feeds)
+    clip = next(n for n in out.graph.node if n.op_type == "Clip")
+    types = _elem_types(out)
+    assert {types[i] for i in clip.input} == {TensorProto.FLOAT16}
+
+
+def test_layer_normalization_keeps_mean_and_inv_std_in_float32():
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv"], name="ln", axis=-1)]
+    model = make_model(nodes, {"x": [2, 8]}, {"y": [2, 8], "mean": [2, 1], "inv": [2, 1]},
+                       initializers={"g": np.ones(8, np.float32), "b": np.zeros(8, np.float32)})
+    feeds = {"x": RNG.standard_normal((2, 8)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 1
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [TensorProto.FLOAT] * 3
+
+
+def _if_and_loop_model():
+    then = helper.make_graph([helper.make_node("Resize", ["a", "roi", "sc"], ["t"], name="then_resize", mode="nearest")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+                             [onnx.numpy_helper.from_array(np.array([], np.float32), "roi"),
+                              onnx.numpy_helper.from_array(np.array([1, 1, 1, 1], np.float32), "sc")])
+    els = helper.make_graph([helper.make_node("Mul", ["a", "k"], ["e"], name="else_mul")], "else", [],
+                            [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+         helper.make_node("Add", ["acc", "a"], ["acc2"], name="body_add"),
+         helper.make_node("Clip", ["acc2", "lo", "hi"], ["acc3"], name="body_clip")],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc3", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(-3.0, np.float32), "lo"),
+         onnx.numpy_helper.from_array(np.array(3.0, np.float32), "hi")])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("If", ["c"], ["yi"], name="if", then_branch=then, else_branch=els),
+             helper.make_node("Loop", ["n", "", "x"], ["yl"], name="loop", body=body)]
+    return make_model(nodes, {"x": [1, 1, 2, 2], "c": (TensorProto.BOOL, []), "n": (TensorProto.INT64, [])},
+                      {"yi": [1, 1, 2, 2], "yl": [1, 1, 2, 2]}, initializers={"k": np.array(3.0, np.float32)})
+
+
+@pytest.mark.parametrize("cond", [True, False])
+@pytest.mark.parametrize("emulate", [False, True])
+def test_if_and_loop_bodies_are_converted_and_stay_valid(cond, emulate):
+    model = _if_and_loop_model()
+    feeds = {"x": RNG.standard_normal((1, 1, 2, 2)).astype(np.float32), "c": np.array(cond), "n": np.array(3, np.int64)}
+    result, out = _convert_and_run(model, feeds, emulate=emulate)
+    fp16 = {n.name for g in graph_protos(out.graph)
+            for n in g.node if {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") == "fp16"}
+    if not emulate:
+        assert {"relu", "then_resize", "else_mul", "body_add", "body_clip"} <= fp16
+    assert result.stats["fp16_nodes"] == 5
+
+
+def test_keep_fp32_names_an_unnamed_node_by_its_first_output():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Mul", ["a", "a"], ["sq"]),
+             helper.make_node("Sqrt", ["sq"], ["y"])]
+    model = make_model(nodes, {"x": [8]}, {"y": [8]}, initializers={"k": np.array(400, np.float32)})
+    graph = gp.load(model)
+    mixed_precision(graph, mode="force_fp16", keep_fp32=["sq", "y"])
+    half = [n.outputs[0].name for n in graph.nodes if A.get(n, "graphpass.precision") == "fp16"]
+    assert half == ["a"]
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    np.testing.assert_allclose(V.run(V.session(out), {"x": x})["y"], 400 * np.abs(x), rtol=1e-3)
+
+
+I64 = TensorProto.INT64
+
+
+@pytest.mark.parametrize("op, inputs, attrs, inits, out_shape", [
+    ("Pad", ["r", "pads", "cval"], {}, {"pads": np.array([0, 1, 0, 1], np.int64), "cval": np.array(0.5, np.float32)}, [2, 6]),
+    ("Slice", ["r", "starts", "ends"], {}, {"starts": np.array([0, 1], np.int64), "ends": np.array([2, 3], np.int64)}, [2, 2]),
+    ("Reshape", ["r", "shape"], {}, {"shape": np.array([4, 2], np.int64)}, [4, 2]),
+    ("Tile", ["r", "reps"], {}, {"reps": np.array([1, 2], np.int64)}, [2, 8]),
+    ("Expand", ["r", "eshape"], {}, {"eshape": np.array([3, 2, 4], np.int64)}, [3, 2, 4]),
+    ("Gather", ["r", "idx"], {"axis": 1}, {"idx": np.array([3, 0], np.int64)}, [2, 2]),
+    ("Split", ["r", "split"], {"axis": 1}, {"split": np.array([1, 3], np.int64)}, [2, 1]),
+    ("Unsqueeze", ["r", "axes"], {}, {"axes": np.array([0], np.int64)}, [1, 2, 4]),
+    ("ReduceMax", ["r", "raxes"], {}, {"raxes": np.array([1], np.int64)}, [2, 1]),
+])
+def test_shape_and_index_inputs_keep_their_dtype(op, inputs, attrs, inits, out_shape):
+    outs = ["y", "y2"] if op == "Split" else ["y"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node(op, inputs, outs, name="op", **attrs)]
+    if op == "ReduceMax":
+        model = make_model(nodes, {"x": [2, 4]}, {"y": out_shape}, initializers=inits, opset=18)
+    else:
+        model = make_model(nodes, {"x": [2, 4]}, {"y": out_shape}, initializers=inits)
+    feeds = {"x": RNG.standard_normal((2, 4)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 2
+    node = next(n for n in out.graph.node if n.name == "op")
+    types = _elem_types(out)
+    for given, now in zip(inputs, node.input):
+        if given != "r":
+            assert types[now] == onnx.helper.np_dtype_to_tensor_dtype(np.asarray(inits[given]).dtype) or \
+                (given == "cval" and types[now] == TensorProto.FLOAT16), (given, types[now])
+
+
+def test_topk_values_fp16_indices_int64():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("TopK", ["r", "k"], ["v", "i"], name="topk", axis=-1)]
+    model = make_model(nodes, {"x": [2, 6]}, {"v": [2, 3], "i": (I64, [2, 3])}, initializers={"k": np.array([3], np.int64)})
+    feeds = {"x": RNG.standard_normal((2, 6)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 2
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [TensorProto.FLOAT, I64]
