@@ -417,7 +417,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
         return 0
     console = Console(width=160, markup=False)
     t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors "
-                    f"({len(report.activations)} activations, {len(report.constants)} constants, {report.graphs} graphs)")
+                    f"({len(report.activations)} activations, {len(report.inputs)} inputs, {len(report.constants)} constants, "
+                    f"{report.graphs} graphs)")
     for col in ("tensor", "graph", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
         t.add_column(col, justify="right" if col in ("max |x|", "> 65504", "< 6.1e-5", "flushed") else "left")
     rows = sorted(report.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[: args.top]

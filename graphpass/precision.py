@@ -60,7 +60,7 @@ class TensorRange:
     flush_share: float
     risky: bool
     advice: str = ""
-    kind: str = "activation"  # or "constant"
+    kind: str = "activation"  # or "constant", "input" (a graph's or a subgraph's input)
     graph: str = "main"  # the graph the tensor lives in: main, or node/attribute for a subgraph
     elements: int = 0
 
@@ -70,7 +70,7 @@ class Finding:
     """One fp16 hazard, with the nodes to keep in fp32 and what the emulated fp16 run showed."""
 
     hazard: str  # overflow | underflow | precision | absorption
-    kind: str  # activation | constant | absorption
+    kind: str  # activation | constant | input | absorption
     tensor: str
     node: str
     op: str
@@ -104,13 +104,17 @@ class PrecisionReport:
         return [t for t in self.tensors if t.kind == "activation"]
 
     @property
+    def inputs(self) -> list[TensorRange]:
+        return [t for t in self.tensors if t.kind == "input"]
+
+    @property
     def constants(self) -> list[TensorRange]:
         return [t for t in self.tensors if t.kind == "constant"]
 
     def to_dict(self) -> dict:
         return {"schema": "graphpass.precision_report/2", "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
                 "risky": [dataclasses.asdict(t) for t in self.risky], "tensors": len(self.tensors),
-                "activations": len(self.activations), "constants": len(self.constants), "graphs": self.graphs,
+                "activations": len(self.activations), "inputs": len(self.inputs), "constants": len(self.constants), "graphs": self.graphs,
                 "not_run": self.not_run, "unobserved": self.unobserved, "checked": self.checked, "mode": self.mode,
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
 
@@ -140,6 +144,7 @@ class _Info:
     readers: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=dict)  # tensor -> (node key, slot)
     continues: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # subgraph output -> parent output(s)
     constants: dict[str, tuple[np.ndarray, str, str]] = dataclasses.field(default_factory=dict)  # name -> (values, graph, node key)
+    inputs: dict[str, str] = dataclasses.field(default_factory=dict)  # graph input (not a weight) -> graph
     graphs: int = 0
 
 
@@ -151,6 +156,10 @@ def _walk(model: onnx.ModelProto) -> _Info:
         for t in g.initializer:
             if t.data_type == TensorProto.FLOAT:
                 info.constants[t.name] = (numpy_helper.to_array(t), path, "")
+        weights = {t.name for t in g.initializer}
+        for i in g.input:
+            if i.name not in weights:
+                info.inputs[i.name] = path
         for node in g.node:
             k = _key(node)
             info.nodes[k] = (node, path)
@@ -421,7 +430,7 @@ def _range(name: str, producer: str, op: str, v: np.ndarray, underflow_share: fl
     sub = float(np.mean(nz < FP16_MIN_NORMAL)) if nz.size else 0.0
     flush = float(np.count_nonzero(finite & (v != 0) & (h == 0)) / nz.size) if nz.size else 0.0
     risky = overflow > 0 or flush > underflow_share or sub > 0.5
-    what = f"{op} '{producer}'" if kind == "activation" else f"the readers of constant '{name}'"
+    what = f"{op} '{producer}'" if kind == "activation" else f"the readers of {kind} '{name}'"
     tail = " and its readers" if kind == "activation" else ""
     advice = ""
     if overflow:
@@ -534,6 +543,18 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         if nz.size:
             smallest = min(smallest, float(np.percentile(nz, 1)))
             largest = max(largest, float(nz.max()))
+    # 1b. graph inputs (main and subgraph): fp32 by contract, cast to fp16 where an fp16 op reads them
+    for name, graph in info.inputs.items():
+        v = values.get(name)
+        if v is None or v.dtype != np.float32 or name in info.producer or name in info.constants:
+            continue
+        r = _range(name, "graph input", "input", v, underflow_share, "input", graph)
+        readers = _fp16_readers(info, name, opset)
+        if r.risky and not readers:
+            r.risky, r.advice = False, "stays fp32: no fp16 op reads it as data"
+        tensors.append(r)
+        if r.risky:
+            add_finding(Finding(_hazard(r, underflow_share), "input", name, name, "input", graph, r.advice, readers))
     # 2. constants: judged all; a hazard only where an fp16 op reads them as data
     for name, (value, graph, k) in info.constants.items():
         r = _range(name, k or "initializer", "Constant" if k else "initializer", value, underflow_share, "constant", graph)
@@ -677,6 +698,8 @@ def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: 
     for keep, field in (((), "confirmed"), (report.keep_fp32, "fixed")):
         emulated, half = _emulated(model, report.mode, keep)
         vals, _, _ = _observe(emulated, feeds, subgraphs)
+        for name, value in feeds.items():
+            vals.setdefault(name, np.asarray(value))
         for f in report.findings:
             shows, evidence = _symptom(f, info, vals, ref, half, underflow_share, absorption_share)
             if field == "confirmed":

@@ -29,6 +29,14 @@ def constant_overflow():
     return model, {"x": (RNG.standard_normal(64) * 1e-3).astype(np.float32)}
 
 
+def input_overflow():
+    """An input beyond 65504 (raw sensor counts): the Cast to fp16 of its reader makes it inf."""
+    nodes = [helper.make_node("Mul", ["x", "half"], ["y"], name="halve"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={"half": np.array(1e-3, np.float32)})
+    return model, {"x": RNG.uniform(7e4, 9e4, 64).astype(np.float32)}
+
+
 def constant_underflow():
     """A factor of 1e-9 is 0 in fp16; x (1e4..3e4) times it and rescaled is ~0.1."""
     nodes = [helper.make_node("Mul", ["x", "eps"], ["tiny"], name="eps_mul"),
@@ -93,6 +101,7 @@ def loop_overflow():
 
 PLANTED = {  # case -> (hazard kind, hazard, the tensor, nodes the keep-list must hold)
     "constant_overflow": (constant_overflow, "constant", "overflow", "gain", {"gain_mul"}),
+    "input_overflow": (input_overflow, "input", "overflow", "x", {"halve"}),
     "constant_underflow": (constant_underflow, "constant", "underflow", "eps", {"eps_mul", "rescale"}),
     "activation_overflow": (activation_overflow, "activation", "overflow", "sq", {"square", "root"}),
     "absorption": (absorption, "absorption", "absorption", "one_plus", {"one_plus", "log1p"}),
@@ -197,7 +206,11 @@ def test_every_float_tensor_of_a_zoo_model_is_judged(name):
     assert len(model.graph.node) > 100
     assert {t.name for t in report.activations} == float_outputs
     assert {t.name for t in report.constants} == float_consts
-    assert len(report.tensors) == len(float_outputs) + len(float_consts)
+    produced = {o for n in model.graph.node for o in n.output}
+    float_inputs = {i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT
+                    and i.name not in produced and i.name not in float_consts}  # (ir 3 lists weights as inputs)
+    assert {t.name for t in report.inputs} == float_inputs and len(float_inputs) == 1
+    assert len(report.tensors) == len(float_outputs) + len(float_consts) + len(float_inputs)
 
 
 def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsys):
