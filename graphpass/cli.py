@@ -426,6 +426,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
         t.add_row(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
                   f"{100 * r.flush_share:.0f}%", r.advice)
     console.print(t)
+    if not report.tensors:
+        console.print("no float32 tensors: nothing to judge (the analysis is for float32 models)")
     if report.not_run:
         console.print(f"{report.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran zero times)")
     if report.unobserved:
