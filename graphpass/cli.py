@@ -407,6 +407,9 @@ def cmd_precision(args: argparse.Namespace) -> int:
     from graphpass import verify as V
     from graphpass.ir import model_io
 
+    for flag, share in (("--underflow-share", args.underflow_share), ("--absorption-share", args.absorption_share)):
+        if not 0.0 <= share < 1.0:
+            raise UsageError(f"{flag} {share:g}: a share between 0 and 1")
     model = model_io.load_proto(args.model)
     feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
@@ -432,7 +435,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
         console.print(f"{report.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran zero times)")
     if report.unobserved:
         console.print(f"not observed (type unknown): {', '.join(report.unobserved[:10])}" + (" ..." if len(report.unobserved) > 10 else ""))
-    for f in report.findings:
+    for f in report.findings[: args.top]:
         if f.confirmed is None:
             check = "not checked"
         else:
@@ -440,6 +443,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
                      f"keep-list applied: {'fixed' if f.fixed else 'NOT fixed'} ({f.fixed_evidence})")
         where = "" if f.graph == "main" else f" in {f.graph}"
         console.print(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
+    if len(report.findings) > args.top:
+        console.print(f"... and {len(report.findings) - args.top} more findings (--top N, or --format json for all)")
     console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing"))
     if report.loss_scale:
         console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")

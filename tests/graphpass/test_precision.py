@@ -233,6 +233,9 @@ def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsy
     fp16 = {n.name for g in graph_protos(m.graph) for n in g.node
             if {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") == "fp16"}
     assert fp16 and not fp16 & {"one_plus", "log1p"}
+    capsys.readouterr()
+    assert main(["precision", str(src), "--absorption-share", "1.5"]) == 2
+    assert "--absorption-share" in capsys.readouterr().err
 
 
 def _vi(name, shape, elem=TensorProto.FLOAT):
