@@ -219,12 +219,15 @@ def _readers(info: _Info, tensor: str) -> list[str]:
 
 # ----------------------------------------------------------------------------------------- exposure
 
-def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelProto, dict[str, str], list[str]]:
+def _expose(model: onnx.ModelProto, subgraphs: bool = True,
+            loop_concat: bool = False) -> tuple[onnx.ModelProto, dict[str, str], list[str]]:
     """A copy whose outputs include every float32 tensor of every graph.
 
     Returns the copy, {output name: tensor name} and the subgraph tensors left out (type unknown).
     A subgraph tensor leaves its If through an extra output of both branches (the other branch
-    gives an empty tensor), its Loop or Scan through an extra scan output (stacked per iteration).
+    gives an empty tensor), its Loop or Scan through an extra scan output (stacked per iteration)
+    or, with ``loop_concat`` (for per-iteration shapes that vary), an extra carried value that
+    concatenates the flattened values of every iteration.
     """
     try:
         m = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -323,18 +326,22 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
                 body = subs.get("body")
                 if body is None:
                     continue
-                added = 0
-                for local, tensor in items_of(body, False):
+                inner = items_of(body, False)
+                if not inner:
+                    continue
+                if loop_concat and not (node.op_type == "Scan" and opset < 9):
+                    items.extend(_carry_out(g, node, body, inner, fresh))
+                    continue
+                for local, tensor in inner:
                     p, outer = fresh(tensor), fresh(tensor)
                     body.node.append(helper.make_node("Identity", [local], [p]))
                     body.output.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, None))
                     node.output.append(outer)
                     items.append((outer, tensor))
-                    added += 1
-                if node.op_type == "Scan" and added:
+                if node.op_type == "Scan":
                     for a in node.attribute:
                         if a.name in ("scan_output_axes", "scan_output_directions"):
-                            a.ints.extend([0] * added)
+                            a.ints.extend([0] * len(inner))
         return items
 
     probes: dict[str, str] = {}
@@ -347,6 +354,47 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
             outputs.add(local)
         probes[local] = tensor
     return m, probes, unobserved
+
+
+def _copy_vi(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    c = onnx.ValueInfoProto()
+    c.CopyFrom(vi)
+    return c
+
+
+def _carry_out(g: onnx.GraphProto, node: onnx.NodeProto, body: onnx.GraphProto, inner: list[tuple[str, str]],
+               fresh) -> list[tuple[str, str]]:
+    """Expose ``inner`` body tensors of a Loop/Scan as extra carried values: empty at entry, each
+    iteration appends its flattened values (any per-iteration shape; zero trips give empty)."""
+    empty, flat_shape = fresh("empty"), fresh("flat_shape")
+    g.initializer.append(numpy_helper.from_array(np.zeros(0, np.float32), empty))
+    body.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), flat_shape))
+    if node.op_type == "Loop":  # node: M, cond, carried...; body in: iter, cond, carried...; body out: cond, carried..., scans...
+        n_state = len(node.input) - 2
+        at_in, at_body_in, at_body_out, at_out = len(node.input), len(body.input), 1 + n_state, n_state
+    else:  # Scan (opset 9+): the states come first everywhere
+        n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        n_state = len(node.input) - n_scan
+        at_in, at_body_in, at_body_out, at_out = n_state, n_state, n_state, n_state
+    new_in, new_body_in, new_body_out, new_out, items = [], [], [], [], []
+    for local, tensor in inner:
+        acc_in, flat, acc_out, outer = fresh("acc_in"), fresh("flat"), fresh(tensor), fresh(tensor)
+        body.node.append(helper.make_node("Reshape", [local, flat_shape], [flat]))
+        body.node.append(helper.make_node("Concat", [acc_in, flat], [acc_out], axis=0))
+        new_in.append(empty)
+        new_body_in.append(helper.make_tensor_value_info(acc_in, TensorProto.FLOAT, [None]))
+        new_body_out.append(helper.make_tensor_value_info(acc_out, TensorProto.FLOAT, [None]))
+        new_out.append(outer)
+        items.append((outer, tensor))
+    ins, outs = list(node.input), list(node.output)
+    body_ins, body_outs = [_copy_vi(x) for x in body.input], [_copy_vi(x) for x in body.output]
+    node.input[:] = ins[:at_in] + new_in + ins[at_in:]
+    node.output[:] = outs[:at_out] + new_out + outs[at_out:]
+    del body.input[:]
+    body.input.extend(body_ins[:at_body_in] + new_body_in + body_ins[at_body_in:])
+    del body.output[:]
+    body.output.extend(body_outs[:at_body_out] + new_body_out + body_outs[at_body_out:])
+    return items
 
 
 def _run_quiet(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -364,21 +412,26 @@ def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
              subgraphs: bool = True) -> tuple[dict[str, np.ndarray], list[str], bool]:
     """Every float32 tensor's value on ``feeds`` (subgraph ones too where onnxruntime allows);
     the tensors left out; whether subgraph tensors were observed."""
-    attempts = []
+    attempts: list[tuple[onnx.ModelProto, bool]] = []
     if subgraphs and _has_subgraphs(model):
-        attempts.append(model)
+        attempts.append((model, False))
+        if _has_loop(model):
+            attempts.append((model, True))  # per-iteration shapes that vary: concatenate instead of stack
         if _opset(model) < 11 and _has_if(model):
             # If before opset 11 wants both branches' outputs of one shape: the probes of the branch
             # not taken (empty) cannot match, so try the model converted to opset 11
             try:
                 from onnx import version_converter
 
-                attempts.append(version_converter.convert_version(model, 11))
+                converted = version_converter.convert_version(model, 11)
+                attempts.append((converted, False))
+                if _has_loop(model):
+                    attempts.append((converted, True))
             except Exception as e:  # noqa: BLE001 - the converter does not know every op
                 log.info("precision: cannot convert to opset 11 (%s)", e)
     reason = ""
-    for m in attempts:
-        exposed, probes, unobserved = _expose(m, True)
+    for m, loop_concat in attempts:
+        exposed, probes, unobserved = _expose(m, True, loop_concat)
         try:
             values = _run_quiet(exposed, feeds)
         except Exception as e:  # noqa: BLE001 - e.g. a Loop whose per-iteration shapes vary
@@ -400,6 +453,12 @@ def _by_tensor(values: Mapping[str, np.ndarray], probes: Mapping[str, str]) -> d
         if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
             out[probes[k]] = np.asarray(v)
     return out
+
+
+def _has_loop(model: onnx.ModelProto) -> bool:
+    from graphpass.ir.graph import graph_protos
+
+    return any(n.op_type in ("Loop", "Scan") for g in graph_protos(model.graph) for n in g.node)
 
 
 def _has_if(model: onnx.ModelProto) -> bool:

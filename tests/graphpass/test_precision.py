@@ -276,17 +276,33 @@ def test_scan_body_and_an_if_nested_in_a_loop_are_judged_checked_and_fixed():
     assert not r0.findings and r0.not_run == 4
 
 
-def test_a_loop_onnxruntime_cannot_expose_is_said_not_judged_silently():
-    # per-iteration shapes grow: stacking the body's tensors fails; the report says what it left out
+def _growing_loop():
     body = helper.make_graph([helper.make_node("Identity", ["ci"], ["co"], name="cond"),
                               helper.make_node("Concat", ["acc", "one"], ["acc2"], name="grow", axis=0)],
                              "g", [_vi("i", [], TensorProto.INT64), _vi("ci", [], TensorProto.BOOL), _vi("acc", None)],
                              [_vi("co", [], TensorProto.BOOL), _vi("acc2", None)],
                              [onnx.numpy_helper.from_array(np.array([7e4], np.float32), "one")])
-    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
-                       {"x": [1], "n": (TensorProto.INT64, [])}, {"y": [None]})
-    r = P.analyze(model, feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
-    assert "(every subgraph tensor)" in r.unobserved
+    return make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
+                      {"x": [1], "n": (TensorProto.INT64, [])}, {"y": [None]})
+
+
+def test_a_loop_whose_shapes_grow_is_observed_by_concatenation():
+    # per-iteration shapes grow (1, 2, 3 elements in, 2, 3, 4 out): stacking fails, concatenating works
+    r = P.analyze(_growing_loop(), feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
+    by_name = {t.name: t for t in r.tensors}
+    assert by_name["acc2"].elements == 9 and by_name["acc"].elements == 6 and by_name["acc"].kind == "input"
+    assert not r.unobserved
+    one = next(f for f in r.findings if f.tensor == "one")
+    assert one.kind == "constant" and one.hazard == "overflow" and one.confirmed and one.fixed and "grow" in r.keep_fp32
+
+
+def test_what_cannot_be_observed_is_said_not_judged_silently(monkeypatch):
+    def refuse(model, feeds):
+        raise RuntimeError("onnxruntime refuses the exposed subgraphs")
+
+    monkeypatch.setattr(P, "_run_quiet", refuse)
+    r = P.analyze(_growing_loop(), feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
+    assert "(every subgraph tensor)" in r.unobserved and "acc2" not in {t.name for t in r.tensors}
     one = next(f for f in r.findings if f.tensor == "one")  # constants are judged without running
     assert one.kind == "constant" and one.hazard == "overflow" and "grow" in r.keep_fp32
 
