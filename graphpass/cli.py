@@ -439,13 +439,15 @@ def cmd_precision(args: argparse.Namespace) -> int:
         if f.confirmed is None:
             check = "not checked"
         else:
-            check = (f"emulated {report.mode}: {'confirmed' if f.confirmed else 'not confirmed'} ({f.evidence}); "
-                     f"keep-list applied: {'fixed' if f.fixed else 'NOT fixed'} ({f.fixed_evidence})")
+            said = {True: "confirmed", False: "not confirmed", None: "cannot tell"}[f.confirmed]
+            fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
+            check = f"emulated {report.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
         where = "" if f.graph == "main" else f" in {f.graph}"
         console.print(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
     if len(report.findings) > args.top:
         console.print(f"... and {len(report.findings) - args.top} more findings (--top N, or --format json for all)")
-    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing"))
+    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing")
+                  + (" (findings emulation did not confirm are left out)" if report.checked else ""))
     if report.loss_scale:
         console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")
     return 0

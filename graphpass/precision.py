@@ -77,7 +77,7 @@ class Finding:
     graph: str
     detail: str
     keep_fp32: list[str]
-    confirmed: bool | None = None  # None: not checked
+    confirmed: bool | None = None  # None: not checked, or the emulated run cannot tell
     evidence: str = ""
     fixed: bool | None = None  # with the whole keep-list applied
     fixed_evidence: str = ""
@@ -672,60 +672,71 @@ def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[o
 
 
 def _symptom(f: Finding, info: _Info, vals: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], half: set[str],
-             underflow_share: float, absorption_share: float) -> tuple[bool, str]:
-    """Whether finding ``f`` shows in an emulated run (``vals``; ``half``: its fp16 nodes), and how."""
+             underflow_share: float, absorption_share: float) -> tuple[bool | None, str]:
+    """Whether finding ``f`` shows in an emulated run (``vals``; ``half``: its fp16 nodes), and how;
+    None when the run cannot tell (the values it needs were not observed)."""
     def rounded(name: str) -> bool:  # stored in fp16 there: an fp16 node writes it or reads it
         return info.producer.get(name) in half or any(k in half for k in _readers(info, name))
 
-    def newly(pred, names) -> list[str]:
-        hits = []
-        for n in names:
-            got, want = vals.get(n), ref.get(n)
-            if got is not None and want is not None and got.shape == want.shape and got.size and pred(got, want):
-                hits.append(n)
-        return hits
+    def seen(name: str) -> bool:
+        got, want = vals.get(name), ref.get(name)
+        return got is not None and want is not None and got.shape == want.shape and got.size > 0
+
+    def hits(pred, names) -> list[str]:  # pred(value as stored in the emulated run, fp32 reference)
+        return [n for n in names if seen(n) and pred(_to16(vals[n]) if rounded(n) else vals[n], ref[n])]
+
+    def reader_outputs(name: str, only_half: bool = False) -> list[str]:
+        return [o for k in _readers(info, name) if not only_half or k in half for o in info.nodes[k][0].output if o]
 
     if f.kind == "absorption":
         node = info.nodes[f.node][0]
         out = f.tensor
-        if not rounded(out) or out not in vals:
+        if not seen(out):
+            return None, f"{out} not observed"
+        if not rounded(out):
             return False, f"{out} stays fp32"
         x, y = vals.get(node.input[0], ref.get(node.input[0])), vals.get(node.input[1], ref.get(node.input[1]))
         if x is None or y is None:
-            return False, "operands not observed"
-        share, count = _absorbed(x, y, node.op_type == "Sub") if f.node in half else (0.0, 0)
+            return None, "operands not observed"
+        share = _absorbed(x, y, node.op_type == "Sub")[0] if f.node in half else 0.0
         # the sum kept in fp32 but rounded by an fp16 reader loses the small operand all the same
         try:
             a, b = np.broadcast_arrays(np.asarray(x, np.float32), np.asarray(y, np.float32))
             big = np.where(np.abs(a) >= np.abs(b), a, b)
             small = np.where(np.abs(a) >= np.abs(b), b, a)
             lost = (small != 0) & np.isfinite(big) & (_to16(vals[out]) == _to16(big))
-            share2 = float(np.count_nonzero(lost) / max(1, np.count_nonzero(small != 0)))
+            share = max(share, float(np.count_nonzero(lost) / max(1, np.count_nonzero(small != 0))))
         except ValueError:
-            share2 = 0.0
-        share = max(share, share2)
+            pass
         if share <= absorption_share:
             return False, f"{100 * share:.0f}% absorbed"
-        zeros = newly(lambda g, w: np.mean((g == 0) & (w != 0)) > 0.5, [o for k in _readers(info, out)
-                                                                        for o in info.nodes[k][0].output])
-        return True, f"{100 * share:.0f}% of {out} equal the larger operand in fp16" + (
-            f"; {', '.join(zeros)} mostly zero" if zeros else "")
+        # absorbed, but does it matter? (eps in var + eps does not): the readers' outputs must change
+        outs = reader_outputs(out)
+        what = f"{100 * share:.0f}% of {out} equal the larger operand in fp16"
+        if outs and not any(seen(o) for o in outs):
+            return None, what + "; its readers not observed"
+        changed = hits(lambda g, w: _rel_error(g, w) > 1e-2, outs or [out])
+        zeros = hits(lambda g, w: np.mean((g == 0) & (w != 0)) > 0.5, outs)
+        if not changed:
+            return False, what + ", but no output changes by more than 1%"
+        return True, what + (f"; {', '.join(zeros)} mostly zero" if zeros else f"; {', '.join(changed)} off by more than 1%")
     if f.kind == "constant":
-        readers = [k for k in _readers(info, f.tensor) if k in half]
-        if not readers:
+        outs = reader_outputs(f.tensor, only_half=True)
+        if not outs:
             return False, "read in fp32"
-        outs = [o for k in readers for o in info.nodes[k][0].output]
+        if not any(seen(o) for o in outs):
+            return None, "its readers not observed"
         if f.hazard == "overflow":
-            hits = newly(lambda g, w: bool(np.any(~np.isfinite(_to16(g)) & np.isfinite(w))), outs)
-            return bool(hits), (f"inf/NaN in {', '.join(hits)}" if hits else "no inf downstream")
-        hits = newly(lambda g, w: _rel_error(_to16(g), w) > 1e-2, outs)
-        return bool(hits), (f"{', '.join(hits)} off by more than 1%" if hits else "no visible change downstream")
+            found = hits(lambda g, w: bool(np.any(~np.isfinite(g) & np.isfinite(w))), outs)
+            return bool(found), (f"inf/NaN in {', '.join(found)}" if found else "no inf downstream")
+        found = hits(lambda g, w: _rel_error(g, w) > 1e-2, outs)
+        return bool(found), (f"{', '.join(found)} off by more than 1%" if found else "no visible change downstream")
     name = f.tensor
-    v, w = vals.get(name), ref.get(name)
-    if v is None or w is None or v.shape != w.shape or not v.size:
-        return False, "not observed"
+    if not seen(name):
+        return None, f"{name} not observed"
     if not rounded(name):
         return False, f"{name} stays fp32"
+    v, w = vals[name], ref[name]
     h = _to16(v)
     if f.hazard == "overflow":
         n = int(np.count_nonzero(np.isinf(h) & np.isfinite(w)))
@@ -754,15 +765,33 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
            ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool) -> None:
-    for keep, field in (((), "confirmed"), (report.keep_fp32, "fixed")):
+    """Confirm each finding on the emulated model, then build the keep-list from the confirmed ones
+    and re-run until no finding shows any more (a hazard hidden behind another, e.g. an underflow
+    behind an overflow's inf, shows once the first is fixed): at most ``_ROUNDS`` runs."""
+    def run(keep: Sequence[str]) -> list[tuple[bool, str]]:
         emulated, half = _emulated(model, report.mode, keep)
         vals, _, _ = _observe(emulated, feeds, subgraphs)
         for name, value in feeds.items():
             vals.setdefault(name, np.asarray(value))
-        for f in report.findings:
-            shows, evidence = _symptom(f, info, vals, ref, half, underflow_share, absorption_share)
-            if field == "confirmed":
-                f.confirmed, f.evidence = shows, evidence
-            else:
-                f.fixed, f.fixed_evidence = not shows, evidence
+        return [_symptom(f, info, vals, ref, half, underflow_share, absorption_share) for f in report.findings]
+
+    keep: dict[str, None] = {}
+    for f, (shows, evidence) in zip(report.findings, run(())):
+        f.confirmed, f.evidence = shows, evidence
+        if shows is not False:  # confirmed, or the run cannot tell: keep it to be safe
+            keep.update(dict.fromkeys(f.keep_fp32))
+    for _ in range(_ROUNDS):
+        results = run(list(keep))
+        grown = False
+        for f, (shows, evidence) in zip(report.findings, results):
+            f.fixed, f.fixed_evidence = (None if shows is None else not shows), evidence
+            if shows and not set(f.keep_fp32) <= set(keep):
+                keep.update(dict.fromkeys(f.keep_fp32))
+                grown = True
+        if not grown:
+            break
+    report.keep_fp32 = list(keep)
     report.checked = True
+
+
+_ROUNDS = 3

@@ -366,3 +366,47 @@ def test_a_model_living_in_if_branches_is_judged_whole():
     ran = {t.name for t in report.activations if t.elements}
     assert ran == {"prob"} | _float_outputs(then, opset, types)  # the 8k branch did not run
     assert report.not_run == len(_float_outputs(els, opset, types)) and report.graphs == 3
+
+
+def test_harmless_absorption_is_reported_but_not_kept():
+    # decomposed LayerNorm: var + 1e-5 loses the epsilon in fp16 where var ~ 1, and nothing changes
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], name="mean", axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"], name="center"),
+             helper.make_node("Mul", ["d", "d"], ["d2"], name="square"),
+             helper.make_node("ReduceMean", ["d2"], ["var"], name="variance", axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+             helper.make_node("Div", ["d", "sd"], ["out"], name="normalize")]
+    model = make_model(nodes, {"x": [4, 64]}, {"out": [4, 64]}, initializers={"eps": np.array(1e-5, np.float32)}, opset=13)
+    feeds = {"x": RNG.standard_normal((4, 64)).astype(np.float32)}
+    report = P.analyze(model, feeds=feeds)
+    f = next(f for f in report.findings if f.kind == "absorption")
+    assert f.node == "add_eps" and f.confirmed is False and "no output changes" in f.evidence
+    assert "add_eps" not in report.keep_fp32
+    # keeping the Add (and its reader) in fp32 would not make fp16 any closer
+    assert _emulated_error(model, feeds, ["add_eps", "std"]) >= 0.5 * _emulated_error(model, feeds, [])
+
+
+def test_a_hazard_hidden_behind_another_is_fixed_too():
+    # the overflow makes r inf, which hides the underflow of r * 1e-12 (three steps of 1e-4, each
+    # representable in fp16) until the overflow is fixed: a later round of the check finds it
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             helper.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+             helper.make_node("Sqrt", ["sq"], ["r"], name="root")]
+    last = "r"
+    for i in range(3):
+        nodes.append(helper.make_node("Mul", [last, "down"], [f"s{i}"], name=f"shrink{i}"))
+        last = f"s{i}"
+    for i in range(3):
+        nodes.append(helper.make_node("Mul", [last, "up"], [f"g{i}"], name=f"grow{i}"))
+        last = f"g{i}"
+    nodes.append(helper.make_node("Identity", [last], ["out"], name="result"))
+    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={
+        "k": np.array(400, np.float32), "down": np.array(1e-4, np.float32), "up": np.array(1e4, np.float32)})
+    feeds = {"x": RNG.uniform(1, 2, 64).astype(np.float32)}
+    report = P.analyze(model, feeds=feeds)
+    under = next(f for f in report.findings if f.tensor == "s2")
+    assert under.hazard == "underflow" and under.confirmed is False and under.fixed
+    assert {"square", "root", "shrink2", "grow0"} <= set(report.keep_fp32)
+    assert all(f.fixed for f in report.findings)
+    assert _emulated_error(model, feeds, []) > 0.1 and _emulated_error(model, feeds, report.keep_fp32) < 1e-2
