@@ -388,25 +388,22 @@ def test_harmless_absorption_is_reported_but_not_kept():
 
 
 def test_a_hazard_hidden_behind_another_is_fixed_too():
-    # the overflow makes r inf, which hides the underflow of r * 1e-12 (three steps of 1e-4, each
-    # representable in fp16) until the overflow is fixed: a later round of the check finds it
+    # r = sqrt((400 x)^2) overflows in between (r ~ 270); p = r * 1e-3 * 1e-3 * w with w ~ 1e-4 is
+    # ~2.7e-8 and flushes to zero in fp16, but while r is inf p is inf: the underflow shows only
+    # once the overflow is kept in fp32, in a later round of the check
     nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
              helper.make_node("Mul", ["a", "a"], ["sq"], name="square"),
-             helper.make_node("Sqrt", ["sq"], ["r"], name="root")]
-    last = "r"
-    for i in range(3):
-        nodes.append(helper.make_node("Mul", [last, "down"], [f"s{i}"], name=f"shrink{i}"))
-        last = f"s{i}"
-    for i in range(3):
-        nodes.append(helper.make_node("Mul", [last, "up"], [f"g{i}"], name=f"grow{i}"))
-        last = f"g{i}"
-    nodes.append(helper.make_node("Identity", [last], ["out"], name="result"))
-    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={
-        "k": np.array(400, np.float32), "down": np.array(1e-4, np.float32), "up": np.array(1e4, np.float32)})
-    feeds = {"x": RNG.uniform(1, 2, 64).astype(np.float32)}
+             helper.make_node("Sqrt", ["sq"], ["r"], name="root"),
+             helper.make_node("Mul", ["r", "milli"], ["u0"], name="shrink0"),
+             helper.make_node("Mul", ["u0", "milli"], ["u"], name="shrink1"),
+             helper.make_node("Mul", ["u", "w"], ["p"], name="product"),
+             helper.make_node("Mul", ["p", "up"], ["out"], name="grow")]
+    model = make_model(nodes, {"x": [64], "w": [64]}, {"out": [64]}, initializers={
+        "k": np.array(400, np.float32), "milli": np.array(1e-3, np.float32), "up": np.array(1e4, np.float32)})
+    feeds = {"x": RNG.uniform(0.65, 0.7, 64).astype(np.float32), "w": np.full(64, 1e-4, np.float32)}
     report = P.analyze(model, feeds=feeds)
-    under = next(f for f in report.findings if f.tensor == "s2")
+    under = next(f for f in report.findings if f.tensor == "p")
     assert under.hazard == "underflow" and under.confirmed is False and under.fixed
-    assert {"square", "root", "shrink2", "grow0"} <= set(report.keep_fp32)
+    assert {"square", "root", "product", "grow"} <= set(report.keep_fp32)
     assert all(f.fixed for f in report.findings)
     assert _emulated_error(model, feeds, []) > 0.1 and _emulated_error(model, feeds, report.keep_fp32) < 1e-2
