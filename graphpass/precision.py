@@ -2,7 +2,8 @@
 
 onnxruntime runs the model in fp32 with every float32 tensor exposed, in the main graph and in
 every subgraph (If branches, Loop and Scan bodies: a Loop's or Scan's values are stacked over its
-iterations). Judged:
+iterations, or concatenated where their shapes vary; an If before opset 11 on the model converted
+to opset 11). Judged:
 
   1. activations: every float32 node output. Per tensor: max |x|, how many finite values overflow
      fp16 (round to inf), the share of nonzero values below fp16's smallest normal (6.1e-5,
@@ -11,7 +12,8 @@ iterations). Judged:
      (a data input by the op's schema): the same three checks on its values (a multiplier of 1e5
      becomes inf);
   3. absorption: Add/Sub whose smaller operand vanishes in fp16 (|y| < ulp(x)/2: 1 + 2e-4 is
-     exactly 1, so log(1 + x) is 0), judged on the values seen.
+     exactly 1, so log(1 + x) is 0), judged on the values seen;
+  4. inputs: the graph's float32 inputs and every subgraph's (cast to fp16 where an fp16 op reads them).
 
 A tensor is risky when anything overflows, more than ``underflow_share`` of its nonzero values
 flush to zero, or most of them are subnormal. The keep-list covers the whole chain that must stay
@@ -21,7 +23,14 @@ round it again), the Add/Sub that absorbs and its readers, the readers of a risk
 Each finding is then checked (``check=True``) by running the model as mixed_precision converts it
 (``mode``, default force_fp16) with every fp16 value rounded to fp16 (the pass's emulation, since
 onnxruntime's CPU provider computes fp16 chains in fp32): ``confirmed`` says whether the hazard
-shows there, ``fixed`` whether it is gone with the keep-list applied.
+shows there (None: the run cannot tell), ``fixed`` whether it is gone with the keep-list applied.
+With the check, the keep-list holds the chains of the findings not refuted by emulation (an
+absorbed epsilon that changes nothing is left out) and is re-checked, growing, until no finding
+shows: a hazard hidden behind another (an underflow behind an overflow's inf) shows once the
+first is fixed.
+
+Judged: float32 tensors only. Not converted by mixed_precision, model-local function bodies keep
+fp32; their calls' outputs are judged like any node's.
 """
 
 from __future__ import annotations
