@@ -427,6 +427,9 @@ def cmd_precision(args: argparse.Namespace) -> int:
     from graphpass import verify as V
     from graphpass.ir import model_io
 
+    for flag, share in (("--underflow-share", args.underflow_share), ("--absorption-share", args.absorption_share)):
+        if not 0.0 <= share < 1.0:
+            raise UsageError(f"{flag} {share:g}: a share between 0 and 1")
     model = model_io.load_proto(args.model)
     feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
@@ -437,7 +440,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
         return 0
     console = Console(width=160, markup=False)
     t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors "
-                    f"({len(report.activations)} activations, {len(report.constants)} constants, {report.graphs} graphs)")
+                    f"({len(report.activations)} activations, {len(report.inputs)} inputs, {len(report.constants)} constants, "
+                    f"{report.graphs} graphs)")
     for col in ("tensor", "graph", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
         t.add_column(col, justify="right" if col in ("max |x|", "> 65504", "< 6.1e-5", "flushed") else "left")
     rows = sorted(report.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[: args.top]
@@ -445,19 +449,25 @@ def cmd_precision(args: argparse.Namespace) -> int:
         t.add_row(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
                   f"{100 * r.flush_share:.0f}%", r.advice)
     console.print(t)
+    if not report.tensors:
+        console.print("no float32 tensors: nothing to judge (the analysis is for float32 models)")
     if report.not_run:
         console.print(f"{report.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran zero times)")
     if report.unobserved:
         console.print(f"not observed (type unknown): {', '.join(report.unobserved[:10])}" + (" ..." if len(report.unobserved) > 10 else ""))
-    for f in report.findings:
+    for f in report.findings[: args.top]:
         if f.confirmed is None:
             check = "not checked"
         else:
-            check = (f"emulated {report.mode}: {'confirmed' if f.confirmed else 'not confirmed'} ({f.evidence}); "
-                     f"keep-list applied: {'fixed' if f.fixed else 'NOT fixed'} ({f.fixed_evidence})")
+            said = {True: "confirmed", False: "not confirmed", None: "cannot tell"}[f.confirmed]
+            fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
+            check = f"emulated {report.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
         where = "" if f.graph == "main" else f" in {f.graph}"
         console.print(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
-    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing"))
+    if len(report.findings) > args.top:
+        console.print(f"... and {len(report.findings) - args.top} more findings (--top N, or --format json for all)")
+    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing")
+                  + (" (findings emulation did not confirm are left out)" if report.checked else ""))
     if report.loss_scale:
         console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")
     return 0

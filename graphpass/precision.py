@@ -2,7 +2,8 @@
 
 onnxruntime runs the model in fp32 with every float32 tensor exposed, in the main graph and in
 every subgraph (If branches, Loop and Scan bodies: a Loop's or Scan's values are stacked over its
-iterations). Judged:
+iterations, or concatenated where their shapes vary; an If before opset 11 on the model converted
+to opset 11). Judged:
 
   1. activations: every float32 node output. Per tensor: max |x|, how many finite values overflow
      fp16 (round to inf), the share of nonzero values below fp16's smallest normal (6.1e-5,
@@ -11,7 +12,8 @@ iterations). Judged:
      (a data input by the op's schema): the same three checks on its values (a multiplier of 1e5
      becomes inf);
   3. absorption: Add/Sub whose smaller operand vanishes in fp16 (|y| < ulp(x)/2: 1 + 2e-4 is
-     exactly 1, so log(1 + x) is 0), judged on the values seen.
+     exactly 1, so log(1 + x) is 0), judged on the values seen;
+  4. inputs: the graph's float32 inputs and every subgraph's (cast to fp16 where an fp16 op reads them).
 
 A tensor is risky when anything overflows, more than ``underflow_share`` of its nonzero values
 flush to zero, or most of them are subnormal. The keep-list covers the whole chain that must stay
@@ -21,7 +23,14 @@ round it again), the Add/Sub that absorbs and its readers, the readers of a risk
 Each finding is then checked (``check=True``) by running the model as mixed_precision converts it
 (``mode``, default force_fp16) with every fp16 value rounded to fp16 (the pass's emulation, since
 onnxruntime's CPU provider computes fp16 chains in fp32): ``confirmed`` says whether the hazard
-shows there, ``fixed`` whether it is gone with the keep-list applied.
+shows there (None: the run cannot tell), ``fixed`` whether it is gone with the keep-list applied.
+With the check, the keep-list holds the chains of the findings not refuted by emulation (an
+absorbed epsilon that changes nothing is left out) and is re-checked, growing, until no finding
+shows: a hazard hidden behind another (an underflow behind an overflow's inf) shows once the
+first is fixed.
+
+Judged: float32 tensors only. Not converted by mixed_precision, model-local function bodies keep
+fp32; their calls' outputs are judged like any node's.
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ class TensorRange:
     flush_share: float
     risky: bool
     advice: str = ""
-    kind: str = "activation"  # or "constant"
+    kind: str = "activation"  # or "constant", "input" (a graph's or a subgraph's input)
     graph: str = "main"  # the graph the tensor lives in: main, or node/attribute for a subgraph
     elements: int = 0
 
@@ -70,14 +79,14 @@ class Finding:
     """One fp16 hazard, with the nodes to keep in fp32 and what the emulated fp16 run showed."""
 
     hazard: str  # overflow | underflow | precision | absorption
-    kind: str  # activation | constant | absorption
+    kind: str  # activation | constant | input | absorption
     tensor: str
     node: str
     op: str
     graph: str
     detail: str
     keep_fp32: list[str]
-    confirmed: bool | None = None  # None: not checked
+    confirmed: bool | None = None  # None: not checked, or the emulated run cannot tell
     evidence: str = ""
     fixed: bool | None = None  # with the whole keep-list applied
     fixed_evidence: str = ""
@@ -104,13 +113,17 @@ class PrecisionReport:
         return [t for t in self.tensors if t.kind == "activation"]
 
     @property
+    def inputs(self) -> list[TensorRange]:
+        return [t for t in self.tensors if t.kind == "input"]
+
+    @property
     def constants(self) -> list[TensorRange]:
         return [t for t in self.tensors if t.kind == "constant"]
 
     def to_dict(self) -> dict:
         return {"schema": "graphpass.precision_report/2", "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
                 "risky": [dataclasses.asdict(t) for t in self.risky], "tensors": len(self.tensors),
-                "activations": len(self.activations), "constants": len(self.constants), "graphs": self.graphs,
+                "activations": len(self.activations), "inputs": len(self.inputs), "constants": len(self.constants), "graphs": self.graphs,
                 "not_run": self.not_run, "unobserved": self.unobserved, "checked": self.checked, "mode": self.mode,
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
 
@@ -140,6 +153,7 @@ class _Info:
     readers: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=dict)  # tensor -> (node key, slot)
     continues: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # subgraph output -> parent output(s)
     constants: dict[str, tuple[np.ndarray, str, str]] = dataclasses.field(default_factory=dict)  # name -> (values, graph, node key)
+    inputs: dict[str, str] = dataclasses.field(default_factory=dict)  # graph input (not a weight) -> graph
     graphs: int = 0
 
 
@@ -151,6 +165,10 @@ def _walk(model: onnx.ModelProto) -> _Info:
         for t in g.initializer:
             if t.data_type == TensorProto.FLOAT:
                 info.constants[t.name] = (numpy_helper.to_array(t), path, "")
+        weights = {t.name for t in g.initializer}
+        for i in g.input:
+            if i.name not in weights:
+                info.inputs[i.name] = path
         for node in g.node:
             k = _key(node)
             info.nodes[k] = (node, path)
@@ -210,12 +228,15 @@ def _readers(info: _Info, tensor: str) -> list[str]:
 
 # ----------------------------------------------------------------------------------------- exposure
 
-def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelProto, dict[str, str], list[str]]:
+def _expose(model: onnx.ModelProto, subgraphs: bool = True,
+            loop_concat: bool = False) -> tuple[onnx.ModelProto, dict[str, str], list[str]]:
     """A copy whose outputs include every float32 tensor of every graph.
 
     Returns the copy, {output name: tensor name} and the subgraph tensors left out (type unknown).
     A subgraph tensor leaves its If through an extra output of both branches (the other branch
-    gives an empty tensor), its Loop or Scan through an extra scan output (stacked per iteration).
+    gives an empty tensor), its Loop or Scan through an extra scan output (stacked per iteration)
+    or, with ``loop_concat`` (for per-iteration shapes that vary), an extra carried value that
+    concatenates the flattened values of every iteration.
     """
     try:
         m = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -314,18 +335,22 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
                 body = subs.get("body")
                 if body is None:
                     continue
-                added = 0
-                for local, tensor in items_of(body, False):
+                inner = items_of(body, False)
+                if not inner:
+                    continue
+                if loop_concat and not (node.op_type == "Scan" and opset < 9):
+                    items.extend(_carry_out(g, node, body, inner, fresh))
+                    continue
+                for local, tensor in inner:
                     p, outer = fresh(tensor), fresh(tensor)
                     body.node.append(helper.make_node("Identity", [local], [p]))
                     body.output.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, None))
                     node.output.append(outer)
                     items.append((outer, tensor))
-                    added += 1
-                if node.op_type == "Scan" and added:
+                if node.op_type == "Scan":
                     for a in node.attribute:
                         if a.name in ("scan_output_axes", "scan_output_directions"):
-                            a.ints.extend([0] * added)
+                            a.ints.extend([0] * len(inner))
         return items
 
     probes: dict[str, str] = {}
@@ -338,6 +363,47 @@ def _expose(model: onnx.ModelProto, subgraphs: bool = True) -> tuple[onnx.ModelP
             outputs.add(local)
         probes[local] = tensor
     return m, probes, unobserved
+
+
+def _copy_vi(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    c = onnx.ValueInfoProto()
+    c.CopyFrom(vi)
+    return c
+
+
+def _carry_out(g: onnx.GraphProto, node: onnx.NodeProto, body: onnx.GraphProto, inner: list[tuple[str, str]],
+               fresh) -> list[tuple[str, str]]:
+    """Expose ``inner`` body tensors of a Loop/Scan as extra carried values: empty at entry, each
+    iteration appends its flattened values (any per-iteration shape; zero trips give empty)."""
+    empty, flat_shape = fresh("empty"), fresh("flat_shape")
+    g.initializer.append(numpy_helper.from_array(np.zeros(0, np.float32), empty))
+    body.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), flat_shape))
+    if node.op_type == "Loop":  # node: M, cond, carried...; body in: iter, cond, carried...; body out: cond, carried..., scans...
+        n_state = len(node.input) - 2
+        at_in, at_body_in, at_body_out, at_out = len(node.input), len(body.input), 1 + n_state, n_state
+    else:  # Scan (opset 9+): the states come first everywhere
+        n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        n_state = len(node.input) - n_scan
+        at_in, at_body_in, at_body_out, at_out = n_state, n_state, n_state, n_state
+    new_in, new_body_in, new_body_out, new_out, items = [], [], [], [], []
+    for local, tensor in inner:
+        acc_in, flat, acc_out, outer = fresh("acc_in"), fresh("flat"), fresh(tensor), fresh(tensor)
+        body.node.append(helper.make_node("Reshape", [local, flat_shape], [flat]))
+        body.node.append(helper.make_node("Concat", [acc_in, flat], [acc_out], axis=0))
+        new_in.append(empty)
+        new_body_in.append(helper.make_tensor_value_info(acc_in, TensorProto.FLOAT, [None]))
+        new_body_out.append(helper.make_tensor_value_info(acc_out, TensorProto.FLOAT, [None]))
+        new_out.append(outer)
+        items.append((outer, tensor))
+    ins, outs = list(node.input), list(node.output)
+    body_ins, body_outs = [_copy_vi(x) for x in body.input], [_copy_vi(x) for x in body.output]
+    node.input[:] = ins[:at_in] + new_in + ins[at_in:]
+    node.output[:] = outs[:at_out] + new_out + outs[at_out:]
+    del body.input[:]
+    body.input.extend(body_ins[:at_body_in] + new_body_in + body_ins[at_body_in:])
+    del body.output[:]
+    body.output.extend(body_outs[:at_body_out] + new_body_out + body_outs[at_body_out:])
+    return items
 
 
 def _run_quiet(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -355,21 +421,26 @@ def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
              subgraphs: bool = True) -> tuple[dict[str, np.ndarray], list[str], bool]:
     """Every float32 tensor's value on ``feeds`` (subgraph ones too where onnxruntime allows);
     the tensors left out; whether subgraph tensors were observed."""
-    attempts = []
+    attempts: list[tuple[onnx.ModelProto, bool]] = []
     if subgraphs and _has_subgraphs(model):
-        attempts.append(model)
+        attempts.append((model, False))
+        if _has_loop(model):
+            attempts.append((model, True))  # per-iteration shapes that vary: concatenate instead of stack
         if _opset(model) < 11 and _has_if(model):
             # If before opset 11 wants both branches' outputs of one shape: the probes of the branch
             # not taken (empty) cannot match, so try the model converted to opset 11
             try:
                 from onnx import version_converter
 
-                attempts.append(version_converter.convert_version(model, 11))
+                converted = version_converter.convert_version(model, 11)
+                attempts.append((converted, False))
+                if _has_loop(model):
+                    attempts.append((converted, True))
             except Exception as e:  # noqa: BLE001 - the converter does not know every op
                 log.info("precision: cannot convert to opset 11 (%s)", e)
     reason = ""
-    for m in attempts:
-        exposed, probes, unobserved = _expose(m, True)
+    for m, loop_concat in attempts:
+        exposed, probes, unobserved = _expose(m, True, loop_concat)
         try:
             values = _run_quiet(exposed, feeds)
         except Exception as e:  # noqa: BLE001 - e.g. a Loop whose per-iteration shapes vary
@@ -391,6 +462,12 @@ def _by_tensor(values: Mapping[str, np.ndarray], probes: Mapping[str, str]) -> d
         if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
             out[probes[k]] = np.asarray(v)
     return out
+
+
+def _has_loop(model: onnx.ModelProto) -> bool:
+    from graphpass.ir.graph import graph_protos
+
+    return any(n.op_type in ("Loop", "Scan") for g in graph_protos(model.graph) for n in g.node)
 
 
 def _has_if(model: onnx.ModelProto) -> bool:
@@ -421,7 +498,7 @@ def _range(name: str, producer: str, op: str, v: np.ndarray, underflow_share: fl
     sub = float(np.mean(nz < FP16_MIN_NORMAL)) if nz.size else 0.0
     flush = float(np.count_nonzero(finite & (v != 0) & (h == 0)) / nz.size) if nz.size else 0.0
     risky = overflow > 0 or flush > underflow_share or sub > 0.5
-    what = f"{op} '{producer}'" if kind == "activation" else f"the readers of constant '{name}'"
+    what = f"{op} '{producer}'" if kind == "activation" else f"the readers of {kind} '{name}'"
     tail = " and its readers" if kind == "activation" else ""
     advice = ""
     if overflow:
@@ -534,6 +611,18 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         if nz.size:
             smallest = min(smallest, float(np.percentile(nz, 1)))
             largest = max(largest, float(nz.max()))
+    # 1b. graph inputs (main and subgraph): fp32 by contract, cast to fp16 where an fp16 op reads them
+    for name, graph in info.inputs.items():
+        v = values.get(name)
+        if v is None or v.dtype != np.float32 or name in info.producer or name in info.constants:
+            continue
+        r = _range(name, "graph input", "input", v, underflow_share, "input", graph)
+        readers = _fp16_readers(info, name, opset)
+        if r.risky and not readers:
+            r.risky, r.advice = False, "stays fp32: no fp16 op reads it as data"
+        tensors.append(r)
+        if r.risky:
+            add_finding(Finding(_hazard(r, underflow_share), "input", name, name, "input", graph, r.advice, readers))
     # 2. constants: judged all; a hazard only where an fp16 op reads them as data
     for name, (value, graph, k) in info.constants.items():
         r = _range(name, k or "initializer", "Constant" if k else "initializer", value, underflow_share, "constant", graph)
@@ -592,60 +681,71 @@ def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[o
 
 
 def _symptom(f: Finding, info: _Info, vals: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], half: set[str],
-             underflow_share: float, absorption_share: float) -> tuple[bool, str]:
-    """Whether finding ``f`` shows in an emulated run (``vals``; ``half``: its fp16 nodes), and how."""
+             underflow_share: float, absorption_share: float) -> tuple[bool | None, str]:
+    """Whether finding ``f`` shows in an emulated run (``vals``; ``half``: its fp16 nodes), and how;
+    None when the run cannot tell (the values it needs were not observed)."""
     def rounded(name: str) -> bool:  # stored in fp16 there: an fp16 node writes it or reads it
         return info.producer.get(name) in half or any(k in half for k in _readers(info, name))
 
-    def newly(pred, names) -> list[str]:
-        hits = []
-        for n in names:
-            got, want = vals.get(n), ref.get(n)
-            if got is not None and want is not None and got.shape == want.shape and got.size and pred(got, want):
-                hits.append(n)
-        return hits
+    def seen(name: str) -> bool:
+        got, want = vals.get(name), ref.get(name)
+        return got is not None and want is not None and got.shape == want.shape and got.size > 0
+
+    def hits(pred, names) -> list[str]:  # pred(value as stored in the emulated run, fp32 reference)
+        return [n for n in names if seen(n) and pred(_to16(vals[n]) if rounded(n) else vals[n], ref[n])]
+
+    def reader_outputs(name: str, only_half: bool = False) -> list[str]:
+        return [o for k in _readers(info, name) if not only_half or k in half for o in info.nodes[k][0].output if o]
 
     if f.kind == "absorption":
         node = info.nodes[f.node][0]
         out = f.tensor
-        if not rounded(out) or out not in vals:
+        if not seen(out):
+            return None, f"{out} not observed"
+        if not rounded(out):
             return False, f"{out} stays fp32"
         x, y = vals.get(node.input[0], ref.get(node.input[0])), vals.get(node.input[1], ref.get(node.input[1]))
         if x is None or y is None:
-            return False, "operands not observed"
-        share, count = _absorbed(x, y, node.op_type == "Sub") if f.node in half else (0.0, 0)
+            return None, "operands not observed"
+        share = _absorbed(x, y, node.op_type == "Sub")[0] if f.node in half else 0.0
         # the sum kept in fp32 but rounded by an fp16 reader loses the small operand all the same
         try:
             a, b = np.broadcast_arrays(np.asarray(x, np.float32), np.asarray(y, np.float32))
             big = np.where(np.abs(a) >= np.abs(b), a, b)
             small = np.where(np.abs(a) >= np.abs(b), b, a)
             lost = (small != 0) & np.isfinite(big) & (_to16(vals[out]) == _to16(big))
-            share2 = float(np.count_nonzero(lost) / max(1, np.count_nonzero(small != 0)))
+            share = max(share, float(np.count_nonzero(lost) / max(1, np.count_nonzero(small != 0))))
         except ValueError:
-            share2 = 0.0
-        share = max(share, share2)
+            pass
         if share <= absorption_share:
             return False, f"{100 * share:.0f}% absorbed"
-        zeros = newly(lambda g, w: np.mean((g == 0) & (w != 0)) > 0.5, [o for k in _readers(info, out)
-                                                                        for o in info.nodes[k][0].output])
-        return True, f"{100 * share:.0f}% of {out} equal the larger operand in fp16" + (
-            f"; {', '.join(zeros)} mostly zero" if zeros else "")
+        # absorbed, but does it matter? (eps in var + eps does not): the readers' outputs must change
+        outs = reader_outputs(out)
+        what = f"{100 * share:.0f}% of {out} equal the larger operand in fp16"
+        if outs and not any(seen(o) for o in outs):
+            return None, what + "; its readers not observed"
+        changed = hits(lambda g, w: _rel_error(g, w) > 1e-2, outs or [out])
+        zeros = hits(lambda g, w: np.mean((g == 0) & (w != 0)) > 0.5, outs)
+        if not changed:
+            return False, what + ", but no output changes by more than 1%"
+        return True, what + (f"; {', '.join(zeros)} mostly zero" if zeros else f"; {', '.join(changed)} off by more than 1%")
     if f.kind == "constant":
-        readers = [k for k in _readers(info, f.tensor) if k in half]
-        if not readers:
+        outs = reader_outputs(f.tensor, only_half=True)
+        if not outs:
             return False, "read in fp32"
-        outs = [o for k in readers for o in info.nodes[k][0].output]
+        if not any(seen(o) for o in outs):
+            return None, "its readers not observed"
         if f.hazard == "overflow":
-            hits = newly(lambda g, w: bool(np.any(~np.isfinite(_to16(g)) & np.isfinite(w))), outs)
-            return bool(hits), (f"inf/NaN in {', '.join(hits)}" if hits else "no inf downstream")
-        hits = newly(lambda g, w: _rel_error(_to16(g), w) > 1e-2, outs)
-        return bool(hits), (f"{', '.join(hits)} off by more than 1%" if hits else "no visible change downstream")
+            found = hits(lambda g, w: bool(np.any(~np.isfinite(g) & np.isfinite(w))), outs)
+            return bool(found), (f"inf/NaN in {', '.join(found)}" if found else "no inf downstream")
+        found = hits(lambda g, w: _rel_error(g, w) > 1e-2, outs)
+        return bool(found), (f"{', '.join(found)} off by more than 1%" if found else "no visible change downstream")
     name = f.tensor
-    v, w = vals.get(name), ref.get(name)
-    if v is None or w is None or v.shape != w.shape or not v.size:
-        return False, "not observed"
+    if not seen(name):
+        return None, f"{name} not observed"
     if not rounded(name):
         return False, f"{name} stays fp32"
+    v, w = vals[name], ref[name]
     h = _to16(v)
     if f.hazard == "overflow":
         n = int(np.count_nonzero(np.isinf(h) & np.isfinite(w)))
@@ -674,13 +774,33 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
            ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool) -> None:
-    for keep, field in (((), "confirmed"), (report.keep_fp32, "fixed")):
+    """Confirm each finding on the emulated model, then build the keep-list from the confirmed ones
+    and re-run until no finding shows any more (a hazard hidden behind another, e.g. an underflow
+    behind an overflow's inf, shows once the first is fixed): at most ``_ROUNDS`` runs."""
+    def run(keep: Sequence[str]) -> list[tuple[bool, str]]:
         emulated, half = _emulated(model, report.mode, keep)
         vals, _, _ = _observe(emulated, feeds, subgraphs)
-        for f in report.findings:
-            shows, evidence = _symptom(f, info, vals, ref, half, underflow_share, absorption_share)
-            if field == "confirmed":
-                f.confirmed, f.evidence = shows, evidence
-            else:
-                f.fixed, f.fixed_evidence = not shows, evidence
+        for name, value in feeds.items():
+            vals.setdefault(name, np.asarray(value))
+        return [_symptom(f, info, vals, ref, half, underflow_share, absorption_share) for f in report.findings]
+
+    keep: dict[str, None] = {}
+    for f, (shows, evidence) in zip(report.findings, run(())):
+        f.confirmed, f.evidence = shows, evidence
+        if shows is not False:  # confirmed, or the run cannot tell: keep it to be safe
+            keep.update(dict.fromkeys(f.keep_fp32))
+    for _ in range(_ROUNDS):
+        results = run(list(keep))
+        grown = False
+        for f, (shows, evidence) in zip(report.findings, results):
+            f.fixed, f.fixed_evidence = (None if shows is None else not shows), evidence
+            if shows and not set(f.keep_fp32) <= set(keep):
+                keep.update(dict.fromkeys(f.keep_fp32))
+                grown = True
+        if not grown:
+            break
+    report.keep_fp32 = list(keep)
     report.checked = True
+
+
+_ROUNDS = 3

@@ -29,6 +29,14 @@ def constant_overflow():
     return model, {"x": (RNG.standard_normal(64) * 1e-3).astype(np.float32)}
 
 
+def input_overflow():
+    """An input beyond 65504 (raw sensor counts): the Cast to fp16 of its reader makes it inf."""
+    nodes = [helper.make_node("Mul", ["x", "half"], ["y"], name="halve"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    model = make_model(nodes, {"x": [64]}, {"out": [64]}, initializers={"half": np.array(1e-3, np.float32)})
+    return model, {"x": RNG.uniform(7e4, 9e4, 64).astype(np.float32)}
+
+
 def constant_underflow():
     """A factor of 1e-9 is 0 in fp16; x (1e4..3e4) times it and rescaled is ~0.1."""
     nodes = [helper.make_node("Mul", ["x", "eps"], ["tiny"], name="eps_mul"),
@@ -93,6 +101,7 @@ def loop_overflow():
 
 PLANTED = {  # case -> (hazard kind, hazard, the tensor, nodes the keep-list must hold)
     "constant_overflow": (constant_overflow, "constant", "overflow", "gain", {"gain_mul"}),
+    "input_overflow": (input_overflow, "input", "overflow", "x", {"halve"}),
     "constant_underflow": (constant_underflow, "constant", "underflow", "eps", {"eps_mul", "rescale"}),
     "activation_overflow": (activation_overflow, "activation", "overflow", "sq", {"square", "root"}),
     "absorption": (absorption, "absorption", "absorption", "one_plus", {"one_plus", "log1p"}),
@@ -197,7 +206,11 @@ def test_every_float_tensor_of_a_zoo_model_is_judged(name):
     assert len(model.graph.node) > 100
     assert {t.name for t in report.activations} == float_outputs
     assert {t.name for t in report.constants} == float_consts
-    assert len(report.tensors) == len(float_outputs) + len(float_consts)
+    produced = {o for n in model.graph.node for o in n.output}
+    float_inputs = {i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT
+                    and i.name not in produced and i.name not in float_consts}  # (ir 3 lists weights as inputs)
+    assert {t.name for t in report.inputs} == float_inputs and len(float_inputs) == 1
+    assert len(report.tensors) == len(float_outputs) + len(float_consts) + len(float_inputs)
 
 
 def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsys):
@@ -220,6 +233,9 @@ def test_cli_reports_findings_and_optimize_applies_the_keep_list(tmp_path, capsy
     fp16 = {n.name for g in graph_protos(m.graph) for n in g.node
             if {p.key: p.value for p in n.metadata_props}.get("graphpass.precision") == "fp16"}
     assert fp16 and not fp16 & {"one_plus", "log1p"}
+    capsys.readouterr()
+    assert main(["precision", str(src), "--absorption-share", "1.5"]) == 2
+    assert "--absorption-share" in capsys.readouterr().err
 
 
 def _vi(name, shape, elem=TensorProto.FLOAT):
@@ -260,17 +276,33 @@ def test_scan_body_and_an_if_nested_in_a_loop_are_judged_checked_and_fixed():
     assert not r0.findings and r0.not_run == 4
 
 
-def test_a_loop_onnxruntime_cannot_expose_is_said_not_judged_silently():
-    # per-iteration shapes grow: stacking the body's tensors fails; the report says what it left out
+def _growing_loop():
     body = helper.make_graph([helper.make_node("Identity", ["ci"], ["co"], name="cond"),
                               helper.make_node("Concat", ["acc", "one"], ["acc2"], name="grow", axis=0)],
                              "g", [_vi("i", [], TensorProto.INT64), _vi("ci", [], TensorProto.BOOL), _vi("acc", None)],
                              [_vi("co", [], TensorProto.BOOL), _vi("acc2", None)],
                              [onnx.numpy_helper.from_array(np.array([7e4], np.float32), "one")])
-    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
-                       {"x": [1], "n": (TensorProto.INT64, [])}, {"y": [None]})
-    r = P.analyze(model, feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
-    assert "(every subgraph tensor)" in r.unobserved
+    return make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
+                      {"x": [1], "n": (TensorProto.INT64, [])}, {"y": [None]})
+
+
+def test_a_loop_whose_shapes_grow_is_observed_by_concatenation():
+    # per-iteration shapes grow (1, 2, 3 elements in, 2, 3, 4 out): stacking fails, concatenating works
+    r = P.analyze(_growing_loop(), feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
+    by_name = {t.name: t for t in r.tensors}
+    assert by_name["acc2"].elements == 9 and by_name["acc"].elements == 6 and by_name["acc"].kind == "input"
+    assert not r.unobserved
+    one = next(f for f in r.findings if f.tensor == "one")
+    assert one.kind == "constant" and one.hazard == "overflow" and one.confirmed and one.fixed and "grow" in r.keep_fp32
+
+
+def test_what_cannot_be_observed_is_said_not_judged_silently(monkeypatch):
+    def refuse(model, feeds):
+        raise RuntimeError("onnxruntime refuses the exposed subgraphs")
+
+    monkeypatch.setattr(P, "_run_quiet", refuse)
+    r = P.analyze(_growing_loop(), feeds={"x": np.ones(1, np.float32), "n": np.array(3, np.int64)})
+    assert "(every subgraph tensor)" in r.unobserved and "acc2" not in {t.name for t in r.tensors}
     one = next(f for f in r.findings if f.tensor == "one")  # constants are judged without running
     assert one.kind == "constant" and one.hazard == "overflow" and "grow" in r.keep_fp32
 
@@ -334,3 +366,44 @@ def test_a_model_living_in_if_branches_is_judged_whole():
     ran = {t.name for t in report.activations if t.elements}
     assert ran == {"prob"} | _float_outputs(then, opset, types)  # the 8k branch did not run
     assert report.not_run == len(_float_outputs(els, opset, types)) and report.graphs == 3
+
+
+def test_harmless_absorption_is_reported_but_not_kept():
+    # decomposed LayerNorm: var + 1e-5 loses the epsilon in fp16 where var ~ 1, and nothing changes
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], name="mean", axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"], name="center"),
+             helper.make_node("Mul", ["d", "d"], ["d2"], name="square"),
+             helper.make_node("ReduceMean", ["d2"], ["var"], name="variance", axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+             helper.make_node("Div", ["d", "sd"], ["out"], name="normalize")]
+    model = make_model(nodes, {"x": [4, 64]}, {"out": [4, 64]}, initializers={"eps": np.array(1e-5, np.float32)}, opset=13)
+    feeds = {"x": RNG.standard_normal((4, 64)).astype(np.float32)}
+    report = P.analyze(model, feeds=feeds)
+    f = next(f for f in report.findings if f.kind == "absorption")
+    assert f.node == "add_eps" and f.confirmed is False and "no output changes" in f.evidence
+    assert "add_eps" not in report.keep_fp32
+    # keeping the Add (and its reader) in fp32 would not make fp16 any closer
+    assert _emulated_error(model, feeds, ["add_eps", "std"]) >= 0.5 * _emulated_error(model, feeds, [])
+
+
+def test_a_hazard_hidden_behind_another_is_fixed_too():
+    # r = sqrt((400 x)^2) overflows in between (r ~ 270); p = r * 1e-3 * 1e-3 * w with w ~ 1e-4 is
+    # ~2.7e-8 and flushes to zero in fp16, but while r is inf p is inf: the underflow shows only
+    # once the overflow is kept in fp32, in a later round of the check
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"], name="scale"),
+             helper.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+             helper.make_node("Sqrt", ["sq"], ["r"], name="root"),
+             helper.make_node("Mul", ["r", "milli"], ["u0"], name="shrink0"),
+             helper.make_node("Mul", ["u0", "milli"], ["u"], name="shrink1"),
+             helper.make_node("Mul", ["u", "w"], ["p"], name="product"),
+             helper.make_node("Mul", ["p", "up"], ["out"], name="grow")]
+    model = make_model(nodes, {"x": [64], "w": [64]}, {"out": [64]}, initializers={
+        "k": np.array(400, np.float32), "milli": np.array(1e-3, np.float32), "up": np.array(1e4, np.float32)})
+    feeds = {"x": RNG.uniform(0.65, 0.7, 64).astype(np.float32), "w": np.full(64, 1e-4, np.float32)}
+    report = P.analyze(model, feeds=feeds)
+    under = next(f for f in report.findings if f.tensor == "p")
+    assert under.hazard == "underflow" and under.confirmed is False and under.fixed
+    assert {"square", "root", "product", "grow"} <= set(report.keep_fp32)
+    assert all(f.fixed for f in report.findings)
+    assert _emulated_error(model, feeds, []) > 0.1 and _emulated_error(model, feeds, report.keep_fp32) < 1e-2
