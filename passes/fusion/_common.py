@@ -56,18 +56,26 @@ def absorb(producer: gs.Node, consumer: gs.Node) -> None:
 def per_output_channel(conv: gs.Node, c: gs.Tensor) -> MatchResult:
     """``c`` is a scalar or one value per output channel of ``conv`` (a Conv: weight dim 0; a
     BatchNormalization: its scale), laid out to broadcast along the channel axis only:
-    [C] for a 1-D tensor, [C,1,1] or [1,C,1,1] for an NCHW one."""
+    [C] for a 1-D tensor, [C,1,1] or [1,C,1,1] for an NCHW one. Broadcasting ``c`` against the
+    output must leave the output's shape: ``c``'s rank is at most the output's (a [1,C,1,1,1]
+    operand would make a 4-D output 5-D), and the output's rank must be known."""
     if conv.op == "BatchNormalization":
-        cout, rank_out = conv.inputs[1].shape[0], len(conv.outputs[0].shape or []) or 4
+        out_shape = conv.outputs[0].shape if conv.outputs[0].shape is not None else conv.inputs[0].shape
+        cout, rank_out = conv.inputs[1].shape[0], len(out_shape) if out_shape is not None else None
     else:
         cout, rank_out = conv.inputs[1].shape[0], len(conv.inputs[1].shape)
+    if rank_out is None or c.shape is None:
+        return MatchResult.fail("the output's rank or the operand's shape is unknown: broadcasting could change the shape")
     shape = list(c.shape)
+    if len(shape) > rank_out:
+        return MatchResult.fail(f"operand of rank {len(shape)} would broadcast the rank-{rank_out} output up")
     numel = int(np.prod(shape)) if shape else 1
-    if numel == 1 and len(shape) <= rank_out:
+    if numel == 1:
         return MatchResult.success()
     per_channel = numel == cout and (
         shape == [cout] and rank_out == 2
-        or (len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout and all(d == 1 for d in shape[-(rank_out - 2):])
+        or (rank_out >= 2 and len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout
+            and all(d == 1 for d in shape[len(shape) - (rank_out - 1) + 1:])
             and all(d == 1 for d in shape[: len(shape) - (rank_out - 1)]))
     )
     if not per_channel:

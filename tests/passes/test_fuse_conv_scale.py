@@ -75,3 +75,15 @@ def test_batchnorm_then_scale_and_shift_fold_into_the_batchnorm():
     assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
     assert ops(graph) == ["BatchNormalization", "Relu"]
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_scale_of_higher_rank_than_the_output_is_refused():
+    # [1,1,6,1,1] * a 4-D Conv output is 5-D: folding it into the weights would drop a dimension
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["conv"]), helper.make_node("Mul", ["conv", "s"], ["y"])],
+                       {"x": [1, 3, 8, 8]}, {"y": [1, 1, 6, 6, 6]},
+                       initializers={"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32),
+                                     "s": RNG.uniform(0.5, 2, (1, 1, 6, 1, 1)).astype(np.float32)})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_scale(graph, ctx).modified
+    assert "would broadcast the rank-4 output up" in ctx.explanations[0].reason
