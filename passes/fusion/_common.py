@@ -8,7 +8,7 @@ import onnx_graphsurgeon as gs
 from graphpass.infra.pass_base import MatchResult
 
 __all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",
-           "channel_operand"]
+           "channel_operand", "keeps_specials"]
 
 
 def constant_param(t: gs.Tensor) -> np.ndarray | None:
@@ -94,3 +94,22 @@ def channel_operand(owner: gs.Node, operand: gs.Tensor, label: str, params: dict
     if not verdict:
         return verdict
     return per_output_channel(owner, operand)
+
+
+def keeps_specials(what: str, operand: np.ndarray, old: np.ndarray, new: np.ndarray, product: bool) -> MatchResult:
+    """Folding a constant ``operand`` into parameters ``old`` (``new = old * operand`` when
+    ``product``, else ``old + operand``; float32, operand broadcast to ``old``'s shape) keeps inf
+    and NaN where the unfolded graph has them: ``operand`` finite (an inf scale gives ±inf per
+    element unfolded, NaN in a folded sum); ``new`` finite (a folded parameter that overflows
+    gives inf where the unfolded graph may not); for a product, no nonzero ``old`` that a nonzero
+    ``operand`` rounds to zero (an inf input times it gives NaN, where unfolded it is ±inf)."""
+    with np.errstate(all="ignore"):
+        if not np.all(np.isfinite(operand)):
+            return MatchResult.fail(f"the {what} holds inf or NaN")
+        if not np.all(np.isfinite(new)):
+            return MatchResult.fail(f"folding the {what} overflows float32 (or a parameter holds inf/NaN)")
+        if product:
+            f = np.broadcast_to(operand, np.shape(old))
+            if np.any((np.asarray(old) != 0) & (np.asarray(new) == 0) & (f != 0)):
+                return MatchResult.fail(f"folding the {what} rounds a nonzero parameter to zero (an inf input would give NaN)")
+    return MatchResult.success()
