@@ -73,7 +73,7 @@ class _FoldInto(RewriteRule):
         if not (np.all(np.isfinite(s)) and np.all(np.isfinite(new_w)) and np.all(np.isfinite(new_b))):
             return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
         if np.any((w != 0) & (new_w == 0) & (np.broadcast_to(self.per_weight(prod, s, w), w.shape) != 0)):
-            return MatchResult.fail("a nonzero weight times the BN scale rounds to zero: an inf input would give NaN")
+            return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
         return MatchResult.success()
 
     def extra_check(self, m: Match) -> MatchResult:

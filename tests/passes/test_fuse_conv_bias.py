@@ -76,3 +76,25 @@ def test_batchnorm_addend_of_higher_rank_or_unknown_rank_is_refused():
     model = make_model(nodes, {"x": (onnx.TensorProto.FLOAT, None)}, {"y": (onnx.TensorProto.FLOAT, None)},
                        initializers={**bn_in, "c": RNG.standard_normal((6, 1, 1)).astype(np.float32)})
     assert "unknown" in _refusal(model)
+
+
+def test_addend_that_would_move_inf_or_nan_is_refused_with_reason():
+    for value, conv_bias, reason in ((np.inf, False, "holds inf or NaN"), (np.nan, True, "holds inf or NaN"),
+                                     (3.4e38, True, "overflows float32")):
+        addend = np.zeros((6, 1, 1), np.float32)
+        addend[1] = value
+        model = _model(addend, conv_bias=conv_bias)
+        if conv_bias:
+            for t in model.graph.initializer:
+                if t.name == "b":
+                    t.CopyFrom(onnx.numpy_helper.from_array(np.full(6, 3.4e38, np.float32), "b"))
+        assert reason in _refusal(model), value
+
+
+def test_conv_without_bias_gets_the_addend_exactly():
+    # the missing bias is -0.0, the additive identity: a -0.0 addend stays -0.0
+    addend = np.array([-0.0, 0.0, 1.5, -2.0, -0.0, 3.0], np.float32).reshape(6, 1, 1)
+    graph = gp.load(_model(addend))
+    assert fuse_conv_bias(graph).modified
+    bias = np.asarray(graph.nodes[0].inputs[2].values)
+    assert np.array_equal(bias.view(np.uint32), addend.ravel().view(np.uint32))

@@ -87,3 +87,17 @@ def test_scale_of_higher_rank_than_the_output_is_refused():
     ctx = PassContext()
     assert not fuse_conv_scale(graph, ctx).modified
     assert "would broadcast the rank-4 output up" in ctx.explanations[0].reason
+
+
+def test_scale_that_would_move_inf_or_nan_is_refused_with_reason():
+    # an inf scale: Conv * inf is ±inf per element, a folded sum of ±inf weights is NaN;
+    # 1e-45 rounds nonzero weights to 0 (inf input: NaN, where the original gives ±inf);
+    # 3e38 overflows a weight (|W| > 1.13)
+    for value, reason in ((np.inf, "holds inf or NaN"), (np.nan, "holds inf or NaN"), (1e-45, "rounds a nonzero"),
+                          (3e38, "overflows float32")):
+        scale = np.ones((1, 6, 1, 1), np.float32)
+        scale[0, 2] = value
+        graph = gp.load(_model(scale))
+        ctx = PassContext()
+        assert not fuse_conv_scale(graph, ctx).modified
+        assert reason in ctx.explanations[0].reason, value
