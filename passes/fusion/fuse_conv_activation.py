@@ -119,6 +119,8 @@ class _Relu6(_ConvAct):
             lo, hi = (float(np.asarray(b.values)) if b is not None else None for b in bounds)
         if lo != 0.0 or hi != 6.0:
             return MatchResult.fail(f"Clip({lo}, {hi}) is not Relu6 (only Clip(0, 6) has a fused kernel)")
+        if np.signbit(lo):
+            return MatchResult.fail("Clip(-0.0, 6) gives -0.0 for negative inputs; Relu6's bound is +0.0")
         return MatchResult.success()
 
 
