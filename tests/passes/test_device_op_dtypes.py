@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass as gp
 from graphpass.cli import main
+from graphpass.infra import PassContext
 from graphpass.passes import fuse_conv_activation, fuse_gelu, fuse_layer_norm
 from graphpass.testing import check_full, ort_run
 
@@ -166,11 +167,22 @@ def test_half_precision_gelu_and_layer_norm_are_left_and_come_out_valid(elem, op
 
 
 def test_relu6_conv_of_a_second_type_in_one_model_is_refused_with_the_reason():
-    # one FusedConvRelu6 body per model: typed for the first Conv's type
-    m32 = conv_relu6(F32, 17)
-    g = gp.load(m32)
-    fuse_conv_activation(g)
-    from graphpass.ir.device_ops import function_type_conflict
-    assert function_type_conflict(g, "FusedConvRelu6", F32) is None
-    reason = function_type_conflict(g, "FusedConvRelu6", F16)
-    assert reason and "FLOAT16" in reason and "typed for FLOAT" in reason
+    # one FusedConvRelu6 body per model: typed for the first Conv's type; the float16 one stays
+    inits = [_t("w", F32, RNG.standard_normal((3, 3, 3, 3))), _t("lo", F32, 0.0), _t("hi", F32, 6.0),
+             _t("w16", F16, RNG.standard_normal((3, 3, 3, 3))), _t("lo16", F16, 0.0), _t("hi16", F16, 6.0)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Clip", ["c", "lo", "hi"], ["r"]),
+             helper.make_node("Cast", ["r"], ["h"], to=F16), helper.make_node("Conv", ["h", "w16"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c2", "lo16", "hi16"], ["y16"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 5, 5])],
+                          [helper.make_tensor_value_info("y16", F16, [1, 3, 5, 5])], initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert fuse_conv_activation(graph, ctx).stats == {"fired": 1, "refused": 1}
+    assert "typed for FLOAT; a FLOAT16 call cannot share it" in ctx.explanations[0].reason
+    feeds = {"x": RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)}
+    for emit in ("device", "portable"):
+        out = gp.to_proto(graph, emit=emit)
+        check_full(out)
+        assert np.array_equal(_bits(ort_run(out, feeds)["y16"]), _bits(ort_run(model, feeds)["y16"]))
