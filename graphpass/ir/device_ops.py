@@ -51,6 +51,9 @@ FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, Ten
 #: Marks a body whose constants are typed: ``doc_string`` is this prefix and the type's name.
 _TYPED = "graphpass body typed for "
 
+#: The device ops whose bodies hold typed constants (the others are polymorphic).
+_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm")
+
 
 def elem_type(dtype) -> int | None:
     """The ``TensorProto`` element type of a tensor's dtype as graphsurgeon holds it (a numpy
@@ -170,10 +173,12 @@ def is_transdata(node: gs.Node) -> bool:
 def function_type_conflict(graph: gs.Graph, name: str, elem: int) -> str | None:
     """Why ``graph`` cannot call its device op ``name`` on a tensor of type ``elem``: the model
     already holds that op's body typed for another type (one body per op and model). None if
-    it can (no body yet, or one for ``elem``, or an untyped one)."""
+    it can (no body yet, one for ``elem``, or a polymorphic op)."""
     for f in graph.functions:
-        if f.domain == DOMAIN and f.name == name and (f.doc_string or "").startswith(_TYPED):
-            have = f.doc_string[len(_TYPED):]
+        if f.domain == DOMAIN and f.name == name and name in _TYPED_OPS:
+            doc = f.doc_string or ""
+            # a body without the mark was written before bodies were typed: its constants are float
+            have = doc[len(_TYPED):] if doc.startswith(_TYPED) else TensorProto.DataType.Name(TensorProto.FLOAT)
             if have != TensorProto.DataType.Name(elem):
                 return (f"this model's {name} body is typed for {have}; a {TensorProto.DataType.Name(elem)} "
                         "call cannot share it")

@@ -186,3 +186,17 @@ def test_relu6_conv_of_a_second_type_in_one_model_is_refused_with_the_reason():
         out = gp.to_proto(graph, emit=emit)
         check_full(out)
         assert np.array_equal(_bits(ort_run(out, feeds)["y16"]), _bits(ort_run(model, feeds)["y16"]))
+
+
+def test_an_unmarked_body_from_an_earlier_graphpass_counts_as_float32():
+    # FusedConvRelu6 bodies were written with float32 bounds before they were typed
+    from graphpass.ir.device_ops import function_type_conflict, fused_conv_function
+    model = conv_relu6(F16, 17)
+    old = fused_conv_function("Relu6", 17, F32)
+    old.doc_string = ""
+    model.functions.append(old)
+    model.opset_import.append(helper.make_opsetid("graphpass.ascend", 1))
+    graph = gp.load(model)
+    assert "typed for FLOAT" in function_type_conflict(graph, "FusedConvRelu6", F16)
+    assert function_type_conflict(graph, "FusedConvRelu6", F32) is None
+    assert function_type_conflict(graph, "FusedConvRelu", F16) is None  # no constants: any type
