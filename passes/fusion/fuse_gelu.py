@@ -63,8 +63,6 @@ _TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
 def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
         return None
-    if elem_type(anchor.outputs[0].dtype) not in _TYPES:
-        return None
     for p, q in operands(anchor):
         inner = producer_of(p, "Mul", local)
         if inner is None or not single_reader(p, g):
@@ -105,8 +103,18 @@ class FuseGelu(Pass):
 
         def match(node, g, local):
             hit = _match(node, g, local)
-            if hit is not None and opset < 20 and function_type_conflict(graph, "Gelu", elem_type(hit.x.dtype)):
-                return None  # one body per model and type
+            if hit is None:
+                return None
+            elem = elem_type(hit.x.dtype)
+            reason = None
+            if elem not in _TYPES:
+                reason = (f"GELU of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one Gelu kernel differs "
+                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
+            elif opset < 20:
+                reason = function_type_conflict(graph, "Gelu", elem)  # one body per model and type
+            if reason:
+                ctx.explain(self.name, node, reason)
+                return None
             return hit
 
         def build(hit, out):

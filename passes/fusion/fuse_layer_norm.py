@@ -122,7 +122,7 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if mean is None or mean.inputs[0] is not x or not single_reader(mu_t, g) or len(d.outputs) != 2:
         return None
     shape = static_shape(x)
-    if shape is None or not shape or elem_type(x.dtype) not in _TYPES:
+    if shape is None or not shape:
         return None
     if not _last_axis_mean(mean, len(shape)) or not _last_axis_mean(var, len(shape)):
         return None
@@ -166,8 +166,18 @@ class FuseLayerNorm(Pass):
 
         def match(node, g, local):
             hit = _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
-            if hit is not None and opset < 17 and function_type_conflict(graph, "LayerNorm", elem_type(hit.x.dtype)):
-                return None  # one body per model and type
+            if hit is None:
+                return None
+            elem = elem_type(hit.x.dtype)
+            reason = None
+            if elem not in _TYPES:
+                reason = (f"LayerNorm of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one kernel differs "
+                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
+            elif opset < 17:
+                reason = function_type_conflict(graph, "LayerNorm", elem)  # one body per model and type
+            if reason:
+                ctx.explain(self.name, node, reason)
+                return None
             return hit
 
         # consumers first: the largest match (with bias) wins over the bare Div inside it
