@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import TensorProto
 
 from graphpass.infra.pass_base import MatchResult
+from graphpass.ir.device_ops import elem_type
 
 __all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",
            "channel_operand", "keeps_specials"]
@@ -20,11 +22,12 @@ def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: 
     for label, t in tensors.items():
         if not isinstance(t, gs.Constant):
             return MatchResult.fail(f"{label} '{t.name}' is not a constant")
-        dtype = np.dtype(t.dtype) if t.dtype is not None else None
-        if dtype == np.float16:
-            return MatchResult.fail(f"{label} '{t.name}' is float16: folding in fp16 would round the weights")
-        if dtype != np.float32:
-            return MatchResult.fail(f"{label} '{t.name}' is {dtype}, not float32")
+        elem = elem_type(t.dtype)
+        if elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            name = TensorProto.DataType.Name(elem).lower()
+            return MatchResult.fail(f"{label} '{t.name}' is {name}: folding in {name} would round the weights")
+        if elem != TensorProto.FLOAT:
+            return MatchResult.fail(f"{label} '{t.name}' is {TensorProto.DataType.Name(elem).lower() if elem else 'of unknown type'}, not float32")
     for label in exclusive:
         t = tensors[label]
         readers = [n for n in t.outputs if n is not owner]

@@ -148,3 +148,14 @@ def test_zero_gamma_is_folded_and_keeps_nan_and_inf():
     assert np.array_equal(np.isinf(ref), np.isinf(got)) and np.array_equal(ref[np.isinf(ref)], got[np.isinf(got)])
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_conv_bn_is_refused_with_reason_not_a_crash():
+    def t(name, shape):
+        return helper.make_tensor(name, TensorProto.BFLOAT16, shape, RNG.uniform(0.5, 1.5, shape).ravel().tolist())
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), _bn("c", "y")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 3, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 4, 5, 5])],
+                          initializer=[t("w", [4, 3, 3, 3])] + [t(f"bn_{k}", [4]) for k in "sbmv"])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    assert "is bfloat16: folding in bfloat16 would round" in _refusal(model)
