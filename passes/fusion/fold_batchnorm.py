@@ -4,8 +4,8 @@
         with s = scale / sqrt(var + eps), per output channel (axis 0 of W; axis 1 for
         ConvTranspose; the output axis of B for Gemm)
 
-Exact in fp32 up to rounding. Refused (with the reason, for --explain) when a parameter is not a
-constant, is float16, or is shared with another node; when the BN runs in training mode or uses
+Equal in fp32 up to reassociation rounding. Refused (with the reason, for --explain) when a parameter is not a
+constant, is float16 or bfloat16, or is shared with another node; when the BN runs in training mode or uses
 its extra outputs; for a grouped ConvTranspose; and for pre-opset-9 per-activation BN
 (``spatial=0``). Also refused when folding would move an inf or NaN: a channel with
 var + eps <= 0 (the BN divides by zero: ±inf, or NaN, where folded weights would give NaN
