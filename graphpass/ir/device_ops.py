@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 import onnx.inliner
 import onnx_graphsurgeon as gs
-from onnx import AttributeProto, helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 
 from graphpass.ir.graph import graph_protos
 
-__all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "fused_conv_function", "gelu_function", "layer_norm_function",
-           "transdata_function", "is_transdata", "ensure_function", "to_portable"]
+__all__ = ["DOMAIN", "CONV_ATTRS", "FUSED_CONV", "FLOAT_TYPES", "elem_type", "typed_scalar", "fused_conv_function",
+           "gelu_function", "layer_norm_function", "transdata_function", "is_transdata", "ensure_function",
+           "function_type_conflict", "to_portable"]
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +45,58 @@ FUSED_CONV = {
 }
 
 
+#: The float types a device op body is written for (its constants are typed by one of them).
+FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+
+#: Marks a body whose constants are typed: ``doc_string`` is this prefix and the type's name.
+_TYPED = "graphpass body typed for "
+
+#: The device ops whose bodies hold typed constants (the others are polymorphic).
+_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm")
+
+
+def elem_type(dtype) -> int | None:
+    """The ``TensorProto`` element type of a tensor's dtype as graphsurgeon holds it (a numpy
+    dtype, or the ONNX enum for types numpy lacks, e.g. bfloat16); None when unknown."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, (int, np.integer)):
+        return int(dtype)
+    try:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _scalar_tensor(name: str, value: float, elem: int) -> onnx.TensorProto:
+    return helper.make_tensor(name, elem, [], [value])
+
+
+def typed_scalar(value: float, elem: int) -> float:
+    """``value`` as a tensor of type ``elem`` holds it (rounded once, as a constant written in
+    that type holds it): what a matcher compares a graph's constant with, bit for bit."""
+    return float(numpy_helper.to_array(_scalar_tensor("v", value, elem)))
+
+
 def _ref(name: str, kind: int) -> AttributeProto:
     return helper.make_attribute_ref(name, kind)
 
 
-def fused_conv_function(activation: str, opset: int) -> onnx.FunctionProto:
-    """The body of ``FusedConv<activation>(X, W, B)``: Conv, then the activation."""
+def _typed(fn: onnx.FunctionProto, elem: int) -> onnx.FunctionProto:
+    fn.doc_string = _TYPED + TensorProto.DataType.Name(elem)
+    return fn
+
+
+def fused_conv_function(activation: str, opset: int, elem: int = TensorProto.FLOAT) -> onnx.FunctionProto:
+    """The body of ``FusedConv<activation>(X, W, B)``: Conv, then the activation. Relu6's Clip
+    bounds are constants of type ``elem`` (the Conv's), so that body is for that type only."""
     op, extra, _ = FUSED_CONV[activation]
     conv = helper.make_node("Conv", ["X", "W", "B"], ["c"])
     conv.attribute.extend(_ref(a, k) for a, k in CONV_ATTRS.items())
     if activation == "Relu":
         body = [helper.make_node("Relu", ["c"], ["Y"])]
     elif activation == "Relu6":
-        body = [helper.make_node("Constant", [], ["lo"], value=helper.make_tensor("lo", onnx.TensorProto.FLOAT, [], [0.0])),
-                helper.make_node("Constant", [], ["hi"], value=helper.make_tensor("hi", onnx.TensorProto.FLOAT, [], [6.0])),
-                helper.make_node("Clip", ["c", "lo", "hi"], ["Y"])]
+        body = [_const("lo", 0.0, elem), _const("hi", 6.0, elem), helper.make_node("Clip", ["c", "lo", "hi"], ["Y"])]
     elif activation == "LeakyRelu":
         leaky = helper.make_node("LeakyRelu", ["c"], ["Y"])
         leaky.attribute.append(_ref("alpha", AttributeProto.FLOAT))
@@ -66,29 +105,33 @@ def fused_conv_function(activation: str, opset: int) -> onnx.FunctionProto:
         body = [helper.make_node("HardSwish", ["c"], ["Y"])]
     else:  # SiLU: x * sigmoid(x)
         body = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["Y"])]
-    return helper.make_function(DOMAIN, op, ["X", "W", "B"], ["Y"], [conv] + body, [helper.make_opsetid("", opset)],
-                                attributes=list(CONV_ATTRS) + list(extra))
+    fn = helper.make_function(DOMAIN, op, ["X", "W", "B"], ["Y"], [conv] + body, [helper.make_opsetid("", opset)],
+                              attributes=list(CONV_ATTRS) + list(extra))
+    return _typed(fn, elem) if activation == "Relu6" else fn
 
 
-def _const(name: str, value: float) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, onnx.TensorProto.FLOAT, [], [value]))
+def _const(name: str, value: float, elem: int) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=_scalar_tensor(name, value, elem))
 
 
-def gelu_function(opset: int) -> onnx.FunctionProto:
-    """``Gelu(X) = X * 0.5 * (1 + erf(X / sqrt(2)))`` for opsets without the Gelu op (< 20)."""
-    body = [_const("sqrt2", 2.0 ** 0.5), _const("one", 1.0), _const("half", 0.5),
+def gelu_function(opset: int, elem: int = TensorProto.FLOAT) -> onnx.FunctionProto:
+    """``Gelu(X) = X * 0.5 * (1 + erf(X / sqrt(2)))`` for opsets without the Gelu op (< 20),
+    its constants of type ``elem``."""
+    body = [_const("sqrt2", 2.0 ** 0.5, elem), _const("one", 1.0, elem), _const("half", 0.5, elem),
             helper.make_node("Div", ["X", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["X", "a"], ["m"]),
             helper.make_node("Mul", ["m", "half"], ["Y"])]
-    return helper.make_function(DOMAIN, "Gelu", ["X"], ["Y"], body, [helper.make_opsetid("", opset)])
+    return _typed(helper.make_function(DOMAIN, "Gelu", ["X"], ["Y"], body, [helper.make_opsetid("", opset)]), elem)
 
 
-def layer_norm_function(opset: int) -> onnx.FunctionProto:
-    """``LayerNorm(X, scale, bias)`` over the last axis, attribute ``epsilon``, for opsets < 17."""
-    eps = helper.make_node("Constant", [], ["eps"])
-    eps.attribute.append(helper.make_attribute_ref("value_float", AttributeProto.FLOAT))
-    eps.attribute[0].ref_attr_name = "epsilon"
-    eps.attribute[0].name = "value_float"
+def layer_norm_function(opset: int, elem: int = TensorProto.FLOAT) -> onnx.FunctionProto:
+    """``LayerNorm(X, scale, bias)`` over the last axis, attribute ``epsilon`` (a float, cast to
+    ``elem`` in the body), for opsets < 17."""
+    eps_f = helper.make_node("Constant", [], ["eps" if elem == TensorProto.FLOAT else "eps_f"])
+    eps_f.attribute.append(helper.make_attribute_ref("value_float", AttributeProto.FLOAT))
+    eps_f.attribute[0].ref_attr_name = "epsilon"
+    eps_f.attribute[0].name = "value_float"
+    eps = [eps_f] if elem == TensorProto.FLOAT else [eps_f, helper.make_node("Cast", ["eps_f"], ["eps"], to=elem)]
     mean = helper.make_node("ReduceMean", ["X"], ["mu"], axes=[-1]) if opset < 18 else None
     if opset >= 18:
         body_axes = [helper.make_node("Constant", [], ["ax"], value=helper.make_tensor("ax", onnx.TensorProto.INT64, [1], [-1]))]
@@ -97,12 +140,12 @@ def layer_norm_function(opset: int) -> onnx.FunctionProto:
     else:
         body_axes = []
         var = helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1])
-    body = body_axes + [eps, _const("two", 2.0), mean, helper.make_node("Sub", ["X", "mu"], ["d"]),
+    body = body_axes + eps + [_const("two", 2.0, elem), mean, helper.make_node("Sub", ["X", "mu"], ["d"]),
                         helper.make_node("Pow", ["d", "two"], ["sq"]), var, helper.make_node("Add", ["var", "eps"], ["ve"]),
                         helper.make_node("Sqrt", ["ve"], ["sd"]), helper.make_node("Div", ["d", "sd"], ["n"]),
                         helper.make_node("Mul", ["n", "Scale"], ["ns"]), helper.make_node("Add", ["ns", "B"], ["Y"])]
-    return helper.make_function(DOMAIN, "LayerNorm", ["X", "Scale", "B"], ["Y"], body, [helper.make_opsetid("", opset)],
-                                attributes=["epsilon"])
+    return _typed(helper.make_function(DOMAIN, "LayerNorm", ["X", "Scale", "B"], ["Y"], body,
+                                       [helper.make_opsetid("", opset)], attributes=["epsilon"]), elem)
 
 
 def _drop_device_domain(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -127,8 +170,24 @@ def is_transdata(node: gs.Node) -> bool:
     return node.op == "TransData" and node.domain == DOMAIN
 
 
+def function_type_conflict(graph: gs.Graph, name: str, elem: int) -> str | None:
+    """Why ``graph`` cannot call its device op ``name`` on a tensor of type ``elem``: the model
+    already holds that op's body typed for another type (one body per op and model). None if
+    it can (no body yet, one for ``elem``, or a polymorphic op)."""
+    for f in graph.functions:
+        if f.domain == DOMAIN and f.name == name and name in _TYPED_OPS:
+            doc = f.doc_string or ""
+            # a body without the mark was written before bodies were typed: its constants are float
+            have = doc[len(_TYPED):] if doc.startswith(_TYPED) else TensorProto.DataType.Name(TensorProto.FLOAT)
+            if have != TensorProto.DataType.Name(elem):
+                return (f"this model's {name} body is typed for {have}; a {TensorProto.DataType.Name(elem)} "
+                        "call cannot share it")
+    return None
+
+
 def ensure_function(graph: gs.Graph, proto: onnx.FunctionProto) -> None:
-    """Add the function ``proto`` to ``graph`` unless one with its domain and name is there."""
+    """Add the function ``proto`` to ``graph`` unless one with its domain and name is there
+    (callers check :func:`function_type_conflict` first)."""
     if any(f.domain == proto.domain and f.name == proto.name for f in graph.functions):
         return
     fn = OnnxImporter.import_function(proto, model_opset=graph.opset, model_import_domains=graph.import_domains)

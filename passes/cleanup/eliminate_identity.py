@@ -3,14 +3,18 @@
     x -> Identity -> y -> consumers              =>  x -> consumers
     producer -> x -> Identity -> y (graph output) =>  producer -> y         (x renamed away)
     x -> Dropout(inference, mask unused) -> y    =>  as Identity
-    x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0     =>  as Identity (neutral elements)
+    x * 1, 1 * x, x / 1                          =>  as Identity (neutral elements)
+    x + (-0.0), (-0.0) + x, x - (+0.0)           =>  as Identity (floats)
+    x + 0, 0 + x, x - 0                          =>  as Identity (integers)
 
 Kept when ``y`` is a graph output and ``x`` cannot take its name: ``x`` is a graph input, another
 graph output, a constant, or comes from an enclosing scope. A Dropout is an identity only in
 inference: no ``training_mode`` input, or a constant false one, and no consumer of its mask.
 A neutral element goes only when the constant does not broadcast ``x`` to a bigger shape and the
-result has ``x``'s dtype (both known); the ops are exact (x * 1 == x bit for bit, NaN included),
-except that ``-0.0 + 0`` is ``+0.0``, which compares equal.
+result has ``x``'s dtype (both known). For floats the sign of a zero decides: ``-0.0 + (+0.0)`` is
+``+0.0``, so ``x + 0`` and ``x - (-0.0)`` are not identities (kept), while ``x + (-0.0)`` and
+``x - (+0.0)`` are, for every x (-0.0, NaN, inf included); ``x * 1`` and ``x / 1`` are (a NaN stays
+a NaN). For integers all four are. So every removal is bit for bit.
 """
 
 from __future__ import annotations
@@ -26,12 +30,21 @@ from graphpass.passes.cleanup._common import is_onnx_op
 __all__ = ["EliminateIdentity"]
 
 
-_NEUTRAL = {"Mul": (1.0, True), "Div": (1.0, False), "Add": (0.0, True), "Sub": (0.0, False)}
+#: op -> (neutral value, commutes, for floats: the sign bit the zero must have (None: any))
+_NEUTRAL = {"Mul": (1.0, True, None), "Div": (1.0, False, None), "Add": (0.0, True, True), "Sub": (0.0, False, False)}
+
+
+def _is_neutral(values: np.ndarray, unit: float, negative_zero: bool | None) -> bool:
+    if not np.all(values == unit):
+        return False
+    if negative_zero is None or not np.issubdtype(values.dtype, np.floating):
+        return True
+    return bool(np.all(np.signbit(values) == negative_zero))
 
 
 def _neutral_operand(node: gs.Node) -> gs.Tensor | None:
     """For ``x op c`` where c is the op's neutral element and changes nothing, ``x``."""
-    unit, commutes = _NEUTRAL[node.op]
+    unit, commutes, negative_zero = _NEUTRAL[node.op]
     if len(node.inputs) != 2 or len(node.outputs) != 1:
         return None
     y = node.outputs[0]
@@ -39,14 +52,20 @@ def _neutral_operand(node: gs.Node) -> gs.Tensor | None:
     for x, c in pairs:
         if not isinstance(c, gs.Constant) or isinstance(x, gs.Constant):
             continue
+        if x.dtype is None or y.dtype is None:
+            continue
+        try:
+            x_dtype, y_dtype = np.dtype(x.dtype), np.dtype(y.dtype)
+        except TypeError:  # a type numpy lacks (bfloat16 as graphsurgeon holds it) or unknown
+            continue
         values = np.asarray(c.values)
-        if values.size > 4096 or not np.all(values == unit):
+        if values.size > 4096 or not _is_neutral(values, unit, negative_zero):
             continue
         if x.shape is None or y.shape is None or list(x.shape) != list(y.shape) or len(values.shape) > len(x.shape):
             continue
         if not all(isinstance(d, (int, np.integer)) for d in x.shape):
             continue
-        if x.dtype is None or y.dtype is None or np.dtype(x.dtype) != np.dtype(y.dtype) or values.dtype != np.dtype(x.dtype):
+        if x_dtype != y_dtype or values.dtype != x_dtype:
             continue
         return x
     return None
@@ -73,11 +92,12 @@ class EliminateIdentity(Pass):
       1. ``y`` is an internal tensor: its consumers read ``x``;
       2. ``y`` is a graph output and ``x`` is a local intermediate: ``x``'s producer writes ``y``;
       3. Dropout in inference mode with an unused mask: treated as case 1/2;
-      4. Mul/Div by a constant 1, Add/Sub of a constant 0 that does not broadcast x: as case 1/2.
+      4. Mul/Div by a constant 1, Add of -0.0, Sub of +0.0 (of any zero for integers), the
+         constant not broadcasting x: as case 1/2.
     """
 
     name = "eliminate_identity"
-    summary = "Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+0, x-0."
+    summary = "Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+(-0.0), x-(+0.0) (x+0, x-0 for ints)."
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True

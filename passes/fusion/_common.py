@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import TensorProto
 
 from graphpass.infra.pass_base import MatchResult
+from graphpass.ir.device_ops import elem_type
 
 __all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",
-           "channel_operand"]
+           "channel_operand", "keeps_specials"]
 
 
 def constant_param(t: gs.Tensor) -> np.ndarray | None:
@@ -20,11 +22,12 @@ def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: 
     for label, t in tensors.items():
         if not isinstance(t, gs.Constant):
             return MatchResult.fail(f"{label} '{t.name}' is not a constant")
-        dtype = np.dtype(t.dtype) if t.dtype is not None else None
-        if dtype == np.float16:
-            return MatchResult.fail(f"{label} '{t.name}' is float16: folding in fp16 would round the weights")
-        if dtype != np.float32:
-            return MatchResult.fail(f"{label} '{t.name}' is {dtype}, not float32")
+        elem = elem_type(t.dtype)
+        if elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            name = TensorProto.DataType.Name(elem).lower()
+            return MatchResult.fail(f"{label} '{t.name}' is {name}: folding in {name} would round the weights")
+        if elem != TensorProto.FLOAT:
+            return MatchResult.fail(f"{label} '{t.name}' is {TensorProto.DataType.Name(elem).lower() if elem else 'of unknown type'}, not float32")
     for label in exclusive:
         t = tensors[label]
         readers = [n for n in t.outputs if n is not owner]
@@ -56,18 +59,26 @@ def absorb(producer: gs.Node, consumer: gs.Node) -> None:
 def per_output_channel(conv: gs.Node, c: gs.Tensor) -> MatchResult:
     """``c`` is a scalar or one value per output channel of ``conv`` (a Conv: weight dim 0; a
     BatchNormalization: its scale), laid out to broadcast along the channel axis only:
-    [C] for a 1-D tensor, [C,1,1] or [1,C,1,1] for an NCHW one."""
+    [C] for a 1-D tensor, [C,1,1] or [1,C,1,1] for an NCHW one. Broadcasting ``c`` against the
+    output must leave the output's shape: ``c``'s rank is at most the output's (a [1,C,1,1,1]
+    operand would make a 4-D output 5-D), and the output's rank must be known."""
     if conv.op == "BatchNormalization":
-        cout, rank_out = conv.inputs[1].shape[0], len(conv.outputs[0].shape or []) or 4
+        out_shape = conv.outputs[0].shape if conv.outputs[0].shape is not None else conv.inputs[0].shape
+        cout, rank_out = conv.inputs[1].shape[0], len(out_shape) if out_shape is not None else None
     else:
         cout, rank_out = conv.inputs[1].shape[0], len(conv.inputs[1].shape)
+    if rank_out is None or c.shape is None:
+        return MatchResult.fail("the output's rank or the operand's shape is unknown: broadcasting could change the shape")
     shape = list(c.shape)
+    if len(shape) > rank_out:
+        return MatchResult.fail(f"operand of rank {len(shape)} would broadcast the rank-{rank_out} output up")
     numel = int(np.prod(shape)) if shape else 1
-    if numel == 1 and len(shape) <= rank_out:
+    if numel == 1:
         return MatchResult.success()
     per_channel = numel == cout and (
         shape == [cout] and rank_out == 2
-        or (len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout and all(d == 1 for d in shape[-(rank_out - 2):])
+        or (rank_out >= 2 and len(shape) >= rank_out - 1 and shape[-(rank_out - 1)] == cout
+            and all(d == 1 for d in shape[len(shape) - (rank_out - 1) + 1:])
             and all(d == 1 for d in shape[: len(shape) - (rank_out - 1)]))
     )
     if not per_channel:
@@ -86,3 +97,22 @@ def channel_operand(owner: gs.Node, operand: gs.Tensor, label: str, params: dict
     if not verdict:
         return verdict
     return per_output_channel(owner, operand)
+
+
+def keeps_specials(what: str, operand: np.ndarray, old: np.ndarray, new: np.ndarray, product: bool) -> MatchResult:
+    """Folding a constant ``operand`` into parameters ``old`` (``new = old * operand`` when
+    ``product``, else ``old + operand``; float32, operand broadcast to ``old``'s shape) keeps inf
+    and NaN where the unfolded graph has them: ``operand`` finite (an inf scale gives ±inf per
+    element unfolded, NaN in a folded sum); ``new`` finite (a folded parameter that overflows
+    gives inf where the unfolded graph may not); for a product, no nonzero ``old`` that a nonzero
+    ``operand`` rounds to zero (an inf input times it gives NaN, where unfolded it is ±inf)."""
+    with np.errstate(all="ignore"):
+        if not np.all(np.isfinite(operand)):
+            return MatchResult.fail(f"the {what} holds inf or NaN")
+        if not np.all(np.isfinite(new)):
+            return MatchResult.fail(f"folding the {what} overflows float32 (or a parameter holds inf/NaN)")
+        if product:
+            f = np.broadcast_to(operand, np.shape(old))
+            if np.any((np.asarray(old) != 0) & (np.asarray(new) == 0) & (f != 0)):
+                return MatchResult.fail(f"folding the {what} rounds a nonzero parameter to zero (an inf input would give NaN)")
+    return MatchResult.success()

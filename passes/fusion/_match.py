@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-__all__ = ["producer_of", "const_value", "is_const", "operands"]
+from graphpass.ir.device_ops import FLOAT_TYPES, elem_type, typed_scalar
+
+__all__ = ["producer_of", "const_value", "is_const", "no_broadcast", "operands"]
 
 
 def producer_of(t: gs.Tensor, op: str, local: set[int]) -> gs.Node | None:
@@ -23,9 +25,25 @@ def const_value(t: gs.Tensor) -> float | None:
     return None
 
 
-def is_const(t: gs.Tensor, value: float, rtol: float = 1e-4) -> bool:
+def no_broadcast(c: gs.Tensor, x: gs.Tensor) -> bool:
+    """A one-element constant ``c`` combined with ``x`` leaves ``x``'s shape: ``c`` is rank 0, or
+    ``x``'s rank is known and not below ``c``'s."""
+    rank = len(c.shape) if c.shape is not None else None
+    return rank == 0 or (rank is not None and x.shape is not None and rank <= len(x.shape))
+
+
+def is_const(t: gs.Tensor, value: float, like: gs.Tensor | None = None) -> bool:
+    """``t`` is a one-element constant equal to ``value`` exactly as ``t``'s type holds it (1/sqrt 2
+    rounded to float32 for a float32 constant; no near miss matches). With ``like``: ``t`` has
+    ``like``'s type and does not broadcast it to a higher rank."""
     v = const_value(t)
-    return v is not None and abs(v - value) <= rtol * max(1.0, abs(value))
+    if v is None:
+        return False
+    elem = elem_type(t.dtype)
+    if like is not None and (elem != elem_type(like.dtype) or not no_broadcast(t, like)):
+        return False
+    want = typed_scalar(value, elem) if elem in FLOAT_TYPES else value
+    return v == want
 
 
 def operands(node: gs.Node) -> list[tuple[gs.Tensor, gs.Tensor]]:

@@ -4,10 +4,14 @@
         with s = scale / sqrt(var + eps), per output channel (axis 0 of W; axis 1 for
         ConvTranspose; the output axis of B for Gemm)
 
-Exact in fp32 up to rounding. Refused (with the reason, for --explain) when a parameter is not a
-constant, is float16, or is shared with another node; when the BN runs in training mode or uses
+Equal in fp32 up to reassociation rounding. Refused (with the reason, for --explain) when a parameter is not a
+constant, is float16 or bfloat16, or is shared with another node; when the BN runs in training mode or uses
 its extra outputs; for a grouped ConvTranspose; and for pre-opset-9 per-activation BN
-(``spatial=0``). The fused node keeps the BN's output tensor, so names downstream do not change.
+(``spatial=0``). Also refused when folding would move an inf or NaN: a channel with
+var + eps <= 0 (the BN divides by zero: ±inf, or NaN, where folded weights would give NaN
+everywhere), a folded weight or bias that overflows float32, or a nonzero weight that W * s
+rounds to zero (an inf input times it would be NaN, where the original gives ±inf).
+The fused node keeps the BN's output tensor, so names downstream do not change.
 """
 
 from __future__ import annotations
@@ -41,20 +45,47 @@ class _FoldInto(RewriteRule):
         verdict = require_constants({**weights, **params}, prod, exclusive=tuple(weights))
         if not verdict:
             return verdict
-        return self.extra_check(m)
+        verdict = self.extra_check(m)
+        if not verdict:
+            return verdict
+        return self.check_values(m)
+
+    def folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(s, the producer's weight, the folded weight and bias in float32)."""
+        prod, bn = m.nodes
+        scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
+        s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        w = np.asarray(peek_values(prod.inputs[1]), dtype=np.float64)
+        old_b = np.asarray(peek_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
+        with np.errstate(all="ignore"):
+            new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
+            return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
+
+    def check_values(self, m: Match) -> MatchResult:
+        """Folding keeps inf and NaN where the BN puts them (see the module docstring)."""
+        prod, bn = m.nodes
+        with np.errstate(all="ignore"):
+            var_eps = np.asarray(peek_values(bn.inputs[4]), np.float64) + float(bn.attrs.get("epsilon", 1e-5))
+            s, w, new_w, new_b = self.folded(m)
+        if np.any(~(var_eps > 0)):
+            k = int(np.flatnonzero(~(var_eps > 0))[0])
+            return MatchResult.fail(f"var + eps is {var_eps[k]:g} in channel {k}: the BN gives inf/NaN there, a fold would not")
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(new_w)) and np.all(np.isfinite(new_b))):
+            return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
+        if np.any((w != 0) & (new_w == 0) & (np.broadcast_to(self.per_weight(prod, s, w), w.shape) != 0)):
+            return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
+        return MatchResult.success()
 
     def extra_check(self, m: Match) -> MatchResult:
         return MatchResult.success()
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         prod, bn = m.nodes
-        scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
-        s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-        w = np.asarray(peek_values(prod.inputs[1]), dtype=np.float64)
-        old_b = np.asarray(peek_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
-        new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
-        prod.inputs[1] = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w.astype(np.float32))
-        set_bias(prod, gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b.astype(np.float32)))
+        _, _, new_w, new_b = self.folded(m)
+        if prod.op == "Gemm":
+            prod.attrs["beta"] = 1.0  # the old beta * C is in the folded bias
+        prod.inputs[1] = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w)
+        set_bias(prod, gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b))
         absorb(prod, bn)
         A.mark_created(prod, FoldBatchNorm.name, replaced=[prod, bn])
         return [bn]
@@ -63,9 +94,11 @@ class _FoldInto(RewriteRule):
 class _IntoConv(_FoldInto):
     pattern = ("Conv", "BatchNormalization")
 
+    def per_weight(self, prod, s, w):
+        return s.reshape((-1,) + (1,) * (w.ndim - 1))
+
     def fold(self, prod, w, b, s, mean, beta):
-        shape = (-1,) + (1,) * (w.ndim - 1)
-        return w * s.reshape(shape), (b - mean) * s + beta
+        return w * self.per_weight(prod, s, w), (b - mean) * s + beta
 
 
 class _IntoConvTranspose(_FoldInto):
@@ -76,9 +109,11 @@ class _IntoConvTranspose(_FoldInto):
             return MatchResult.fail("grouped ConvTranspose: output channels are split across groups")
         return MatchResult.success()
 
+    def per_weight(self, prod, s, w):
+        return s.reshape((1, -1) + (1,) * (w.ndim - 2))
+
     def fold(self, prod, w, b, s, mean, beta):
-        shape = (1, -1) + (1,) * (w.ndim - 2)
-        return w * s.reshape(shape), (b - mean) * s + beta
+        return w * self.per_weight(prod, s, w), (b - mean) * s + beta
 
 
 class _IntoGemm(_FoldInto):
@@ -90,14 +125,12 @@ class _IntoGemm(_FoldInto):
             return MatchResult.fail("Gemm with beta=0 and a C input")
         return MatchResult.success()
 
+    def per_weight(self, prod, s, w):
+        return s.reshape(-1, 1) if int(prod.attrs.get("transB", 0)) else s.reshape(1, -1)
+
     def fold(self, prod, w, b, s, mean, beta):
-        if int(prod.attrs.get("transB", 0)):
-            new_w = w * s.reshape(-1, 1)
-        else:
-            new_w = w * s.reshape(1, -1)
         c = float(prod.attrs.get("beta", 1.0)) * b
-        prod.attrs["beta"] = 1.0
-        return new_w, (c - mean) * s + beta
+        return w * self.per_weight(prod, s, w), (c - mean) * s + beta
 
 
 @register

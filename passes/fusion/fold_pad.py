@@ -6,7 +6,7 @@
 
 Exact: the padded zeros enter the convolution or the average as the op's own padding would.
 Refused (with the reason) for a non-constant, negative or batch/channel pad, a mode other than
-constant, a non-zero pad value, ``auto_pad`` other than NOTSET, a MaxPool (its padding is -inf,
+constant, a pad value other than +0 (-0.0 included), ``auto_pad`` other than NOTSET, a MaxPool (its padding is -inf,
 not 0), an AveragePool that excludes its own padding from the count, and an AveragePool whose
 combined padding would not be smaller than its kernel (pooling requires that).
 """
@@ -65,6 +65,8 @@ class _PadInto(RewriteRule):
         value = _pad_value(pad)
         if value != 0.0:
             return MatchResult.fail(f"pad value {value} is not 0")
+        if np.signbit(value):
+            return MatchResult.fail("pad value -0.0: the op's own padding is +0.0")
         pads = _pads(pad, len(shape))
         rank = len(shape)
         if pads is None or any(p < 0 for p in pads):

@@ -10,12 +10,16 @@ On Ascend the activation runs in the Conv kernel's epilogue (UB fusion, TbeConv2
 saving a kernel launch and a GM round trip of the Conv output. Each fused op carries the Conv's
 attributes and is defined by a model-local function (Conv then the activation), so the model
 still runs in onnxruntime; ``--emit portable`` inlines it back to standard ONNX. Run after
-fold_batchnorm so Conv+BN+Relu fuses too. A missing Conv bias becomes a zero bias.
+fold_batchnorm so Conv+BN+Relu fuses too. A missing Conv bias becomes a bias of -0.0 (x + -0.0
+is x bit for bit, -0.0 included; +0.0 would turn a -0.0 sum into +0.0). Conv of float32, float16,
+bfloat16 or float64; Relu6's body holds its Clip bounds typed as the Conv (one body per model and
+type: a second type of Relu6 Conv in the same model is refused with the reason).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.infra import MatchResult, PassKind, register
@@ -23,13 +27,23 @@ from graphpass.infra.pass_base import EXACT
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass, single_reader
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import CONV_ATTRS, DOMAIN, FUSED_CONV, ensure_function, fused_conv_function
+from graphpass.ir.device_ops import (CONV_ATTRS, DOMAIN, FLOAT_TYPES, FUSED_CONV, elem_type, ensure_function,
+                                     function_type_conflict, fused_conv_function)
 
 __all__ = ["FuseConvActivation"]
 
 
 def _opset(graph: gs.Graph) -> int:
     return model_io.opset_of(graph) or graph.opset or 13
+
+
+def _conv_type(conv: gs.Node) -> int | None:
+    """The Conv's element type: its output's, else its input's or weight's."""
+    for t in (conv.outputs[0], conv.inputs[0], conv.inputs[1]):
+        elem = elem_type(t.dtype)
+        if elem is not None:
+            return elem
+    return None
 
 
 class _ConvAct(RewriteRule):
@@ -45,8 +59,12 @@ class _ConvAct(RewriteRule):
         opset = _opset(m.root or m.graph)
         if opset < need:
             return MatchResult.fail(f"the model's opset {opset} is below {need}, which the fused body needs")
-        if conv.outputs[0].dtype is not None and np.dtype(conv.outputs[0].dtype) not in (np.float32, np.float16):
-            return MatchResult.fail(f"Conv of dtype {conv.outputs[0].dtype}")
+        elem = _conv_type(conv)
+        if elem not in FLOAT_TYPES:
+            return MatchResult.fail(f"Conv of dtype {conv.outputs[0].dtype} (float types only)")
+        conflict = function_type_conflict(m.root or m.graph, FUSED_CONV[self.activation][0], elem)
+        if conflict:
+            return MatchResult.fail(conflict)
         return self.check_activation(m)
 
     def check_activation(self, m: Match) -> MatchResult:
@@ -59,14 +77,16 @@ class _ConvAct(RewriteRule):
         conv, act = m.nodes[0], m.nodes[-1]
         op, _, _ = FUSED_CONV[self.activation]
         top = m.root or m.graph  # functions live on the model's top graph
-        ensure_function(top, fused_conv_function(self.activation, _opset(top)))
+        elem = _conv_type(conv)
+        ensure_function(top, fused_conv_function(self.activation, _opset(top), elem))
         bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2].name else None
         if bias is None:
             cout = conv.inputs[1].shape[0] if conv.inputs[1].shape else None
             if cout is None or not isinstance(cout, int):
                 raise AssertionError("checked: weight shape known")
-            dtype = np.dtype(conv.inputs[1].dtype) if conv.inputs[1].dtype is not None else np.float32
-            bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"), np.zeros(cout, dtype))
+            # -0.0: the additive identity (+0.0 would turn a -0.0 Conv output into +0.0)
+            bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"),
+                               onnx.numpy_helper.to_array(onnx.helper.make_tensor("b", elem, [cout], [-0.0] * cout)))
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
         attrs.update(self.activation_attrs(act))
         out = act.outputs[0]
@@ -99,6 +119,8 @@ class _Relu6(_ConvAct):
             lo, hi = (float(np.asarray(b.values)) if b is not None else None for b in bounds)
         if lo != 0.0 or hi != 6.0:
             return MatchResult.fail(f"Clip({lo}, {hi}) is not Relu6 (only Clip(0, 6) has a fused kernel)")
+        if np.signbit(lo):
+            return MatchResult.fail("Clip(-0.0, 6) gives -0.0 for negative inputs; Relu6's bound is +0.0")
         return MatchResult.success()
 
 
@@ -142,7 +164,8 @@ class FuseConvActivation(RulePass):
       1. Relu, LeakyRelu(alpha), HardSwish directly after the Conv;
       2. Clip(0, 6) (Relu6), with bounds as inputs (opset 11+) or attributes;
       3. SiLU written as Sigmoid and Mul;
-      4. a Conv without bias gets a zero bias (one signature per fused op).
+      4. a Conv without bias gets a bias of -0.0 (one signature per fused op);
+      5. Conv of float32, float16, bfloat16 or float64 (Relu6's bounds typed as the Conv).
     """
 
     name = "fuse_conv_activation"

@@ -4,7 +4,8 @@
         c constant, float32, shaped [C], [C,1,1], [1,C,1,1] (per output channel) or a scalar
 
 Add is commutative: the Conv may feed either input. Refused (with the reason) for a
-non-constant, non-float32 or non-per-channel addend, or a shared Conv bias.
+non-constant, non-float32 or non-per-channel addend, or a shared Conv bias; and when the summed
+bias overflows float32 or a parameter holds inf/NaN (the fold would move an inf or NaN).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, channel_operand, other_input, set_bias
+from graphpass.passes.fusion._common import absorb, channel_operand, keeps_specials, other_input, set_bias
 
 __all__ = ["FuseConvBias"]
 
@@ -35,14 +36,23 @@ class _BatchNormAdd(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         bn, add = m.nodes
-        return channel_operand(bn, other_input(add, bn.outputs[0]), "addend", {"B": bn.inputs[2]}, ("B",))
+        verdict = channel_operand(bn, other_input(add, bn.outputs[0]), "addend", {"B": bn.inputs[2]}, ("B",))
+        if not verdict:
+            return verdict
+        d, b = self.folded(m)
+        return keeps_specials("addend", d, np.asarray(peek_values(bn.inputs[2])), b, False)
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def folded(self, m: Match) -> tuple[np.ndarray, np.ndarray]:
         bn, add = m.nodes
         c = bn.inputs[1].shape[0]
         d = np.broadcast_to(np.asarray(peek_values(other_input(add, bn.outputs[0])), np.float32).reshape(-1), (c,))
-        b = np.asarray(peek_values(bn.inputs[2]), np.float32) + d
-        bn.inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b.astype(np.float32))
+        with np.errstate(all="ignore"):
+            return d, (np.asarray(peek_values(bn.inputs[2]), np.float32) + d).astype(np.float32)
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        bn, add = m.nodes
+        _, b = self.folded(m)
+        bn.inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b)
         absorb(bn, add)
         A.mark_created(bn, FuseConvBias.name, replaced=[bn, add])
         return [add]
@@ -57,14 +67,27 @@ class _ConvAdd(RewriteRule):
         params = {"weight": conv.inputs[1]}
         if len(conv.inputs) > 2 and conv.inputs[2].name:
             params["bias"] = conv.inputs[2]
-        return channel_operand(conv, _addend(m), "addend", params, ("bias",) if "bias" in params else ())
+        verdict = channel_operand(conv, _addend(m), "addend", params, ("bias",) if "bias" in params else ())
+        if not verdict:
+            return verdict
+        c, old, new = self.folded(m)
+        return keeps_specials("addend", c, old, new, False)
+
+    def folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the addend per channel, the old bias, the new bias); a missing bias is -0.0, the
+        additive identity (x + -0.0 is x, -0.0 included)."""
+        conv, _ = m.nodes
+        cout = conv.inputs[1].shape[0]
+        c = np.broadcast_to(np.asarray(peek_values(_addend(m)), dtype=np.float32).reshape(-1), (cout,))
+        has_bias = len(conv.inputs) > 2 and conv.inputs[2].name
+        old = np.asarray(peek_values(conv.inputs[2]), np.float32) if has_bias else np.full(cout, -0.0, np.float32)
+        with np.errstate(all="ignore"):
+            return c, old, (old + c).astype(np.float32)
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
         conv, add = m.nodes
-        c = np.asarray(peek_values(_addend(m)), dtype=np.float32).reshape(-1)
-        cout = conv.inputs[1].shape[0]
-        old = np.asarray(peek_values(conv.inputs[2]), np.float32) if len(conv.inputs) > 2 and conv.inputs[2].name else np.zeros(cout, np.float32)
-        set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), (old + np.broadcast_to(c, (cout,))).astype(np.float32)))
+        _, _, new = self.folded(m)
+        set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), new))
         absorb(conv, add)
         A.mark_created(conv, FuseConvBias.name, replaced=[conv, add])
         return [add]

@@ -7,7 +7,9 @@ into the Conv's weights and bias (the BN's scale and bias).
 The "scale" layers of Caffe-converted models (the model zoo's Conv -> Mul -> Add) and
 exporters' unfused affine BN tails. Exact up to float rounding, like BN folding. Mul is
 commutative: the Conv may feed either input. Refused (with the reason) for a non-constant,
-non-float32 or non-per-channel scale, or shared weights or bias.
+non-float32 or non-per-channel scale, or shared weights or bias; and when folding would move an
+inf or NaN: a scale holding inf/NaN, a scaled weight or bias that overflows float32, or a nonzero
+weight that the scale rounds to zero (an inf input would then give NaN, not ±inf).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from graphpass.infra.pass_base import REASSOCIATION
 from graphpass.infra.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, channel_operand, other_input, set_bias
+from graphpass.passes.fusion._common import absorb, channel_operand, keeps_specials, other_input, set_bias
 
 __all__ = ["FuseConvScale"]
 
@@ -33,16 +35,29 @@ class _BatchNormMul(RewriteRule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         bn, mul = m.nodes
-        return channel_operand(bn, other_input(mul, bn.outputs[0]), "factor",
-                               {"scale": bn.inputs[1], "B": bn.inputs[2]}, ("scale", "B"))
+        verdict = channel_operand(bn, other_input(mul, bn.outputs[0]), "factor",
+                                  {"scale": bn.inputs[1], "B": bn.inputs[2]}, ("scale", "B"))
+        if not verdict:
+            return verdict
+        s, folded = self.folded(m)
+        for i, label in ((1, "BN scale"), (2, "BN bias")):
+            verdict = keeps_specials(f"factor (into the {label})", s, np.asarray(peek_values(bn.inputs[i])), folded[i], True)
+            if not verdict:
+                return verdict
+        return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def folded(self, m: Match) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         bn, mul = m.nodes
         c = bn.inputs[1].shape[0]
         s = np.broadcast_to(np.asarray(peek_values(other_input(mul, bn.outputs[0])), np.float64).reshape(-1), (c,))
+        with np.errstate(all="ignore"):
+            return s, {i: (np.asarray(peek_values(bn.inputs[i]), np.float64) * s).astype(np.float32) for i in (1, 2)}
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        bn, mul = m.nodes
+        _, folded = self.folded(m)
         for i, label in ((1, "scale"), (2, "bias")):
-            v = np.asarray(peek_values(bn.inputs[i]), np.float64) * s
-            bn.inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), v.astype(np.float32))
+            bn.inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), folded[i])
         absorb(bn, mul)
         A.mark_created(bn, FuseConvScale.name, replaced=[bn, mul])
         return [mul]
@@ -57,18 +72,37 @@ class _ConvMul(RewriteRule):
         params = {"weight": conv.inputs[1]}
         if len(conv.inputs) > 2 and conv.inputs[2].name:
             params["bias"] = conv.inputs[2]
-        return channel_operand(conv, other_input(mul, conv.outputs[0]), "scale", params, tuple(params))
+        verdict = channel_operand(conv, other_input(mul, conv.outputs[0]), "scale", params, tuple(params))
+        if not verdict:
+            return verdict
+        s, weights, bias = self.folded(m)
+        w = conv.inputs[1]
+        verdict = keeps_specials("scale (into the weights)", s.reshape((-1,) + (1,) * (len(w.shape) - 1)),
+                                 np.asarray(peek_values(w)), weights, True)
+        if verdict and bias is not None:
+            verdict = keeps_specials("scale (into the bias)", s, np.asarray(peek_values(conv.inputs[2])), bias, True)
+        return verdict
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(the per-channel scale, the scaled weights and bias in float32)."""
         conv, mul = m.nodes
         w = conv.inputs[1]
         cout = w.shape[0]
         s = np.broadcast_to(np.asarray(peek_values(other_input(mul, conv.outputs[0])), np.float64).reshape(-1), (cout,))
-        weights = np.asarray(peek_values(w), np.float64) * s.reshape((cout,) + (1,) * (len(w.shape) - 1))
-        conv.inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights.astype(np.float32))
-        if len(conv.inputs) > 2 and conv.inputs[2].name:
-            bias = np.asarray(peek_values(conv.inputs[2]), np.float64) * s
-            set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias.astype(np.float32)))
+        with np.errstate(all="ignore"):
+            weights = (np.asarray(peek_values(w), np.float64) * s.reshape((cout,) + (1,) * (len(w.shape) - 1))).astype(np.float32)
+            bias = None
+            if len(conv.inputs) > 2 and conv.inputs[2].name:
+                bias = (np.asarray(peek_values(conv.inputs[2]), np.float64) * s).astype(np.float32)
+        return s, weights, bias
+
+    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+        conv, mul = m.nodes
+        w = conv.inputs[1]
+        _, weights, bias = self.folded(m)
+        conv.inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights)
+        if bias is not None:
+            set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias))
         absorb(conv, mul)
         A.mark_created(conv, FuseConvScale.name, replaced=[conv, mul])
         return [mul]

@@ -4,7 +4,10 @@
         =>  Gelu(x)                          opset 20+
         =>  graphpass.ascend::Gelu(x)        before opset 20, defined by its ONNX function body
 
-Exact (the body is the same computation). Every intermediate must have no other reader.
+Every intermediate must have no other reader. The constants match only when equal to sqrt 2,
+1/sqrt 2, 1 and 0.5 exactly as x's type holds them (no near miss), have x's type, and do not
+broadcast x to a higher rank. float32 and float64 only: a float16/bfloat16 decomposition rounds
+at every step, and one Gelu kernel differs from it by more than the promised tolerance.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ import dataclasses
 import math
 
 import onnx_graphsurgeon as gs
+from onnx import TensorProto
 
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass, Promise
 from graphpass.infra.rewrite import single_reader
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import DOMAIN, ensure_function, gelu_function
+from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, function_type_conflict, gelu_function
 from graphpass.ir.graph import NameGen
 from graphpass.passes.fusion._match import is_const, operands, producer_of, replace_matches
 
@@ -32,16 +36,16 @@ def _erf_term(t: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, li
         return None
     for e, one in operands(add):
         erf = producer_of(e, "Erf", local)
-        if erf is None or not is_const(one, 1.0) or not single_reader(e, g):
+        if erf is None or not is_const(one, 1.0, e) or not single_reader(e, g):
             continue
         scaled = erf.inputs[0]
         div = producer_of(scaled, "Div", local)
-        if div is not None and is_const(div.inputs[1], math.sqrt(2.0)) and single_reader(scaled, g):
+        if div is not None and is_const(div.inputs[1], math.sqrt(2.0), div.inputs[0]) and single_reader(scaled, g):
             return div.inputs[0], [div, erf, add]
         mul = producer_of(scaled, "Mul", local)
         if mul is not None and single_reader(scaled, g):
             for x, c in operands(mul):
-                if is_const(c, 1 / math.sqrt(2.0)):
+                if is_const(c, 1 / math.sqrt(2.0), x):
                     return x, [mul, erf, add]
     return None
 
@@ -52,6 +56,10 @@ class _Hit:
     nodes: list[gs.Node]
 
 
+#: The types one Gelu kernel computes within the promised tolerance of the decomposition.
+_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
 def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
         return None
@@ -59,13 +67,13 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
         inner = producer_of(p, "Mul", local)
         if inner is None or not single_reader(p, g):
             continue
-        if is_const(q, 0.5):  # (x * (1 + erf)) * 0.5
+        if is_const(q, 0.5, p):  # (x * (1 + erf)) * 0.5
             for x, t in operands(inner):
                 hit = _erf_term(t, g, local)
                 if hit is not None and hit[0] is x:
                     return _Hit(x, hit[1] + [inner, anchor])
         for x, half in operands(inner):  # (x * 0.5) * (1 + erf)
-            if is_const(half, 0.5):
+            if is_const(half, 0.5, x):
                 hit = _erf_term(q, g, local)
                 if hit is not None and hit[0] is x:
                     return _Hit(x, hit[1] + [inner, anchor])
@@ -79,7 +87,9 @@ class FuseGelu(Pass):
     Cases:
       1. x / sqrt 2 or x * (1/sqrt 2) inside the erf;
       2. the 0.5 applied last or to x first; Add and Mul operands in either order;
-      3. Gelu op from opset 20, a graphpass.ascend::Gelu device op (with its body) before.
+      3. Gelu op from opset 20, a graphpass.ascend::Gelu device op (with its body, constants
+         typed as x) before;
+      4. float32 and float64; constants equal to GELU's exactly as that type holds them.
     """
 
     name = "fuse_gelu"
@@ -91,11 +101,27 @@ class FuseGelu(Pass):
         opset = model_io.opset_of(graph) or graph.opset or 13
         names = NameGen(graph)
 
+        def match(node, g, local):
+            hit = _match(node, g, local)
+            if hit is None:
+                return None
+            elem = elem_type(hit.x.dtype)
+            reason = None
+            if elem not in _TYPES:
+                reason = (f"GELU of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one Gelu kernel differs "
+                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
+            elif opset < 20:
+                reason = function_type_conflict(graph, "Gelu", elem)  # one body per model and type
+            if reason:
+                ctx.explain(self.name, node, reason)
+                return None
+            return hit
+
         def build(hit, out):
             if opset >= 20:
                 return gs.Node("Gelu", name=names("gelu"), inputs=[hit.x], outputs=[out])
-            ensure_function(graph, gelu_function(opset))
+            ensure_function(graph, gelu_function(opset, elem_type(hit.x.dtype)))
             return gs.Node("Gelu", name=names("gelu"), domain=DOMAIN, inputs=[hit.x], outputs=[out])
 
-        fired = replace_matches(graph, _match, build, self.name, names)
+        fired = replace_matches(graph, match, build, self.name, names)
         return PassResult(fired > 0, {"fired": fired})

@@ -6,7 +6,12 @@
         =>  graphpass.ascend::LayerNorm(x, scale, bias, epsilon)       before, with its ONNX body
 
 Refused silently when the reductions are not over the last axis only, or an intermediate has
-another reader. A missing scale or bias becomes ones or zeros of the normalized size.
+another reader. A missing scale or bias becomes ones or zeros of the normalized size. The
+exponent must be exactly 2; eps is taken from the graph exactly (a one-element constant of x's
+type that the float ``epsilon`` attribute holds without rounding; else refused); scale and bias
+must be constants of x's type that broadcast along the last axis only ([W], [1, W], a scalar,
+... of rank <= x's), passed on as [W]. float32 and float64 only: a float16/bfloat16 decomposition
+rounds at every step, and one kernel differs from it by more than the promised tolerance.
 """
 
 from __future__ import annotations
@@ -15,15 +20,16 @@ import dataclasses
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import TensorProto
 
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass, Promise
 from graphpass.infra.rewrite import single_reader
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import DOMAIN, ensure_function, layer_norm_function
+from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, function_type_conflict, layer_norm_function
 from graphpass.ir.graph import NameGen
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.fusion._match import const_value, is_const, operands, producer_of, replace_matches
+from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of, replace_matches
 
 __all__ = ["FuseLayerNorm"]
 
@@ -37,11 +43,28 @@ def _last_axis_mean(node: gs.Node | None, rank: int) -> bool:
     return axes is not None and [int(a) % rank for a in axes] == [rank - 1]
 
 
+#: The types one LayerNormalization kernel computes within the promised tolerance.
+_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
+def _last_axis_param(p: gs.Tensor | None, x: gs.Tensor, width: int) -> np.ndarray | None | bool:
+    """A scale/bias constant as [W] values (None: absent); False when it does not broadcast along
+    the last axis of ``x`` only, or has another type."""
+    if p is None:
+        return None
+    if not isinstance(p, gs.Constant) or elem_type(p.dtype) != elem_type(x.dtype) or p.shape is None:
+        return False
+    shape = list(p.shape)
+    if len(shape) > len(x.shape) or any(d != 1 for d in shape[:-1]) or (shape and shape[-1] not in (1, width)):
+        return False
+    return np.broadcast_to(np.asarray(p.values).reshape(-1), (width,)).copy()
+
+
 @dataclasses.dataclass
 class _Hit:
     x: gs.Tensor
-    scale: gs.Tensor | None
-    bias: gs.Tensor | None
+    scale: np.ndarray | None
+    bias: np.ndarray | None
     eps: float
     nodes: list[gs.Node]
     width: int
@@ -82,22 +105,31 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if add is None or not single_reader(sqrt.inputs[0], g):
         return None
     var_t, eps_t = next(((a, b) for a, b in operands(add) if const_value(b) is not None), (None, None))
-    if var_t is None:
+    if var_t is None or elem_type(eps_t.dtype) != elem_type(var_t.dtype) or not no_broadcast(eps_t, var_t):
         return None
+    eps = const_value(eps_t)
+    if float(np.float32(eps)) != eps:
+        return None  # the epsilon attribute is a float: it would round this eps
     var = producer_of(var_t, "ReduceMean", local)
     if var is None or not single_reader(var_t, g):
         return None
     pow_ = producer_of(var.inputs[0], "Pow", local)
-    if pow_ is None or pow_.inputs[0] is not d or not is_const(pow_.inputs[1], 2.0) or not single_reader(var.inputs[0], g):
+    if pow_ is None or pow_.inputs[0] is not d or not is_const(pow_.inputs[1], 2.0) or not no_broadcast(pow_.inputs[1], d) \
+            or not single_reader(var.inputs[0], g):
         return None
     x, mu_t = sub.inputs
     mean = producer_of(mu_t, "ReduceMean", local)
     if mean is None or mean.inputs[0] is not x or not single_reader(mu_t, g) or len(d.outputs) != 2:
         return None
     shape = static_shape(x)
-    if shape is None or not _last_axis_mean(mean, len(shape)) or not _last_axis_mean(var, len(shape)):
+    if shape is None or not shape:
         return None
-    return _Hit(x, scale, bias, const_value(eps_t), nodes + [t, sqrt, add, var, pow_, sub, mean], shape[-1])
+    if not _last_axis_mean(mean, len(shape)) or not _last_axis_mean(var, len(shape)):
+        return None
+    scale_v, bias_v = _last_axis_param(scale, x, shape[-1]), _last_axis_param(bias, x, shape[-1])
+    if scale_v is False or bias_v is False:
+        return None
+    return _Hit(x, scale_v, bias_v, eps, nodes + [t, sqrt, add, var, pow_, sub, mean], shape[-1])
 
 
 @register
@@ -107,7 +139,8 @@ class FuseLayerNorm(Pass):
     Cases:
       1. with scale and bias, with scale only, or bare (ones / zeros supplied);
       2. ReduceMean axes as an attribute or an input (opset 18);
-      3. LayerNormalization from opset 17, a graphpass.ascend::LayerNorm device op before.
+      3. LayerNormalization from opset 17, a graphpass.ascend::LayerNorm device op before;
+      4. float32 and float64, eps exact, scale/bias along the last axis only (passed as [W]).
     """
 
     name = "fuse_layer_norm"
@@ -120,18 +153,32 @@ class FuseLayerNorm(Pass):
         names = NameGen(graph)
 
         def build(hit, out):
-            dtype = np.dtype(hit.x.dtype) if hit.x.dtype is not None else np.float32
-            scale = hit.scale if hit.scale is not None else gs.Constant(names("ln_scale"), np.ones(hit.width, dtype))
-            bias = hit.bias if hit.bias is not None else gs.Constant(names("ln_bias"), np.zeros(hit.width, dtype))
+            dtype = np.dtype(hit.x.dtype)
+            # a missing bias is -0.0: the additive identity (+0.0 would turn -0.0 into +0.0)
+            scale = gs.Constant(names("ln_scale"), hit.scale if hit.scale is not None else np.ones(hit.width, dtype))
+            bias = gs.Constant(names("ln_bias"), hit.bias if hit.bias is not None else np.full(hit.width, -0.0, dtype))
             if opset >= 17:
                 return gs.Node("LayerNormalization", name=names("layer_norm"), inputs=[hit.x, scale, bias], outputs=[out],
                                attrs={"axis": -1, "epsilon": float(hit.eps)})
-            ensure_function(graph, layer_norm_function(opset))
+            ensure_function(graph, layer_norm_function(opset, elem_type(hit.x.dtype)))
             return gs.Node("LayerNorm", name=names("layer_norm"), domain=DOMAIN, inputs=[hit.x, scale, bias],
                            outputs=[out], attrs={"epsilon": float(hit.eps)})
 
         def match(node, g, local):
-            return _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
+            hit = _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
+            if hit is None:
+                return None
+            elem = elem_type(hit.x.dtype)
+            reason = None
+            if elem not in _TYPES:
+                reason = (f"LayerNorm of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one kernel differs "
+                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
+            elif opset < 17:
+                reason = function_type_conflict(graph, "LayerNorm", elem)  # one body per model and type
+            if reason:
+                ctx.explain(self.name, node, reason)
+                return None
+            return hit
 
         # consumers first: the largest match (with bias) wins over the bare Div inside it
         fired = replace_matches(graph, match, build, self.name, names, anchors_last_first=True)

@@ -1,9 +1,11 @@
 import numpy as np
+import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
 from graphpass.passes import eliminate_identity
-from graphpass.testing import assert_equivalent, make_model, ops
+from graphpass.testing import assert_equivalent, make_model, ops, ort_run
 
 
 def test_internal_identity_removed():
@@ -61,9 +63,10 @@ def test_dropout_with_used_mask_is_kept():
 
 
 def test_neutral_elements_are_removed():
-    inits = {"one": np.ones((1, 3, 1), np.float32), "zero": np.zeros((), np.float32), "one_s": np.array(1.0, np.float32)}
+    inits = {"one": np.ones((1, 3, 1), np.float32), "zero": np.zeros((), np.float32), "one_s": np.array(1.0, np.float32),
+             "neg_zero": np.array(-0.0, np.float32)}
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "one"], ["a"]),
-             helper.make_node("Add", ["zero", "a"], ["b"]), helper.make_node("Div", ["b", "one_s"], ["c"]),
+             helper.make_node("Add", ["neg_zero", "a"], ["b"]), helper.make_node("Div", ["b", "one_s"], ["c"]),
              helper.make_node("Sub", ["c", "zero"], ["y"])]
     model = make_model(nodes, {"x": [2, 3, 4]}, {"y": [2, 3, 4]}, initializers=inits)
     graph = gp.load(model)
@@ -82,3 +85,45 @@ def test_neutral_element_that_broadcasts_or_is_not_neutral_is_kept():
     graph = gp.load(model)
     assert not eliminate_identity(graph).modified
     assert ops(graph) == ["Mul", "Mul", "Sub"]
+
+
+SPECIAL = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38, 1.5, -2.0],
+                   np.float32)
+
+
+def _bits_equal(a, b):
+    return a.dtype == b.dtype and np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
+
+
+@pytest.mark.parametrize("op, value, removed, const_first", [
+    ("Add", 0.0, False, False), ("Add", 0.0, False, True),  # -0.0 + 0.0 is +0.0: not an identity
+    ("Add", -0.0, True, False), ("Add", -0.0, True, True),  # x + -0.0 is x for every x
+    ("Sub", 0.0, True, False),                              # x - 0.0 is x + -0.0
+    ("Sub", -0.0, False, False),                            # x - -0.0 is x + 0.0: -0.0 becomes +0.0
+    ("Mul", 1.0, True, False), ("Mul", 1.0, True, True),
+    ("Div", 1.0, True, False),
+])
+def test_float_neutral_elements_follow_the_sign_of_zero(op, value, removed, const_first):
+    ins = ["c", "r"] if const_first else ["r", "c"]
+    nodes = [helper.make_node("Neg", ["x"], ["r"]), helper.make_node(op, ins, ["y"])]
+    model = make_model(nodes, {"x": [12]}, {"y": [12]}, initializers={"c": np.array(value, np.float32)})
+    graph = gp.load(model)
+    eliminate_identity(graph)
+    assert (op in ops(graph)) != removed
+    after = gp.to_proto(graph)
+    feeds = {"x": SPECIAL}
+    ref, got = ort_run(model, feeds)["y"], ort_run(after, feeds)["y"]
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(got), nan)  # NaN payloads aside, bit for bit
+    assert _bits_equal(got[~nan], ref[~nan])
+
+
+@pytest.mark.parametrize("op, value", [("Add", 0), ("Sub", 0), ("Mul", 1), ("Div", 1)])
+@pytest.mark.parametrize("dtype, elem", [(np.int32, onnx.TensorProto.INT32), (np.int64, onnx.TensorProto.INT64)])
+def test_integer_neutral_elements_are_all_removed(op, value, dtype, elem):
+    nodes = [helper.make_node("Neg", ["x"], ["r"]), helper.make_node(op, ["r", "c"], ["y"])]
+    model = make_model(nodes, {"x": (elem, [5])}, {"y": (elem, [5])}, initializers={"c": np.array(value, dtype)})
+    graph = gp.load(model)
+    assert eliminate_identity(graph).stats["neutral"] == 1
+    feeds = {"x": np.array([0, -1, 7, np.iinfo(dtype).max, np.iinfo(dtype).min + 1], dtype)}
+    assert _bits_equal(ort_run(gp.to_proto(graph), feeds)["y"], ort_run(model, feeds)["y"])

@@ -1,4 +1,5 @@
 import numpy as np
+import onnx
 from onnx import TensorProto, helper
 
 import graphpass as gp
@@ -95,3 +96,66 @@ def test_bn_after_non_conv_is_not_matched():
                        initializers=_bn_params(8))
     graph = gp.load(model)
     assert not fold_batchnorm(graph).modified
+
+
+def _conv_bn_with(**params):
+    model = _conv_bn()
+    for t in model.graph.initializer:
+        if t.name in params:
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(params[t.name], np.float32), t.name))
+    for n in model.graph.node:
+        if n.op_type == "BatchNormalization":
+            n.attribute[0].f = params.get("eps", n.attribute[0].f)
+    return model
+
+
+def test_var_plus_eps_zero_is_not_folded_the_bn_gives_inf_there():
+    # var + eps = 0 in channel 2: the BN divides by zero; onnxruntime gives -inf or +inf in part
+    # of the channel (NaN elsewhere); a fold would put inf into the weights and bias and give
+    # NaN across the channel.
+    var = np.full(8, 0.5, np.float32)
+    var[2] = -1e-3
+    model = _conv_bn_with(bn_v=var)
+    assert "var + eps is 0 in channel 2" in _refusal(model)
+    from graphpass.testing import ort_run
+    x = RNG.standard_normal((2, 8, 6, 6)).astype(np.float32)
+    y = ort_run(model, {"x": x})["y"]
+    assert np.isinf(y[:, 2]).any() and not np.isfinite(y[:, 2]).any() and np.isfinite(np.delete(y, 2, axis=1)).all()
+
+
+def test_fold_that_would_overflow_or_underflow_a_weight_is_refused():
+    big = np.full(8, 1.0, np.float32)
+    big[0] = 3e38  # W * s overflows float32 for |W| > ~1.1 * sqrt(var + eps)
+    assert "overflows" in _refusal(_conv_bn_with(bn_s=big))
+    tiny = np.full(8, 1.0, np.float32)
+    tiny[1] = 1e-45  # W * s rounds to 0: an inf input would give NaN where the BN gives ±inf
+    assert "rounds a nonzero weight to zero" in _refusal(_conv_bn_with(bn_s=tiny))
+
+
+def test_zero_gamma_is_folded_and_keeps_nan_and_inf():
+    # gamma = 0: the BN gives 0 * (inf - mean) = NaN where the Conv output is inf, beta elsewhere;
+    # the folded Conv has zero weights there: inf * 0 = NaN too.
+    gamma = RNG.uniform(0.5, 1.5, 8).astype(np.float32)
+    gamma[[0, 3]] = [0.0, -0.0]
+    model = _conv_bn_with(bn_s=gamma)
+    graph = gp.load(model)
+    assert fold_batchnorm(graph).modified
+    from graphpass.testing import ort_run
+    x = RNG.standard_normal((2, 8, 6, 6)).astype(np.float32)
+    x[0, 1, 2, 2], x[1, 4, 0, 0], x[1, 5, 3, 3] = np.inf, -np.inf, np.nan
+    ref, got = ort_run(model, {"x": x})["y"], ort_run(gp.to_proto(graph), {"x": x})["y"]
+    assert np.array_equal(np.isnan(ref), np.isnan(got)) and np.isnan(ref[:, 0]).any()
+    assert np.array_equal(np.isinf(ref), np.isinf(got)) and np.array_equal(ref[np.isinf(ref)], got[np.isinf(got)])
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_conv_bn_is_refused_with_reason_not_a_crash():
+    def t(name, shape):
+        return helper.make_tensor(name, TensorProto.BFLOAT16, shape, RNG.uniform(0.5, 1.5, shape).ravel().tolist())
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), _bn("c", "y")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 3, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 4, 5, 5])],
+                          initializer=[t("w", [4, 3, 3, 3])] + [t(f"bn_{k}", [4]) for k in "sbmv"])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    assert "is bfloat16: folding in bfloat16 would round" in _refusal(model)

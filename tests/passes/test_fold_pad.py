@@ -44,6 +44,8 @@ def test_refusals_say_why():
     for model, reason in (
         (_model(maxpool, out_shape=(1, 3, 6, 6)), "MaxPool pads with -inf"),
         (_model(helper.make_node("Conv", ["p", "w"], ["y"]), value=1.0, out_shape=(1, 4, 7, 6)), "pad value 1.0 is not 0"),
+        (_model(helper.make_node("Conv", ["p", "w"], ["y"]), value=-0.0, out_shape=(1, 4, 7, 6)), "pad value -0.0"),
+        (_model(helper.make_node("Conv", ["p", "w"], ["y"]), value=1e-45, out_shape=(1, 4, 7, 6)), "is not 0"),
         (_model(helper.make_node("Conv", ["p", "w"], ["y"]), pads=(0, 1, 0, 0, 0, 0, 0, 0), out_shape=(1, 4, 5, 5)),
          "batch or channel"),
     ):

@@ -103,3 +103,14 @@ def test_fusion_inside_a_loop_body_puts_the_function_on_the_model():
     device = gp.to_proto(graph, emit="device")
     assert [f.name for f in device.functions] == ["FusedConvRelu"]
     assert_equivalent(model, device, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_from_negative_zero_is_not_relu6():
+    # Clip(x, -0.0, 6) gives -0.0 for x < 0; the fused body's bound is +0.0
+    model = _model(CASES["Relu6"][0])
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(-0.0, np.float32), "lo"),
+                                    onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_activation(graph, ctx).modified
+    assert "-0.0" in ctx.explanations[0].reason

@@ -1,4 +1,5 @@
 import numpy as np
+import onnx
 from onnx import helper
 
 import graphpass as gp
@@ -45,3 +46,55 @@ def test_runtime_addend_is_refused():
     graph = gp.load(model)
     ctx = PassContext()
     assert not fuse_conv_bias(graph, ctx).modified and "not a constant" in ctx.explanations[0].reason
+
+
+def _refusal(model):
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_bias(graph, ctx).modified
+    return ctx.explanations[0].reason
+
+
+def test_addend_of_higher_rank_than_the_output_is_refused():
+    # [1,1,6,1,1] + a 4-D Conv output is 5-D: folding it into the bias would drop a dimension
+    for shape in ((1, 1, 6, 1, 1), (1, 1, 1, 1, 1)):
+        addend = RNG.standard_normal(shape).astype(np.float32)
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["conv"]), helper.make_node("Add", ["conv", "c"], ["y"])],
+                           {"x": [1, 3, 8, 8]}, {"y": [1, 1, 6, 6, 6]},
+                           initializers={"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32), "c": addend})
+        assert "would broadcast the rank-4 output up" in _refusal(model)
+
+
+def test_batchnorm_addend_of_higher_rank_or_unknown_rank_is_refused():
+    bn_in = {k: RNG.uniform(0.5, 1.5, 6).astype(np.float32) for k in ("s", "b", "m", "v")}
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Add", ["bn", "c"], ["y"])]
+    model = make_model(nodes, {"x": [2, 6, 5]}, {"y": [1, 2, 6, 5]},
+                       initializers={**bn_in, "c": RNG.standard_normal((1, 1, 6, 1)).astype(np.float32)})
+    assert "would broadcast the rank-3 output up" in _refusal(model)
+    # the rank of x unknown: a [6,1,1] addend could broadcast a 3-D BN output into another shape
+    model = make_model(nodes, {"x": (onnx.TensorProto.FLOAT, None)}, {"y": (onnx.TensorProto.FLOAT, None)},
+                       initializers={**bn_in, "c": RNG.standard_normal((6, 1, 1)).astype(np.float32)})
+    assert "unknown" in _refusal(model)
+
+
+def test_addend_that_would_move_inf_or_nan_is_refused_with_reason():
+    for value, conv_bias, reason in ((np.inf, False, "holds inf or NaN"), (np.nan, True, "holds inf or NaN"),
+                                     (3.4e38, True, "overflows float32")):
+        addend = np.zeros((6, 1, 1), np.float32)
+        addend[1] = value
+        model = _model(addend, conv_bias=conv_bias)
+        if conv_bias:
+            for t in model.graph.initializer:
+                if t.name == "b":
+                    t.CopyFrom(onnx.numpy_helper.from_array(np.full(6, 3.4e38, np.float32), "b"))
+        assert reason in _refusal(model), value
+
+
+def test_conv_without_bias_gets_the_addend_exactly():
+    # the missing bias is -0.0, the additive identity: a -0.0 addend stays -0.0
+    addend = np.array([-0.0, 0.0, 1.5, -2.0, -0.0, 3.0], np.float32).reshape(6, 1, 1)
+    graph = gp.load(_model(addend))
+    assert fuse_conv_bias(graph).modified
+    bias = np.asarray(graph.nodes[0].inputs[2].values)
+    assert np.array_equal(bias.view(np.uint32), addend.ravel().view(np.uint32))

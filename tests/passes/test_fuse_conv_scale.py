@@ -75,3 +75,29 @@ def test_batchnorm_then_scale_and_shift_fold_into_the_batchnorm():
     assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
     assert ops(graph) == ["BatchNormalization", "Relu"]
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_scale_of_higher_rank_than_the_output_is_refused():
+    # [1,1,6,1,1] * a 4-D Conv output is 5-D: folding it into the weights would drop a dimension
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["conv"]), helper.make_node("Mul", ["conv", "s"], ["y"])],
+                       {"x": [1, 3, 8, 8]}, {"y": [1, 1, 6, 6, 6]},
+                       initializers={"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32),
+                                     "s": RNG.uniform(0.5, 2, (1, 1, 6, 1, 1)).astype(np.float32)})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not fuse_conv_scale(graph, ctx).modified
+    assert "would broadcast the rank-4 output up" in ctx.explanations[0].reason
+
+
+def test_scale_that_would_move_inf_or_nan_is_refused_with_reason():
+    # an inf scale: Conv * inf is ±inf per element, a folded sum of ±inf weights is NaN;
+    # 1e-45 rounds nonzero weights to 0 (inf input: NaN, where the original gives ±inf);
+    # 3e38 overflows a weight (|W| > 1.13)
+    for value, reason in ((np.inf, "holds inf or NaN"), (np.nan, "holds inf or NaN"), (1e-45, "rounds a nonzero"),
+                          (3e38, "overflows float32")):
+        scale = np.ones((1, 6, 1, 1), np.float32)
+        scale[0, 2] = value
+        graph = gp.load(_model(scale))
+        ctx = PassContext()
+        assert not fuse_conv_scale(graph, ctx).modified
+        assert reason in ctx.explanations[0].reason, value

@@ -44,3 +44,36 @@ def test_intermediate_read_elsewhere_blocks_the_fusion():
     model.graph.output.append(helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 16]))
     graph = gp.load(model)
     assert not fuse_gelu(graph).modified
+
+
+def _with(model, name, value, shape=()):
+    for i, t in enumerate(model.graph.initializer):
+        if t.name == name:
+            model.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(np.full(shape, value, np.float32), name))
+    return model
+
+
+@pytest.mark.parametrize("mul_form, name, value", [
+    (False, "k", 1.4142),                                        # sqrt 2 to 5 digits: within the old 1e-4
+    (False, "k", np.nextafter(np.float32(math.sqrt(2)), np.float32(2))),  # one ulp off
+    (True, "k", np.nextafter(np.float32(1 / math.sqrt(2)), np.float32(0))),
+    (False, "half", 0.50001),
+    (False, "one", 1.00001),
+])
+def test_near_miss_constants_are_not_gelu(mul_form, name, value):
+    model = _with(_gelu_model(20, mul_form=mul_form), name, value)
+    assert not fuse_gelu(gp.load(model)).modified
+
+
+def test_constants_rounded_as_the_type_holds_them_match():
+    # exporters write float32(sqrt 2) and float32(1/sqrt 2): exactly those match
+    for mul_form, value in ((False, np.float32(math.sqrt(2))), (True, np.float32(1 / math.sqrt(2)))):
+        model = _with(_gelu_model(20, mul_form=mul_form), "k", value)
+        assert fuse_gelu(gp.load(model)).stats["fired"] == 1
+
+
+def test_one_element_constant_of_higher_rank_is_not_gelu():
+    # x [2,16] * 0.5 of shape [1,1,1] is [1,2,16]: Gelu(x) would drop a dimension
+    model = _with(_gelu_model(20), "half", 0.5, (1, 1, 1))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 16]))
+    assert not fuse_gelu(gp.load(model)).modified

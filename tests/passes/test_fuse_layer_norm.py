@@ -46,3 +46,37 @@ def test_layer_norm_subgraph_becomes_one_op(opset, op, domain, affine, tmp_path)
 def test_normalizing_another_axis_is_not_fused():
     graph = gp.load(_ln_model(13, axis=1))
     assert not fuse_layer_norm(graph).modified
+
+
+def _set(model, name, value):
+    for t in model.graph.initializer:
+        if t.name == name:
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(value, np.float32), name))
+    return model
+
+
+def test_epsilon_is_taken_from_the_graph_exactly():
+    graph = gp.load(_ln_model(17))
+    fuse_layer_norm(graph)
+    assert graph.nodes[0].attrs["epsilon"] == float(np.float32(1e-5))
+
+
+def test_near_miss_exponent_is_not_layer_norm():
+    for two in (2.0001, np.nextafter(np.float32(2), np.float32(3))):
+        assert not fuse_layer_norm(gp.load(_set(_ln_model(17), "two", two))).modified
+
+
+@pytest.mark.parametrize("name, shape, left", [("gamma", (1, 8), []), ("beta", (1, 1, 8), []), ("gamma", (), []),
+                                               ("gamma", (5, 8), ["Add", "Mul"]), ("beta", (1, 1, 1, 8), ["Add"])])
+def test_scale_and_bias_must_broadcast_along_the_last_axis_only(name, shape, left):
+    model = _set(_ln_model(17), name, RNG.uniform(0.5, 1.5, shape))
+    if len(shape) == 4:  # a rank-4 bias makes the output 4-D
+        model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 5, 8]))
+    graph = gp.load(model)
+    assert fuse_layer_norm(graph).modified
+    if not left:
+        assert ops(graph) == ["LayerNormalization"]
+        assert list(graph.nodes[0].inputs[1].shape) == [8] and list(graph.nodes[0].inputs[2].shape) == [8]
+    else:  # the normalization fuses without the operand that does not fit, which stays as it was
+        assert sorted(ops(graph)) == sorted(left + ["LayerNormalization"])
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-4, atol=1e-5)

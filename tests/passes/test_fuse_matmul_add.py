@@ -29,3 +29,16 @@ def test_batched_matmul_is_refused_with_reason():
     ctx = PassContext()
     assert not fuse_matmul_add(graph, ctx).modified
     assert "ranks 3 and 2" in ctx.explanations[0].reason
+
+
+def test_addend_that_would_change_the_output_shape_is_refused():
+    # [1,4,7] broadcasts the [4,7] product up to rank 3; [2,4,7] and [4,2] do not fit at all
+    for c_shape in ((1, 4, 7), (2, 4, 7)):
+        model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "c"], ["y"])],
+                           {"x": [4, 5]}, {"y": list(c_shape)},
+                           initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32),
+                                         "c": RNG.standard_normal(c_shape).astype(np.float32)})
+        graph = gp.load(model)
+        ctx = PassContext()
+        assert not fuse_matmul_add(graph, ctx).modified
+        assert "does not broadcast to [4, 7]" in ctx.explanations[0].reason
