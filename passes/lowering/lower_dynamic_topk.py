@@ -12,7 +12,7 @@ Where turns a -0.0 taken from its first branch into +0.0, so it cannot select ei
 identity of addition (for k = 0 it is +0.0, onnxruntime's sum of an empty tensor; integers fill
 0), so the masked sum is the sum of the selected values; only the order of the additions
 changes, hence the summation-order tolerance. NaN and inf positions stay where the original has
-them. k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
+them, except where values near the dtype's max overflow (or cancel) in only one of the two orders. k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
 nothing depends on the data's shape any more: the graph compiles statically and sinks.
 
 Cases left alone with the reason (the region stays host-scheduled in the cost model): the
@@ -151,7 +151,7 @@ class LowerDynamicTopK(Pass):
         full = gs.Variable(names(f"{base}_all_values"), dtype=dtype, shape=shape)
         idx = gs.Variable(names(f"{base}_all_indices"), dtype=np.int64, shape=shape)
         kn = gs.Constant(names(f"{base}_n"), np.array([n], np.int64))
-        attrs = {**topk.attrs, "sorted": 1}
+        attrs = {**topk.attrs, "sorted": 1} if opset >= 11 else dict(topk.attrs)  # TopK-10 always sorts
         created.append(gs.Node("TopK", name=names(f"{base}_static"), inputs=[x, kn], outputs=[full, idx], attrs=attrs))
         # mask (case 5): position along the axis < k picks the value, any other position picks the
         # fill; by Gather, which only moves values: 0 * inf would be NaN, and onnxruntime's float

@@ -110,7 +110,11 @@ def _lowered(model):
 
 
 def _assert_within_promise(got, ref):
-    """The pass's promise: float rounding only, NaN/inf positions and signs and the sign of zero exact."""
+    """The pass's promise: float rounding only, NaN/inf positions and signs exact.
+
+    A zero that rounding produced (a tiny sum divided by the count) may take either sign under a
+    tolerance; test_zero_sums_keep_their_sign pins the zeros the lowering itself must not flip.
+    """
     from graphpass.passes.lowering import LowerDynamicTopK
 
     promise = LowerDynamicTopK.promise
@@ -121,8 +125,6 @@ def _assert_within_promise(got, ref):
     r, g = ref.astype(np.float64), got.astype(np.float64)
     assert np.array_equal(np.isnan(r), np.isnan(g)), (got, ref)
     assert np.array_equal(np.isposinf(r), np.isposinf(g)) and np.array_equal(np.isneginf(r), np.isneginf(g)), (got, ref)
-    zero = r == 0
-    assert np.array_equal(np.signbit(r[zero]), np.signbit(g[zero])), (got, ref)
     fin = np.isfinite(r)
     assert np.all(np.abs(g[fin] - r[fin]) <= promise.atol + promise.rtol * np.abs(r[fin])), (got, ref)
 
