@@ -255,3 +255,16 @@ def test_promise_is_the_summation_order_tolerance_because_onnxruntime_sums_k_and
         _assert_within_promise(b, a)
         differ += a.tobytes() != b.tobytes()
     assert differ > 0  # if this ever fails, onnxruntime sums in a fixed order and the pass could be EXACT
+
+
+@pytest.mark.parametrize("opset", [10, 11, 13, 18, 21])
+def test_opsets_from_topk_10(opset):
+    # TopK-10 has no sorted/largest attributes (it always sorts, largest first): none may be added
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, 12], "k": (I64, [1])}, {"y": []}, opset=opset)
+    out = _lowered(model)
+    rng = np.random.default_rng(opset)
+    for k in range(13):
+        feeds = {"x": _inputs(rng)[[0, 0, 2]], "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
