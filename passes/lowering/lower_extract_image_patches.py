@@ -5,7 +5,7 @@
             Reshape(Gather(Reshape(xp, [N, Hp*Wp, C]), P, axis=1), [N, oh, ow, kh*kw*C])
             P[y, z, i*kw + j] = (y*sh + i*rh) * Wp + z*sw + j*rw            (static H, W, C)
         or  Concat(Slice(xp, starts [i*rh, j*rw], steps [sh, sw], axes [1, 2]) for i < kh, j < kw; axis=3)
-                                                                          (VALID on symbolic sizes)
+                                                      (VALID on symbolic sizes; tables over MAX_POSITIONS)
 
 Output channel o = (i * kw + j) * C + c reads input channel c at kernel position (i, j): TF's
 channel order. SAME padding is TF's: out = ceil(in / stride), total = max((out - 1) * stride +
@@ -38,6 +38,9 @@ from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 __all__ = ["LowerExtractImagePatches", "tf_same_pads"]
 
 _TO_END = np.iinfo(np.int64).max
+#: Largest position table the Gather form writes into the model (entries; int32 each): beyond it,
+#: the Slice form, which needs no table.
+MAX_POSITIONS = 1 << 20
 
 
 def tf_same_pads(size: int, k: int, stride: int, rate: int) -> tuple[int, int]:
@@ -86,7 +89,8 @@ class LowerExtractImagePatches(Pass):
 
     Cases:
       1. static H, W, C: (Pad) + Reshape + one Gather of precomputed positions + Reshape;
-      2. a symbolic size (VALID only): one strided Slice per kernel offset + Concat;
+      2. a symbolic size (VALID only), or a position table over MAX_POSITIONS entries: one strided
+         Slice per kernel offset + Concat;
       3. VALID and SAME padding, any strides and rates, any dtype, odd or even sizes;
       4. refusals are recorded with their reason; the node stays.
     """
@@ -144,9 +148,11 @@ class LowerExtractImagePatches(Pass):
                                      attrs={"mode": "constant", "pads": pads, "value": 0.0}))
         ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
         node.outputs.clear()
-        if all(isinstance(d, int) for d in (h, w, c)):  # case 1: one Gather of precomputed positions
+        static = all(isinstance(d, int) for d in (h, w, c))
+        if static:
             hp, wp = h + pt + pb, w + pl + pr
             oh, ow = max(math.ceil((hp - ekh + 1) / sh), 0), max(math.ceil((wp - ekw + 1) / sw), 0)
+        if static and oh * ow * kh * kw <= MAX_POSITIONS:  # case 1: one Gather of precomputed positions
             rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * rh)[None, None, :, None]
             cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * rw)[None, None, None, :]
             positions = (rows * wp + cols).reshape(oh, ow, kh * kw)  # patch (y, z), offset i * kw + j
@@ -161,7 +167,7 @@ class LowerExtractImagePatches(Pass):
                 picked, gs.Constant(names(f"{base}_patches_shape"), np.array([0, oh, ow, kh * kw * c], np.int64))], outputs=[out]))
             if out.shape is None or not all(isinstance(d, int) for d in out.shape):
                 out.shape = [n, oh, ow, kh * kw * c]
-        else:  # case 2: symbolic sizes (VALID): one strided Slice per kernel offset, in TF's order
+        else:  # case 2: symbolic sizes (VALID) or a big table: one strided Slice per kernel offset, in TF's order
             slices = []
             for i in range(kh):
                 for j in range(kw):
@@ -173,6 +179,11 @@ class LowerExtractImagePatches(Pass):
                               for key, v in (("starts", [i * rh, j * rw]), ("ends", ends), ("axes", [1, 2]), ("steps", [sh, sw]))]
                     nodes.append(gs.Node("Slice", name=names(f"{base}_slice_{i}_{j}"), inputs=[src] + consts, outputs=[piece]))
                     slices.append(piece)
+            if static:
+                for piece in slices:
+                    piece.shape = [n, oh, ow, c]
+                if out.shape is None or not all(isinstance(d, int) for d in out.shape):
+                    out.shape = [n, oh, ow, kh * kw * c]
             if len(slices) == 1:
                 nodes.append(gs.Node("Identity", name=names(f"{base}_patches"), inputs=slices, outputs=[out]))
             else:

@@ -250,3 +250,15 @@ def test_symbolic_batch_with_static_spatial_sizes_uses_the_gather():
     for batch in (0, 1, 3):
         x = _special_input((batch, 5, 6, 2), np.float32, batch)
         _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 3, 1], [1, 1, 2, 1], [1, 1, 1, 1], "SAME"))
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_a_big_position_table_takes_the_slice_form(monkeypatch, padding):
+    from graphpass.passes.lowering import lower_extract_image_patches as module
+
+    monkeypatch.setattr(module, "MAX_POSITIONS", 10)
+    model = _model(9, 8, 3, 3, 2, 1, padding)
+    out = _lower_proto(model)
+    assert "Gather" not in ops(out) and ops(out).count("Slice") == 9
+    x = _special_input((1, 9, 8, 3), np.float32, 11)
+    _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], padding))
