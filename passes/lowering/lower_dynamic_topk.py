@@ -17,7 +17,8 @@ nothing depends on the data's shape any more: the graph compiles statically and 
 
 Cases left alone with the reason (the region stays host-scheduled in the cost model): the
 selected values feed something other than a reduction over the TopK axis, the indices are
-used, the axis size is not static, or an integer mean (onnxruntime's does not wrap around like
+used, the axis size is not static, a float mean whose count (k times the other reduced sizes)
+may not be exact in its dtype (over 2048 values in float16), or an integer mean (onnxruntime's does not wrap around like
 an integer sum divided by the count: no lowering reproduces it exactly). A TopK
 whose k is already a constant is static (k often becomes constant once ``--input-shape`` and
 fold_constants have run) and is only counted.
@@ -81,6 +82,10 @@ def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
         axes = _reduce_axes(c, len(shape))
         if axes is None or axis not in axes:
             return MatchResult.fail(f"{c.op} '{c.name}' does not reduce over the TopK axis")
+        if c.op == "ReduceMean" and dtype.kind == "f":
+            count = int(np.prod([shape[a] for a in axes]))
+            if count > 2 ** (np.finfo(dtype).nmant + 1):
+                return MatchResult.fail(f"ReduceMean '{c.name}' counts up to {count} values: not exact in {dtype}")
         if c.op == "ReduceMean" and dtype.kind in "iu":
             return MatchResult.fail(f"integer ReduceMean '{c.name}': onnxruntime's integer mean does not overflow "
                                     "like a sum divided by the count, so no lowering matches it exactly")

@@ -268,3 +268,13 @@ def test_opsets_from_topk_10(opset):
     for k in range(13):
         feeds = {"x": _inputs(rng)[[0, 0, 2]], "k": np.array([k], np.int64)}
         _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_float16_mean_with_a_count_float16_cannot_hold_is_refused():
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT16, [3, 700]), "k": (I64, [1])}, {"y": (TensorProto.FLOAT16, [])})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not lower_dynamic_topk(graph, ctx).modified
+    assert "counts up to 2100 values: not exact in float16" in ctx.explanations[0].reason
