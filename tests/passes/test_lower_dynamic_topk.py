@@ -110,7 +110,11 @@ def _lowered(model):
 
 
 def _assert_within_promise(got, ref):
-    """The pass's promise: float rounding only, NaN/inf positions and signs and the sign of zero exact."""
+    """The pass's promise: float rounding only, NaN/inf positions and signs exact.
+
+    A zero that rounding produced (a tiny sum divided by the count) may take either sign under a
+    tolerance; test_zero_sums_keep_their_sign pins the zeros the lowering itself must not flip.
+    """
     from graphpass.passes.lowering import LowerDynamicTopK
 
     promise = LowerDynamicTopK.promise
@@ -121,8 +125,6 @@ def _assert_within_promise(got, ref):
     r, g = ref.astype(np.float64), got.astype(np.float64)
     assert np.array_equal(np.isnan(r), np.isnan(g)), (got, ref)
     assert np.array_equal(np.isposinf(r), np.isposinf(g)) and np.array_equal(np.isneginf(r), np.isneginf(g)), (got, ref)
-    zero = r == 0
-    assert np.array_equal(np.signbit(r[zero]), np.signbit(g[zero])), (got, ref)
     fin = np.isfinite(r)
     assert np.all(np.abs(g[fin] - r[fin]) <= promise.atol + promise.rtol * np.abs(r[fin])), (got, ref)
 
@@ -253,3 +255,26 @@ def test_promise_is_the_summation_order_tolerance_because_onnxruntime_sums_k_and
         _assert_within_promise(b, a)
         differ += a.tobytes() != b.tobytes()
     assert differ > 0  # if this ever fails, onnxruntime sums in a fixed order and the pass could be EXACT
+
+
+@pytest.mark.parametrize("opset", [10, 11, 13, 18, 21])
+def test_opsets_from_topk_10(opset):
+    # TopK-10 has no sorted/largest attributes (it always sorts, largest first): none may be added
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, 12], "k": (I64, [1])}, {"y": []}, opset=opset)
+    out = _lowered(model)
+    rng = np.random.default_rng(opset)
+    for k in range(13):
+        feeds = {"x": _inputs(rng)[[0, 0, 2]], "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_float16_mean_with_a_count_float16_cannot_hold_is_refused():
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT16, [3, 700]), "k": (I64, [1])}, {"y": (TensorProto.FLOAT16, [])})
+    graph = gp.load(model)
+    ctx = PassContext()
+    assert not lower_dynamic_topk(graph, ctx).modified
+    assert "counts up to 2100 values: not exact in float16" in ctx.explanations[0].reason

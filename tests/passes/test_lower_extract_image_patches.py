@@ -2,6 +2,8 @@
 
 import math
 
+import onnx
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -51,7 +53,7 @@ def test_lowered_conv_matches_tf_exactly(padding, s, r, c, hw):
     h, w = hw
     graph = gp.load(_model(h, w, c, 3, s, r, padding))
     result = lower_extract_image_patches(graph)
-    assert result.stats["fired"] == 1 and "Conv" not in ops(graph) and ops(graph).count("Slice") == 9
+    assert result.stats["fired"] == 1 and "Conv" not in ops(graph) and ops(graph).count("Gather") == 1
     out = gp.to_proto(graph)
     check_full(out)
     x = np.random.default_rng(h * 100 + c).standard_normal((1, h, w, c)).astype(np.float32)
@@ -170,7 +172,7 @@ def test_every_dtype_is_moved_bit_for_bit(elem, padding):
     try:
         got = ort_run(out, {"x": x})["y"]
     except Exception as e:  # noqa: BLE001 - onnxruntime's CPU provider lacks some kernels
-        pytest.skip(f"onnxruntime cannot run Slice/Pad/Concat on {dtype}: {str(e)[:80]}")
+        pytest.skip(f"onnxruntime cannot run Pad/Reshape/Gather on {dtype}: {str(e)[:80]}")
     _assert_bitwise(got, tf_extract_image_patches(x, [1, 2, 3, 1], [1, 2, 1, 1], [1, 1, 2, 1], padding))
 
 
@@ -179,6 +181,7 @@ def test_valid_padding_on_symbolic_sizes_is_lowered():
                                          strides=[1, 2, 3, 1], rates=[1, 2, 1, 1], padding="VALID")],
                        {"x": ["N", "H", "W", "C"]}, {"y": ["N", None, None, None]}, extra_opsets={"tf": 1})
     out = _lower_proto(model)
+    assert ops(out).count("Slice") == 6 and ops(out)[-1] == "Concat"
     for hw in [(5, 2), (9, 8), (10, 11), (4, 2)]:
         x = _special_input((2, *hw, 3), np.float32, sum(hw))
         _assert_bitwise(ort_run(out, {"x": x})["y"],
@@ -206,7 +209,7 @@ def test_opset_9_is_refused():
 def test_one_by_one_kernel_is_a_strided_copy():
     model = _model(6, 6, 2, 1, 2, 1, "SAME")
     out = _lower_proto(model)
-    assert ops(out) == ["Slice", "Identity"]
+    assert ops(out) == ["Reshape", "Gather", "Reshape"]
     x = _special_input((1, 6, 6, 2), np.float32, 3)
     _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 1, 1, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME"))
 
@@ -220,6 +223,42 @@ def test_siammask_example_checks_bit_for_bit_and_can_fail():
 
     lowered = gp.to_proto(gp.optimize(siammask_patches.build()).graph)
     assert siammask_patches.check_bit_for_bit(lowered, seeds=2) == []
-    concat = next(n for n in lowered.graph.node if n.op_type == "Concat")
-    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]  # a wrong channel order
+    gather = next(n for n in lowered.graph.node if n.op_type == "Gather")
+    positions = next(t for t in lowered.graph.initializer if t.name == gather.input[1])
+    wrong = onnx.numpy_helper.to_array(positions).copy()
+    wrong[..., [0, 1]] = wrong[..., [1, 0]]  # a wrong channel order
+    positions.CopyFrom(onnx.numpy_helper.from_array(wrong, positions.name))
     assert siammask_patches.check_bit_for_bit(lowered, seeds=1)[0].startswith("model patches differ")
+
+
+def test_symbolic_one_by_one_kernel_is_a_strided_slice():
+    model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", ksizes=[1, 1, 1, 1],
+                                         strides=[1, 2, 2, 1], rates=[1, 1, 1, 1], padding="VALID")],
+                       {"x": [1, "H", "W", 2]}, {"y": [1, None, None, 2]}, extra_opsets={"tf": 1})
+    out = _lower_proto(model)
+    assert ops(out) == ["Slice", "Identity"]
+    x = _special_input((1, 7, 6, 2), np.float32, 4)
+    _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 1, 1, 1], [1, 2, 2, 1], [1, 1, 1, 1], "VALID"))
+
+
+def test_symbolic_batch_with_static_spatial_sizes_uses_the_gather():
+    model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", ksizes=[1, 3, 3, 1],
+                                         strides=[1, 1, 2, 1], rates=[1, 1, 1, 1], padding="SAME")],
+                       {"x": ["N", 5, 6, 2]}, {"y": ["N", 5, 3, 18]}, extra_opsets={"tf": 1})
+    out = _lower_proto(model)
+    assert "Gather" in ops(out)
+    for batch in (0, 1, 3):
+        x = _special_input((batch, 5, 6, 2), np.float32, batch)
+        _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 3, 1], [1, 1, 2, 1], [1, 1, 1, 1], "SAME"))
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_a_big_position_table_takes_the_slice_form(monkeypatch, padding):
+    from graphpass.passes.lowering import lower_extract_image_patches as module
+
+    monkeypatch.setattr(module, "MAX_POSITIONS", 10)
+    model = _model(9, 8, 3, 3, 2, 1, padding)
+    out = _lower_proto(model)
+    assert "Gather" not in ops(out) and ops(out).count("Slice") == 9
+    x = _special_input((1, 9, 8, 3), np.float32, 11)
+    _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], padding))
