@@ -149,12 +149,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress.stop()
     model_io.save(result.graph, out, emit=args.emit)
     if args.verify:
+        from graphpass.errors import BadModelError
+
         applied = [r.name for r in result.report.passes if r.application]
         feeds, ref, _, ra, notes = V.reference(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes,
                                                fp16_emulate=args.fp16_emulate)
-        rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
+        try:
+            rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
+            got = rb.run(feeds)
+        except BadModelError as e:  # the input model ran: the output is ours to blame
+            if not args.keep_failed:
+                out.unlink(missing_ok=True)
+            raise VerificationError(f"verification failed: the optimized model: {e}") from e
         tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
-        comps = V.compare(ref, rb.run(feeds), rtol=tol.rtol, atol=tol.atol)
+        comps = V.compare(ref, got, rtol=tol.rtol, atol=tol.atol)
         if not V.all_match(comps):
             bad = next(c for c in comps if not c.ok)
             if not args.keep_failed:

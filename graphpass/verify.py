@@ -132,7 +132,7 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
         fin = np.isfinite(r) & np.isfinite(g)
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.where(fin, np.abs(g - r), 0.0)
-        bad_val = fin & (diff > atol + rtol * np.abs(r))
+            bad_val = fin & (diff > atol + rtol * np.where(fin, np.abs(r), 0.0))
         if exact:
             bad_val |= fin & (r == 0) & (g == 0) & (np.signbit(r) != np.signbit(g))
         bad = bad_nan | bad_inf | bad_val

@@ -173,3 +173,32 @@ def test_symbolic_dims_fall_back_to_1_when_the_original_needs_it(tmp_path, capsy
     assert main(["verify", src, src]) == 0
     out = capsys.readouterr().out
     assert "x float32[1(x[0]), 3]" in out and "symbolic dims fed as 1: the original model fails with 2" in out
+
+
+class _Unrunnable(Pass):
+    """Wrong on purpose: renames Relu to an op onnxruntime does not know (once)."""
+
+    name = "test_unrunnable"
+    summary = "deliberately invalid rewrite (tests only)"
+    kind = PassKind.CLEANUP
+    default_enabled = False
+    promise = EXACT
+
+    def run(self, graph, ctx):
+        relu = next((n for n in graph.nodes if n.op == "Relu"), None)
+        if relu is None:
+            return PassResult(False)
+        relu.op, relu.domain = "Mystery", "com.vendor"
+        return PassResult(True, {"broken": 1})
+
+
+def test_an_optimized_model_onnxruntime_cannot_run_fails_verification(tmp_path, capsys):
+    register(_Unrunnable)
+    try:
+        src, out = _save(tmp_path, _int_model()), tmp_path / "o.onnx"
+        code = main(["optimize", src, "-o", str(out), "--passes", "test_unrunnable", "--target", "none", "--verify", "-q"])
+        err = capsys.readouterr().err
+        assert code == 1 and "verification failed: the optimized model: onnxruntime cannot run the model" in err
+        assert not out.exists()
+    finally:
+        unregister(_Unrunnable.name)
