@@ -436,6 +436,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
     from graphpass.ir import model_io
 
     model = model_io.load_proto(args.model)
+    V.check_input_shapes(model, parse_input_shapes(args.input_shape))  # the check every verb shares
     feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share)

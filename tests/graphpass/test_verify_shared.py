@@ -133,7 +133,7 @@ def _verb_args(verb, src, tmp_path):
             "precision": ["precision", src]}[verb]
 
 
-@pytest.mark.parametrize("verb", ["optimize", "cost", "bisect", "verify"])
+@pytest.mark.parametrize("verb", ["optimize", "cost", "bisect", "verify", "precision"])
 def test_input_shape_naming_no_input_is_exit_2_in_every_verb(tmp_path, capsys, verb):
     src = _save(tmp_path, _int_model())
     assert main(_verb_args(verb, src, tmp_path) + ["--input-shape", "xx:3"]) == 2
