@@ -77,3 +77,23 @@ def test_empty_tensors_are_equal_when_shapes_match():
 def test_missing_output_fails():
     [c] = V.compare({"y": np.ones(2)}, {})
     assert not c.ok and c.note == "missing output"
+
+
+def test_assert_equivalent_uses_the_same_rule():
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from graphpass.testing import assert_equivalent, make_model
+
+    def signed_zero(neg):
+        nodes = [helper.make_node("Mul", ["x", "z"], ["m"]), helper.make_node("Abs", ["m"], ["a"]),
+                 helper.make_node("Neg" if neg else "Identity", ["a"], ["y"])]
+        return make_model(nodes, {"x": [2, 3]}, {"y": [2, 3]}, initializers={"z": np.array(0.0, np.float32)})
+
+    assert_equivalent(signed_zero(False), signed_zero(True))  # within a tolerance: -0.0 == +0.0
+    with pytest.raises(AssertionError, match="sign of zero differs"):
+        assert_equivalent(signed_zero(False), signed_zero(True), exact=True)
+    ids = [make_model([helper.make_node("Add", ["x", "c"], ["y"])], {"x": (T.INT64, [3])}, {"y": (T.INT64, [3])},
+                      initializers={"c": np.array(v, np.int64)}) for v in ([0, 5, 100000], [0, 5, 100001])]
+    with pytest.raises(AssertionError, match="1 of 3 values differ"):
+        assert_equivalent(ids[0], ids[1], rtol=1, atol=10)
