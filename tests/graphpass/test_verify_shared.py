@@ -202,3 +202,17 @@ def test_an_optimized_model_onnxruntime_cannot_run_fails_verification(tmp_path, 
         assert not out.exists()
     finally:
         unregister(_Unrunnable.name)
+
+
+def test_a_model_b_that_cannot_take_the_inputs_fed_is_named(tmp_path, capsys):
+    """B assumes batch 1 (a Reshape to a fixed size): at the fed batch 2 it cannot run; the message
+    names B and the inputs fed, in one line."""
+    a = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [None, 4]}, {"y": [None, 4]})
+    b = make_model([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                   {"x": [None, 4]}, {"y": [None, 4]}, initializers={"s": np.array([1, 4], np.int64)})
+    pa, pb = _save(tmp_path, a, "a.onnx"), _save(tmp_path, b, "b.onnx")
+    assert main(["verify", pa, pb]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model B: onnxruntime failed to run the model" in err
+    assert "inputs fed: x float32[2(x[0]), 4]" in err
+    assert main(["verify", pa, pb, "--symbolic-dim", "1"]) == 0
