@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
     o.add_argument("--rtol", type=float, default=None,
                    help="--verify tolerance (default: exact when only exact passes ran, else the loosest promise, at least 1e-4)")
-    o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-5)")
+    o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
     o.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="--verify runs models holding float16 with every fp16 value rounded (default on)")
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
@@ -590,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--rtol", type=float, default=None,
                     help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")
-    bs.add_argument("--atol", type=float, default=None, help="default: as --rtol (at least 1e-5)")
+    bs.add_argument("--atol", type=float, default=None, help="default: as --rtol (at least 1e-3)")
     bs.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                     help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     bs.set_defaults(func=cmd_bisect)
@@ -626,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--rtol", type=float, default=None,
                    help="elementwise |a-b| <= atol + rtol*|b| (default 1e-4; 1e-2 when a model holds float16; 0 with --atol 0: bitwise)")
-    v.add_argument("--atol", type=float, default=None, help="default 1e-5 (1e-3 when a model holds float16)")
+    v.add_argument("--atol", type=float, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
     v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
