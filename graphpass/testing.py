@@ -71,7 +71,12 @@ def assert_equivalent(
     seed: int = 0,
     exact: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Both models give the same outputs (``exact``: bit for bit); ``after`` passes the full checker."""
+    """Both models give the same outputs; ``after`` passes the full checker.
+
+    Judged by :func:`graphpass.verify.compare_arrays`, the rule of ``graphpass verify``: ints,
+    bools and strings exactly, floats elementwise ``|a-b| <= atol + rtol*|b|`` with NaN/inf
+    positions and signs exact, dtypes and shapes equal; ``exact``: bitwise, the sign of zero too.
+    """
     check_full(after)
     sb = _verify.session(before)
     if feeds is None:
@@ -79,11 +84,8 @@ def assert_equivalent(
     ref = _verify.run(sb, feeds)
     got = _verify.run(_verify.session(after), feeds)
     assert set(ref) == set(got), f"outputs differ: {sorted(ref)} vs {sorted(got)}"
-    for name in ref:
-        if exact:
-            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
-        else:
-            np.testing.assert_allclose(got[name], ref[name], rtol=rtol, atol=atol, err_msg=name)
+    bad = [c for c in _verify.compare(ref, got, 0.0 if exact else rtol, 0.0 if exact else atol) if not c.ok]
+    assert not bad, "; ".join(_verify.describe(c) for c in bad)
     return ref
 
 

@@ -132,7 +132,7 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
         fin = np.isfinite(r) & np.isfinite(g)
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.where(fin, np.abs(g - r), 0.0)
-        bad_val = fin & (diff > atol + rtol * np.abs(r))
+            bad_val = fin & (diff > atol + rtol * np.where(fin, np.abs(r), 0.0))
         if exact:
             bad_val |= fin & (r == 0) & (g == 0) & (np.signbit(r) != np.signbit(g))
         bad = bad_nan | bad_inf | bad_val
@@ -580,8 +580,15 @@ def verify_models(
         raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
     check_input_shapes(a, input_shapes)
     check_input_shapes(b, input_shapes)
-    feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
-    rb = Runner(b, fp16_emulate)
+    try:
+        feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
+    except BadModelError as e:
+        raise BadModelError(f"model A: {e}") from e
+    try:
+        rb = Runner(b, fp16_emulate)
+        got = rb.run(feeds)
+    except BadModelError as e:
+        raise BadModelError(f"model B: {e} (inputs fed: {'; '.join(str(f) for f in fed)})") from e
     fp16_models = ra.fp16 or rb.fp16
     base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
             else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
@@ -599,7 +606,7 @@ def verify_models(
                           min_cosine=min_cosine, fed=fed, seed=seed, tolerance=tol,
                           fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes)
     if not all_tensors:
-        report.outputs = [judged(c) for c in compare(ref, rb.run(feeds), rtol, atol)]
+        report.outputs = [judged(c) for c in compare(ref, got, rtol, atol)]
         return report
     ea, order_a = _expose_all(ra.model)
     eb, order_b = _expose_all(rb.model)

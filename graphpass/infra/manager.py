@@ -21,7 +21,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass import verify as _verify
-from graphpass.errors import GraphpassError, PassError, VerificationError
+from graphpass.errors import BadModelError, GraphpassError, PassError, VerificationError
 from graphpass.infra.context import PassContext
 from graphpass.infra.pass_base import Pass
 from graphpass.infra.registry import get_pass
@@ -109,9 +109,12 @@ class PassManager:
                 f"after pass '{name}': the ONNX checker rejects the model: {str(e).splitlines()[0]}"
             ) from e
         # judged like optimize --verify: at the loosest promise of the passes applied so far
-        runner = _verify.Runner(model)
+        try:
+            runner = _verify.Runner(model)
+            got = runner.run(feeds)
+        except BadModelError as e:  # the input model ran: this pass's output is to blame
+            raise VerificationError(f"after pass '{name}': {e}") from e
         tol = _verify.tolerance_for(self._promises, fp16=self._fp16_reference or runner.fp16)
-        got = runner.run(feeds)
         bad = [c for c in _verify.compare(ref, got, tol.rtol, tol.atol) if not c.ok]
         if bad:
             raise VerificationError(f"after pass '{name}': {_verify.describe(bad[0])} from the input model at {tol}")

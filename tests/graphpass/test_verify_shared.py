@@ -133,7 +133,7 @@ def _verb_args(verb, src, tmp_path):
             "precision": ["precision", src]}[verb]
 
 
-@pytest.mark.parametrize("verb", ["optimize", "cost", "bisect", "verify"])
+@pytest.mark.parametrize("verb", ["optimize", "cost", "bisect", "verify", "precision"])
 def test_input_shape_naming_no_input_is_exit_2_in_every_verb(tmp_path, capsys, verb):
     src = _save(tmp_path, _int_model())
     assert main(_verb_args(verb, src, tmp_path) + ["--input-shape", "xx:3"]) == 2
@@ -173,3 +173,46 @@ def test_symbolic_dims_fall_back_to_1_when_the_original_needs_it(tmp_path, capsy
     assert main(["verify", src, src]) == 0
     out = capsys.readouterr().out
     assert "x float32[1(x[0]), 3]" in out and "symbolic dims fed as 1: the original model fails with 2" in out
+
+
+class _Unrunnable(Pass):
+    """Wrong on purpose: renames Relu to an op onnxruntime does not know (once)."""
+
+    name = "test_unrunnable"
+    summary = "deliberately invalid rewrite (tests only)"
+    kind = PassKind.CLEANUP
+    default_enabled = False
+    promise = EXACT
+
+    def run(self, graph, ctx):
+        relu = next((n for n in graph.nodes if n.op == "Relu"), None)
+        if relu is None:
+            return PassResult(False)
+        relu.op, relu.domain = "Mystery", "com.vendor"
+        return PassResult(True, {"broken": 1})
+
+
+def test_an_optimized_model_onnxruntime_cannot_run_fails_verification(tmp_path, capsys):
+    register(_Unrunnable)
+    try:
+        src, out = _save(tmp_path, _int_model()), tmp_path / "o.onnx"
+        code = main(["optimize", src, "-o", str(out), "--passes", "test_unrunnable", "--target", "none", "--verify", "-q"])
+        err = capsys.readouterr().err
+        assert code == 1 and "verification failed: the optimized model: onnxruntime cannot run the model" in err
+        assert not out.exists()
+    finally:
+        unregister(_Unrunnable.name)
+
+
+def test_a_model_b_that_cannot_take_the_inputs_fed_is_named(tmp_path, capsys):
+    """B assumes batch 1 (a Reshape to a fixed size): at the fed batch 2 it cannot run; the message
+    names B and the inputs fed, in one line."""
+    a = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [None, 4]}, {"y": [None, 4]})
+    b = make_model([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                   {"x": [None, 4]}, {"y": [None, 4]}, initializers={"s": np.array([1, 4], np.int64)})
+    pa, pb = _save(tmp_path, a, "a.onnx"), _save(tmp_path, b, "b.onnx")
+    assert main(["verify", pa, pb]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model B: onnxruntime failed to run the model" in err
+    assert "inputs fed: x float32[2(x[0]), 4]" in err
+    assert main(["verify", pa, pb, "--symbolic-dim", "1"]) == 0
