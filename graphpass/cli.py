@@ -10,6 +10,7 @@ import argparse
 import collections
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -37,7 +38,56 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
                 shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
             except ValueError:
                 raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
+            for k, d in enumerate(shapes[name]):
+                if d > MAX_DIM:
+                    raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the largest graphpass "
+                                     f"accepts ({MAX_DIM})")
     return shapes
+
+
+#: The largest dim a concrete shape may have (2^31 - 1); larger ones are bad input.
+MAX_DIM = 2**31 - 1
+
+#: Default of ``--max-memory``: bytes graphpass may use for tensors it creates itself (folded
+#: constants, shape inference's data propagation, inputs for --verify), beyond the model's own.
+DEFAULT_MAX_MEMORY = 1 << 30
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"512M"`` -> 536870912; plain bytes or K/M/G/T (powers of 1024)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, or a number with K, M, G or T)")
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': the size must be positive")
+    return size
+
+
+def _check_input_bytes(sess, shapes: dict[str, list[int]], limit: int, what: str) -> None:
+    """Refuse generated inputs whose byte size exceeds ``limit`` before any is allocated."""
+    import numpy as np
+
+    from graphpass.verify import _ORT_TYPES
+
+    total = 0
+    for inp in sess.get_inputs():
+        given = shapes.get(inp.name)
+        dims = list(given) if given is not None else [d if isinstance(d, int) and d >= 0 else 1 for d in inp.shape]
+        n = 1
+        for d in dims:
+            n *= int(d)
+        size = n * np.dtype(_ORT_TYPES.get(inp.type, np.float64)).itemsize
+        total += size
+        if total > limit:
+            raise UsageError(f"{what}: input '{inp.name}' of shape {dims} needs {size:,} bytes, above --max-memory "
+                             f"({limit:,} bytes)")
 
 
 def _split_names(values: Sequence[str] | None) -> list[str]:
@@ -88,16 +138,30 @@ def _progress(total_nodes: int, quiet: bool):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    """Optimize; the model, its external data, the report and the dumps are staged in
+    temporaries (graphpass.outputs) and moved into place only after --verify passed."""
+    from graphpass.outputs import Outputs
+
+    with Outputs() as outputs:
+        try:
+            return _optimize(args, outputs)
+        except Exception:
+            if args.keep_failed:
+                kept = outputs.commit()
+                if kept:
+                    print(f"graphpass: --keep-failed: kept {', '.join(str(p) for p in kept)}", file=sys.stderr)
+            raise
+
+
+def _optimize(args: argparse.Namespace, outputs) -> int:
     import graphpass as gp
-    from graphpass import verify as V
+    from graphpass import api
     from graphpass.ir import model_io
 
-    out = model_io.check_output_path(args.output)
-    if args.report:
-        model_io.check_output_path(args.report)
-    if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
-        raise UsageError(f"--dump-dir '{args.dump_dir}' exists and is not a folder")
     shapes = parse_input_shapes(args.input_shape)
+    staged_model = outputs.file(args.output)
+    staged_report = outputs.file(args.report) if args.report else None
+    staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
     _apply_fusion_switches(args)
     options = {}
     if args.fold_size_limit is not None:
@@ -119,7 +183,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
-    graph = gp.load(args.model, input_shapes=shapes or None)
+    graph = gp.load(args.model, input_shapes=shapes or None,
+                    **api.load_options(max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers))
     from graphpass.ir.graph import count_nodes
 
     progress, on_pass = _progress(count_nodes(graph), args.quiet)
@@ -135,7 +200,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             target=args.target,
             input_shapes=shapes,
             verify_each=args.verify_each,
-            dump_dir=args.dump_dir,
+            dump_dir=staged_dumps,
             max_rounds=args.max_rounds,
             options=options,
             seed=args.seed,
@@ -143,35 +208,71 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             iterations_per_loop=args.iterations_per_loop,
             on_pass=on_pass,
             name=Path(args.model).name,
+            max_memory=args.max_memory,
+            freeze_initializer_inputs=args.freeze_initializers,
         )
     finally:
         if progress:
             progress.stop()
-    model_io.save(result.graph, out, emit=args.emit)
+    try:
+        model_io.save(result.graph, staged_model, emit=args.emit)
+    except OSError as e:
+        from graphpass.outputs import write_error
+
+        raise write_error(args.output, e) from None
     if args.verify:
-        original = model_io.load_proto(args.model)
-        sa = V.session(original)
-        feeds = V.random_inputs(sa, seed=args.seed, input_shapes=shapes)
-        comps = V.compare(V.run(sa, feeds), V.run(V.session(str(out)), feeds), rtol=args.rtol, atol=args.atol)
-        if not V.all_match(comps):
-            bad = next(c for c in comps if not c.ok)
-            if not args.keep_failed:
-                out.unlink(missing_ok=True)
-            raise VerificationError(
-                f"verification failed: output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
-                + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")
-            )
-        result.report.notes.append(f"verified with onnxruntime: {len(comps)} output(s) match (seed {args.seed})")
-    if args.report:
-        rp = Path(args.report)
-        text = result.report.to_markdown() if rp.suffix.lower() in (".md", ".markdown") else result.report.to_json()
-        _write_text_atomic(rp, text)
+        result.report.notes.append(_verify_output(args, staged_model, shapes))
+    if staged_report is not None:
+        text = result.report.to_markdown() if staged_report.suffix.lower() in (".md", ".markdown") else result.report.to_json()
+        try:
+            staged_report.write_text(text, encoding="utf-8")
+        except OSError as e:
+            from graphpass.outputs import write_error
+
+            raise write_error(args.report, e) from None
+    outputs.commit()
     if not args.quiet:
         print(result.report.to_table(all_passes=args.verbose > 0), end="")
         if args.explain is not None:
             _print_explanations(result.report.explanations, args.explain)
-        print(f"wrote {out}")
+        print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
     return 0
+
+
+def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, list[int]]) -> str:
+    """Compare the written (staged) model with the input in onnxruntime; the report note, or raise.
+
+    The input model not running is bad input (exit 2); the output not loading or not running
+    where the input does, or differing, is a failed verification (exit 1).
+    """
+    from graphpass import verify as V
+    from graphpass.errors import BadModelError
+    from graphpass.ir import model_io
+
+    original = model_io.load_proto(args.model)
+    try:
+        sa = V.session(original)
+    except BadModelError as e:
+        raise BadModelError(f"--verify: {args.model}: {e}") from None
+    _check_input_bytes(sa, shapes, args.max_memory, "--verify")
+    feeds = V.random_inputs(sa, seed=args.seed, input_shapes=shapes)
+    try:
+        ref = V.run(sa, feeds)
+    except BadModelError as e:
+        raise BadModelError(f"--verify: {args.model}: {e}") from None
+    try:
+        got = V.run(V.session(str(staged)), feeds)
+    except BadModelError as e:
+        raise VerificationError(f"verification failed: the optimized model does not run where the input does: {e}"
+                                + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")) from None
+    comps = V.compare(ref, got, rtol=args.rtol, atol=args.atol)
+    if not V.all_match(comps):
+        bad = next(c for c in comps if not c.ok)
+        raise VerificationError(
+            f"verification failed: output '{bad.name}' differs (max abs {bad.max_abs:.3g}, cosine {bad.cosine:.6f})"
+            + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")
+        )
+    return f"verified with onnxruntime: {len(comps)} output(s) match (seed {args.seed})"
 
 
 def _apply_fusion_switches(args: argparse.Namespace) -> None:
@@ -495,7 +596,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest constant fold_constants may create (default 1 MiB)")
     o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
     o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
-    o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
+    o.add_argument("--keep-failed", action="store_true",
+                   help="on failure keep what was written (model, report, dumps) and say where; by default a "
+                        "failed run leaves no file behind")
+    o.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
+                   help="memory graphpass may use for tensors it creates (folding, shape inference, "
+                        "--verify inputs), beyond the model's own weights; e.g. 512M, 4G (default 1G)")
+    o.add_argument("--freeze-initializers", action="store_true",
+                   help="treat initializers that are also graph inputs (overridable defaults) as constants "
+                        "and drop them from the inputs; by default they stay inputs")
     o.add_argument("--rtol", type=float, default=1e-4)
     o.add_argument("--atol", type=float, default=1e-5)
     o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
@@ -605,8 +714,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args.verbose, args.quiet)
+    from graphpass import runtime
+
+    runtime.set_verbosity(args.verbose)
+    previous = _catch_termination()
     try:
         return int(args.func(args) or 0)
+    except Terminated as e:  # temporaries were removed on the way out (finally / Outputs)
+        print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except GraphpassError as e:
         print(f"graphpass: error: {e}", file=sys.stderr)
         if args.verbose:
@@ -627,6 +743,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             traceback.print_exc()
         return 3
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised where the program is, so ``finally`` blocks remove temporaries."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _catch_termination():
+    """Turn SIGTERM into :class:`Terminated` (SIGINT already raises KeyboardInterrupt); returns
+    the previous handler, or None when not on the main thread (signals cannot be caught there)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 if __name__ == "__main__":  # pragma: no cover
