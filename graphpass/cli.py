@@ -158,10 +158,16 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     from graphpass import api
     from graphpass.ir import model_io
 
+    from graphpass.outputs import check_output_file, check_output_folder
+
     shapes = parse_input_shapes(args.input_shape)
-    staged_model = outputs.file(args.output)
-    staged_report = outputs.file(args.report) if args.report else None
-    staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
+    # refuse output paths before any work; the staging folders come only when needed (a run
+    # killed while loading leaves nothing)
+    check_output_file(args.output)
+    if args.report:
+        check_output_file(args.report, "report path")
+    if args.dump_dir:
+        check_output_folder(Path(args.dump_dir), "--dump-dir", may_not_exist=True)
     _apply_fusion_switches(args)
     options = {}
     if args.fold_size_limit is not None:
@@ -188,6 +194,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     from graphpass.ir.graph import count_nodes
 
     progress, on_pass = _progress(count_nodes(graph), args.quiet)
+    staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
     try:
         if progress:
             progress.start()
@@ -214,6 +221,8 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     finally:
         if progress:
             progress.stop()
+    staged_model = outputs.file(args.output)
+    staged_report = outputs.file(args.report) if args.report else None
     try:
         model_io.save(result.graph, staged_model, emit=args.emit)
     except OSError as e:

@@ -28,9 +28,16 @@ __all__ = ["Outputs", "check_output_file", "check_output_folder", "write_error",
 STAGING_PREFIX = ".graphpass-"
 
 
-def check_output_folder(folder: Path, what: str = "output folder") -> Path:
-    """``folder`` exists, is a folder and is writable, else UsageError (exit 2)."""
+def check_output_folder(folder: Path, what: str = "output folder", may_not_exist: bool = False) -> Path:
+    """``folder`` exists, is a folder and is writable, else UsageError (exit 2).
+
+    ``may_not_exist``: a missing folder is fine if the nearest folder above it that exists is
+    writable (it is created on commit).
+    """
     folder = folder if str(folder) else Path(".")
+    if may_not_exist and not folder.exists() and not folder.is_symlink():
+        check_output_folder(_nearest_existing(folder), f"folder above {what} '{folder}'")
+        return folder
     if not folder.exists():
         raise UsageError(f"{what} '{folder}' does not exist")
     if not folder.is_dir():
@@ -124,10 +131,8 @@ class Outputs:
     def folder(self, final: str | os.PathLike) -> Path:
         """A temporary folder whose files go into ``final`` (created on commit if missing)."""
         final = Path(final)
-        if final.exists() and not final.is_dir():
-            raise UsageError(f"'{final}' exists and is not a folder")
+        check_output_folder(final, "folder", may_not_exist=True)
         anchor = final if final.exists() else _nearest_existing(final)
-        check_output_folder(anchor, "folder")
         try:
             stage = _Stage(final, anchor)
         except OSError as e:
