@@ -1,5 +1,8 @@
 """Runs hostile cases, each in its own forked child under an address-space limit and a timeout.
 
+The timeout is 10 s of CPU time (RLIMIT_CPU), so a loaded CI machine does not fail a case,
+and 30 s of wall time for a run blocked on a read.
+
     python hostile_runner.py WORKDIR RESULTS.jsonl CASE_ID...
 
 The runner imports graphpass once; each case is built in ``WORKDIR/<n>/``, then a child is
@@ -22,8 +25,9 @@ import traceback
 from pathlib import Path
 
 ADDRESS_SPACE = 2 << 30  # bytes
-TIMEOUT = 10.0  # seconds for graphpass itself
-CHECK_TIMEOUT = 20.0  # further seconds for checking an exit-0 output
+TIMEOUT = 10  # CPU seconds for graphpass itself (RLIMIT_CPU: the machine's load does not count)
+CHECK_TIMEOUT = 20  # further CPU seconds for checking an exit-0 output
+WALL_TIMEOUT = 30.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU)
 
 
 def listing(folder: Path) -> list[str]:
@@ -85,6 +89,7 @@ def check_output(argv: list[str], compare: bool) -> str:
 
 def child(argv: list[str], compare: bool, folder: Path, err_path: Path, result_path: Path) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+    resource.setrlimit(resource.RLIMIT_CPU, (TIMEOUT + 1, TIMEOUT + CHECK_TIMEOUT + 2))
     os.chdir(folder)
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     null = os.open(os.devnull, os.O_WRONLY)
@@ -94,6 +99,7 @@ def child(argv: list[str], compare: bool, folder: Path, err_path: Path, result_p
     sys.stderr = open(2, "w", closefd=False)
     result = {}
     t0 = time.perf_counter()
+    u0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         from graphpass.cli import main
 
@@ -103,8 +109,11 @@ def child(argv: list[str], compare: bool, folder: Path, err_path: Path, result_p
     except BaseException:  # noqa: BLE001 - escaped main: that is the bug to report
         traceback.print_exc()
         code = 99
+    u1 = resource.getrusage(resource.RUSAGE_SELF)
     result["code"] = code
     result["seconds"] = time.perf_counter() - t0
+    result["cpu"] = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+    resource.setrlimit(resource.RLIMIT_CPU, (TIMEOUT + CHECK_TIMEOUT + 1, TIMEOUT + CHECK_TIMEOUT + 2))
     sys.stdout.flush()
     sys.stderr.flush()
     tmp = result_path.with_suffix(".tmp")
@@ -144,18 +153,21 @@ def run_case(case, folder: Path, scratch: Path) -> dict:
             break
         elapsed = time.perf_counter() - start
         main_done = result_path.exists()
-        if (not main_done and elapsed > TIMEOUT) or elapsed > TIMEOUT + CHECK_TIMEOUT:
+        if (not main_done and elapsed > WALL_TIMEOUT) or elapsed > 2 * WALL_TIMEOUT:
             timed_out = "check" if main_done else "graphpass"
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
             break
         time.sleep(0.005)
     result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    if timed_out is None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        timed_out = "check" if result else "graphpass"
     return {
         "id": case.id,
         "argv": argv,
         "code": result.get("code"),
         "seconds": result.get("seconds", time.perf_counter() - start),
+        "cpu": result.get("cpu", usage.ru_utime + usage.ru_stime),
         "check": result.get("check"),
         "timeout": timed_out,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
