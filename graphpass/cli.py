@@ -98,19 +98,24 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, then rename; a write error is exit 2."""
     import tempfile
 
+    from graphpass.outputs import check_output_file, write_error
+
+    check_output_file(path)
     folder = path.parent if str(path.parent) else Path(".")
-    if not folder.exists():
-        raise UsageError(f"output folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
@@ -319,9 +324,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
     model = create(args.target)  # an unknown target fails before the model is read
     if args.output:
-        from graphpass.ir import model_io
+        from graphpass.outputs import check_output_file
 
-        model_io.check_output_path(args.output)
+        check_output_file(args.output)
     graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None)
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
@@ -339,9 +344,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     create(args.target)  # an unknown target fails before the models are read
     if args.output:
-        from graphpass.ir import model_io
+        from graphpass.outputs import check_output_file
 
-        model_io.check_output_path(args.output)
+        check_output_file(args.output)
     d = diff_models(args.before, args.after, target=args.target, names=(args.before, args.after))
     if args.format == "json":
         text = to_json(d) + "\n"

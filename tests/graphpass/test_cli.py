@@ -368,3 +368,13 @@ def test_max_memory_and_freeze_initializers_reach_the_pass_context(tmp_path, mon
         main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--max-memory", "lots"])
     assert e.value.code == 2
     assert "not a size" in capsys.readouterr().err
+
+
+def test_cost_and_diff_refuse_a_fifo_as_output(tmp_path, capsys):
+    src = _add_model(tmp_path)
+    fifo = tmp_path / "report.txt"
+    os.mkfifo(fifo)
+    assert main(["cost", str(src), "-o", str(fifo)]) == 2
+    assert main(["diff", str(src), str(src), "-o", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    assert not fifo.is_file()
