@@ -220,12 +220,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per run (default 10)")
     ap.add_argument("--address-space", type=_size, default=_size("2G"), help="RLIMIT_AS of each run (default 2G)")
+    ap.add_argument("--save", default=None, metavar="DIR", help="save each failing mutant as DIR/<family>_<k>.onnx")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     _warm_up()
 
     rows: dict[str, dict] = collections.defaultdict(lambda: {"n": 0, "codes": collections.Counter(), "worst_s": 0.0,
-                                                            "worst_rss": 0})
+                                                            "worst_rss": 0, "slowest": None, "biggest": None})
     failures = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gp-bad-inputs-") as tmp:
@@ -235,21 +236,27 @@ def main(argv=None) -> int:
             row = rows[family]
             row["n"] += 1
             row["codes"][r["code"]] += 1
-            row["worst_s"] = max(row["worst_s"], r["seconds"])
-            row["worst_rss"] = max(row["worst_rss"], r["rss"])
+            if r["seconds"] > row["worst_s"]:
+                row["worst_s"], row["slowest"] = r["seconds"], k
+            if r["rss"] > row["worst_rss"]:
+                row["worst_rss"], row["biggest"] = r["rss"], k
             lines = r["stderr"].splitlines()
             clean = r["code"] in (0, 2) and "Traceback" not in r["stderr"] and (r["code"] == 0 or len(lines) == 1)
             if not clean or r["left"]:
                 failures.append((family, k, r["code"], f"{r['seconds']:.1f} s", r["left"], lines[-1:] if lines else ""))
+                if args.save:
+                    Path(args.save).mkdir(parents=True, exist_ok=True)
+                    (Path(args.save) / f"{family}_{k}.onnx").write_bytes(data)
             shutil.rmtree(folder, ignore_errors=True)
     print(f"{sum(r['n'] for r in rows.values())} mutants in {time.perf_counter() - t0:.0f} s "
           f"(timeout {args.timeout:g} s, address space {args.address_space / 2**30:g} GiB)\n")
-    print("| family | mutants | exit codes | worst time | worst peak RSS |")
+    print("| family | mutants | exit codes | worst time (mutant #) | worst peak RSS (mutant #) |")
     print("|---|---:|---|---:|---:|")
     for family in FAMILIES:
         r = rows[family]
         codes = ", ".join(f"{c}: {v}" for c, v in sorted(r["codes"].items(), key=lambda kv: str(kv[0])))
-        print(f"| {family} | {r['n']} | {codes} | {r['worst_s']:.2f} s | {r['worst_rss'] / 2**20:.0f} MiB |")
+        print(f"| {family} | {r['n']} | {codes} | {r['worst_s']:.2f} s (#{r['slowest']}) | "
+              f"{r['worst_rss'] / 2**20:.0f} MiB (#{r['biggest']}) |")
     if failures:
         print(f"\n{len(failures)} failures (exit other than 0/2, more than one line, traceback, timeout or files left):")
         for f in failures[:40]:
