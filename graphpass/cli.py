@@ -152,9 +152,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             return _optimize(args, outputs)
         except Exception:
             if args.keep_failed:
-                kept = outputs.commit()
-                if kept:
-                    print(f"graphpass: --keep-failed: kept {', '.join(str(p) for p in kept)}", file=sys.stderr)
+                try:
+                    kept = outputs.commit()
+                except GraphpassError as e:  # the run's own error is the one to report
+                    print(f"graphpass: --keep-failed: could not keep the files: {e}", file=sys.stderr)
+                else:
+                    if kept:
+                        print(f"graphpass: --keep-failed: kept {', '.join(str(p) for p in kept)}", file=sys.stderr)
             raise
 
 
@@ -162,8 +166,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     import graphpass as gp
     from graphpass import api
     from graphpass.ir import model_io
-
-    from graphpass.outputs import check_output_file, check_output_folder
+    from graphpass.outputs import check_output_file, check_output_folder, write_error
 
     shapes = parse_input_shapes(args.input_shape)
     # refuse output paths before any work; the staging folders come only when needed (a run
@@ -231,8 +234,6 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     try:
         model_io.save(result.graph, staged_model, emit=args.emit)
     except OSError as e:
-        from graphpass.outputs import write_error
-
         raise write_error(args.output, e) from None
     if args.verify:
         result.report.notes.append(_verify_output(args, staged_model, shapes))
@@ -241,8 +242,6 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         try:
             staged_report.write_text(text, encoding="utf-8")
         except OSError as e:
-            from graphpass.outputs import write_error
-
             raise write_error(args.report, e) from None
     outputs.commit()
     if not args.quiet:

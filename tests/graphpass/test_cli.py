@@ -1,11 +1,16 @@
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 from graphpass.cli import main, parse_input_shapes
+from graphpass.ir import model_io
 from graphpass.testing import make_model
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "shufflenet_v2_x0_5.onnx")
@@ -67,14 +72,6 @@ def test_parse_input_shapes():
 
 
 # -- nothing left behind, exit codes, onnxruntime's logs (issue 18) ------------------------------
-
-import signal
-import subprocess
-import sys
-
-import pytest
-
-from graphpass.ir import model_io
 
 
 def _listing(folder):
