@@ -626,3 +626,44 @@ add("verbs/input-shape-huge", "verbs", optimize(model([helper.make_node("Relu", 
 add("verbs/input-shape-verify-2p30", "verbs", optimize(model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", "M"]},
                                                              {"y": ["N", "M"]}),
                                                        "--input-shape", "x:1073741824,1073741824", "--verify"), expect=BAD)
+
+
+# --------------------------------------------------------------------------------------------
+# 9. mutants found by benchmarks/bad_inputs.py (default settings: 250 per family, seed 0)
+
+
+def _bench_mutant(family: str, k: int):
+    def build(folder: Path) -> list[str]:
+        (folder / "in.onnx").write_bytes(_bench_mutants()[(family, k)])
+        return ["optimize", "in.onnx", "-o", "out.onnx", "-q", "--target", "none"]
+    return build
+
+
+_MUTANTS: dict = {}
+
+
+def _bench_mutants() -> dict:
+    """The benchmark's mutants by (family, number), generated once per process."""
+    if not _MUTANTS:
+        import importlib.util
+
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "bad_inputs.py"
+        spec = importlib.util.spec_from_file_location("_gp_bad_inputs", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        _MUTANTS.update({(f, k): data for f, k, data in bench.mutants(250, 0)})
+    return _MUTANTS
+
+
+_DATA_FITS = "needs hostile-load branch: initializer data size checked against its shape (exit 3: cannot reshape / broadcast)"
+BENCH_MUTANTS = {
+    ("bitflip", 45): _DATA_FITS, ("bitflip", 94): _DATA_FITS, ("field-swap", 54): _DATA_FITS,
+    ("field-swap", 84): _DATA_FITS, ("field-swap", 214): _DATA_FITS, ("field-swap", 218): _DATA_FITS,
+    ("field-swap", 62): _LOAD + "a Constant whose value is an empty list (fold_constants: exit 3)",
+    ("field-swap", 127): _LOAD + "a Constant whose value is an empty list (fold_constants: exit 3)",
+    ("field-swap", 124): _LOAD + "attribute types checked against the op schema (merge_concats: int() of a Graph, exit 3)",
+    ("field-swap", 61): _LOAD + "size guards / --max-memory (760 MiB peak and over 10 s)",
+}
+for (family, k), reason in BENCH_MUTANTS.items():
+    add(f"mutants/{family}/{k}", "mutants", _bench_mutant(family, k))
+    NEEDS[f"mutants/{family}/{k}"] = reason
