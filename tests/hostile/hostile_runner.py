@@ -1,7 +1,7 @@
 """Runs hostile cases, each in its own forked child under an address-space limit and a timeout.
 
 The timeout is 10 s of CPU time (RLIMIT_CPU), so a loaded CI machine does not fail a case,
-and 30 s of wall time for a run blocked on a read.
+and 20 s of wall time for a run blocked on a read.
 
     python hostile_runner.py WORKDIR RESULTS.jsonl CASE_ID...
 
@@ -27,7 +27,7 @@ from pathlib import Path
 ADDRESS_SPACE = 2 << 30  # bytes
 TIMEOUT = 10  # CPU seconds for graphpass itself (RLIMIT_CPU: the machine's load does not count)
 CHECK_TIMEOUT = 20  # further CPU seconds for checking an exit-0 output
-WALL_TIMEOUT = 30.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU)
+WALL_TIMEOUT = 20.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU)
 
 
 def listing(folder: Path) -> list[str]:
