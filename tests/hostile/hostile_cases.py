@@ -290,7 +290,7 @@ def lazy(make, *extra):
 
 
 for kind in ("if", "loop"):
-    for depth in (10, 100, 500, 2000):
+    for depth in (10, 25, 100, 500, 2000):
         add(f"time/nested-{kind}/{depth}", "time-nesting", lazy(lambda kind=kind, depth=depth: _nested(kind, depth)))
 
 def _variadic(op: str, n: int, distinct: bool) -> onnx.ModelProto:
