@@ -73,12 +73,9 @@ def _models(names: list[str] | None, folder: Path) -> list[tuple[str, Path]]:
 
 
 def _latency(path: Path, feeds: dict, level, repeat: int) -> float:
-    import onnxruntime as ort
+    from graphpass import runtime
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = runtime.session(str(path), optimize=True, graph_optimization_level=level, intra_op_num_threads=1)
     sess.run(None, feeds)
     times = []
     for _ in range(repeat):

@@ -17,7 +17,7 @@ from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.report import OptimizeReport
 
-__all__ = ["OptimizeResult", "optimize"]
+__all__ = ["OptimizeResult", "optimize", "load_options"]
 
 
 @dataclasses.dataclass
@@ -47,6 +47,8 @@ def optimize(
     on_pass: Callable[[str, int, int, int], None] | None = None,
     name: str | None = None,
     max_applications: int | None = None,
+    max_memory: int | None = None,
+    freeze_initializer_inputs: bool = False,
 ) -> OptimizeResult:
     """Run a pipeline over ``model`` (a path, bytes, ModelProto, or an already loaded graph).
 
@@ -54,6 +56,11 @@ def optimize(
     names raise :class:`graphpass.UsageError`; a malformed model raises
     :class:`graphpass.BadModelError`; ``verify_each`` failures raise
     :class:`graphpass.VerificationError`.
+
+    ``max_memory`` bounds the bytes of tensors graphpass creates (folding, shape inference);
+    ``freeze_initializer_inputs`` lets initializers that are also graph inputs be treated as
+    constants. Both reach the passes as ``PassContext.max_memory`` /
+    ``PassContext.freeze_initializer_inputs`` and, for a model loaded here, the loader.
     """
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
@@ -63,7 +70,8 @@ def optimize(
         label = name or graph.name or "<graph>"
     else:
         label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
-        graph = model_io.load(model, input_shapes=shapes or None)
+        graph = model_io.load(model, input_shapes=shapes or None,
+                              **load_options(max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs))
     ctx = PassContext(
         target=target,
         disabled=set(disable),
@@ -78,6 +86,8 @@ def optimize(
         seed=seed,
         on_pass=on_pass,
         max_applications=max_applications,
+        max_memory=max_memory,
+        freeze_initializer_inputs=freeze_initializer_inputs,
     )
     nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
     t0 = time.perf_counter()
@@ -109,6 +119,18 @@ def optimize(
         report.iterations_per_loop = {n: final.total_us - step + (step / n if sinkable else step) for n in (1, 10, 100, 1000)}
     report.layout = layout_summary(graph, records, manager.initial_report, final)
     return OptimizeResult(graph, report)
+
+
+def load_options(**options: Any) -> dict[str, Any]:
+    """The keyword options among ``options`` that :func:`graphpass.ir.model_io.load` takes.
+
+    ``max_memory`` and ``freeze_initializer_inputs`` are passed on to the loader once it has
+    them; a loader without them gets neither (their defaults are the old behaviour).
+    """
+    import inspect
+
+    params = inspect.signature(model_io.load).parameters
+    return {k: v for k, v in options.items() if k in params}
 
 
 def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ import argparse
 import collections
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -37,7 +38,65 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
                 shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
             except ValueError:
                 raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
+            for k, d in enumerate(shapes[name]):
+                if d > MAX_DIM:
+                    raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the largest graphpass "
+                                     f"accepts ({MAX_DIM})")
     return shapes
+
+
+#: The largest dim a concrete shape may have (2^31 - 1); larger ones are bad input.
+MAX_DIM = 2**31 - 1
+
+#: Default of ``--max-memory``: bytes graphpass may use for tensors it creates itself (folded
+#: constants, shape inference's data propagation, inputs for --verify), beyond the model's own.
+DEFAULT_MAX_MEMORY = 1 << 30
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"512M"`` -> 536870912; plain bytes or K/M/G/T (powers of 1024)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, or a number with K, M, G or T)")
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': the size must be positive")
+    return size
+
+
+def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: str) -> None:
+    """Refuse generated inputs whose byte size exceeds ``limit`` before any is allocated
+    (symbolic dims count as verify feeds them)."""
+    from onnx import helper
+
+    from graphpass.verify import SYMBOLIC_DIM
+
+    inits = {t.name for t in model.graph.initializer}
+    total = 0
+    for inp in model.graph.input:
+        if inp.name in inits or not inp.type.HasField("tensor_type"):
+            continue
+        given = shapes.get(inp.name)
+        dims = list(given) if given is not None else [
+            d.dim_value if d.HasField("dim_value") else SYMBOLIC_DIM for d in inp.type.tensor_type.shape.dim]
+        n = 1
+        for d in dims:
+            n *= max(int(d), 0)
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 8
+        size = n * itemsize
+        total += size
+        if total > limit:
+            raise UsageError(f"{what}: input '{inp.name}' of shape {dims} needs {size:,} bytes, above --max-memory "
+                             f"({limit:,} bytes)")
 
 
 def _split_names(values: Sequence[str] | None) -> list[str]:
@@ -48,19 +107,24 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, then rename; a write error is exit 2."""
     import tempfile
 
+    from graphpass.outputs import check_output_file, write_error
+
+    check_output_file(path)
     folder = path.parent if str(path.parent) else Path(".")
-    if not folder.exists():
-        raise UsageError(f"output folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
@@ -88,16 +152,39 @@ def _progress(total_nodes: int, quiet: bool):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    import graphpass as gp
-    from graphpass import verify as V
-    from graphpass.ir import model_io
+    """Optimize; the model, its external data, the report and the dumps are staged in
+    temporaries (graphpass.outputs) and moved into place only after --verify passed."""
+    from graphpass.outputs import Outputs
 
-    out = model_io.check_output_path(args.output)
-    if args.report:
-        model_io.check_output_path(args.report)
-    if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
-        raise UsageError(f"--dump-dir '{args.dump_dir}' exists and is not a folder")
+    with Outputs() as outputs:
+        try:
+            return _optimize(args, outputs)
+        except Exception:
+            if args.keep_failed:
+                try:
+                    kept = outputs.commit()
+                except GraphpassError as e:  # the run's own error is the one to report
+                    print(f"graphpass: --keep-failed: could not keep the files: {e}", file=sys.stderr)
+                else:
+                    if kept:
+                        print(f"graphpass: --keep-failed: kept {', '.join(str(p) for p in kept)}", file=sys.stderr)
+            raise
+
+
+def _optimize(args: argparse.Namespace, outputs) -> int:
+    import graphpass as gp
+    from graphpass import api
+    from graphpass.ir import model_io
+    from graphpass.outputs import check_output_file, check_output_folder, write_error
+
     shapes = parse_input_shapes(args.input_shape)
+    # refuse output paths before any work; the staging folders come only when needed (a run
+    # killed while loading leaves nothing)
+    check_output_file(args.output)
+    if args.report:
+        check_output_file(args.report, "report path")
+    if args.dump_dir:
+        check_output_folder(Path(args.dump_dir), "--dump-dir", may_not_exist=True)
     _apply_fusion_switches(args)
     options = {}
     if args.fold_size_limit is not None:
@@ -119,10 +206,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
-    graph = gp.load(args.model, input_shapes=shapes or None)
+    graph = gp.load(args.model, input_shapes=shapes or None,
+                    **api.load_options(max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers))
     from graphpass.ir.graph import count_nodes
 
     progress, on_pass = _progress(count_nodes(graph), args.quiet)
+    staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
     try:
         if progress:
             progress.start()
@@ -135,7 +224,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             target=args.target,
             input_shapes=shapes,
             verify_each=args.verify_each,
-            dump_dir=args.dump_dir,
+            dump_dir=staged_dumps,
             max_rounds=args.max_rounds,
             options=options,
             seed=args.seed,
@@ -143,47 +232,68 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             iterations_per_loop=args.iterations_per_loop,
             on_pass=on_pass,
             name=Path(args.model).name,
+            max_memory=args.max_memory,
+            freeze_initializer_inputs=args.freeze_initializers,
         )
     finally:
         if progress:
             progress.stop()
-    model_io.save(result.graph, out, emit=args.emit)
+    staged_model = outputs.file(args.output)
+    staged_report = outputs.file(args.report) if args.report else None
+    try:
+        model_io.save(result.graph, staged_model, emit=args.emit)
+    except OSError as e:
+        raise write_error(args.output, e) from None
     if args.verify:
-        from graphpass.errors import BadModelError
-
         applied = [r.name for r in result.report.passes if r.application]
-        feeds, ref, _, ra, notes = V.reference(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes,
-                                               fp16_emulate=args.fp16_emulate)
+        result.report.notes.append(_verify_output(args, staged_model, shapes, applied))
+    if staged_report is not None:
+        text = result.report.to_markdown() if staged_report.suffix.lower() in (".md", ".markdown") else result.report.to_json()
         try:
-            rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
-            got = rb.run(feeds)
-        except BadModelError as e:  # the input model ran: the output is ours to blame
-            if not args.keep_failed:
-                out.unlink(missing_ok=True)
-            raise VerificationError(f"verification failed: the optimized model: {e}") from e
-        tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
-        comps = V.compare(ref, got, rtol=tol.rtol, atol=tol.atol)
-        if not V.all_match(comps):
-            bad = next(c for c in comps if not c.ok)
-            if not args.keep_failed:
-                out.unlink(missing_ok=True)
-            raise VerificationError(
-                f"verification failed: {V.describe(bad)} at {tol}"
-                + ("" if args.keep_failed else "; the output was not kept (use --keep-failed)")
-            )
-        emulated = " with fp16 emulation" if ra.emulated or rb.emulated else ""
-        result.report.notes.append(f"verified with onnxruntime{emulated}: {len(comps)} output(s) match at {tol} "
-                                   f"(seed {args.seed})" + "".join(f"; {n}" for n in notes))
-    if args.report:
-        rp = Path(args.report)
-        text = result.report.to_markdown() if rp.suffix.lower() in (".md", ".markdown") else result.report.to_json()
-        _write_text_atomic(rp, text)
+            staged_report.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise write_error(args.report, e) from None
+    outputs.commit()
     if not args.quiet:
         print(result.report.to_table(all_passes=args.verbose > 0), end="")
         if args.explain is not None:
             _print_explanations(result.report.explanations, args.explain)
-        print(f"wrote {out}")
+        print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
     return 0
+
+
+def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, list[int]], applied: list[str]) -> str:
+    """Compare the written (staged) model with the input in onnxruntime; the report note, or raise.
+
+    The input model not running is bad input (exit 2); the output not loading or not running
+    where the input does, or differing, is a failed verification (exit 1).
+    """
+    from graphpass import verify as V
+    from graphpass.errors import BadModelError
+    from graphpass.ir import model_io
+
+    original = model_io.load_proto(args.model)
+    _check_input_bytes(original, shapes, args.max_memory, "--verify")
+    try:
+        feeds, ref, _, ra, notes = V.reference(original, seed=args.seed, input_shapes=shapes,
+                                               fp16_emulate=args.fp16_emulate)
+    except BadModelError as e:
+        raise BadModelError(f"--verify: {args.model}: {e}") from None
+    kept = "" if args.keep_failed else "; the output was not kept (use --keep-failed)"
+    try:
+        rb = V.Runner(str(staged), fp16_emulate=args.fp16_emulate)
+        got = rb.run(feeds)
+    except BadModelError as e:  # the input model ran: the output is ours to blame
+        raise VerificationError(f"verification failed: the optimized model does not run where the input does: {e}"
+                                + kept) from None
+    tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
+    comps = V.compare(ref, got, rtol=tol.rtol, atol=tol.atol)
+    if not V.all_match(comps):
+        bad = next(c for c in comps if not c.ok)
+        raise VerificationError(f"verification failed: {V.describe(bad)} at {tol}" + kept)
+    emulated = " with fp16 emulation" if ra.emulated or rb.emulated else ""
+    return (f"verified with onnxruntime{emulated}: {len(comps)} output(s) match at {tol} (seed {args.seed})"
+            + "".join(f"; {n}" for n in notes))
 
 
 def _apply_fusion_switches(args: argparse.Namespace) -> None:
@@ -221,9 +331,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
     model = create(args.target)  # an unknown target fails before the model is read
     if args.output:
-        from graphpass.ir import model_io
+        from graphpass.outputs import check_output_file
 
-        model_io.check_output_path(args.output)
+        check_output_file(args.output)
     graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None)
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
@@ -241,9 +351,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     create(args.target)  # an unknown target fails before the models are read
     if args.output:
-        from graphpass.ir import model_io
+        from graphpass.outputs import check_output_file
 
-        model_io.check_output_path(args.output)
+        check_output_file(args.output)
     d = diff_models(args.before, args.after, target=args.target, names=(args.before, args.after))
     if args.format == "json":
         text = to_json(d) + "\n"
@@ -550,7 +660,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest constant fold_constants may create (default 1 MiB)")
     o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
     o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
-    o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
+    o.add_argument("--keep-failed", action="store_true",
+                   help="on failure keep what was written (model, report, dumps) and say where; by default a "
+                        "failed run leaves no file behind")
+    o.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
+                   help="memory graphpass may use for tensors it creates (folding, shape inference, "
+                        "--verify inputs), beyond the model's own weights; e.g. 512M, 4G (default 1G)")
+    o.add_argument("--freeze-initializers", action="store_true",
+                   help="treat initializers that are also graph inputs (overridable defaults) as constants "
+                        "and drop them from the inputs; by default they stay inputs")
     o.add_argument("--rtol", type=float, default=None,
                    help="--verify tolerance (default: exact when only exact passes ran, else the loosest promise, at least 1e-4)")
     o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
@@ -676,8 +794,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args.verbose, args.quiet)
+    from graphpass import runtime
+
+    runtime.set_verbosity(args.verbose)
+    previous = _catch_termination()
     try:
         return int(args.func(args) or 0)
+    except Terminated as e:  # temporaries were removed on the way out (finally / Outputs)
+        print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except GraphpassError as e:
         print(f"graphpass: error: {e}", file=sys.stderr)
         if args.verbose:
@@ -698,6 +823,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             traceback.print_exc()
         return 3
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised where the program is, so ``finally`` blocks remove temporaries."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _catch_termination():
+    """Turn SIGTERM into :class:`Terminated` (SIGINT already raises KeyboardInterrupt); returns
+    the previous handler, or None when not on the main thread (signals cannot be caught there)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 if __name__ == "__main__":  # pragma: no cover

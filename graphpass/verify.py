@@ -58,15 +58,11 @@ class OutputComparison:
 
 def session(model: onnx.ModelProto | bytes | str):
     """An onnxruntime CPU session with every graph optimization disabled."""
-    import onnxruntime as ort
+    from graphpass import runtime
 
-    ort.set_default_logger_severity(3)  # errors come back as exceptions; no log spam on stderr
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
-        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        return runtime.session(data)  # quiet unless -v (graphpass.runtime)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModelError(f"onnxruntime cannot run the model: {first}") from e
@@ -470,8 +466,9 @@ def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
 
     try:
         data = dict(np.load(path, allow_pickle=False))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: cannot read the inputs: {e}") from e
+    except Exception as e:  # noqa: BLE001 - a corrupt .npz raises BadZipFile, EOFError, ValueError, OSError...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"{path}: cannot read the inputs (not a valid .npz: {reason})") from None
     feeds = {}
     for inp in sess.get_inputs():
         if inp.name not in data:

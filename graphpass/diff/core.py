@@ -308,6 +308,8 @@ def _load(path_or_model, label: str) -> onnx.ModelProto:
     from graphpass.ir import model_io
 
     p = Path(path_or_model)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise BadModelError(f"{label} model '{p}': not a regular file (a device, FIFO or socket)")
     try:
         model = onnx.load(str(p), load_external_data=False)
     except FileNotFoundError:
@@ -316,6 +318,9 @@ def _load(path_or_model, label: str) -> onnx.ModelProto:
         raise BadModelError(f"{label} model '{p}': is a folder, not an ONNX file") from None
     except Exception as e:  # noqa: BLE001 - protobuf raises several types on bad bytes
         raise BadModelError(f"{label} model '{p}': not a readable ONNX model ({type(e).__name__})") from None
+    if model.ir_version <= 0 or not model.HasField("graph"):  # an empty file parses as an empty ModelProto
+        raise BadModelError(f"{label} model '{p}': not an ONNX model (" + ("empty file" if p.stat().st_size == 0
+                                                                            else "no ir_version or no graph") + ")")
     try:
         model_io.validate(model)  # the structural checks of graphpass load
     except BadModelError as e:

@@ -41,6 +41,9 @@ class PassContext:
         on_pass: progress callback ``(pass_name, round, index, total)``.
         max_applications: stop after this many pass applications that changed the graph (like
             LLVM's -opt-bisect-limit; ``graphpass bisect`` searches over it).
+        max_memory: bytes of tensors the run may create (``--max-memory``; None: no limit).
+        freeze_initializer_inputs: initializers that are also graph inputs may be folded as
+            constants (``--freeze-initializers``); by default they stay inputs.
     """
 
     target: str = "ascend910a"
@@ -58,6 +61,8 @@ class PassContext:
     on_pass: Callable[[str, int, int, int], None] | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
     max_applications: int | None = None
+    max_memory: int | None = None
+    freeze_initializer_inputs: bool = False
 
     def explain(self, pass_name: str, node: Any, reason: str) -> None:
         """Record why ``pass_name`` did not rewrite ``node`` (for ``--explain``)."""

@@ -120,10 +120,18 @@ class PassManager:
             raise VerificationError(f"after pass '{name}': {_verify.describe(bad[0])} from the input model at {tol}")
 
     def _dump(self, graph: gs.Graph, name: str) -> None:
+        """Write the graph after ``name`` to the dump folder (the CLI passes a staging folder
+        there, moved into place only when the run succeeds). A write error is exit 2."""
         assert self.ctx.dump_dir is not None
         self._dump_count += 1
-        Path(self.ctx.dump_dir).mkdir(parents=True, exist_ok=True)
-        model_io.save(graph, Path(self.ctx.dump_dir) / f"{self._dump_count:03d}_{name}.onnx", emit="device")
+        path = Path(self.ctx.dump_dir) / f"{self._dump_count:03d}_{name}.onnx"
+        try:
+            Path(self.ctx.dump_dir).mkdir(parents=True, exist_ok=True)
+            model_io.save(graph, path, emit="device")
+        except OSError as e:
+            from graphpass.outputs import write_error
+
+            raise write_error(path, e) from None
 
     # -- the loop --------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import random
+import shutil
 
 import onnx
 
@@ -38,17 +39,24 @@ def _mutants(n: int, seed: int = 0):
 
 
 def test_thousand_mutated_models_exit_cleanly(tmp_path):
+    """Every 10th run also asks for --verify, --dump-dir and --report: on exit 2 nothing the run
+    created remains (no output, dump folder, report or staging folder)."""
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     failures = []
     codes = {0: 0, 2: 0}
     for k, (kind, data) in enumerate(_mutants(1000)):
         src.write_bytes(data)
         out.unlink(missing_ok=True)
+        for p in tmp_path.iterdir():
+            if p.name not in ("m.onnx",):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        extra = ["--verify", "--dump-dir", str(tmp_path / "d"), "--report", str(tmp_path / "r.json")] if k % 10 == 0 else []
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = main(["optimize", str(src), "-o", str(out), "-q", "--target", "none"])
+            code = main(["optimize", str(src), "-o", str(out), "-q", "--target", "none", *extra])
         text = err.getvalue().strip()
-        clean = code in (0, 2) and "Traceback" not in text and (code == 0 or (len(text.splitlines()) == 1 and not out.exists()))
+        left = sorted(p.name for p in tmp_path.iterdir())
+        clean = code in (0, 2) and "Traceback" not in text and (code == 0 or (len(text.splitlines()) == 1 and left == ["m.onnx"]))
         if not clean:
             failures.append((k, kind, code, text.splitlines()[-1] if text else ""))
         else:
