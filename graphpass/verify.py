@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
 from graphpass.errors import BadModelError
 
@@ -343,7 +344,10 @@ class Runner:
         from graphpass import fp16
 
         if isinstance(model, str):  # a path: onnxruntime reads it (and its external data) itself
-            head = onnx.load(model, load_external_data=False)
+            try:
+                head = onnx.load(model, load_external_data=False)
+            except (DecodeError, OSError, ValueError) as e:
+                raise BadModelError(f"{model}: cannot be read as an ONNX model ({e})") from None
             self.fp16 = fp16.has_fp16(head)
             if not (fp16_emulate and self.fp16):
                 self._emu, self.sess, self.emulated, self.model = None, session(model), False, head

@@ -163,8 +163,10 @@ def test_optimize_force_fp16_verify_sees_the_overflow(tmp_path, capsys):
     src, out = _save(tmp_path, _fp32_overflow_model(), "m.onnx"), tmp_path / "o.onnx"
     args = ["optimize", src, "-o", str(out), "--mixed-precision", "force_fp16", "--target", "none", "--verify", "-q"]
     assert main(args + ["--no-fp16-emulate"]) == 0
+    written = out.read_bytes()
     assert main(args) == 1
-    assert "inf positions or signs differ" in capsys.readouterr().err and not out.exists()
+    # the failed run wrote nothing: the earlier run's output is untouched
+    assert "inf positions or signs differ" in capsys.readouterr().err and out.read_bytes() == written
 
 
 def test_optimize_force_fp16_verify_passes_a_benign_model(tmp_path, capsys):
