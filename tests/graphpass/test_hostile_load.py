@@ -1,0 +1,305 @@
+"""Hostile input at load: bounded memory, regular files only, exit 2 with one line naming the fault.
+
+Each case here made graphpass hang, use gigabytes, crash with exit 3, or write a wrong model
+with exit 0 before the resource contract (README, "Resource contract").
+"""
+
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from graphpass.cli import main
+from graphpass.errors import BadModelError, ResourceLimitError
+from graphpass.ir import limits, model_io
+from graphpass.testing import make_model
+
+
+def _add_w(w=None):
+    w = np.arange(4, dtype=np.float32) if w is None else w
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], {"x": [4]}, {"y": [4]},
+                      initializers={"w": w})
+
+
+def _optimize(tmp_path, model, *extra):
+    src = tmp_path / "m.onnx"
+    if isinstance(model, (bytes, bytearray)):
+        src.write_bytes(model)
+    else:
+        src.write_bytes(model.SerializeToString())
+    out = tmp_path / "o.onnx"
+    code = main(["optimize", str(src), "-o", str(out), "-q", "--target", "none", *extra])
+    return code, out
+
+
+def _one_line_exit_2(capsys, code, needle):
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# files that are not regular files
+
+
+def test_fifo_as_model_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "graphpass.cli", "optimize", str(fifo), "-o", str(tmp_path / "o.onnx")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "FIFO" in proc.stderr and "regular file" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_dev_zero_as_model_is_refused():
+    with pytest.raises(BadModelError, match="device"):
+        model_io.load_proto("/dev/zero")
+
+
+def test_model_over_max_memory_is_refused(tmp_path):
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_add_w(np.zeros(4096, np.float32)).SerializeToString())
+    with pytest.raises(ResourceLimitError, match="memory limit"):
+        model_io.load(str(src), max_memory=4096)
+    assert model_io.load(str(src), max_memory="1M") is not None
+
+
+def test_external_data_counts_against_max_memory(tmp_path):
+    m = _add_w(np.zeros(1 << 16, np.float32))
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 16
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1 << 16
+    onnx.save_model(m, tmp_path / "m.onnx", save_as_external_data=True, location="m.data")
+    assert os.path.getsize(tmp_path / "m.onnx") < 4096
+    with pytest.raises(ResourceLimitError, match="external data"):
+        model_io.load(str(tmp_path / "m.onnx"), max_memory=128 << 10)
+    g = model_io.load(str(tmp_path / "m.onnx"), max_memory=1 << 20)
+    assert model_io.budget(g).held >= 1 << 18
+
+
+def test_parse_bytes():
+    assert limits.parse_bytes("8G") == 8 << 30
+    assert limits.parse_bytes("512M") == 512 << 20
+    assert limits.parse_bytes("1024") == 1024
+    with pytest.raises(Exception, match="byte count"):
+        limits.parse_bytes("lots")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad external data: exit 2 naming the tensor
+
+
+def _external(tmp_path, **info):
+    m = _add_w()
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in {"location": "w.bin", **info}.items():
+        t.external_data.add(key=k, value=v)
+    return m
+
+
+@pytest.mark.parametrize("info,needle", [
+    ({"offset": "-8"}, "negative external data offset"),
+    ({"length": "-16"}, "negative external data length"),
+    ({"offset": "abc"}, "not a number"),
+    ({"length": "1e3"}, "not a number"),
+    ({"offset": "4096"}, "which has only 16"),
+    ({"length": "8"}, "needs 16 bytes"),
+    ({"location": "w\0.bin"}, "NUL"),
+    ({"location": "a" * 5000}, "over-long"),
+    ({"location": "b" * 300}, "over-long"),
+])
+def test_bad_external_data_exits_2(tmp_path, capsys, info, needle):
+    code, out = _optimize(tmp_path, _external(tmp_path, **info))
+    _one_line_exit_2(capsys, code, needle)
+    assert not out.exists()
+
+
+def test_good_external_data_still_loads(tmp_path):
+    m = _external(tmp_path, offset="0", length="16")
+    (tmp_path / "m.onnx").write_bytes(m.SerializeToString())
+    g = model_io.load(str(tmp_path / "m.onnx"))
+    w = next(t for n in g.nodes for t in n.inputs if t.name == "w")
+    np.testing.assert_array_equal(w.values, np.arange(4, dtype=np.float32))
+
+
+def test_external_data_in_a_fifo_is_refused(tmp_path, capsys):
+    m = _add_w()
+    os.mkfifo(tmp_path / "w.bin")
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="w.bin")
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "not a regular file")
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor data that does not match its shape; dims out of range
+
+
+@pytest.mark.parametrize("raw", [b"\0" * 8, b"\0" * 24])
+def test_raw_data_of_the_wrong_length_exits_2(tmp_path, capsys, raw):
+    m = _add_w()
+    m.graph.initializer[0].raw_data = raw
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "initializer 'w'")
+
+
+def test_typed_data_of_the_wrong_count_exits_2(tmp_path, capsys):
+    m = _add_w()
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.float_data.extend([1.0, 2.0])
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "initializer 'w'")
+
+
+def test_huge_declared_dim_exits_2_without_memory(tmp_path, capsys):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1 << 40]}, {"y": [1 << 40]})
+    code, _ = _optimize(tmp_path, m, "--verify")
+    _one_line_exit_2(capsys, code, "'x' has dimension 1099511627776")
+
+
+def test_huge_initializer_dim_exits_2(tmp_path, capsys):
+    m = _add_w()
+    t = m.graph.initializer[0]
+    t.dims[:] = [1 << 33, 0]
+    t.raw_data = b""
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "outside 0..2^31")
+
+
+# ---------------------------------------------------------------------------------------------
+# accepted and written out wrong before: now refused with exit 2
+
+
+def test_no_default_opset_import_exits_2(tmp_path, capsys):
+    m = _add_w()
+    del m.opset_import[:]
+    m.opset_import.add(domain="com.vendor", version=1)
+    code, out = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "does not import")
+    assert not out.exists()
+
+
+def test_input_without_type_exits_2(tmp_path, capsys):
+    m = _add_w()
+    m.graph.input[0].ClearField("type")
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "graph input 'x' has no type")
+
+
+def test_constant_without_value_exits_2(tmp_path, capsys):
+    m = make_model([helper.make_node("Constant", [], ["c"], name="k"), helper.make_node("Add", ["x", "c"], ["y"])],
+                   {"x": [4]}, {"y": [4]})
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "Constant node 'k' has 0 values")
+
+
+def test_attribute_of_the_wrong_type_exits_2(tmp_path, capsys):
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", strides=[1.0, 1.0])],
+                   {"x": [1, 1, 4, 4]}, {"y": [1, 1, 4, 4]}, initializers={"w": np.ones((1, 1, 1, 1), np.float32)})
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "'strides' of type FLOATS; the operator takes INTS")
+
+
+def test_two_initializers_with_one_name_exit_2(tmp_path, capsys):
+    m = _add_w()
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(4, np.float32), "w"))
+    code, _ = _optimize(tmp_path, m)
+    _one_line_exit_2(capsys, code, "two initializers are named 'w'")
+
+
+# ---------------------------------------------------------------------------------------------
+# initializers that are also graph inputs: overridable defaults
+
+
+def _with_default():
+    m = make_model([helper.make_node("Mul", ["w", "two"], ["w2"]), helper.make_node("Add", ["x", "w2"], ["y"])],
+                   {"x": [4], "w": [4]}, {"y": [4]},
+                   initializers={"w": np.arange(4, dtype=np.float32), "two": np.full(4, 2, np.float32)})
+    return m
+
+
+def test_initializer_input_stays_an_input(tmp_path):
+    import graphpass as gp
+    from graphpass.testing import ort_run
+
+    m = _with_default()
+    out = model_io.to_proto(gp.optimize(m).graph)
+    assert [i.name for i in out.graph.input] == ["x", "w"]
+    assert "w" in {t.name for t in out.graph.initializer}
+    onnx.checker.check_model(out, full_check=True)
+    x = np.ones(4, np.float32)
+    w = np.full(4, 5, np.float32)  # the caller overrides the default
+    np.testing.assert_array_equal(ort_run(out, {"x": x, "w": w})["y"], ort_run(m, {"x": x, "w": w})["y"])
+    np.testing.assert_array_equal(ort_run(out, {"x": x})["y"], ort_run(m, {"x": x})["y"])
+
+
+def test_freeze_initializer_inputs_folds_them():
+    import graphpass as gp
+
+    g = model_io.load(_with_default(), freeze_initializer_inputs=True)
+    out = model_io.to_proto(gp.optimize(g).graph)
+    assert [i.name for i in out.graph.input] == ["x"]
+    assert [n.op_type for n in out.graph.node] == ["Add"]
+
+
+# ---------------------------------------------------------------------------------------------
+# value_info that contradicts inference
+
+
+def test_false_value_info_is_replaced_by_inference():
+    m = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Reshape", ["a", "s"], ["y"])],
+                   {"x": [2, 3]}, {"y": [3, 2]}, initializers={"s": np.array([3, 2], np.int64)},
+                   value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 2])])
+    g = model_io.load(m)
+    a = next(t for n in g.nodes for t in n.outputs if t.name == "a")
+    assert list(a.shape) == [2, 3]
+
+
+def test_false_value_info_does_not_lead_to_a_wrong_rewrite():
+    import graphpass as gp
+    from graphpass.testing import ort_run
+
+    # a claims [3, 2]: a pass trusting it would drop the Reshape to [3, 2] as a no-op
+    m = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Reshape", ["a", "s"], ["y"])],
+                   {"x": [2, 3]}, {"y": [3, 2]}, initializers={"s": np.array([3, 2], np.int64)},
+                   value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 2])])
+    out = model_io.to_proto(gp.optimize(m).graph)
+    onnx.checker.check_model(out, full_check=True)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert ort_run(out, {"x": x})["y"].shape == (3, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# shape inference's data propagation
+
+
+def test_data_propagation_is_skipped_for_a_big_integer_constant(tmp_path):
+    code = textwrap.dedent(f"""
+        import resource, numpy as np, onnx
+        from onnx import helper
+        from graphpass.testing import make_model
+        from graphpass.ir import model_io
+        c = helper.make_node("Constant", [], ["s"], value=onnx.numpy_helper.from_array(np.ones(2_000_000, np.int64), "v"))
+        m = make_model([c, helper.make_node("Mul", ["s", "s"], ["s2"]), helper.make_node("Concat", ["s2", "s2"], ["s3"], axis=0),
+                        helper.make_node("Cast", ["s3"], ["y"], to=1)], {{"x": [1]}}, {{"y": None}})
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        model_io.load(m)
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) < 300, proc.stdout  # MB; with data propagation: ~800 MB
