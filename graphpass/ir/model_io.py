@@ -606,27 +606,67 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     bytes), so inference sees its shape without serializing or copying the weights; this also
     keeps models over 2 GB inferable. Symbolic dims keep their names. The model's own
     value_info for outputs of default-domain nodes of the main graph is left out, so inference
-    derives those shapes itself instead of trusting them. Data propagation (which turns an
-    integer tensor into one protobuf message per element, ~50 bytes each) runs only when no
-    Constant holds more than :data:`_DATA_PROP_MAX_ELEMS` integers. Returns the inferred copy;
-    on failure logs a warning and returns ``model`` unchanged.
+    derives those shapes itself instead of trusting them. Inference runs without data
+    propagation first; only if that leaves a shape unknown, and data propagation is safe (see
+    :func:`_data_prop_safe`: it allocates per element of the 1-D tensors it follows), it runs
+    again with it. Returns the inferred copy; on failure logs a warning and returns ``model``
+    unchanged.
     """
     light = _light_copy(model)
-    data_prop = _data_prop_safe(model)
-    if not data_prop:
-        log.info("shape inference without data propagation: the model has a big integer Constant")
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
+        first = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=False)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
+    if not _has_unknown_shapes(first.graph):
+        return first
+    if not _data_prop_safe(model, first.graph):
+        log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
+        return first
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
+        log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
+        return first
+
+
+def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
+    """Some node output of the main graph has no shape or a dim with neither value nor name."""
+    known = {}
+    for vi in list(graph.value_info) + list(graph.output):
+        known[vi.name] = vi
+    for n in graph.node:
+        for o in n.output:
+            if not o:
+                continue
+            vi = known.get(o)
+            if vi is None or not vi.type.HasField("tensor_type"):
+                if vi is None:
+                    return True
+                continue
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape") or any(
+                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__"))
+                for d in tt.shape.dim
+            ):
+                return True  # onnx names the dims it could not infer unk__N
+    return False
 
 
 #: Data propagation is skipped when a Constant holds more integers than this (see infer_shapes).
 _DATA_PROP_MAX_ELEMS = 4096
 
 
-def _data_prop_safe(model: onnx.ModelProto) -> bool:
+def _data_prop_safe(model: onnx.ModelProto, inferred: onnx.GraphProto) -> bool:
+    """Data propagation allocates per element of every rank-0/1 tensor it follows (one protobuf
+    message each, ~50 bytes): safe only while no Constant holds more than
+    :data:`_DATA_PROP_MAX_ELEMS` integers and no rank-1 tensor is longer than that."""
+    for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.HasField("shape") and len(tt.shape.dim) == 1:
+            d = tt.shape.dim[0]
+            if d.HasField("dim_value") and d.dim_value > _DATA_PROP_MAX_ELEMS:
+                return False
     nodes = [n for g in graph_protos(model.graph) for n in g.node]
     nodes += [n for f in model.functions for n in f.node]
     for n in nodes:

@@ -303,3 +303,31 @@ def test_data_propagation_is_skipped_for_a_big_integer_constant(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout.strip()) < 300, proc.stdout  # MB; with data propagation: ~800 MB
+
+
+def test_data_propagation_is_skipped_for_a_long_1d_tensor(tmp_path):
+    code = textwrap.dedent("""
+        import resource
+        from onnx import helper
+        from graphpass.testing import make_model
+        from graphpass.ir import model_io
+        m = make_model([helper.make_node("Add", ["a", "b"], ["z0"]), helper.make_node("Reshape", ["z0", "s"], ["z"]),
+                        helper.make_node("Add", ["x", "z"], ["y"])], {"x": [1], "a": [50000, 1], "b": [1, 50000]},
+                       {"y": None}, initializers={"s": __import__("numpy").array([-1], "int64")})
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        g = model_io.load(m)
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)))
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) < 300, proc.stdout  # MB; with data propagation: std::bad_alloc past 2 GB
+
+
+def test_data_propagation_still_resolves_shape_chains():
+    m = make_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i"], ["d"], axis=0),
+                    helper.make_node("Concat", ["d", "m1"], ["t"], axis=0), helper.make_node("Reshape", ["x", "t"], ["y"])],
+                   {"x": [2, 3, 4]}, {"y": None},
+                   initializers={"i": np.array([0], np.int64), "m1": np.array([-1], np.int64)})
+    g = model_io.load(m)
+    assert list(g.outputs[0].shape) == [2, 12]
