@@ -144,7 +144,60 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[o
     external = _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
     held += external
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
+    held += _densify_sparse(model, where, limit - held)
     return _upgrade_old_opset(model), held
+
+
+def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
+    """Replace every sparse initializer by the dense initializer of the same name, dtype and
+    values (onnx-graphsurgeon has no sparse tensors). Returns the bytes added; the dense size
+    is computed from the dims first and refused above ``room``."""
+    added = 0
+    for g in graph_protos(model.graph):
+        if not len(g.sparse_initializer):
+            continue
+        for sp in g.sparse_initializer:
+            name = sp.values.name
+            dims = [int(d) for d in sp.dims]
+            if any(not 0 <= d <= limits.MAX_DIM for d in dims):
+                raise ResourceLimitError(f"{where}: sparse initializer '{name}' has dims {dims}, outside 0..2^31")
+            try:
+                values = onnx.numpy_helper.to_array(_read_on_disk(sp.values) if _is_on_disk(sp.values) else sp.values)
+                indices = onnx.numpy_helper.to_array(_read_on_disk(sp.indices) if _is_on_disk(sp.indices) else sp.indices)
+            except Exception as e:  # noqa: BLE001 - malformed values or indices
+                raise BadModelError(f"{where}: sparse initializer '{name}' cannot be read: {e}") from e
+            n = int(np.prod(dims, dtype=object))
+            nbytes = n * values.dtype.itemsize
+            if added + nbytes > room:
+                raise ResourceLimitError(
+                    f"{where}: sparse initializer '{name}' would take {nbytes} bytes dense, over the memory limit "
+                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+                )
+            values = values.reshape(-1)
+            if indices.ndim == 2 and indices.shape[1] == len(dims) and len(dims) > 0:
+                if ((indices < 0) | (indices >= np.array(dims))).any():
+                    raise BadModelError(f"{where}: sparse initializer '{name}' has an index outside its shape {dims}")
+                flat = np.ravel_multi_index(tuple(indices.T), dims) if len(indices) else np.zeros(0, np.int64)
+            elif indices.ndim == 1 or indices.size == 0:
+                flat = indices.reshape(-1)
+                if ((flat < 0) | (flat >= n)).any():
+                    raise BadModelError(f"{where}: sparse initializer '{name}' has an index outside its shape {dims}")
+            else:
+                raise BadModelError(f"{where}: sparse initializer '{name}' has indices of shape {list(indices.shape)}")
+            if len(flat) != len(values):
+                raise BadModelError(
+                    f"{where}: sparse initializer '{name}' has {len(values)} values for {len(flat)} indices"
+                )
+            dense = np.zeros(n, dtype=values.dtype)
+            dense[flat] = values
+            tensor = onnx.numpy_helper.from_array(dense.reshape(dims), name)
+            if tensor.data_type != sp.values.data_type:
+                tensor = onnx.helper.make_tensor(name, sp.values.data_type, dims, dense.tobytes(), raw=True)
+            g.initializer.append(tensor)
+            added += nbytes
+        log.info("%s: %d sparse initializer(s) stored dense", where, len(g.sparse_initializer))
+        del g.sparse_initializer[:]
+    return added
 
 
 def _read_regular_file(path: Path, limit: int, what: str) -> bytes:
@@ -1021,6 +1074,21 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     continue
                 seen.add(id(t))
                 values = t._values
+                if isinstance(values, np.ndarray) and getattr(t, "data_location", None) is not None:
+                    # gs copies data_location from the tensor it imported: an array written with
+                    # EXTERNAL and no location was a corrupt model (tiny external weights)
+                    t.data_location = None
+                if isinstance(values, np.ndarray) and values.dtype.kind not in "biuf":
+                    # strings, int4/uint4, bfloat16, float8 (ml_dtypes): gs writes them as raw
+                    # bytes of the unpacked array; onnx's own conversion packs them right
+                    try:
+                        proto = onnx.numpy_helper.from_array(values, t.name)
+                    except Exception as e:  # noqa: BLE001 - let gs's exporter say what it cannot do
+                        log.debug("cannot convert '%s' (%s): %s", t.name, values.dtype, e)
+                    else:
+                        arrays.append((t, values))
+                        t._values = gs.ir.tensor.LazyValues(proto)
+                        continue
                 if (isinstance(values, np.ndarray) and values.nbytes > 1024 and values.dtype.kind in "biuf"
                         and getattr(t, "export_dtype", None) in (None, values.dtype)):
                     # a weight a pass computed: the exporter would copy it twice; it gets a header
