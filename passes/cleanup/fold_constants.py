@@ -119,7 +119,12 @@ def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version:
             if isinstance(t, gs.Constant):
                 consts[t.name] = t
     node_protos = [OnnxExporter.export_node(n) for n in nodes]
-    inits = [OnnxExporter.export_tensor_proto(c) for c in consts.values()]
+    inits = []
+    for c in consts.values():
+        proto = OnnxExporter.export_tensor_proto(c)
+        if model_io._is_on_disk(proto):  # onnxruntime refuses absolute external locations
+            proto = model_io._read_on_disk(proto)
+        inits.append(proto)
     outputs = []
     for t in wanted:
         elem = tensor_elem_type(t)
