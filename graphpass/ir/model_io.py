@@ -41,6 +41,7 @@ __all__ = [
     "ModelSource",
     "load",
     "load_proto",
+    "read_npz",
     "from_proto",
     "to_proto",
     "save",
@@ -230,6 +231,60 @@ def _read_regular_file(path: Path, limit: int, what: str) -> bytes:
     if len(data) > st.st_size:
         raise BadModelError(f"{path}: the file grew while it was read")
     return data
+
+
+def read_npz(path: str | os.PathLike, max_memory: int | str | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` (inputs for ``verify``), read safely.
+
+    Only from a regular file; the uncompressed sizes its zip directory declares must fit in
+    ``max_memory`` before any array is read; pickled (object) arrays are refused; a corrupt
+    archive or array is one :class:`BadModelError` line naming the file (and the array).
+    """
+    import zipfile
+
+    p = Path(path)
+    limit = limits.resolve_max_memory(max_memory)
+    _read_regular_file_check(p, limit, "inputs (.npz)")
+    try:
+        with zipfile.ZipFile(p) as z:
+            members = z.infolist()
+            total = sum(m.file_size for m in members)
+            if total > limit:
+                raise ResourceLimitError(
+                    f"{p}: the arrays take {total} bytes uncompressed, over the memory limit of {limit} "
+                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+                )
+    except zipfile.BadZipFile as e:
+        raise BadModelError(f"{p}: not a valid .npz file ({e})") from e
+    except OSError as e:
+        raise BadModelError(f"{p}: cannot read: {e.strerror or e}") from e
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            for name in data.files:
+                try:
+                    out[name] = data[name]
+                except Exception as e:  # noqa: BLE001 - corrupt member: zlib, header or length errors
+                    raise BadModelError(f"{p}: array '{name}' cannot be read: {type(e).__name__}: {e}") from e
+    except BadModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else numpy raises on a damaged archive
+        raise BadModelError(f"{p}: not a valid .npz file ({type(e).__name__}: {e})") from e
+    return out
+
+
+def _read_regular_file_check(path: Path, limit: int, what: str) -> None:
+    """The checks of :func:`_read_regular_file` without reading the file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise BadModelError(f"{path}: no such file") from None
+    except OSError as e:
+        raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise BadModelError(f"{path}: not a regular file; graphpass reads the {what} only from a regular file")
+    if st.st_size > limit:
+        raise ResourceLimitError(f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit}")
 
 
 def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -358,3 +358,39 @@ def test_merging_the_inputs_of_a_wide_sum_is_linear():
         assert all(t is node.inputs[1] for t in node.inputs[1:])
         assert len(node.inputs[1].outputs) == n
     assert times[8000] / times[500] < 64, times  # linear: ~16x; quadratic: ~256x
+
+
+# ---------------------------------------------------------------------------------------------
+# .npz inputs
+
+
+def test_read_npz_round_trips(tmp_path):
+    np.savez(tmp_path / "in.npz", x=np.arange(3, dtype=np.float32), m=np.array([[1, 2]], np.int64))
+    data = model_io.read_npz(tmp_path / "in.npz")
+    np.testing.assert_array_equal(data["x"], np.arange(3, dtype=np.float32))
+    assert data["m"].dtype == np.int64
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "pickle"])
+def test_corrupt_npz_is_one_bad_model_error(tmp_path, damage):
+    path = tmp_path / "in.npz"
+    if damage == "pickle":
+        np.savez(path, x=np.array([{"a": 1}], dtype=object))
+    else:
+        np.savez_compressed(path, x=np.arange(1000, dtype=np.float32))
+        data = bytearray(path.read_bytes())
+        if damage == "truncate":
+            data = data[: len(data) // 2]
+        elif damage == "garbage":
+            data = bytearray(b"PK\\x03\\x04" + bytes(200))
+        else:
+            data[60:90] = bytes(30)  # inside the compressed array
+        path.write_bytes(bytes(data))
+    with pytest.raises(BadModelError, match="in.npz"):
+        model_io.read_npz(path)
+
+
+def test_npz_over_max_memory_is_refused(tmp_path):
+    np.savez_compressed(tmp_path / "in.npz", x=np.zeros(1 << 20, np.float32))  # 4 MiB, compresses to ~4 KiB
+    with pytest.raises(ResourceLimitError, match="uncompressed"):
+        model_io.read_npz(tmp_path / "in.npz", max_memory=1 << 20)
