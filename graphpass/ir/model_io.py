@@ -698,6 +698,8 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
         for k, v in enumerate(shape):
             if int(v) <= 0:
                 raise UsageError(f"--input-shape {name}: dimension {k} must be positive, got {v}")
+            if int(v) > limits.MAX_DIM:
+                raise UsageError(f"--input-shape {name}: dimension {k} is {v}, above the limit of 2^31")
             if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
                 raise UsageError(
                     f"--input-shape {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"

@@ -394,3 +394,19 @@ def test_npz_over_max_memory_is_refused(tmp_path):
     np.savez_compressed(tmp_path / "in.npz", x=np.zeros(1 << 20, np.float32))  # 4 MiB, compresses to ~4 KiB
     with pytest.raises(ResourceLimitError, match="uncompressed"):
         model_io.read_npz(tmp_path / "in.npz", max_memory=1 << 20)
+
+
+def test_absurd_input_shape_is_a_usage_error(tmp_path, capsys):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", 4]}, {"y": ["N", 4]})
+    code, out = _optimize(tmp_path, m, "--input-shape", "x:1000000000000,4", "--verify")
+    _one_line_exit_2(capsys, code, "above the limit of 2^31")
+    assert not out.exists()
+
+
+def test_absurd_input_shape_in_the_api():
+    from graphpass.errors import UsageError
+    from graphpass.passes.cleanup.specialize_shapes import apply_input_shapes
+
+    g = model_io.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", 4]}, {"y": ["N", 4]}))
+    with pytest.raises(UsageError, match="2\\^31"):
+        apply_input_shapes(g, {"x": [1 << 40, 4]})
