@@ -1175,7 +1175,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     return model, originals
 
 
-def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
+def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
     info = graph.__dict__.get(_MODEL_INFO, {})
     annotations.write_to_proto(graph, model.graph)
     for k, v in info.get("metadata_props", {}).items():
@@ -1189,7 +1189,12 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
         have = {t.name for t in model.graph.initializer}
         for i in model.graph.input:
             t = defaults.get(i.name)
-            if t is not None and i.name not in have:
+            if t is None or i.name in have:
+                continue
+            if originals is not None and not _is_on_disk(t) and t.ByteSize() > 1024:
+                model.graph.initializer.append(_header(t))  # the bytes by reference, as for weights
+                originals[i.name] = t
+            else:
                 model.graph.initializer.append(_read_on_disk(t) if _is_on_disk(t) else t)
     min_ir = 4 if any(len(g.initializer) for g in graph_protos(model.graph)) else 3
     if len(model.functions):
@@ -1207,7 +1212,7 @@ def _export(graph: gs.Graph, emit: str = "device") -> tuple[onnx.ModelProto, dic
         model, originals = _export_weightless(graph)
     except Exception as e:
         raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-    model = _finish(graph, model)
+    model = _finish(graph, model, originals)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable
 
@@ -1244,6 +1249,10 @@ def restore(snap: tuple[onnx.ModelProto, dict]) -> gs.Graph:
     """The graph :func:`snapshot` saw."""
     model, originals = snap
     graph = from_proto(model, shape_inference=False)
+    defaults = model_info(graph).get("input_defaults") or {}
+    for name in list(defaults):
+        if isinstance(originals.get(name), onnx.TensorProto):
+            defaults[name] = originals[name]  # the snapshot held a header; the bytes by reference
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:

@@ -410,3 +410,22 @@ def test_absurd_input_shape_in_the_api():
     g = model_io.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", 4]}, {"y": ["N", 4]}))
     with pytest.raises(UsageError, match="2\\^31"):
         apply_input_shapes(g, {"x": [1 << 40, 4]})
+
+
+def test_big_initializer_input_survives_snapshot_restore_and_save(tmp_path):
+    from graphpass.testing import ort_run
+
+    w = np.arange(1024, dtype=np.float32)
+    m = make_model([helper.make_node("Add", ["x", "w"], ["y"])], {"x": [1024], "w": [1024]}, {"y": [1024]},
+                   initializers={"w": w})
+    g = model_io.load(m)
+    g2 = model_io.restore(model_io.snapshot(g))
+    for graph in (g, g2):
+        out = tmp_path / "o.onnx"
+        model_io.save(graph, out)
+        back = onnx.load(str(out))
+        assert [i.name for i in back.graph.input] == ["x", "w"]
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), w)
+        x = np.ones(1024, np.float32)
+        np.testing.assert_array_equal(ort_run(back, {"x": x})["y"], x + w)
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(model_io.to_proto(graph).graph.initializer[0]), w)
