@@ -799,7 +799,15 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     src, dst = model.graph, light.graph
     dst.name = src.name
-    dst.node.extend(src.node)
+    for n in src.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            copy = dst.node.add()
+            copy.CopyFrom(n)  # subgraph bodies: their declared value_info is dropped too
+            for a in copy.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _drop_inferable_value_info(g)
+        else:
+            dst.node.append(n)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
     inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
@@ -813,6 +821,19 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         else:
             dst.initializer.append(t)
     return light
+
+
+def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
+    """Remove the value_info of outputs of default-domain nodes in ``g`` and its subgraphs."""
+    inferable = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output}
+    keep = [vi for vi in g.value_info if vi.name not in inferable]
+    if len(keep) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(keep)
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                _drop_inferable_value_info(sub)
 
 
 def _numel(t: onnx.TensorProto) -> int:

@@ -429,3 +429,17 @@ def test_big_initializer_input_survives_snapshot_restore_and_save(tmp_path):
         x = np.ones(1024, np.float32)
         np.testing.assert_array_equal(ort_run(back, {"x": x})["y"], x + w)
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(model_io.to_proto(graph).graph.initializer[0]), w)
+
+
+def test_false_value_info_inside_a_subgraph_is_replaced():
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+                             value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 2])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    m = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   {"c": (TensorProto.BOOL, []), "x": [2, 3]}, {"y": None})
+    g = model_io.load(m)
+    body = g.nodes[0].attrs["then_branch"]
+    a = next(t for n in body.nodes for t in n.outputs if t.name == "a")
+    assert list(a.shape) == [2, 3]
