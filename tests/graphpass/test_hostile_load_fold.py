@@ -131,3 +131,20 @@ def test_folds_stop_at_the_memory_budget(tmp_path):
     assert stats["folded"] == 0 and stats["too_large"] + stats["over_memory"] >= 1
     g = model_io.load(str(src), max_memory=size + 4 * 1024 * 1024)
     assert gp.optimize(g, passes=["fold_constants"]).report.passes[0].stats["folded"] == 1
+
+
+def test_loop_with_a_huge_trip_count_is_never_evaluated(evaluated):
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
+        initializer=[onnx.numpy_helper.from_array(np.ones(1, np.float32), "one")])
+    model = make_model([helper.make_node("Loop", ["M", "c", "v0"], ["v"], body=body), helper.make_node("Add", ["x", "v"], ["y"])],
+                       {"x": [1]}, {"y": [1]},
+                       initializers={"M": np.array(10 ** 12, np.int64), "c": np.array(True), "v0": np.zeros(1, np.float32)})
+    out = model_io.to_proto(gp.optimize(model, passes=["fold_constants"]).graph)
+    assert "Loop" not in evaluated
+    assert [n.op_type for n in out.graph.node] == ["Loop", "Add"]
