@@ -443,3 +443,22 @@ def test_false_value_info_inside_a_subgraph_is_replaced():
     body = g.nodes[0].attrs["then_branch"]
     a = next(t for n in body.nodes for t in n.outputs if t.name == "a")
     assert list(a.shape) == [2, 3]
+
+
+def test_data_propagation_is_skipped_for_many_1d_tensors():
+    code = textwrap.dedent("""
+        import resource
+        from onnx import helper
+        from graphpass.testing import make_model
+        from graphpass.ir import model_io
+        n, k = 65536, 50  # with data propagation: 500 MB
+        nodes = [helper.make_node("Add", ["x", f"b{i}"], [f"y{i}"]) for i in range(k)]
+        m = make_model(nodes, {"x": [n], **{f"b{i}": [n] for i in range(k)}}, {f"y{i}": [n] for i in range(k)})
+        m.graph.output[0].type.tensor_type.shape.dim[0].ClearField("dim_value")  # one unknown shape
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        model_io.load(m)
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) < 150, proc.stdout
