@@ -111,6 +111,13 @@ def _nbytes_known(t: gs.Tensor) -> int | None:
         return None
 
 
+def _kind(dtype) -> str:
+    try:
+        return np.dtype(dtype).kind
+    except TypeError:
+        return "?"
+
+
 def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version: int) -> dict[str, np.ndarray]:
     """Run ``nodes`` in one onnxruntime session and return the values of ``wanted``."""
     consts: dict[str, gs.Constant] = {}
@@ -261,8 +268,8 @@ class FoldConstants(Pass):
                         if size is not None and size > limit and not _relayout_of_weight(t):
                             stats["too_large"] += 1
                             continue
-                        if t.dtype is not None and np.dtype(t.dtype).kind in "OSU":
-                            continue
+                        if t.dtype is not None and _kind(t.dtype) in "OSU?":
+                            continue  # strings, and ONNX-only types numpy cannot name (bfloat16 as 16)
                         wanted.append(t)
             if not wanted:
                 continue

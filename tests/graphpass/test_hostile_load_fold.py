@@ -148,3 +148,15 @@ def test_loop_with_a_huge_trip_count_is_never_evaluated(evaluated):
     out = model_io.to_proto(gp.optimize(model, passes=["fold_constants"]).graph)
     assert "Loop" not in evaluated
     assert [n.op_type for n in out.graph.node] == ["Loop", "Add"]
+
+
+def test_bfloat16_constant_chain_does_not_crash():
+    """Before: fold_constants raised TypeError on the ONNX-only dtype (exit 3)."""
+    w = helper.make_tensor("w", TensorProto.BFLOAT16, [4], [1.0, -2.5, 3.0, 0.0])
+    model = make_model([helper.make_node("Identity", ["w"], ["w1"]), helper.make_node("Add", ["x", "w1"], ["y"])],
+                       {"x": (TensorProto.BFLOAT16, [4])}, {"y": (TensorProto.BFLOAT16, [4])})
+    model.graph.initializer.append(w)
+    out = model_io.to_proto(gp.optimize(model, passes=["fold_constants"]).graph)
+    check_full(out)
+    bf = [t for t in out.graph.initializer if t.data_type == TensorProto.BFLOAT16]
+    assert len(bf) == 1 and list(onnx.numpy_helper.to_array(bf[0]).astype(np.float32)) == [1.0, -2.5, 3.0, 0.0]
