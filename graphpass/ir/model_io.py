@@ -389,14 +389,15 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: st
             if not stat.S_ISREG(st.st_mode):
                 raise BadModelError(f"{where}: external data '{location}' of tensor '{t.name}' is not a regular file")
             size = sizes[target] = st.st_size
-        if length is None:
-            length = max(0, size - offset)
+        expected = _expected_bytes(t)
+        if length is None:  # optional: the tensor's own size (never "the rest of the file")
+            length = expected if expected is not None else max(0, size - offset)
+            t.external_data.add(key="length", value=str(length))
         if offset + length > size:
             raise BadModelError(
                 f"{where}: tensor '{t.name}' reads bytes {offset}..{offset + length} of '{location}', "
                 f"which has only {size}"
             )
-        expected = _expected_bytes(t)
         if expected is not None and expected != length:
             raise BadModelError(
                 f"{where}: tensor '{t.name}' of shape {list(t.dims)} needs {expected} bytes, "

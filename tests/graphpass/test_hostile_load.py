@@ -462,3 +462,19 @@ def test_data_propagation_is_skipped_for_many_1d_tensors():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout.strip()) < 150, proc.stdout
+
+
+def test_external_data_without_length_reads_the_tensor_size(tmp_path):
+    m = _add_w()
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes() + b"trailing bytes of another tensor")
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="w.bin")
+    (tmp_path / "m.onnx").write_bytes(m.SerializeToString())
+    g = model_io.load(str(tmp_path / "m.onnx"))
+    w = next(t for n in g.nodes for t in n.inputs if t.name == "w")
+    np.testing.assert_array_equal(w.values, np.arange(4, dtype=np.float32))
+    model_io.save(g, tmp_path / "o.onnx")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load(str(tmp_path / "o.onnx")).graph.initializer[0]),
+                                  np.arange(4, dtype=np.float32))
