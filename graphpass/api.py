@@ -17,7 +17,7 @@ from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.report import OptimizeReport
 
-__all__ = ["OptimizeResult", "optimize", "load_options"]
+__all__ = ["OptimizeResult", "optimize"]
 
 
 @dataclasses.dataclass
@@ -57,7 +57,8 @@ def optimize(
     :class:`graphpass.BadModelError`; ``verify_each`` failures raise
     :class:`graphpass.VerificationError`.
 
-    ``max_memory`` bounds the bytes of tensors graphpass creates (folding, shape inference);
+    ``max_memory`` is the memory budget of the run (model, external data, folded tensors;
+    default :func:`graphpass.ir.limits.default_max_memory`);
     ``freeze_initializer_inputs`` lets initializers that are also graph inputs be treated as
     constants. Both reach the passes as ``PassContext.max_memory`` /
     ``PassContext.freeze_initializer_inputs`` and, for a model loaded here, the loader.
@@ -71,7 +72,7 @@ def optimize(
     else:
         label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
         graph = model_io.load(model, input_shapes=shapes or None,
-                              **load_options(max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs))
+                              max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs)
     ctx = PassContext(
         target=target,
         disabled=set(disable),
@@ -120,17 +121,6 @@ def optimize(
     report.layout = layout_summary(graph, records, manager.initial_report, final)
     return OptimizeResult(graph, report)
 
-
-def load_options(**options: Any) -> dict[str, Any]:
-    """The keyword options among ``options`` that :func:`graphpass.ir.model_io.load` takes.
-
-    ``max_memory`` and ``freeze_initializer_inputs`` are passed on to the loader once it has
-    them; a loader without them gets neither (their defaults are the old behaviour).
-    """
-    import inspect
-
-    params = inspect.signature(model_io.load).parameters
-    return {k: v for k, v in options.items() if k in params}
 
 
 def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from graphpass.errors import GraphpassError, UsageError, VerificationError
+from graphpass.ir import limits
 
 __all__ = ["main"]
 
@@ -39,35 +40,20 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
             except ValueError:
                 raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
             for k, d in enumerate(shapes[name]):
-                if d > MAX_DIM:
+                if d > limits.MAX_DIM:
                     raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the largest graphpass "
-                                     f"accepts ({MAX_DIM})")
+                                     f"accepts ({limits.MAX_DIM})")
     return shapes
 
 
-#: The largest dim a concrete shape may have (2^31 - 1); larger ones are bad input.
-MAX_DIM = 2**31 - 1
-
-#: Default of ``--max-memory``: bytes graphpass may use for tensors it creates itself (folded
-#: constants, shape inference's data propagation, inputs for --verify), beyond the model's own.
-DEFAULT_MAX_MEMORY = 1 << 30
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-
-
 def parse_size(text: str) -> int:
-    """``"512M"`` -> 536870912; plain bytes or K/M/G/T (powers of 1024)."""
-    import re
+    """``"512M"`` -> 536870912; plain bytes or K/M/G/T (powers of 1024), as ``graphpass.ir.limits`` reads them."""
+    from graphpass.ir.limits import parse_bytes
 
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, or a number with K, M, G or T)")
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}': the size must be positive")
-    return size
+    try:
+        return parse_bytes(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: str) -> None:
@@ -207,7 +193,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
     graph = gp.load(args.model, input_shapes=shapes or None,
-                    **api.load_options(max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers))
+                    max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     from graphpass.ir.graph import count_nodes
 
     progress, on_pass = _progress(count_nodes(graph), args.quiet)
@@ -273,7 +259,7 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
     from graphpass.ir import model_io
 
     original = model_io.load_proto(args.model)
-    _check_input_bytes(original, shapes, args.max_memory, "--verify")
+    _check_input_bytes(original, shapes, limits.resolve_max_memory(args.max_memory), "--verify")
     try:
         feeds, ref, _, ra, notes = V.reference(original, seed=args.seed, input_shapes=shapes,
                                                fp16_emulate=args.fp16_emulate)
@@ -663,9 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--keep-failed", action="store_true",
                    help="on failure keep what was written (model, report, dumps) and say where; by default a "
                         "failed run leaves no file behind")
-    o.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
-                   help="memory graphpass may use for tensors it creates (folding, shape inference, "
-                        "--verify inputs), beyond the model's own weights; e.g. 512M, 4G (default 1G)")
+    o.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE",
+                   help="memory budget of the whole run: the model file, its external data, folded tensors, "
+                        "--verify inputs; e.g. 512M, 16G (default 8G or 3/4 of physical memory, whichever is "
+                        "less; GRAPHPASS_MAX_MEMORY sets it too)")
     o.add_argument("--freeze-initializers", action="store_true",
                    help="treat initializers that are also graph inputs (overridable defaults) as constants "
                         "and drop them from the inputs; by default they stay inputs")

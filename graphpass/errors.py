@@ -10,6 +10,7 @@ __all__ = [
     "GraphpassError",
     "BadModelError",
     "UsageError",
+    "ResourceLimitError",
     "UnsupportedError",
     "VerificationError",
     "PassError",
@@ -24,6 +25,11 @@ class GraphpassError(Exception):
 
 class BadModelError(GraphpassError):
     """The input model is unreadable, malformed or uses something graphpass cannot handle."""
+
+
+class ResourceLimitError(BadModelError):
+    """The input would make graphpass hold more memory than its limit allows (``max_memory``,
+    a tensor over 2^31 in one dimension, a file that is not a regular file of a sane size)."""
 
 
 class UsageError(GraphpassError):

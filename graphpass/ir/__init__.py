@@ -14,6 +14,7 @@ from graphpass.ir.graph import (
     producer,
     remove_nodes,
     replace_uses,
+    replace_uses_many,
     subgraphs_of,
     toposort,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "producer",
     "remove_nodes",
     "replace_uses",
+    "replace_uses_many",
     "subgraphs_of",
     "toposort",
     "check_output_path",

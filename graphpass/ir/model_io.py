@@ -21,6 +21,7 @@ import gc
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence, Union
@@ -31,8 +32,8 @@ import onnx.version_converter
 import onnx_graphsurgeon as gs
 from onnx import external_data_helper
 
-from graphpass.errors import BadModelError, UsageError
-from graphpass.ir import annotations
+from graphpass.errors import BadModelError, ResourceLimitError, UsageError
+from graphpass.ir import annotations, limits
 from graphpass.ir.graph import graph_protos, iter_graphs, subgraph_pairs, toposort
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ModelSource",
     "load",
     "load_proto",
+    "read_npz",
     "from_proto",
     "to_proto",
     "save",
@@ -105,38 +107,184 @@ class gc_frozen:
 # loading
 
 
-def load_proto(source: ModelSource, lazy_external: bool = False) -> onnx.ModelProto:
+def load_proto(source: ModelSource, lazy_external: bool = False, *, max_memory: int | str | None = None) -> onnx.ModelProto:
     """Read and validate a ModelProto from a path, bytes or a ModelProto; external data loaded.
 
     ``lazy_external``: leave external data on disk; each external tensor's location becomes the
     absolute path of its (checked) file, which :func:`load` reads tensor by tensor on demand.
+    ``max_memory``: bytes (or "8G"); the model plus the external data it declares must fit
+    (default :func:`graphpass.ir.limits.default_max_memory`).
 
     Raises:
-        BadModelError: with one line saying what is wrong and where.
+        BadModelError: with one line saying what is wrong and where
+            (:class:`~graphpass.errors.ResourceLimitError` when it is too big).
     """
+    return _load_proto(source, lazy_external, limits.resolve_max_memory(max_memory))[0]
+
+
+def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int]:
+    """:func:`load_proto` and the bytes graphpass will hold for it (model + external data)."""
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # never mutate the caller's proto
         base_dir = None
+        held = model.ByteSize()
     elif isinstance(source, (bytes, bytearray)):
         model = _parse(bytes(source), "<bytes>")
         base_dir = None
+        held = len(source)
     else:
         path = Path(source)
-        if not path.exists():
-            raise BadModelError(f"{path}: no such file")
-        if path.is_dir():
-            raise BadModelError(f"{path}: is a folder, not an ONNX model")
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+        data = _read_regular_file(path, limit, "model")
+        held = len(data)
         model = _parse(data, str(path))
+        del data
         base_dir = path.resolve().parent
-    _load_external_data(model, base_dir, str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>",
-                        lazy=lazy_external)
-    validate(model)
-    return _upgrade_old_opset(model)
+    where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
+    validate(model, where)
+    external = _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
+    held += external
+    limits.Budget(limit).require(held, f"{where}: the model and its external data")
+    held += _densify_sparse(model, where, limit - held)
+    return _upgrade_old_opset(model), held
+
+
+def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
+    """Replace every sparse initializer by the dense initializer of the same name, dtype and
+    values (onnx-graphsurgeon has no sparse tensors). Returns the bytes added; the dense size
+    is computed from the dims first and refused above ``room``."""
+    added = 0
+    for g in graph_protos(model.graph):
+        if not len(g.sparse_initializer):
+            continue
+        for sp in g.sparse_initializer:
+            name = sp.values.name
+            dims = [int(d) for d in sp.dims]
+            if any(not 0 <= d <= limits.MAX_DIM for d in dims):
+                raise ResourceLimitError(f"{where}: sparse initializer '{name}' has dims {dims}, outside 0..2^31")
+            try:
+                values = onnx.numpy_helper.to_array(_read_on_disk(sp.values) if _is_on_disk(sp.values) else sp.values)
+                indices = onnx.numpy_helper.to_array(_read_on_disk(sp.indices) if _is_on_disk(sp.indices) else sp.indices)
+            except Exception as e:  # noqa: BLE001 - malformed values or indices
+                raise BadModelError(f"{where}: sparse initializer '{name}' cannot be read: {e}") from e
+            n = int(np.prod(dims, dtype=object))
+            nbytes = n * values.dtype.itemsize
+            if added + nbytes > room:
+                raise ResourceLimitError(
+                    f"{where}: sparse initializer '{name}' would take {nbytes} bytes dense, over the memory limit "
+                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+                )
+            values = values.reshape(-1)
+            if indices.ndim == 2 and indices.shape[1] == len(dims) and len(dims) > 0:
+                if ((indices < 0) | (indices >= np.array(dims))).any():
+                    raise BadModelError(f"{where}: sparse initializer '{name}' has an index outside its shape {dims}")
+                flat = np.ravel_multi_index(tuple(indices.T), dims) if len(indices) else np.zeros(0, np.int64)
+            elif indices.ndim == 1 or indices.size == 0:
+                flat = indices.reshape(-1)
+                if ((flat < 0) | (flat >= n)).any():
+                    raise BadModelError(f"{where}: sparse initializer '{name}' has an index outside its shape {dims}")
+            else:
+                raise BadModelError(f"{where}: sparse initializer '{name}' has indices of shape {list(indices.shape)}")
+            if len(flat) != len(values):
+                raise BadModelError(
+                    f"{where}: sparse initializer '{name}' has {len(values)} values for {len(flat)} indices"
+                )
+            dense = np.zeros(n, dtype=values.dtype)
+            dense[flat] = values
+            tensor = onnx.numpy_helper.from_array(dense.reshape(dims), name)
+            if tensor.data_type != sp.values.data_type:
+                tensor = onnx.helper.make_tensor(name, sp.values.data_type, dims, dense.tobytes(), raw=True)
+            g.initializer.append(tensor)
+            added += nbytes
+        log.info("%s: %d sparse initializer(s) stored dense", where, len(g.sparse_initializer))
+        del g.sparse_initializer[:]
+    return added
+
+
+def _read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, read only if it is a regular file no larger than ``limit``.
+
+    A FIFO would block forever and a device (``/dev/zero``) never ends: both are refused from
+    ``os.stat`` before the file is opened.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise BadModelError(f"{path}: no such file") from None
+    except OSError as e:
+        raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+    if stat.S_ISDIR(st.st_mode):
+        raise BadModelError(f"{path}: is a folder, not an ONNX model")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file"
+        raise BadModelError(f"{path}: is {kind}, not a regular file; graphpass reads the {what} only from a regular file")
+    if st.st_size > limit:
+        raise ResourceLimitError(
+            f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit} "
+            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+        )
+    try:
+        with open(path, "rb") as f:
+            data = f.read(st.st_size + 1)
+    except OSError as e:
+        raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+    if len(data) > st.st_size:
+        raise BadModelError(f"{path}: the file grew while it was read")
+    return data
+
+
+def read_npz(path: str | os.PathLike, max_memory: int | str | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` (inputs for ``verify``), read safely.
+
+    Only from a regular file; the uncompressed sizes its zip directory declares must fit in
+    ``max_memory`` before any array is read; pickled (object) arrays are refused; a corrupt
+    archive or array is one :class:`BadModelError` line naming the file (and the array).
+    """
+    import zipfile
+
+    p = Path(path)
+    limit = limits.resolve_max_memory(max_memory)
+    _read_regular_file_check(p, limit, "inputs (.npz)")
+    try:
+        with zipfile.ZipFile(p) as z:
+            members = z.infolist()
+            total = sum(m.file_size for m in members)
+            if total > limit:
+                raise ResourceLimitError(
+                    f"{p}: the arrays take {total} bytes uncompressed, over the memory limit of {limit} "
+                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+                )
+    except zipfile.BadZipFile as e:
+        raise BadModelError(f"{p}: not a valid .npz file ({e})") from e
+    except OSError as e:
+        raise BadModelError(f"{p}: cannot read: {e.strerror or e}") from e
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            for name in data.files:
+                try:
+                    out[name] = data[name]
+                except Exception as e:  # noqa: BLE001 - corrupt member: zlib, header or length errors
+                    raise BadModelError(f"{p}: array '{name}' cannot be read: {type(e).__name__}: {e}") from e
+    except BadModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else numpy raises on a damaged archive
+        raise BadModelError(f"{p}: not a valid .npz file ({type(e).__name__}: {e})") from e
+    return out
+
+
+def _read_regular_file_check(path: Path, limit: int, what: str) -> None:
+    """The checks of :func:`_read_regular_file` without reading the file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise BadModelError(f"{path}: no such file") from None
+    except OSError as e:
+        raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise BadModelError(f"{path}: not a regular file; graphpass reads the {what} only from a regular file")
+    if st.st_size > limit:
+        raise ResourceLimitError(f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit}")
 
 
 def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -175,49 +323,115 @@ def _external_tensors(model: onnx.ModelProto):
             yield t
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str, lazy: bool = False) -> None:
+_MAX_LOCATION = 4096  # PATH_MAX; a longer location cannot name a file
+
+
+def _external_info(t: onnx.TensorProto, where: str) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of an external tensor, each checked."""
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    if not location:
+        raise BadModelError(f"{where}: tensor '{t.name}' has external data without a location")
+    if "\0" in location:
+        raise BadModelError(f"{where}: tensor '{t.name}' has an external data location holding a NUL byte")
+    if len(location) > _MAX_LOCATION or any(len(part.encode("utf-8", "replace")) > 255 for part in location.replace("\\", "/").split("/")):
+        raise BadModelError(f"{where}: tensor '{t.name}' has an over-long external data location ({len(location)} characters)")
+    numbers = {}
+    for key in ("offset", "length"):
+        text = info.get(key)
+        if text is None or text == "":
+            numbers[key] = None
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise BadModelError(f"{where}: tensor '{t.name}' has external data {key} '{text[:40]}', not a number") from None
+        if value < 0:
+            raise BadModelError(f"{where}: tensor '{t.name}' has a negative external data {key} ({value})")
+        numbers[key] = value
+    return location, numbers["offset"] or 0, numbers["length"]
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str, lazy: bool = False,
+                        limit: int | None = None) -> int:
+    """Check (and unless ``lazy`` load) every external tensor; returns the bytes they declare."""
     tensors = list(_external_tensors(model))
     if not tensors:
-        return
+        return 0
     if base_dir is None:
         raise BadModelError(
             f"{where}: the model refers to external data; load it from its file so the data can be found"
         )
+    base = base_dir.resolve()
+    sizes: dict[Path, int] = {}
+    total = 0
     for t in tensors:
-        info = {e.key: e.value for e in t.external_data}
-        location = info.get("location", "")
-        if not location:
-            raise BadModelError(f"{where}: tensor '{t.name}' has external data without a location")
+        location, offset, length = _external_info(t, where)
         if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
             raise BadModelError(
                 f"{where}: tensor '{t.name}' has external data at an absolute path '{location}'; "
                 "external data must lie in the model's folder"
             )
-        target = (base_dir / location).resolve()
-        if base_dir.resolve() not in target.parents and target != base_dir.resolve():
+        try:
+            target = (base / location).resolve()
+        except (OSError, RuntimeError, ValueError) as e:
+            raise BadModelError(f"{where}: tensor '{t.name}' has an unusable external data location: {e}") from e
+        if base not in target.parents and target != base:
             raise BadModelError(
                 f"{where}: tensor '{t.name}' has external data '{location}' outside the model's folder"
             )
-        if not target.is_file():
-            raise BadModelError(f"{where}: external data file '{location}' of tensor '{t.name}' is missing")
-        size = target.stat().st_size
-        offset = int(info.get("offset", 0) or 0)
-        length = int(info.get("length", 0) or 0)
+        size = sizes.get(target)
+        if size is None:
+            try:
+                st = os.stat(target)
+            except OSError:
+                raise BadModelError(f"{where}: external data file '{location}' of tensor '{t.name}' is missing") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise BadModelError(f"{where}: external data '{location}' of tensor '{t.name}' is not a regular file")
+            size = sizes[target] = st.st_size
+        expected = _expected_bytes(t)
+        if length is None:  # optional: the tensor's own size (never "the rest of the file")
+            length = expected if expected is not None else max(0, size - offset)
+            t.external_data.add(key="length", value=str(length))
         if offset + length > size:
             raise BadModelError(
                 f"{where}: tensor '{t.name}' reads bytes {offset}..{offset + length} of '{location}', "
                 f"which has only {size}"
             )
+        if expected is not None and expected != length:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' of shape {list(t.dims)} needs {expected} bytes, "
+                f"its external data holds {length}"
+            )
+        total += length
+    if limit is not None and total > limit:
+        raise ResourceLimitError(
+            f"{where}: the external data declares {total} bytes, over the memory limit "
+            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+        )
     if lazy:
         for t in tensors:
             for e in t.external_data:
                 if e.key == "location":
-                    e.value = str((base_dir / e.value).resolve())
-        return
+                    e.value = str((base / e.value).resolve())
+        return total
     try:
         external_data_helper.load_external_data_for_model(model, str(base_dir))
     except Exception as e:
         raise BadModelError(f"{where}: cannot load external data: {e}") from e
+    return total
+
+
+def _expected_bytes(t: onnx.TensorProto) -> int | None:
+    """Bytes of ``t``'s data as ``raw_data`` (sub-byte types packed); None for strings/unknown."""
+    size = limits.elem_size(t.data_type)
+    if size is None:
+        return None
+    n = _numel(t)
+    if size < 1:
+        per_byte = int(round(1 / size))
+        return -(-n // per_byte)
+    return n * int(size)
 
 
 class ExternalValues(gs.ir.tensor.LazyValues):
@@ -265,8 +479,14 @@ def _read_on_disk(t: onnx.TensorProto) -> onnx.TensorProto:
     return copy
 
 
-def validate(model: onnx.ModelProto) -> None:
-    """Structural checks that make the rest of graphpass safe; linear in the model size."""
+def validate(model: onnx.ModelProto, where: str = "model") -> None:
+    """Structural checks that make the rest of graphpass safe; linear in the model size.
+
+    Beyond the graph structure: every default-domain node needs a default-domain opset import;
+    main-graph inputs need a type; a Constant needs exactly one value; an attribute of a known
+    default-domain op must have the type the op declares; initializer names are unique per
+    graph; concrete dims lie in 0..2^31; an initializer's data matches its shape.
+    """
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"model IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) supports "
@@ -281,6 +501,121 @@ def validate(model: onnx.ModelProto) -> None:
         if default > newest:
             raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
     _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")
+    for vi in model.graph.input:
+        if not vi.HasField("type") or vi.type.WhichOneof("value") is None:
+            raise BadModelError(f"{where}: graph input '{vi.name}' has no type")
+    _check_content(model, default)
+
+
+_VALUE_ATTRS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                          "value_strings", "sparse_value"})
+
+
+def _check_content(model: onnx.ModelProto, default_opset: int | None) -> None:
+    """Opset imports, attribute types, Constant values, tensor data vs shape; linear."""
+    schemas: dict[str, object] = {}
+
+    def schema(op: str):
+        if op not in schemas:
+            try:
+                schemas[op] = onnx.defs.get_schema(op, default_opset or 1, "")
+            except Exception:  # noqa: BLE001 - unknown op: its checks are the runtime's
+                schemas[op] = None
+        return schemas[op]
+
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    for path, g in _graphs_with_paths(model.graph, model.graph.name or "main"):
+        seen: set[str] = set()
+        for t in g.initializer:
+            if t.name in seen:
+                raise BadModelError(
+                    f"{path}: two initializers are named '{t.name}' (runtimes disagree on which one wins)"
+                )
+            seen.add(t.name)
+            _check_tensor(t, f"{path}: initializer '{t.name}'")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is not None and tt.HasField("shape"):
+                for d in tt.shape.dim:
+                    if d.HasField("dim_value") and not 0 <= d.dim_value <= limits.MAX_DIM:
+                        raise ResourceLimitError(
+                            f"{path}: tensor '{vi.name}' has dimension {d.dim_value}, outside 0..2^31"
+                        )
+        for node in g.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            name = node.name or node.op_type
+            if default_opset is None and (node.domain, node.op_type) not in local_functions:
+                raise BadModelError(
+                    f"{path}: node '{name}' ({node.op_type}) uses the default ONNX domain, "
+                    "which the model does not import (no opset_import for '')"
+                )
+            if node.op_type == "Constant":
+                values = [a for a in node.attribute if a.name in _VALUE_ATTRS]
+                if len(values) != 1:
+                    raise BadModelError(
+                        f"{path}: Constant node '{name}' has {len(values)} values (it needs exactly one)"
+                    )
+            sch = schema(node.op_type)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    _check_tensor(a.t, f"{path}: node '{name}' attribute '{a.name}'")
+                if sch is None or a.ref_attr_name:
+                    continue
+                decl = sch.attributes.get(a.name)
+                if decl is not None and a.type != 0 and int(decl.type) != int(a.type):
+                    raise BadModelError(
+                        f"{path}: node '{name}' ({node.op_type}) has attribute '{a.name}' of type "
+                        f"{onnx.AttributeProto.AttributeType.Name(a.type)}; the operator takes "
+                        f"{onnx.AttributeProto.AttributeType.Name(int(decl.type))}"
+                    )
+
+
+def _graphs_with_paths(graph: onnx.GraphProto, path: str):
+    yield path, graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs_with_paths(a.g, f"{path}/{node.name or node.op_type}.{a.name}")
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(a.graphs):
+                    yield from _graphs_with_paths(sub, f"{path}/{node.name or node.op_type}.{a.name}[{k}]")
+
+
+_TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+
+
+def _check_tensor(t: onnx.TensorProto, what: str) -> None:
+    """Dims in 0..2^31; data (inline) of exactly the size the shape needs."""
+    for d in t.dims:
+        if not 0 <= d <= limits.MAX_DIM:
+            raise ResourceLimitError(f"{what} has dimension {d}, outside 0..2^31")
+    if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
+        return  # checked against its file by _load_external_data
+    n = _numel(t)
+    if t.HasField("raw_data"):
+        expected = _expected_bytes(t)
+        if expected is not None and expected != len(t.raw_data):
+            raise BadModelError(
+                f"{what} of shape {list(t.dims)} needs {expected} bytes, its raw_data holds {len(t.raw_data)}"
+            )
+        return
+    have = [f for f in _TYPED_FIELDS if len(getattr(t, f))]
+    if not have:
+        if n:
+            raise BadModelError(f"{what} of shape {list(t.dims)} holds no data")
+        return
+    count = len(getattr(t, have[0]))
+    if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+        count //= 2
+    elif limits.elem_size(t.data_type) in (0.5, 0.25) and have[0] == "int32_data":
+        count *= int(1 / limits.elem_size(t.data_type))  # packed: ceil(n / per_byte) int32 entries
+        if count - n >= int(1 / limits.elem_size(t.data_type)):
+            count = -1
+        else:
+            count = n
+    if count != n:
+        raise BadModelError(f"{what} of shape {list(t.dims)} holds {len(getattr(t, have[0]))} values in {have[0]}, not {n}")
 
 
 def _check_names(graph: onnx.GraphProto, path: str) -> None:
@@ -364,6 +699,8 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
         for k, v in enumerate(shape):
             if int(v) <= 0:
                 raise UsageError(f"--input-shape {name}: dimension {k} must be positive, got {v}")
+            if int(v) > limits.MAX_DIM:
+                raise UsageError(f"--input-shape {name}: dimension {k} is {v}, above the limit of 2^31")
             if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
                 raise UsageError(
                     f"--input-shape {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
@@ -378,15 +715,91 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
     The copy lists each initializer over 1 KiB as a typed graph input instead (a header, no
     bytes), so inference sees its shape without serializing or copying the weights; this also
-    keeps models over 2 GB inferable. Symbolic dims keep their names. Returns the inferred
-    copy; on failure logs a warning and returns ``model`` unchanged.
+    keeps models over 2 GB inferable. Symbolic dims keep their names. The model's own
+    value_info for outputs of default-domain nodes of the main graph is left out, so inference
+    derives those shapes itself instead of trusting them. Inference runs without data
+    propagation first; only if that leaves a shape unknown, and data propagation is safe (see
+    :func:`_data_prop_safe`: it allocates per element of the 1-D tensors it follows), it runs
+    again with it. Returns the inferred copy; on failure logs a warning and returns ``model``
+    unchanged.
     """
     light = _light_copy(model)
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        first = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=False)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
+    if not _has_unknown_shapes(first.graph):
+        return first
+    if not _data_prop_safe(model, first.graph):
+        log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
+        return first
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
+        log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
+        return first
+
+
+def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
+    """Some node output of the main graph has no shape or a dim with neither value nor name."""
+    known = {}
+    for vi in list(graph.value_info) + list(graph.output):
+        known[vi.name] = vi
+    for n in graph.node:
+        for o in n.output:
+            if not o:
+                continue
+            vi = known.get(o)
+            if vi is None or not vi.type.HasField("tensor_type"):
+                if vi is None:
+                    return True
+                continue
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape") or any(
+                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__"))
+                for d in tt.shape.dim
+            ):
+                return True  # onnx names the dims it could not infer unk__N
+    return False
+
+
+#: Data propagation is skipped when a Constant holds more integers than this (see infer_shapes).
+_DATA_PROP_MAX_ELEMS = 4096
+#: ... or when the 1-D node outputs hold more elements than this together (~40 MB of messages).
+_DATA_PROP_MAX_TOTAL = 1 << 18
+
+
+def _data_prop_safe(model: onnx.ModelProto, inferred: onnx.GraphProto) -> bool:
+    """Data propagation allocates per element of every 1-D node output it computes (one protobuf
+    message each, ~150 bytes measured: 50 Adds of 65,536 elements took 500 MB): safe only while
+    the 1-D node outputs hold at most :data:`_DATA_PROP_MAX_TOTAL` elements together and no
+    Constant holds more than :data:`_DATA_PROP_MAX_ELEMS` integers."""
+    produced = {o for n in inferred.node for o in n.output}
+    total = 0
+    for vi in list(inferred.value_info) + list(inferred.output):
+        if vi.name not in produced:
+            continue
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.HasField("shape") and len(tt.shape.dim) == 1:
+            d = tt.shape.dim[0]
+            total += d.dim_value if d.HasField("dim_value") else 1
+            if total > _DATA_PROP_MAX_TOTAL:
+                return False
+    nodes = [n for g in graph_protos(model.graph) for n in g.node]
+    nodes += [n for f in model.functions for n in f.node]
+    for n in nodes:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in (
+                onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING,
+            ) and _numel(a.t) > _DATA_PROP_MAX_ELEMS:
+                return False
+            if len(a.ints) > _DATA_PROP_MAX_ELEMS:
+                return False
+    return True
 
 
 def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -395,10 +808,19 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     src, dst = model.graph, light.graph
     dst.name = src.name
-    dst.node.extend(src.node)
+    for n in src.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            copy = dst.node.add()
+            copy.CopyFrom(n)  # subgraph bodies: their declared value_info is dropped too
+            for a in copy.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _drop_inferable_value_info(g)
+        else:
+            dst.node.append(n)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
-    dst.value_info.extend(src.value_info)
+    inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
+    dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
     dst.sparse_initializer.extend(src.sparse_initializer)
     inputs = {i.name for i in src.input}
     for t in src.initializer:
@@ -408,6 +830,19 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         else:
             dst.initializer.append(t)
     return light
+
+
+def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
+    """Remove the value_info of outputs of default-domain nodes in ``g`` and its subgraphs."""
+    inferable = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output}
+    keep = [vi for vi in g.value_info if vi.name not in inferable]
+    if len(keep) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(keep)
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                _drop_inferable_value_info(sub)
 
 
 def _numel(t: onnx.TensorProto) -> int:
@@ -428,8 +863,34 @@ def from_proto(
     model: onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     shape_inference: bool = True,
+    freeze_initializer_inputs: bool = False,
 ) -> gs.Graph:
-    """Import a validated ModelProto into a gs.Graph with annotations and model data attached."""
+    """Import a validated ModelProto into a gs.Graph with annotations and model data attached.
+
+    ``model`` is changed in place (inferred value_info, initializers moved aside).
+
+    An initializer that is also a main-graph input (IR >= 4) stays a graph input (a gs.Variable)
+    unless ``freeze_initializer_inputs``; its initializer is kept aside and written back by the
+    exporter while the input exists (see :func:`_finish`).
+    """
+    defaults: dict[str, onnx.TensorProto] = {}
+    if not freeze_initializer_inputs and model.ir_version >= 4:
+        inputs = {i.name for i in model.graph.input}
+        if any(t.name in inputs for t in model.graph.initializer):
+            keep = []
+            for t in model.graph.initializer:
+                if t.name in inputs:
+                    defaults[t.name] = t
+                else:
+                    keep.append(t)
+            del model.graph.initializer[:]
+            model.graph.initializer.extend(keep)
+    elif freeze_initializer_inputs:
+        inits = {t.name for t in model.graph.initializer}
+        if any(i.name in inits for i in model.graph.input):
+            keep = [i for i in model.graph.input if i.name not in inits]
+            del model.graph.input[:]
+            model.graph.input.extend(keep)
     if input_shapes:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
@@ -437,7 +898,8 @@ def from_proto(
         _apply_input_shapes(model, input_shapes)
     if shape_inference:
         inferred = infer_shapes(model)
-        _copy_value_info(inferred.graph, model.graph)
+        if inferred is not model:
+            _copy_value_info(inferred.graph, model.graph)
     try:
         with gc_paused():
             graph = gs.import_onnx(model)
@@ -452,6 +914,7 @@ def from_proto(
         "domain": model.domain,
         "model_version": model.model_version,
         "opset_import": [(o.domain, o.version) for o in model.opset_import],
+        "input_defaults": defaults,
     }
     toposort(graph)
     return graph
@@ -543,31 +1006,86 @@ def _restore_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
                 vi.type.CopyFrom(tp)
 
 
-def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> None:
-    """Put the inferred value_info of ``src`` into ``dst`` (same structure), keeping dst's own."""
-    have = {vi.name for vi in dst.value_info} | {o.name for o in dst.output}
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
+    """Put the inferred value_info of ``src`` into ``dst`` (same structure); returns how many of
+    dst's own entries contradicted inference (a concrete dim, the rank or the dtype differs) and
+    were replaced. Dims inference left unknown keep dst's value."""
+    inferred = {vi.name: vi for vi in src.value_info}
+    contradicted = 0
+    first = None
+    for vi in dst.value_info:
+        new = inferred.pop(vi.name, None)
+        if new is None or new == vi:
+            continue
+        merged, conflict = _merge_value_info(vi, new)
+        if conflict:
+            contradicted += 1
+            first = first or (vi.name, _dims_text(vi), _dims_text(new))
+        vi.CopyFrom(merged)
+    dst.value_info.extend(inferred.values())
     outputs = {o.name: o for o in dst.output}
-    for vi in src.value_info:
-        if vi.name not in have:
-            dst.value_info.append(vi)
     for o in src.output:
         d = outputs.get(o.name)
         if d is not None and (not d.type.HasField("tensor_type") or not d.type.tensor_type.HasField("shape")):
             if o.type.HasField("tensor_type") and o.type.tensor_type.HasField("shape"):
                 d.type.CopyFrom(o.type)
+    if first:
+        log.warning("value_info of %d tensor(s) contradicted shape inference (first: '%s' declared %s, inferred %s); "
+                    "the inferred shapes are used", contradicted, *first)
     for n_src, n_dst in zip(src.node, dst.node):
         for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
             if a_src.type == onnx.AttributeProto.GRAPH:
-                _copy_value_info(a_src.g, a_dst.g)
+                contradicted += _copy_value_info(a_src.g, a_dst.g)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
                 for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
-                    _copy_value_info(g_src, g_dst)
+                    contradicted += _copy_value_info(g_src, g_dst)
+    return contradicted
+
+
+def _dims_text(vi: onnx.ValueInfoProto) -> str:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return "?"
+    return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim) + "]"
+
+
+def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tuple[onnx.ValueInfoProto, bool]:
+    """Inferred ``new`` over declared ``old``: (merged, whether they contradicted)."""
+    if not (old.type.HasField("tensor_type") and new.type.HasField("tensor_type")):
+        return new, old.type.WhichOneof("value") != new.type.WhichOneof("value")
+    ot, nt = old.type.tensor_type, new.type.tensor_type
+    merged = onnx.ValueInfoProto()
+    merged.CopyFrom(new)
+    conflict = bool(ot.elem_type and nt.elem_type and ot.elem_type != nt.elem_type)
+    if not nt.elem_type and ot.elem_type:
+        merged.type.tensor_type.elem_type = ot.elem_type
+    if not ot.HasField("shape"):
+        return merged, conflict
+    if not nt.HasField("shape"):
+        if not conflict:
+            merged.type.tensor_type.shape.CopyFrom(ot.shape)
+        return merged, conflict
+    if len(ot.shape.dim) != len(nt.shape.dim):
+        return merged, True
+    for od, md in zip(ot.shape.dim, merged.type.tensor_type.shape.dim):
+        if md.HasField("dim_value"):
+            if od.HasField("dim_value") and od.dim_value != md.dim_value:
+                conflict = True
+        elif od.HasField("dim_value") or (od.HasField("dim_param") and not md.HasField("dim_param")):
+            md.CopyFrom(od)
+    if not old.metadata_props or merged.metadata_props:
+        return merged, conflict
+    merged.metadata_props.extend(old.metadata_props)
+    return merged, conflict
 
 
 def load(
     source: ModelSource,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     shape_inference: bool = True,
+    *,
+    max_memory: int | str | None = None,
+    freeze_initializer_inputs: bool = False,
 ) -> gs.Graph:
     """Load a model into the graphpass IR (a gs.Graph).
 
@@ -575,8 +1093,17 @@ def load(
         source: a path, the serialized bytes, or a ModelProto.
         input_shapes: fixes graph input dims before shape inference (static-shape specialization).
         shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
+        max_memory: bytes (or "8G") graphpass may hold for this model: the file, its external
+            data and every tensor a pass folds (see :mod:`graphpass.ir.limits`).
+        freeze_initializer_inputs: an initializer that is also a graph input (IR >= 4) is a
+            default the caller may override; by default it stays an input. True treats it as a
+            constant (and drops the input), so passes can fold it.
     """
-    graph = from_proto(load_proto(source, lazy_external=True), input_shapes=input_shapes, shape_inference=shape_inference)
+    limit = limits.resolve_max_memory(max_memory)
+    model, held = _load_proto(source, True, limit)
+    graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
+                       freeze_initializer_inputs=freeze_initializer_inputs)
+    graph.__dict__[_BUDGET] = limits.Budget(limit, held)
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:
@@ -584,6 +1111,20 @@ def load(
                 if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
                     t._values = ExternalValues(v.tensor)
     return graph
+
+
+_BUDGET = "_gp_budget"
+
+
+def budget(graph: gs.Graph) -> limits.Budget:
+    """The memory budget of a loaded graph (model + external data held; passes add what they fold).
+
+    A graph built another way gets the default limit, with nothing counted yet.
+    """
+    b = graph.__dict__.get(_BUDGET)
+    if b is None:
+        b = graph.__dict__[_BUDGET] = limits.Budget(limits.default_max_memory())
+    return b
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,6 +1161,21 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     continue
                 seen.add(id(t))
                 values = t._values
+                if isinstance(values, np.ndarray) and getattr(t, "data_location", None) is not None:
+                    # gs copies data_location from the tensor it imported: an array written with
+                    # EXTERNAL and no location was a corrupt model (tiny external weights)
+                    t.data_location = None
+                if isinstance(values, np.ndarray) and values.dtype.kind not in "biuf":
+                    # strings, int4/uint4, bfloat16, float8 (ml_dtypes): gs writes them as raw
+                    # bytes of the unpacked array; onnx's own conversion packs them right
+                    try:
+                        proto = onnx.numpy_helper.from_array(values, t.name)
+                    except Exception as e:  # noqa: BLE001 - let gs's exporter say what it cannot do
+                        log.debug("cannot convert '%s' (%s): %s", t.name, values.dtype, e)
+                    else:
+                        arrays.append((t, values))
+                        t._values = gs.ir.tensor.LazyValues(proto)
+                        continue
                 if (isinstance(values, np.ndarray) and values.nbytes > 1024 and values.dtype.kind in "biuf"
                         and getattr(t, "export_dtype", None) in (None, values.dtype)):
                     # a weight a pass computed: the exporter would copy it twice; it gets a header
@@ -649,7 +1205,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     return model, originals
 
 
-def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
+def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
     info = graph.__dict__.get(_MODEL_INFO, {})
     annotations.write_to_proto(graph, model.graph)
     for k, v in info.get("metadata_props", {}).items():
@@ -658,6 +1214,18 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto) -> onnx.ModelProto:
     model.domain = info.get("domain", "")
     model.model_version = info.get("model_version", 0)
     _merge_opsets(model, info.get("opset_import", []))
+    defaults = info.get("input_defaults") or {}
+    if defaults:
+        have = {t.name for t in model.graph.initializer}
+        for i in model.graph.input:
+            t = defaults.get(i.name)
+            if t is None or i.name in have:
+                continue
+            if originals is not None and not _is_on_disk(t) and t.ByteSize() > 1024:
+                model.graph.initializer.append(_header(t))  # the bytes by reference, as for weights
+                originals[i.name] = t
+            else:
+                model.graph.initializer.append(_read_on_disk(t) if _is_on_disk(t) else t)
     min_ir = 4 if any(len(g.initializer) for g in graph_protos(model.graph)) else 3
     if len(model.functions):
         min_ir = 8
@@ -674,7 +1242,7 @@ def _export(graph: gs.Graph, emit: str = "device") -> tuple[onnx.ModelProto, dic
         model, originals = _export_weightless(graph)
     except Exception as e:
         raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-    model = _finish(graph, model)
+    model = _finish(graph, model, originals)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable
 
@@ -711,6 +1279,10 @@ def restore(snap: tuple[onnx.ModelProto, dict]) -> gs.Graph:
     """The graph :func:`snapshot` saw."""
     model, originals = snap
     graph = from_proto(model, shape_inference=False)
+    defaults = model_info(graph).get("input_defaults") or {}
+    for name in list(defaults):
+        if isinstance(originals.get(name), onnx.TensorProto):
+            defaults[name] = originals[name]  # the snapshot held a header; the bytes by reference
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:

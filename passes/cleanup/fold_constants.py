@@ -32,6 +32,7 @@ from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.shapes import numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure
+from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
 
@@ -110,6 +111,13 @@ def _nbytes_known(t: gs.Tensor) -> int | None:
         return None
 
 
+def _kind(dtype) -> str:
+    try:
+        return np.dtype(dtype).kind
+    except TypeError:
+        return "?"
+
+
 def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version: int) -> dict[str, np.ndarray]:
     """Run ``nodes`` in one onnxruntime session and return the values of ``wanted``."""
     consts: dict[str, gs.Constant] = {}
@@ -118,7 +126,12 @@ def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version:
             if isinstance(t, gs.Constant):
                 consts[t.name] = t
     node_protos = [OnnxExporter.export_node(n) for n in nodes]
-    inits = [OnnxExporter.export_tensor_proto(c) for c in consts.values()]
+    inits = []
+    for c in consts.values():
+        proto = OnnxExporter.export_tensor_proto(c)
+        if model_io._is_on_disk(proto):  # onnxruntime refuses absolute external locations
+            proto = model_io._read_on_disk(proto)
+        inits.append(proto)
     outputs = []
     for t in wanted:
         elem = tensor_elem_type(t)
@@ -143,7 +156,15 @@ class FoldConstants(Pass):
       3. pure default-domain nodes whose inputs are all constant are evaluated by onnxruntime;
       4. a boundary result above ``size_limit`` bytes stays computed at run time, unless it is
          only a weight re-laid-out (Reshape/Transpose/Squeeze/... of a weight nothing else reads:
-         the folded tensor replaces it, the model does not grow).
+         the folded tensor replaces it, the model does not grow);
+      5. before onnxruntime runs, every output of the set is sized from its inputs' shapes and
+         constant values (ConstantOfShape, Expand, Tile, Range, Reshape, Pad, Resize, OneHot
+         from their shape operands): a node whose output cannot be sized, grows past the limit
+         (an intermediate may reach 8x its inputs), or would not fit in the memory budget
+         (``max_memory``, see :mod:`graphpass.ir.limits`) is not evaluated, nor anything after it;
+         a node whose shape operand is computed in the same batch waits for the next round;
+      6. a result that would become an invalid shape operand (a Reshape dim below -1, a
+         negative Expand/Tile dim: Cast of NaN to int64) is not folded.
     Options: ``size_limit`` (bytes), ``max_single_retries``.
     """
 
@@ -166,9 +187,14 @@ class FoldConstants(Pass):
             result = self._fold_once(graph, ctx)
             for k, v in result.stats.items():
                 total[k] = total.get(k, 0) + v
-            if not result.modified or not _has_unresolved_shape(graph):
+            if not result.modified:
                 break
-            if not refresh_shapes(graph):
+            deferred = result.stats.get("deferred", 0)
+            if not _has_unresolved_shape(graph):
+                if deferred:
+                    continue  # Case 5: values this round computed now bound the deferred nodes
+                break
+            if not refresh_shapes(graph) and not deferred:
                 break
         if total.get("folded") and any(t.shape is None for n in graph.nodes for t in n.outputs):
             refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
@@ -184,7 +210,9 @@ class FoldConstants(Pass):
         ]
         ir_version = int(graph.ir_version or 8)
         names = None
-        stats = {"constant_nodes": 0, "shapes": 0, "folded": 0, "too_large": 0, "failed": 0, "removed": 0}
+        budget = model_io.budget(graph)
+        stats = {"constant_nodes": 0, "shapes": 0, "folded": 0, "too_large": 0, "failed": 0, "removed": 0,
+                 "invalid_shape": 0, "over_memory": 0}
         for g in list(iter_graphs(graph)):
             outs = {id(t) for t in g.outputs}
             lowered = _lower_constant_nodes(g, outs)
@@ -222,6 +250,13 @@ class FoldConstants(Pass):
             if not foldable:
                 stats["removed"] += self._sweep(g, [])
                 continue
+            # Case 5: every tensor of the session sized from its inputs before it runs.
+            allowed, bounds = bound_nodes(foldable, limit, budget.room())
+            for k, v in bounds.items():
+                stats[k] = stats.get(k, 0) + v
+            foldable = [n for n in foldable if id(n) in allowed]
+            if not foldable:
+                continue
             fold_ids = {id(n) for n in foldable}
             wanted: list[gs.Tensor] = []
             for node in foldable:
@@ -233,8 +268,8 @@ class FoldConstants(Pass):
                         if size is not None and size > limit and not _relayout_of_weight(t):
                             stats["too_large"] += 1
                             continue
-                        if t.dtype is not None and np.dtype(t.dtype).kind in "OSU":
-                            continue
+                        if t.dtype is not None and _kind(t.dtype) in "OSU?":
+                            continue  # strings, and ONNX-only types numpy cannot name (bfloat16 as 16)
                         wanted.append(t)
             if not wanted:
                 continue
@@ -253,6 +288,16 @@ class FoldConstants(Pass):
                 if v.nbytes > limit and not _relayout_of_weight(t):
                     stats["too_large"] += 1
                     continue
+                if not all(valid_shape_operand(c.op, k, v) for c in t.outputs if id(c) not in fold_ids
+                           for k, x in enumerate(c.inputs) if x is t):
+                    stats["invalid_shape"] += 1  # Case 6
+                    log.warning("fold_constants: '%s' would become an invalid shape operand %s; left unfolded",
+                                t.name, np.array2string(v.reshape(-1)[:8]))
+                    continue
+                if not budget.fits(v.nbytes):
+                    stats["over_memory"] += 1
+                    continue
+                budget.take(v.nbytes)
                 prod = t.inputs[0]
                 prod.outputs[prod.outputs.index(t)] = gs.Variable(names(t.name))
                 t.to_constant(np.ascontiguousarray(v))

@@ -14,6 +14,7 @@ import onnx_graphsurgeon as gs
 from graphpass.errors import UsageError
 from graphpass.infra.pass_base import EXACT
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.ir.limits import MAX_DIM
 from graphpass.ir.shapes import refresh_shapes
 
 __all__ = ["SpecializeShapes", "apply_input_shapes"]
@@ -36,6 +37,8 @@ def apply_input_shapes(graph: gs.Graph, input_shapes: dict[str, list[int]]) -> i
         shape = [int(d) for d in shape]
         if any(d <= 0 for d in shape):
             raise UsageError(f"--input-shape {name}: dimensions must be positive, got {shape}")
+        if any(d > MAX_DIM for d in shape):
+            raise UsageError(f"--input-shape {name}: a dimension is above the limit of 2^31, got {shape}")
         old = t.shape
         if old is not None and len(old) != len(shape):
             raise UsageError(f"--input-shape {name}: rank {len(shape)} given, the model's input has rank {len(old)}")
