@@ -104,9 +104,15 @@ def _to_array(t: onnx.TensorProto, dtype) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<")).reshape(-1)
 
 
+_RAW_KINDS = frozenset(k for k in range(1, 64) if k != onnx.TensorProto.STRING and
+                       getattr(_np_dtype(onnx.TensorProto(data_type=k)), "kind", "O") in _STANDARD_KINDS)
+
+
 def weight_digest(t: onnx.TensorProto) -> tuple:
     """(dtype, dims, content hash) of a tensor: a full blake2b of its canonical bytes, streamed.
     Equal for the same values stored inline or externally, in raw_data or in the typed fields."""
+    if t.data_type in _RAW_KINDS and t.HasField("raw_data") and not _is_external(t) and len(t.raw_data) <= _CHUNK:
+        return (t.data_type, tuple(t.dims), hashlib.blake2b(t.raw_data, digest_size=16).hexdigest())
     h = hashlib.blake2b(digest_size=16)
     for block in _canonical_blocks(t):
         h.update(block)
@@ -170,7 +176,14 @@ def largest_difference(ta: onnx.TensorProto, tb: onnx.TensorProto) -> dict | Non
     return {"elements_differ": differ, "max_abs_diff": largest, "nonfinite": nonfinite}
 
 
+_SCALAR = {AttributeProto.INT: lambda a: a.i, AttributeProto.FLOAT: lambda a: a.f,
+           AttributeProto.INTS: lambda a: tuple(a.ints), AttributeProto.FLOATS: lambda a: tuple(a.floats)}
+
+
 def _attr_value(a: AttributeProto):
+    fast = _SCALAR.get(a.type)
+    if fast is not None and not a.ref_attr_name:
+        return fast(a)
     if a.ref_attr_name:
         return ("ref", a.ref_attr_name)
     if a.type == AttributeProto.GRAPH:
@@ -253,17 +266,13 @@ class NodeView:
     meta: dict
     subgraphs: dict  # attribute name -> GraphProto (If/Loop/Scan bodies)
 
-    @property
-    def key(self) -> tuple:
-        """Op, number of outputs (a Split into 2 is not a Split into 3) and attributes."""
+    def __post_init__(self):
         n_out = len(self.outputs)
         while n_out and not self.outputs[n_out - 1]:
             n_out -= 1
-        return (self.op, n_out, tuple(sorted(self.attrs.items())))
-
-    @property
-    def commutative(self) -> bool:
-        return self.op in COMMUTATIVE and len(self.inputs) == 2
+        #: op, number of outputs (a Split into 2 is not a Split into 3) and attributes
+        self.key: tuple = (self.op, n_out, tuple(sorted(self.attrs.items())) if self.attrs else ())
+        self.commutative: bool = self.op in COMMUTATIVE and len(self.inputs) == 2
 
     def operands(self, names: list[str]) -> tuple:
         """``names`` (this node's inputs, or their matches) in an order that does not matter for
@@ -284,10 +293,15 @@ class GraphView:
         self.proto = graph
         self.opsets = opsets or {}
         self.nodes: list[NodeView] = []
+        defaults_of: dict[tuple[str, str], dict] = {}
         for i, n in enumerate(graph.node):
             attrs, subs = {}, {}
-            version = self.opsets.get(n.domain or "ai.onnx", self.opsets.get(n.domain))
-            defaults = _schema_defaults(n.op_type, n.domain, version) if version and n.attribute else {}
+            if n.attribute:
+                defaults = defaults_of.get((n.op_type, n.domain))
+                if defaults is None:
+                    version = self.opsets.get(n.domain or "ai.onnx", self.opsets.get(n.domain))
+                    defaults = defaults_of[(n.op_type, n.domain)] = (
+                        _schema_defaults(n.op_type, n.domain, version) if version else {})
             for a in n.attribute:
                 name = a.name if isinstance(a.name, str) else bytes(a.name).decode("utf-8", "replace")
                 try:

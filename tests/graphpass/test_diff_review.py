@@ -293,3 +293,21 @@ def test_dot_source_and_html_page_escape_every_name():
 def test_graphview_keeps_names_as_given():
     g = GraphView(_nasty_model("Relu").graph)
     assert [n.name for n in g.nodes] == NASTY
+
+
+@pytest.mark.parametrize("dtype,vals", [(TensorProto.BFLOAT16, [1.5, -2.0, 3.25]), (TensorProto.INT4, [1, -3, 7]),
+                                        (TensorProto.UINT4, [1, 3, 15]), (TensorProto.FLOAT8E4M3FN, [1.0, 2.0, -0.5]),
+                                        (TensorProto.FLOAT8E5M2, [1.0, 2.0, -0.5]), (TensorProto.FLOAT16, [1.0, np.nan, -0.0]),
+                                        (TensorProto.BOOL, [True, False, True]), (TensorProto.UINT64, [2**63, 1, 2]),
+                                        (TensorProto.COMPLEX64, [1 + 2j, 3, 4j]), (TensorProto.INT8, [-128, 0, 127])])
+def test_every_dtype_compares_by_value_whatever_the_storage(dtype, vals):
+    from graphpass.diff.views import largest_difference, weight_digest
+
+    typed = helper.make_tensor("t", dtype, [3], vals, raw=False)
+    raw = numpy_helper.from_array(numpy_helper.to_array(typed), "t")
+    assert raw.HasField("raw_data") and not typed.HasField("raw_data")
+    assert weight_digest(typed) == weight_digest(raw)
+    other = helper.make_tensor("t", dtype, [3], [vals[1]] + list(vals[1:]), raw=False)
+    assert weight_digest(other) != weight_digest(typed)
+    diff = largest_difference(typed, other)
+    assert diff["elements_differ"] == 1 and (diff["max_abs_diff"] > 0 or diff["nonfinite"] == 1)
