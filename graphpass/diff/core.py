@@ -252,8 +252,10 @@ def diff_graphs(a_proto: onnx.GraphProto, b_proto: onnx.GraphProto,
             for k in sorted(set(na.attrs) | set(nb.attrs)):
                 va, vb = na.attrs.get(k), nb.attrs.get(k)
                 if va != vb and not (k in na.subgraphs and k in nb.subgraphs):
-                    attr_changes.append({"node": nb.label, "op": nb.op, "attribute": k,
-                                         "before": _show(va), "after": _show(vb)})
+                    change = {"node": nb.label, "op": nb.op, "attribute": k, "before": _show(va), "after": _show(vb)}
+                    if isinstance(va, tuple) and isinstance(vb, tuple) and va[:1] == vb[:1] == ("tensor",):
+                        change.update(_tensor_attr_difference(a_proto.node[ia], b_proto.node[ib], k))
+                    attr_changes.append(change)
         for k in sorted(set(na.subgraphs) & set(nb.subgraphs)):
             sub = diff_graphs(na.subgraphs[k], nb.subgraphs[k], costs, outer=m.tensor, opsets=opsets, positional=True)
             if not sub.equivalent:
@@ -271,7 +273,18 @@ def diff_graphs(a_proto: onnx.GraphProto, b_proto: onnx.GraphProto,
                   weights, subgraphs, ops, td)
     for side, g in (("before", a), ("after", b)):
         d.uncompared += [f"sparse initializer '{n}' ({side}): sparse tensors are not compared" for n in g.sparse]
+        d.uncompared += [f"{u} ({side})" for u in g.uncompared]
     return d
+
+
+def _tensor_attr_difference(na: onnx.NodeProto, nb: onnx.NodeProto, name: str) -> dict[str, Any]:
+    """A changed tensor attribute (a Constant's value) described as a changed weight is."""
+    ta = next(x.t for x in na.attribute if x.name == name)
+    tb = next(x.t for x in nb.attribute if x.name == name)
+    if ta.data_type != tb.data_type or list(ta.dims) != list(tb.dims):
+        return {"before": f"{_dtype_name(ta)}{list(ta.dims)}", "after": f"{_dtype_name(tb)}{list(tb.dims)}"}
+    diff = largest_difference(ta, tb)
+    return diff if diff is not None else {}
 
 
 def _show(v) -> Any:

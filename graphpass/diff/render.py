@@ -184,7 +184,9 @@ def to_text(d: GraphDiff, color: bool = False, max_sites: int = 3) -> str:
             col = red if b < a else green
             print(f"  {col}{op}: {a} -> {b} ({b - a:+d}){end}", file=buf)
     for c in d.attribute_changes:
-        print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}", file=buf)
+        extra = (f" (max abs diff {_num(c['max_abs_diff'])}, {c['elements_differ']:,} elements differ)"
+                 if "max_abs_diff" in c else "")
+        print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}{extra}", file=buf)
     for s in d.subgraphs:
         print(f"\n{bold}subgraph {s['node']}.{s['attribute']}{end}", file=buf)
         sub = to_text(s["diff"], color, max_sites).splitlines()[1:]

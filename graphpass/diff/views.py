@@ -293,6 +293,7 @@ class GraphView:
         self.proto = graph
         self.opsets = opsets or {}
         self.nodes: list[NodeView] = []
+        self.uncompared: list[str] = []
         defaults_of: dict[tuple[str, str], dict] = {}
         for i, n in enumerate(graph.node):
             attrs, subs = {}, {}
@@ -311,6 +312,8 @@ class GraphView:
                 if name in defaults and defaults[name] == value:
                     continue  # the default written out: the same as leaving it out
                 attrs[name] = value
+                if a.type in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS):
+                    self.uncompared.append(f"node '{n.name or n.op_type}' attribute '{name}': sparse tensors are not compared")
                 if a.type == AttributeProto.GRAPH:
                     subs[a.name] = a.g
                 elif a.type == AttributeProto.GRAPHS:

@@ -311,3 +311,21 @@ def test_every_dtype_compares_by_value_whatever_the_storage(dtype, vals):
     assert weight_digest(other) != weight_digest(typed)
     diff = largest_difference(typed, other)
     assert diff["elements_differ"] == 1 and (diff["max_abs_diff"] > 0 or diff["nonfinite"] == 1)
+
+
+def test_changed_constant_value_is_named_with_its_largest_difference(tmp_path):
+    d = _diff(tmp_path, "constant_value_changed")
+    (c,) = d.attribute_changes
+    assert (c["op"], c["attribute"], c["elements_differ"], c["max_abs_diff"]) == ("Constant", "value", 4, 1.0)
+    assert "(max abs diff 1, 4 elements differ)" in to_text(d)
+
+
+def test_sparse_tensor_attribute_is_reported_not_taken_as_equal():
+    def model():
+        values = numpy_helper.from_array(np.array([1.5], np.float32), "v")
+        indices = numpy_helper.from_array(np.array([2], np.int64), "i")
+        sp = helper.make_sparse_tensor(values, indices, [4])
+        nodes = [helper.make_node("Constant", [], ["k"], sparse_value=sp), helper.make_node("Add", ["x", "k"], ["y"])]
+        return make_model(nodes, {"x": [4]}, {"y": [4]})
+    d = diff_models(model(), model(), target="none")
+    assert not d.equivalent and any("sparse_value" in u for u in d.uncompared)
