@@ -118,7 +118,8 @@ def _io_changes(a: list, b: list, pairs: dict[str, str], positional: bool,
     """Changes of graph inputs or outputs, given ``pairs`` (after name -> before name).
 
     ``renamed`` (top-level graphs only: a body's or function's parameters are positional, their
-    names private) lists pairs under other names; ``rewired`` outputs that now carry another
+    names private) lists pairs under other names, ``reordered`` the after-order when the pairs
+    come in another order; ``rewired`` outputs that now carry another
     tensor than the one they are paired with (``carried``: after output -> the before tensor it
     carries, when known)."""
     ta, tb = dict(a), dict(b)
@@ -138,6 +139,10 @@ def _io_changes(a: list, b: list, pairs: dict[str, str], positional: bool,
             rewired.append({"name": nb, "before": na, "carries": c})
     out = {"removed": [n for n, _ in a if n not in matched_a], "added": [n for n, _ in b if n not in pairs],
            "changed": changed, "renamed": renamed}
+    if not positional:  # the same inputs or outputs in another order: a caller reading them by position sees it
+        order_a = [n for n, _ in a if n in matched_a]
+        order_b = [pairs[n] for n, _ in b if n in pairs]
+        out["reordered"] = [n for n, _ in b if n in pairs] if order_a != order_b else []
     if carried is not None:
         out["rewired"] = rewired
     return out

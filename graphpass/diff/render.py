@@ -20,6 +20,7 @@ JSON schema ``graphpass.diff/1`` (stable: fields are only ever added):
       "inputs" / "outputs": {"removed": [name], "added": [name],
                              "changed": [{"name", "before": {"dtype", "shape"}, "after": {...}}],
                              "renamed": [{"before", "after", "swapped": bool}],   # top-level graph only
+                             "reordered"?: [name],                                # top-level graph only
                              "rewired"?: [{"name", "before", "carries"}]},        # outputs only
       "weights": {"removed": [name], "added": [name], "changed": [name],
                   "details": [{"name", "dtype", "shape", "elements_differ", "max_abs_diff", "nonfinite",
@@ -150,7 +151,9 @@ def _io_lines(d: GraphDiff) -> list[str]:
             else:
                 out.append(f"graph {kind} renamed: {r['before']} -> {r['after']}")
         for r in ch.get("rewired", []):
-            out.append(f"graph {kind} {r['name']} now carries {r['carries']} (was {r['before']})")
+            out.append(f"graph {kind} {r['name']} now carries the before graph's {r['carries']} instead of {r['before']}")
+        if ch.get("reordered"):
+            out.append(f"graph {kind}s in another order: {', '.join(ch['reordered'])}")
     out += _weight_lines(d)
     for f in d.functions:
         out.append(f"function {f['function']}: {f['change'] if f['change'] != 'body' else 'body differs'}")

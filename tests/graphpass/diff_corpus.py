@@ -239,6 +239,14 @@ def _extra_output(m: onnx.ModelProto) -> onnx.ModelProto:
     return c
 
 
+def _outputs_reversed(m: onnx.ModelProto) -> onnx.ModelProto:
+    c = _copy(m)
+    outs = list(c.graph.output)[::-1]
+    del c.graph.output[:]
+    c.graph.output.extend(outs)
+    return c
+
+
 def _one_value(arr: np.ndarray, delta: float, index=0) -> np.ndarray:
     out = arr.copy()
     out.flat[index] += delta
@@ -286,6 +294,7 @@ def _pairs() -> list[Case]:
         Case("extra_output", _pair(mlp(), _extra_output(mlp())), False),
         Case("outputs_swapped", _pair(two_outputs("Relu", "Sigmoid"), two_outputs("Sigmoid", "Relu")), False),
         Case("heads_swapped", _pair(two_heads(W, W2), two_heads(W2, W)), False),
+        Case("outputs_reordered", _pair(two_outputs(), _outputs_reversed(two_outputs())), False),
         # differ: nodes, attributes, opsets, bodies
         Case("attribute_changed", _pair(mlp(alpha=0.01), mlp(alpha=0.02)), False),
         Case("opset_changed", _pair(mlp(opset=17), mlp(opset=18)), False),

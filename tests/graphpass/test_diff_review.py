@@ -329,3 +329,31 @@ def test_sparse_tensor_attribute_is_reported_not_taken_as_equal():
         return make_model(nodes, {"x": [4]}, {"y": [4]})
     d = diff_models(model(), model(), target="none")
     assert not d.equivalent and any("sparse_value" in u for u in d.uncompared)
+
+
+def _if_two_outputs(then_outputs):
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["o1"]), helper.make_node("Neg", ["x"], ["o2"])], "then", [],
+                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in then_outputs])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e1"]), helper.make_node("Neg", ["x"], ["e2"])], "else", [],
+                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("e1", "e2")])
+    return make_model([helper.make_node("If", ["c"], ["y", "z"], then_branch=then_g, else_branch=else_g)],
+                      {"c": (TensorProto.BOOL, []), "x": [2]}, {"y": [2], "z": [2]})
+
+
+def test_body_outputs_swapped_inside_an_if_are_a_change():
+    d = diff_models(_if_two_outputs(("o1", "o2")), _if_two_outputs(("o2", "o1")), target="none")
+    (s,) = d.subgraphs
+    assert sorted((r["name"], r["carries"], r["before"]) for r in s["diff"].outputs["rewired"]) == [
+        ("o1", "o1", "o2"), ("o2", "o2", "o1")]
+    assert "graph output o2 now carries the before graph's o2 instead of o1" in to_text(d)
+
+
+def test_graph_outputs_in_another_order_are_a_change():
+    a = corpus.two_outputs()
+    b = corpus._copy(a)
+    outs = list(b.graph.output)[::-1]
+    del b.graph.output[:]
+    b.graph.output.extend(outs)
+    d = diff_models(a, b, target="none")
+    assert d.outputs["reordered"] == ["y2", "y1"] and not d.outputs["renamed"] and not d.equivalent
+    assert "graph outputs in another order: y2, y1" in to_text(d)
