@@ -1,7 +1,8 @@
 """Matching the nodes and tensors of two graphs, in linear time.
 
 1. Graph inputs by name (then by position; bodies and functions by position only); weights by
-   content (dtype, dims, full hash of the values), then by name.
+   content (dtype, dims, full hash of the values): the same name first, then any name; then by
+   name (a changed weight).
 2. Forward, in topological order of the after-graph: a node matches a before-node with the same
    op, number of outputs and attributes whose inputs are the matched tensors (a structural hash
    keyed on already matched inputs, in sorted order for commutative ops; node names play no part,
@@ -67,7 +68,13 @@ def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str]
     for name, d in a.digest.items():
         by_digest[d].append(name)
     used: set[str] = set()
+    for name, d in b.digest.items():  # same name, same content (two equal biases stay apart)
+        if a.digest.get(name) == d:
+            m.weights[name] = name
+            used.add(name)
     for name, d in b.digest.items():
+        if name in m.weights:
+            continue
         q = by_digest.get(d)
         while q and q[0] in used:
             q.popleft()
@@ -83,7 +90,7 @@ def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str]
 
     index: dict[tuple, deque] = defaultdict(deque)
     for n in a.nodes:
-        index[(n.key, n.operands(n.inputs))].append(n.index)
+        index[(n.key, tuple(sorted(n.inputs)) if n.commutative else tuple(n.inputs))].append(n.index)
     a_names = _unique_names(a)
     b_names = _unique_names(b)
     order_b = b.order()
@@ -120,7 +127,7 @@ def _forward(a: GraphView, b: GraphView, m: Matching, index, order_b) -> int:
                 break
             mapped.append(ta)
         else:
-            q = index.get((nb.key, nb.operands(mapped)))
+            q = index.get((nb.key, tuple(sorted(mapped)) if nb.commutative else tuple(mapped)))
             while q and q[0] in m.b_of_a:
                 q.popleft()
             if q:

@@ -108,11 +108,19 @@ _RAW_KINDS = frozenset(k for k in range(1, 64) if k != onnx.TensorProto.STRING a
                        getattr(_np_dtype(onnx.TensorProto(data_type=k)), "kind", "O") in _STANDARD_KINDS)
 
 
+def _digest_and_size(t: onnx.TensorProto) -> tuple[tuple, int]:
+    """:func:`weight_digest` and the stored size in bytes (raw_data is read once: each read copies)."""
+    dt = t.data_type
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        raw = t.raw_data
+        if raw and dt in _RAW_KINDS and len(raw) <= _CHUNK:
+            return (dt, tuple(t.dims), hashlib.blake2b(raw, digest_size=16).hexdigest()), len(raw)
+    return weight_digest(t), _nbytes(t)
+
+
 def weight_digest(t: onnx.TensorProto) -> tuple:
     """(dtype, dims, content hash) of a tensor: a full blake2b of its canonical bytes, streamed.
     Equal for the same values stored inline or externally, in raw_data or in the typed fields."""
-    if t.data_type in _RAW_KINDS and t.HasField("raw_data") and not _is_external(t) and len(t.raw_data) <= _CHUNK:
-        return (t.data_type, tuple(t.dims), hashlib.blake2b(t.raw_data, digest_size=16).hexdigest())
     h = hashlib.blake2b(digest_size=16)
     for block in _canonical_blocks(t):
         h.update(block)
@@ -297,30 +305,35 @@ class GraphView:
         defaults_of: dict[tuple[str, str], dict] = {}
         for i, n in enumerate(graph.node):
             attrs, subs = {}, {}
-            if n.attribute:
-                defaults = defaults_of.get((n.op_type, n.domain))
+            op_type, domain = n.op_type, n.domain
+            attributes = n.attribute
+            if attributes:
+                defaults = defaults_of.get((op_type, domain))
                 if defaults is None:
-                    version = self.opsets.get(n.domain or "ai.onnx", self.opsets.get(n.domain))
-                    defaults = defaults_of[(n.op_type, n.domain)] = (
-                        _schema_defaults(n.op_type, n.domain, version) if version else {})
-            for a in n.attribute:
-                name = a.name if isinstance(a.name, str) else bytes(a.name).decode("utf-8", "replace")
-                try:
-                    value = _attr_value(a)
-                except Exception:  # noqa: BLE001 - a malformed attribute still compares by its bytes
-                    value = ("proto", a.SerializeToString())
-                if name in defaults and defaults[name] == value:
-                    continue  # the default written out: the same as leaving it out
-                attrs[name] = value
-                if a.type in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS):
-                    self.uncompared.append(f"node '{n.name or n.op_type}' attribute '{name}': sparse tensors are not compared")
-                if a.type == AttributeProto.GRAPH:
-                    subs[a.name] = a.g
-                elif a.type == AttributeProto.GRAPHS:
-                    for k, g in enumerate(a.graphs):
-                        subs[f"{a.name}[{k}]"] = g
-            self.nodes.append(NodeView(i, n.name, op_label(n.op_type, n.domain), list(n.input), list(n.output),
-                                       attrs, {p.key: p.value for p in n.metadata_props}, subs))
+                    version = self.opsets.get(domain or "ai.onnx", self.opsets.get(domain))
+                    defaults = defaults_of[(op_type, domain)] = (
+                        _schema_defaults(op_type, domain, version) if version else {})
+                for a in attributes:
+                    name = a.name if isinstance(a.name, str) else bytes(a.name).decode("utf-8", "replace")
+                    kind = a.type
+                    try:
+                        value = _attr_value(a)
+                    except Exception:  # noqa: BLE001 - a malformed attribute still compares by its bytes
+                        value = ("proto", a.SerializeToString())
+                    if name in defaults and defaults[name] == value:
+                        continue  # the default written out: the same as leaving it out
+                    attrs[name] = value
+                    if kind == AttributeProto.GRAPH:
+                        subs[a.name] = a.g
+                    elif kind == AttributeProto.GRAPHS:
+                        for k, g in enumerate(a.graphs):
+                            subs[f"{a.name}[{k}]"] = g
+                    elif kind in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS):
+                        self.uncompared.append(f"node '{n.name or op_type}' attribute '{name}': sparse tensors are not compared")
+            meta = n.metadata_props
+            self.nodes.append(NodeView(i, n.name, op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}",
+                                       list(n.input), list(n.output), attrs,
+                                       {p.key: p.value for p in meta} if meta else {}, subs))
         self.producer: dict[str, tuple[int, int]] = {}
         for n in self.nodes:
             for j, t in enumerate(n.outputs):
@@ -332,8 +345,9 @@ class GraphView:
                 if t:
                     self.consumers.setdefault(t, []).append(n.index)
         self.initializers = {t.name: t for t in graph.initializer}
-        self.digest = {name: weight_digest(t) for name, t in self.initializers.items()}
-        self.nbytes = {name: _nbytes(t) for name, t in self.initializers.items()}
+        self.digest, self.nbytes = {}, {}
+        for name, t in self.initializers.items():
+            self.digest[name], self.nbytes[name] = _digest_and_size(t)
         self.inputs = [(vi.name, _type_of(vi)) for vi in graph.input if vi.name not in self.initializers]
         self.outputs = [(vi.name, _type_of(vi)) for vi in graph.output]
         self.input_names = {name for name, _ in self.inputs}

@@ -357,3 +357,16 @@ def test_graph_outputs_in_another_order_are_a_change():
     d = diff_models(a, b, target="none")
     assert d.outputs["reordered"] == ["y2", "y1"] and not d.outputs["renamed"] and not d.equivalent
     assert "graph outputs in another order: y2, y1" in to_text(d)
+
+
+def test_equal_weights_listed_in_another_order_are_not_crossed():
+    def model(order):
+        nodes = [helper.make_node("Add", ["x", "b1"], ["h"]), helper.make_node("Mul", ["h", "b2"], ["y"])]
+        m = make_model(nodes, {"x": [4]}, {"y": [4]}, initializers={"b1": np.zeros(4, np.float32), "b2": np.zeros(4, np.float32)})
+        inits = [m.graph.initializer[i] for i in order]
+        m2 = corpus._copy(m)
+        del m2.graph.initializer[:]
+        m2.graph.initializer.extend(inits)
+        return m2
+    d = diff_models(model((0, 1)), model((1, 0)), target="none")
+    assert d.equivalent, to_text(d)
