@@ -115,6 +115,10 @@ def _summary_lines(d: GraphDiff) -> list[str]:
     return s
 
 
+#: Removed or added weights are named in text and Markdown when there are at most this many.
+_LIST_WEIGHTS = 8
+
+
 def _num(v) -> str:
     return "-" if v is None else f"{v:.6g}"
 
@@ -132,8 +136,10 @@ def _weight_lines(d: GraphDiff) -> list[str]:
             nf = f", {w['nonfinite']} NaN/inf mismatches" if w.get("nonfinite") else ""
             out.append(f"weight {w['name']}{was} changed: max abs diff {_num(w['max_abs_diff'])} "
                        f"({w['elements_differ']:,} elements differ{nf})")
-    out += [f"weight removed: {n}" for n in d.weights["removed"]]
-    out += [f"weight added: {n}" for n in d.weights["added"]]
+    for kind in ("removed", "added"):  # a rewrite removes and adds many: named only when few (the JSON has all)
+        names = d.weights[kind]
+        if names and len(names) <= _LIST_WEIGHTS:
+            out.append(f"weights {kind}: {', '.join(names)}")
     return out
 
 
