@@ -140,9 +140,9 @@ def _io_changes(a: list, b: list, pairs: dict[str, str], positional: bool,
     out = {"removed": [n for n, _ in a if n not in matched_a], "added": [n for n, _ in b if n not in pairs],
            "changed": changed, "renamed": renamed}
     if not positional:  # the same inputs or outputs in another order: a caller reading them by position sees it
-        order_a = [n for n, _ in a if n in matched_a]
-        order_b = [pairs[n] for n, _ in b if n in pairs]
-        out["reordered"] = [n for n, _ in b if n in pairs] if order_a != order_b else []
+        kept = [n for n, _ in b if pairs.get(n) == n]
+        kept_set = set(kept)
+        out["reordered"] = kept if kept != [n for n, _ in a if n in kept_set] else []
     if carried is not None:
         out["rewired"] = rewired
     return out

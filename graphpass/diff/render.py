@@ -119,6 +119,10 @@ def _summary_lines(d: GraphDiff) -> list[str]:
 _LIST_WEIGHTS = 8
 
 
+def _elements(k: int) -> str:
+    return f"{k:,} element differs" if k == 1 else f"{k:,} elements differ"
+
+
 def _num(v) -> str:
     return "-" if v is None else f"{v:.6g}"
 
@@ -135,7 +139,7 @@ def _weight_lines(d: GraphDiff) -> list[str]:
         else:
             nf = f", {w['nonfinite']} NaN/inf mismatches" if w.get("nonfinite") else ""
             out.append(f"weight {w['name']}{was} changed: max abs diff {_num(w['max_abs_diff'])} "
-                       f"({w['elements_differ']:,} elements differ{nf})")
+                       f"({_elements(w['elements_differ'])}{nf})")
     for kind in ("removed", "added"):  # a rewrite removes and adds many: named only when few (the JSON has all)
         names = d.weights[kind]
         if names and len(names) <= _LIST_WEIGHTS:
@@ -193,7 +197,7 @@ def to_text(d: GraphDiff, color: bool = False, max_sites: int = 3) -> str:
             col = red if b < a else green
             print(f"  {col}{op}: {a} -> {b} ({b - a:+d}){end}", file=buf)
     for c in d.attribute_changes:
-        extra = (f" (max abs diff {_num(c['max_abs_diff'])}, {c['elements_differ']:,} elements differ)"
+        extra = (f" (max abs diff {_num(c['max_abs_diff'])}, {_elements(c['elements_differ'])})"
                  if "max_abs_diff" in c else "")
         print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}{extra}", file=buf)
     for s in d.subgraphs:
