@@ -954,12 +954,12 @@ def read_as_stored(source: ModelSource, where: str | None = None) -> onnx.ModelP
     """
     if isinstance(source, onnx.ModelProto):
         _load_external_data(source, None, where or "<model>", lazy=True)
-        validate(source)
+        _validate_at(source, where or "<model>")
         return source
     if isinstance(source, (bytes, bytearray)):
         model = _parse(bytes(source), where or "<bytes>")
         _load_external_data(model, None, where or "<bytes>", lazy=True)
-        validate(model)
+        _validate_at(model, where or "<bytes>")
         return model
     path = Path(source)
     where = where or str(path)
@@ -974,8 +974,16 @@ def read_as_stored(source: ModelSource, where: str | None = None) -> onnx.ModelP
     model = _parse(data, where)
     del data
     _load_external_data(model, path.resolve().parent, where, lazy=True)
-    validate(model)
+    _validate_at(model, where)
     return model
+
+
+def _validate_at(model: onnx.ModelProto, where: str) -> None:
+    """:func:`validate`, its message prefixed with where the model came from."""
+    try:
+        validate(model)
+    except BadModelError as e:
+        raise BadModelError(f"{where}: {e}") from None
 
 
 def iter_external_bytes(t: onnx.TensorProto, chunk: int = 1 << 22):
