@@ -371,3 +371,19 @@ def test_equal_weights_listed_in_another_order_are_not_crossed():
         return m2
     d = diff_models(model((0, 1)), model((1, 0)), target="none")
     assert d.equivalent, to_text(d)
+
+
+def test_html_with_graphviz_feeds_dot_the_escaped_source(tmp_path, monkeypatch):
+    """With graphviz installed the page's pictures come from ``dot``: a stand-in ``dot`` records the
+    source it is given, which must be the escaped one (every label one well-formed statement)."""
+    seen = tmp_path / "seen.dot"
+    fake = tmp_path / "dot"
+    fake.write_text(f"#!/bin/sh\ncat >> '{seen}'\necho '<svg xmlns=\"http://www.w3.org/2000/svg\"><g class=\"node\"></g></svg>'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    page = to_html(diff_models(_nasty_model("Relu"), _nasty_model("Sigmoid"), target="none"))
+    src = seen.read_text()
+    labels = re.findall(r'^n\d+ \[label="((?:[^"\\]|\\.)*)", fillcolor="#[0-9a-f]{6}", class="node"\];$', src, re.M)
+    assert len(labels) == 2 * len(NASTY)  # both sides, each node once
+    assert {_unquote_dot(s).split("\n", 1)[1] for s in labels} == {n[-28:] for n in NASTY}
+    assert '<svg class="graph before"' in page and "<script>alert" not in page
