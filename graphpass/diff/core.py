@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import onnx

@@ -1,7 +1,6 @@
 """The review corpus (diff_corpus.py) through ``graphpass diff --exit-code``: 1 on every pair that
 computes or stores other values, 0 on every pair that differs only in storage or order."""
 
-import numpy as np
 import onnx
 import pytest
 

@@ -4,7 +4,6 @@ what it cannot compare, and names that would break the DOT and HTML output."""
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import onnx
