@@ -10,6 +10,14 @@ matched or *added*. Removed and added nodes are grouped into rewrites by union-f
   nodes (the network input would otherwise glue every rewrite that touches it into one).
 Added nodes are joined by connectivity only when the same pass made them.
 
+What counts as a change (``GraphDiff.equivalent`` is False): a removed, added or rewired node,
+an attribute (schema defaults written out are not), a weight's content (full hash of its values,
+whatever the storage: inline or external, raw_data or typed fields), a graph input or output added,
+removed, renamed, retyped or carrying another tensor (outputs are matched by the tensor they carry,
+so two swapped outputs are a change), an opset, a model-local function (body diffed like a graph),
+a subgraph body; and anything the diff cannot compare (sparse initializers, training info), which
+is listed in ``uncompared`` rather than taken as equal.
+
 A group's label is its op multiset before → after ("Reshape×2+Transpose → Gather"), its pass
 the ``graphpass.pass`` of its added nodes (or of the matched nodes it rewired); groups with the
 same label and pass are listed once with their sites. Each group's estimated cost delta is the
@@ -21,13 +29,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import onnx
 
 from graphpass.diff.match import Matching, match
-from graphpass.diff.views import GraphView
+from graphpass.diff.views import GraphView, function_graph, largest_difference
 
 __all__ = ["GraphDiff", "Rewrite", "diff_graphs", "diff_models", "COST_MAX_NODES"]
 
@@ -73,6 +80,8 @@ class GraphDiff:
     cost: dict[str, Any] | None = None
     opsets: dict[str, Any] | None = None
     names: dict[str, str] = dataclasses.field(default_factory=dict)
+    functions: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # model-local functions that differ
+    uncompared: list[str] = dataclasses.field(default_factory=list)  # what could not be compared (never equal)
 
     @property
     def equivalent(self) -> bool:
@@ -80,6 +89,7 @@ class GraphDiff:
                     or any(self.inputs.values()) or any(self.outputs.values())
                     or self.weights["removed"] or self.weights["added"] or self.weights["changed"]
                     or any(not s["diff"].equivalent for s in self.subgraphs)
+                    or self.functions or self.uncompared
                     or (self.opsets and self.opsets["before"] != self.opsets["after"]))
 
 
@@ -97,27 +107,101 @@ def _op_counts(g: onnx.GraphProto, out: collections.Counter | None = None) -> co
     return out
 
 
-def _io_changes(a: list, b: list, inputs_map: dict[str, str] | None) -> dict[str, list]:
-    ta = dict(a)
-    tb = dict(b)
-    if inputs_map is None:  # outputs: by name, then by position among the rest
-        inputs_map = {n: n for n in tb if n in ta}
-        rest_b = [n for n, _ in b if n not in ta]
-        rest_a = [n for n, _ in a if n not in tb]
-        inputs_map.update(zip(rest_b, rest_a))
-    matched_a = set(inputs_map.values())
-    changed = []
-    for nb, na in inputs_map.items():
-        (da, sa), (db, sb) = ta[na], tb[nb]
-        if da != db or sa != sb or na != nb:
-            entry = {"name": nb, "before": {"dtype": da, "shape": list(sa) if sa is not None else None},
-                     "after": {"dtype": db, "shape": list(sb) if sb is not None else None}}
+def _shape(dt_shape) -> dict:
+    dtype, shape = dt_shape
+    return {"dtype": dtype, "shape": list(shape) if shape is not None else None}
+
+
+def _io_changes(a: list, b: list, pairs: dict[str, str], positional: bool,
+                carried: dict[str, str | None] | None = None) -> dict[str, list]:
+    """Changes of graph inputs or outputs, given ``pairs`` (after name -> before name).
+
+    ``renamed`` (top-level graphs only: a body's or function's parameters are positional, their
+    names private) lists pairs under other names, ``reordered`` the after-order when the pairs
+    come in another order; ``rewired`` outputs that now carry another
+    tensor than the one they are paired with (``carried``: after output -> the before tensor it
+    carries, when known)."""
+    ta, tb = dict(a), dict(b)
+    matched_a = set(pairs.values())
+    changed, renamed, rewired = [], [], []
+    names_a = set(ta)
+    for nb, na in pairs.items():
+        if ta[na] != tb[nb]:
+            entry = {"name": nb, "before": _shape(ta[na]), "after": _shape(tb[nb])}
             if na != nb:
                 entry["renamed_from"] = na
-            if da != db or sa != sb:
-                changed.append(entry)
-    return {"removed": [n for n, _ in a if n not in matched_a], "added": [n for n, _ in b if n not in inputs_map],
-            "changed": changed}
+            changed.append(entry)
+        if na != nb and not positional:
+            renamed.append({"before": na, "after": nb, "swapped": nb in names_a})
+        c = (carried or {}).get(nb)
+        if c is not None and c != na:
+            rewired.append({"name": nb, "before": na, "carries": c})
+    out = {"removed": [n for n, _ in a if n not in matched_a], "added": [n for n, _ in b if n not in pairs],
+           "changed": changed, "renamed": renamed}
+    if not positional:  # the same inputs or outputs in another order: a caller reading them by position sees it
+        kept = [n for n, _ in b if pairs.get(n) == n]
+        kept_set = set(kept)
+        out["reordered"] = kept if kept != [n for n, _ in a if n in kept_set] else []
+    if carried is not None:
+        out["rewired"] = rewired
+    return out
+
+
+def _output_pairs(a: GraphView, b: GraphView, m: Matching, positional: bool) -> tuple[dict, dict]:
+    """Pairs of graph outputs (after -> before): by the tensor they carry (the matched producer),
+    then by name, then by position among the rest; bodies and functions by position."""
+    a_names = [n for n, _ in a.outputs]
+    b_names = [n for n, _ in b.outputs]
+    carried = {nb: m.tensor.get(nb) for nb in b_names}
+    if positional:
+        return dict(zip(b_names, a_names)), carried
+    a_set, used, pairs = set(a_names), set(), {}
+    for nb in b_names:
+        c = carried[nb]
+        if c in a_set and c not in used:
+            pairs[nb] = c
+            used.add(c)
+    for nb in b_names:
+        if nb not in pairs and nb in a_set and nb not in used:
+            pairs[nb] = nb
+            used.add(nb)
+    pairs.update(zip([n for n in b_names if n not in pairs], [n for n in a_names if n not in used]))
+    return pairs, carried
+
+
+def _dtype_name(t: onnx.TensorProto) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(t.data_type).lower()
+    except ValueError:
+        return f"data_type {t.data_type}"
+
+
+def _weight_changes(a: GraphView, b: GraphView, m: Matching) -> dict[str, Any]:
+    wa = set(a.initializers)
+    matched_w = set(m.weights.values())
+    changed = sorted(nb for nb, na in m.weights.items() if a.digest[na] != b.digest[nb])
+    details = []
+    for nb in changed:
+        na = m.weights[nb]
+        ta, tb = a.initializers[na], b.initializers[nb]
+        if ta.data_type == tb.data_type and list(ta.dims) == list(tb.dims):
+            entry = {"name": nb, "dtype": _dtype_name(tb), "shape": list(tb.dims)}
+            diff = largest_difference(ta, tb)
+            entry.update(diff if diff is not None else {"max_abs_diff": None})
+        else:
+            entry = {"name": nb, "before": {"dtype": _dtype_name(ta), "shape": list(ta.dims)},
+                     "after": {"dtype": _dtype_name(tb), "shape": list(tb.dims)}}
+        if na != nb:
+            entry["before_name"] = na
+        details.append(entry)
+    return {
+        "removed": sorted(n for n in wa if n not in matched_w),
+        "added": sorted(n for n in b.initializers if n not in m.weights),
+        "changed": changed,
+        "details": details,
+        "count": [len(a.initializers), len(b.initializers)],
+        "bytes": [sum(a.nbytes.values()), sum(b.nbytes.values())],
+    }
 
 
 class _UF:
@@ -147,50 +231,71 @@ def _multiset(ops: list[str]) -> str:
 
 def diff_graphs(a_proto: onnx.GraphProto, b_proto: onnx.GraphProto,
                 costs: tuple[dict[str, float], dict[str, float]] | None = None,
-                outer: dict[str, str] | None = None) -> GraphDiff:
+                outer: dict[str, str] | None = None,
+                opsets: tuple[dict[str, int], dict[str, int]] | None = None,
+                positional: bool = False) -> GraphDiff:
     """Diff two graphs. ``costs``: per-node estimates keyed by first output name (before, after);
-    ``outer``: the enclosing graphs' tensor matching, for a subgraph body."""
-    a, b = GraphView(a_proto), GraphView(b_proto)
-    m = match(a, b, outer=outer)
+    ``outer``: the enclosing graphs' tensor matching, for a subgraph body; ``opsets``: each side's
+    domain -> version (for the ops' default attributes); ``positional``: inputs and outputs are
+    parameters matched by position (a body's, a function's), their names not compared."""
+    oa, ob = opsets or ({}, {})
+    a, b = GraphView(a_proto, oa), GraphView(b_proto, ob)
+    m = match(a, b, outer=outer, positional=positional)
     removed = [i for i in range(len(a.nodes)) if i not in m.b_of_a]
     added = [i for i in range(len(b.nodes)) if i not in m.a_of_b]
     rewired, attr_changes, subgraphs = [], [], []
     for ib, ia in sorted(m.a_of_b.items()):
         na, nb = a.nodes[ia], b.nodes[ib]
-        if any(m.tensor.get(tb) != ta for ta, tb in zip(na.inputs, nb.inputs)) or len(na.inputs) != len(nb.inputs):
+        mapped = [m.tensor.get(t, "\0" + t) for t in nb.inputs]
+        if len(na.inputs) != len(nb.inputs) or na.operands(na.inputs) != nb.operands(mapped):
             rewired.append(ib)
+        if na.key[1] != nb.key[1]:
+            attr_changes.append({"node": nb.label, "op": nb.op, "attribute": "(outputs)",
+                                 "before": na.key[1], "after": nb.key[1]})
         if na.attrs != nb.attrs:
             for k in sorted(set(na.attrs) | set(nb.attrs)):
                 va, vb = na.attrs.get(k), nb.attrs.get(k)
                 if va != vb and not (k in na.subgraphs and k in nb.subgraphs):
-                    attr_changes.append({"node": nb.label, "op": nb.op, "attribute": k,
-                                         "before": _show(va), "after": _show(vb)})
+                    change = {"node": nb.label, "op": nb.op, "attribute": k, "before": _show(va), "after": _show(vb)}
+                    if isinstance(va, tuple) and isinstance(vb, tuple) and va[:1] == vb[:1] == ("tensor",):
+                        change.update(_tensor_attr_difference(a_proto.node[ia], b_proto.node[ib], k))
+                    attr_changes.append(change)
         for k in sorted(set(na.subgraphs) & set(nb.subgraphs)):
-            sub = diff_graphs(na.subgraphs[k], nb.subgraphs[k], costs, outer=m.tensor)
+            sub = diff_graphs(na.subgraphs[k], nb.subgraphs[k], costs, outer=m.tensor, opsets=opsets, positional=True)
             if not sub.equivalent:
                 subgraphs.append({"node": nb.label, "op": nb.op, "attribute": k, "diff": sub})
     groups = _group(a, b, m, removed, added, rewired)
     rewrites = _rewrites(a, b, m, groups, costs)
     ops_a, ops_b = _op_counts(a_proto), _op_counts(b_proto)
     ops = {op: (ops_a.get(op, 0), ops_b.get(op, 0)) for op in sorted(set(ops_a) | set(ops_b)) if ops_a.get(op, 0) != ops_b.get(op, 0)}
-    wa = set(a.initializers)
-    matched_w = set(m.weights.values())
-    weights = {
-        "removed": sorted(n for n in wa if n not in matched_w),
-        "added": sorted(n for n in b.initializers if n not in m.weights),
-        "changed": sorted(nb for nb, na in m.weights.items() if a.digest[na] != b.digest[nb]),
-        "count": [len(a.initializers), len(b.initializers)],
-        "bytes": [sum(a.nbytes.values()), sum(b.nbytes.values())],
-    }
+    weights = _weight_changes(a, b, m)
     td = {"before": ops_a.get(_TD, 0), "after": ops_b.get(_TD, 0)}
-    return GraphDiff(a, b, m, removed, added, rewired, attr_changes, rewrites, groups,
-                     _io_changes(a.inputs, b.inputs, m.inputs), _io_changes(a.outputs, b.outputs, None),
-                     weights, subgraphs, ops, td)
+    out_pairs, carried = _output_pairs(a, b, m, positional)
+    d = GraphDiff(a, b, m, removed, added, rewired, attr_changes, rewrites, groups,
+                  _io_changes(a.inputs, b.inputs, m.inputs, positional),
+                  _io_changes(a.outputs, b.outputs, out_pairs, positional, carried),
+                  weights, subgraphs, ops, td)
+    for side, g in (("before", a), ("after", b)):
+        d.uncompared += [f"sparse initializer '{n}' ({side}): sparse tensors are not compared" for n in g.sparse]
+        d.uncompared += [f"{u} ({side})" for u in g.uncompared]
+    return d
+
+
+def _tensor_attr_difference(na: onnx.NodeProto, nb: onnx.NodeProto, name: str) -> dict[str, Any]:
+    """A changed tensor attribute (a Constant's value) described as a changed weight is."""
+    ta = next(x.t for x in na.attribute if x.name == name)
+    tb = next(x.t for x in nb.attribute if x.name == name)
+    if ta.data_type != tb.data_type or list(ta.dims) != list(tb.dims):
+        return {"before": f"{_dtype_name(ta)}{list(ta.dims)}", "after": f"{_dtype_name(tb)}{list(tb.dims)}"}
+    diff = largest_difference(ta, tb)
+    return diff if diff is not None else {}
 
 
 def _show(v) -> Any:
-    if isinstance(v, tuple) and v and v[0] in ("tensor", "tensors", "graph", "graphs", "proto", "ref"):
+    if isinstance(v, tuple) and v and v[0] in ("tensor", "tensors", "graph", "graphs", "proto"):
         return f"<{v[0]}>"
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "ref":
+        return f"<ref {v[1]}>"
     if isinstance(v, tuple):
         return list(v)
     return v
@@ -301,31 +406,16 @@ def _rewrites(a: GraphView, b: GraphView, m: Matching, groups, costs) -> list[Re
 # -- models ------------------------------------------------------------------------------------
 
 def _load(path_or_model, label: str) -> onnx.ModelProto:
+    """The model as stored, checked as ``graphpass load`` checks it (external data files must exist
+    and lie in the model's folder; they stay on disk and are hashed in chunks)."""
     from graphpass.errors import BadModelError
-
-    if isinstance(path_or_model, onnx.ModelProto):
-        return path_or_model
     from graphpass.ir import model_io
 
-    p = Path(path_or_model)
-    if p.exists() and not p.is_file() and not p.is_dir():
-        raise BadModelError(f"{label} model '{p}': not a regular file (a device, FIFO or socket)")
+    where = "<model>" if isinstance(path_or_model, onnx.ModelProto) else f"'{path_or_model}'"
     try:
-        model = onnx.load(str(p), load_external_data=False)
-    except FileNotFoundError:
-        raise BadModelError(f"{label} model '{p}': no such file") from None
-    except IsADirectoryError:
-        raise BadModelError(f"{label} model '{p}': is a folder, not an ONNX file") from None
-    except Exception as e:  # noqa: BLE001 - protobuf raises several types on bad bytes
-        raise BadModelError(f"{label} model '{p}': not a readable ONNX model ({type(e).__name__})") from None
-    if model.ir_version <= 0 or not model.HasField("graph"):  # an empty file parses as an empty ModelProto
-        raise BadModelError(f"{label} model '{p}': not an ONNX model (" + ("empty file" if p.stat().st_size == 0
-                                                                            else "no ir_version or no graph") + ")")
-    try:
-        model_io.validate(model)  # the structural checks of graphpass load
+        return model_io.read_as_stored(path_or_model, where=where)
     except BadModelError as e:
-        raise BadModelError(f"{label} model '{p}': {e}") from None
-    return model
+        raise BadModelError(f"{label} model {e}") from None
 
 
 def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], Any] | None:
@@ -359,16 +449,54 @@ def diff_models(before, after, target: str = "ascend910a", names: tuple[str, str
                          "note": "cost-model estimates, not measurements"}
     elif target != "none":
         cost_info = {"target": target, "skipped": f"graphs over {COST_MAX_NODES:,} nodes: per-node estimates skipped"}
-    d = diff_graphs(ma.graph, mb.graph, costs)
+    oa = {o.domain or "ai.onnx": o.version for o in ma.opset_import}
+    ob = {o.domain or "ai.onnx": o.version for o in mb.opset_import}
+    d = diff_graphs(ma.graph, mb.graph, costs, opsets=(oa, ob))
+    d.functions = _function_changes(ma, mb, oa, ob)
+    for side, mp in (("before", ma), ("after", mb)):
+        if len(mp.training_info):
+            d.uncompared.append(f"training info ({side}): not compared")
     d.cost = cost_info
     if cost_info and "transdata_before" in cost_info:
         ta, tb = cost_info.pop("transdata_before"), cost_info.pop("transdata_after")
         d.transdata.update({"implicit_before": ta.get("implicit", 0), "implicit_after": tb.get("implicit", 0),
                             "us_before": round(ta.get("us", 0.0), 3), "us_after": round(tb.get("us", 0.0), 3)})
-    oa = {o.domain or "ai.onnx": o.version for o in ma.opset_import}
-    ob = {o.domain or "ai.onnx": o.version for o in mb.opset_import}
     d.opsets = {"before": oa, "after": ob}
     d.names = {"before": names[0] if names else str(before if not isinstance(before, onnx.ModelProto) else "before"),
                "after": names[1] if names else str(after if not isinstance(after, onnx.ModelProto) else "after")}
     return d
 
+
+
+def _function_changes(ma: onnx.ModelProto, mb: onnx.ModelProto, oa: dict, ob: dict) -> list[dict[str, Any]]:
+    """Model-local functions (they define the ``graphpass.ascend`` device ops): added, removed, with
+    another signature (attributes and their defaults, opsets), or a body that differs, diffed like a
+    graph (parameters by position)."""
+    def key(f):
+        return (f.domain, f.name, f.overload)
+
+    def label(f):
+        return f"{f.domain}::{f.name}" + (f":{f.overload}" if f.overload else "")
+
+    fa, fb = {key(f): f for f in ma.functions}, {key(f): f for f in mb.functions}
+    out: list[dict[str, Any]] = []
+    for k, f in fa.items():
+        if k not in fb:
+            out.append({"function": label(f), "change": "removed"})
+    for k, g in fb.items():
+        f = fa.get(k)
+        if f is None:
+            out.append({"function": label(g), "change": "added"})
+            continue
+        sig_a = (len(f.input), len(f.output), list(f.attribute), [a.SerializeToString() for a in f.attribute_proto],
+                 sorted((o.domain or "ai.onnx", o.version) for o in f.opset_import))
+        sig_b = (len(g.input), len(g.output), list(g.attribute), [a.SerializeToString() for a in g.attribute_proto],
+                 sorted((o.domain or "ai.onnx", o.version) for o in g.opset_import))
+        fo_a = {**oa, **{o.domain or "ai.onnx": o.version for o in f.opset_import}}
+        fo_b = {**ob, **{o.domain or "ai.onnx": o.version for o in g.opset_import}}
+        body = diff_graphs(function_graph(f), function_graph(g), opsets=(fo_a, fo_b), positional=True)
+        if sig_a != sig_b:
+            out.append({"function": label(g), "change": "signature", "diff": body})
+        elif not body.equivalent:
+            out.append({"function": label(g), "change": "body", "diff": body})
+    return out

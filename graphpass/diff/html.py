@@ -16,10 +16,10 @@ import shutil
 import subprocess
 
 from graphpass.diff.core import GraphDiff
-from graphpass.diff.render import _summary_lines, to_dict
+from graphpass.diff.render import _io_lines, _summary_lines, to_dict
 from graphpass.diff.views import GraphView
 
-__all__ = ["to_html"]
+__all__ = ["to_html", "dot_source", "dot_string"]
 
 _W, _H, _GX, _GY = 170, 34, 30, 34
 _FILL = {"removed": "#f6c9c9", "added": "#c9efc9", "context": "#eeeeee"}
@@ -101,19 +101,33 @@ def _builtin_svg(g: GraphView, nodes: list[tuple[int, str]], edges, kind: str, s
     return "".join(out)
 
 
-def _dot_svg(g: GraphView, nodes, edges, kind: str, side: str) -> str | None:
-    dot = shutil.which("dot")
-    if dot is None:
-        return None
+def dot_string(text: str) -> str:
+    """``text`` as the body of a DOT double-quoted label, shown literally: backslashes (graphviz
+    escapes such as ``\\N``), quotes, line breaks and ``&`` (entities such as ``&lt;``) escaped."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+
+
+def dot_source(g: GraphView, nodes, edges, kind: str) -> str:
+    """The DOT source of one neighbourhood: node ids are numbers, every name is in a quoted label."""
     lines = ["digraph G { node [shape=box, style=\"rounded,filled\", fontsize=10];"]
     for i, role in nodes:
         n = g.nodes[i]
         fill = _FILL[kind if role == "core" else "context"]
-        lines.append(f'n{i} [label="{n.op.split("::")[-1]}\\n{n.label[-28:]}", fillcolor="{fill}", class="node"];')
+        label = dot_string(n.op.split("::")[-1]) + "\\n" + dot_string(n.label[-28:])
+        lines.append(f'n{i} [label="{label}", fillcolor="{fill}", class="node"];')
     lines += [f"n{a} -> n{b};" for a, b in edges]
     lines.append("}")
+    return "\n".join(lines)
+
+
+def _dot_svg(g: GraphView, nodes, edges, kind: str, side: str) -> str | None:
+    dot = shutil.which("dot")
+    if dot is None:
+        return None
     try:
-        svg = subprocess.run([dot, "-Tsvg"], input="\n".join(lines), capture_output=True, text=True, timeout=20).stdout
+        svg = subprocess.run([dot, "-Tsvg"], input=dot_source(g, nodes, edges, kind), capture_output=True, text=True,
+                             timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     start = svg.find("<svg")
@@ -147,7 +161,8 @@ def to_html(d: GraphDiff, max_sites: int = 40) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
              f"<style>{_CSS}</style><script>{_SCRIPT}</script></head><body>", f"<h1>{html.escape(title)}</h1>"]
     cls = "ok" if d.equivalent else "changed"
-    parts.append(f"<ul class='{cls}'>" + "".join(f"<li>{html.escape(x)}</li>" for x in _summary_lines(d)) + "</ul>")
+    parts.append(f"<ul class='{cls}'>" + "".join(f"<li>{html.escape(x)}</li>" for x in _summary_lines(d)
+                                                    + ([] if d.equivalent else _io_lines(d))) + "</ul>")
     if d.rewrites:
         parts.append("<table><tr><th>rewrite</th><th>pass</th><th>sites</th><th>est. Δ µs</th></tr>")
         for r in d.rewrites:

@@ -1,9 +1,13 @@
 """Matching the nodes and tensors of two graphs, in linear time.
 
-1. Graph inputs by name (then by position); weights by content (dtype, dims, hash), then by name.
+1. Graph inputs by name (then by position; bodies and functions by position only); weights by
+   content (dtype, dims, full hash of the values): the same name first, then any name; then by
+   name (a changed weight).
 2. Forward, in topological order of the after-graph: a node matches a before-node with the same
-   op and attributes whose inputs are the matched tensors (a structural hash keyed on already
-   matched inputs; node names play no part, so a re-export with other names still matches).
+   op, number of outputs and attributes whose inputs are the matched tensors (a structural hash
+   keyed on already matched inputs, in sorted order for commutative ops; node names play no part,
+   so a re-export with other names still matches). Among several such before-nodes (two Relu of
+   one tensor) the one with the same output names, else the same name, else the first.
 3. By name: an unmatched node with a name that is unique on both sides and the same op.
 4. Backward, from the graph outputs and every matched pair: the producers of corresponding inputs
    match when they have the same op (this reaches nodes below a rewrite whose input changed).
@@ -14,6 +18,7 @@ Node provenance (``graphpass.fused_from``) is not used to match, only to group (
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import defaultdict, deque
 
 from graphpass.diff.views import GraphView
@@ -39,18 +44,23 @@ class Matching:
                 self.tensor[tb] = ta
 
 
-def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str] | None = None) -> Matching:
-    """``outer``: the enclosing graphs' tensor matching (what a body reads from outside)."""
+def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str] | None = None,
+          positional: bool = False) -> Matching:
+    """``outer``: the enclosing graphs' tensor matching (what a body reads from outside);
+    ``positional``: inputs correspond by position only (a body's or a function's parameters)."""
     m = Matching()
     m.tensor.update(outer or {})
     m.tensor[""] = ""
     # 1. inputs and weights
     a_inputs = [name for name, _ in a.inputs]
-    left = [name for name in a_inputs]
-    for name, _ in b.inputs:
-        if name in a.input_names:
-            m.inputs[name] = name
-            left.remove(name)
+    left = list(a_inputs)
+    if not positional:
+        taken = set()
+        for name, _ in b.inputs:
+            if name in a.input_names:
+                m.inputs[name] = name
+                taken.add(name)
+        left = [n for n in a_inputs if n not in taken]
     rest = [name for name, _ in b.inputs if name not in m.inputs]
     for nb, na in zip(rest, left):  # renamed inputs: by position among the unmatched
         m.inputs[nb] = na
@@ -58,7 +68,13 @@ def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str]
     for name, d in a.digest.items():
         by_digest[d].append(name)
     used: set[str] = set()
+    for name, d in b.digest.items():  # same name, same content (two equal biases stay apart)
+        if a.digest.get(name) == d:
+            m.weights[name] = name
+            used.add(name)
     for name, d in b.digest.items():
+        if name in m.weights:
+            continue
         q = by_digest.get(d)
         while q and q[0] in used:
             q.popleft()
@@ -74,7 +90,7 @@ def match(a: GraphView, b: GraphView, max_rounds: int = 4, outer: dict[str, str]
 
     index: dict[tuple, deque] = defaultdict(deque)
     for n in a.nodes:
-        index[(n.key, tuple(n.inputs))].append(n.index)
+        index[(n.key, tuple(sorted(n.inputs)) if n.commutative else tuple(n.inputs))].append(n.index)
     a_names = _unique_names(a)
     b_names = _unique_names(b)
     order_b = b.order()
@@ -111,11 +127,18 @@ def _forward(a: GraphView, b: GraphView, m: Matching, index, order_b) -> int:
                 break
             mapped.append(ta)
         else:
-            q = index.get((nb.key, tuple(mapped)))
+            q = index.get((nb.key, tuple(sorted(mapped)) if nb.commutative else tuple(mapped)))
             while q and q[0] in m.b_of_a:
                 q.popleft()
             if q:
-                m.pair(q.popleft(), ib, "structure", a, b)
+                pick = q[0]
+                if len(q) > 1:  # equal candidates: prefer the one that kept its output names, or its name
+                    free = [i for i in itertools.islice(q, 64) if i not in m.b_of_a]
+                    pick = next((i for i in free if a.nodes[i].outputs == nb.outputs),
+                                next((i for i in free if nb.name and a.nodes[i].name == nb.name), free[0]))
+                if pick == q[0]:
+                    q.popleft()
+                m.pair(pick, ib, "structure", a, b)
                 found += 1
     return found
 

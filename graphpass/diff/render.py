@@ -18,11 +18,19 @@ JSON schema ``graphpass.diff/1`` (stable: fields are only ever added):
                     "sites": [{"removed": [node], "added": [node], "cost_delta_us"?: float}]}],
       "attribute_changes": [{"node", "op", "attribute", "before", "after"}],
       "inputs" / "outputs": {"removed": [name], "added": [name],
-                             "changed": [{"name", "before": {"dtype", "shape"}, "after": {...}}]},
+                             "changed": [{"name", "before": {"dtype", "shape"}, "after": {...}}],
+                             "renamed": [{"before", "after", "swapped": bool}],   # top-level graph only
+                             "reordered"?: [name],                                # top-level graph only
+                             "rewired"?: [{"name", "before", "carries"}]},        # outputs only
       "weights": {"removed": [name], "added": [name], "changed": [name],
+                  "details": [{"name", "dtype", "shape", "elements_differ", "max_abs_diff", "nonfinite",
+                               "before_name"?} | {"name", "before": {"dtype", "shape"}, "after": {...}}],
                   "count": [before, after], "bytes": [before, after]},
       "opsets": {"before": {domain: version}, "after": {...}},
-      "subgraphs": [{"node", "op", "attribute", "diff": <the same object, without before/after/cost>}]
+      "subgraphs": [{"node", "op", "attribute", "diff": <the same object, without before/after/cost>}],
+      "functions": [{"function": "domain::name", "change": "added" | "removed" | "signature" | "body",
+                     "diff"?: <the same object, without before/after/cost>}],
+      "uncompared": [str]                           # what the diff could not compare (never "equal")
     }
 """
 
@@ -65,6 +73,8 @@ def to_dict(d: GraphDiff, top: bool = True) -> dict[str, Any]:
         out["opsets"] = d.opsets
     out["subgraphs"] = [{"node": s["node"], "op": s["op"], "attribute": s["attribute"], "diff": to_dict(s["diff"], top=False)}
                         for s in d.subgraphs]
+    out["functions"] = [{k: (to_dict(v, top=False) if k == "diff" else v) for k, v in f.items()} for f in d.functions]
+    out["uncompared"] = list(d.uncompared)
     return out
 
 
@@ -98,7 +108,43 @@ def _summary_lines(d: GraphDiff) -> list[str]:
                  f"{len(w['removed'])} removed, {len(w['added'])} added, {len(w['changed'])} changed")
     if d.opsets and d.opsets["before"] != d.opsets["after"]:
         s.append(f"opsets {d.opsets['before']} -> {d.opsets['after']}")
+    if d.functions:
+        s.append(f"functions: {len(d.functions)} differ")
+    if d.uncompared:
+        s.append(f"not compared (so not known to be equal): {len(d.uncompared)}")
     return s
+
+
+#: Removed or added weights are named in text and Markdown when there are at most this many.
+_LIST_WEIGHTS = 8
+
+
+def _elements(k: int) -> str:
+    return f"{k:,} element differs" if k == 1 else f"{k:,} elements differ"
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def _weight_lines(d: GraphDiff) -> list[str]:
+    out = []
+    for w in d.weights.get("details", []):
+        was = f" (was '{w['before_name']}')" if "before_name" in w else ""
+        if "before" in w:
+            out.append(f"weight {w['name']}{was}: {w['before']['dtype']}{w['before']['shape']} -> "
+                       f"{w['after']['dtype']}{w['after']['shape']}")
+        elif w.get("max_abs_diff") is None:
+            out.append(f"weight {w['name']}{was} changed ({w['dtype']}{w['shape']}; values not comparable as numbers)")
+        else:
+            nf = f", {w['nonfinite']} NaN/inf mismatches" if w.get("nonfinite") else ""
+            out.append(f"weight {w['name']}{was} changed: max abs diff {_num(w['max_abs_diff'])} "
+                       f"({_elements(w['elements_differ'])}{nf})")
+    for kind in ("removed", "added"):  # a rewrite removes and adds many: named only when few (the JSON has all)
+        names = d.weights[kind]
+        if names and len(names) <= _LIST_WEIGHTS:
+            out.append(f"weights {kind}: {', '.join(names)}")
+    return out
 
 
 def _io_lines(d: GraphDiff) -> list[str]:
@@ -109,6 +155,19 @@ def _io_lines(d: GraphDiff) -> list[str]:
         for c in ch["changed"]:
             out.append(f"graph {kind} {c['name']}: {c['before']['dtype']}{c['before']['shape']} -> "
                        f"{c['after']['dtype']}{c['after']['shape']}")
+        for r in ch.get("renamed", []):
+            if r["swapped"]:
+                out.append(f"graph {kind} {r['after']} now carries what {r['before']} carried (swapped)")
+            else:
+                out.append(f"graph {kind} renamed: {r['before']} -> {r['after']}")
+        for r in ch.get("rewired", []):
+            out.append(f"graph {kind} {r['name']} now carries the before graph's {r['carries']} instead of {r['before']}")
+        if ch.get("reordered"):
+            out.append(f"graph {kind}s in another order: {', '.join(ch['reordered'])}")
+    out += _weight_lines(d)
+    for f in d.functions:
+        out.append(f"function {f['function']}: {f['change'] if f['change'] != 'body' else 'body differs'}")
+    out += [f"not compared: {u}" for u in d.uncompared]
     return out
 
 
@@ -138,11 +197,18 @@ def to_text(d: GraphDiff, color: bool = False, max_sites: int = 3) -> str:
             col = red if b < a else green
             print(f"  {col}{op}: {a} -> {b} ({b - a:+d}){end}", file=buf)
     for c in d.attribute_changes:
-        print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}", file=buf)
+        extra = (f" (max abs diff {_num(c['max_abs_diff'])}, {_elements(c['elements_differ'])})"
+                 if "max_abs_diff" in c else "")
+        print(f"  attribute {c['node']} ({c['op']}).{c['attribute']}: {c['before']} -> {c['after']}{extra}", file=buf)
     for s in d.subgraphs:
         print(f"\n{bold}subgraph {s['node']}.{s['attribute']}{end}", file=buf)
         sub = to_text(s["diff"], color, max_sites).splitlines()[1:]
         print("\n".join("  " + line for line in sub), file=buf)
+    for f in d.functions:
+        if "diff" in f and not f["diff"].equivalent:
+            print(f"\n{bold}function {f['function']}{end}", file=buf)
+            sub = to_text(f["diff"], color, max_sites).splitlines()[1:]
+            print("\n".join("  " + line for line in sub), file=buf)
     return buf.getvalue()
 
 
@@ -180,5 +246,9 @@ def to_markdown(d: GraphDiff, max_inline: int = 15) -> str:
     for s in d.subgraphs:
         lines += ["", f"<details><summary>subgraph {s['node']}.{s['attribute']}</summary>", "",
                   to_markdown(s["diff"], max_inline).split("\n", 2)[-1], "</details>"]
+    for f in d.functions:
+        if "diff" in f and not f["diff"].equivalent:
+            lines += ["", f"<details><summary>function {f['function']}</summary>", "",
+                      to_markdown(f["diff"], max_inline).split("\n", 2)[-1], "</details>"]
     lines.append("")
     return "\n".join(lines)

@@ -1509,3 +1509,60 @@ def opset_of(graph: gs.Graph, domain: str = "") -> int | None:
         if (d or "") == domain or (domain == "" and d == "ai.onnx"):
             return v
     return graph.opset if domain == "" else None
+
+
+# --------------------------------------------------------------------------------------------
+# reading a model as it is stored (graphpass diff)
+
+
+def read_as_stored(source: ModelSource, where: str | None = None) -> onnx.ModelProto:
+    """A model as stored: parsed and checked as :func:`load_proto` does (external data files must
+    exist, lie in the model's folder and hold the byte ranges named), without the opset upgrade
+    and with external data left on disk (locations made absolute; read them with
+    :func:`iter_external_bytes`). A ModelProto is checked in place, not copied.
+
+    Raises:
+        BadModelError: with one line saying what is wrong and where.
+    """
+    if isinstance(source, onnx.ModelProto):
+        _load_external_data(source, None, where or "<model>", lazy=True)
+        _validate_at(source, where or "<model>")
+        return source
+    if isinstance(source, (bytes, bytearray)):
+        model = _parse(bytes(source), where or "<bytes>")
+        _load_external_data(model, None, where or "<bytes>", lazy=True)
+        _validate_at(model, where or "<bytes>")
+        return model
+    path = Path(source)
+    where = where or str(path)
+    data = _read_regular_file(path, limits.resolve_max_memory(None), "model")
+    model = _parse(data, where)
+    del data
+    _load_external_data(model, path.resolve().parent, where, lazy=True)
+    _validate_at(model, where)
+    return model
+
+
+def _validate_at(model: onnx.ModelProto, where: str) -> None:
+    """:func:`validate`, its message prefixed with where the model came from."""
+    try:
+        validate(model)
+    except BadModelError as e:
+        raise BadModelError(f"{where}: {e}") from None
+
+
+def iter_external_bytes(t: onnx.TensorProto, chunk: int = 1 << 22):
+    """The bytes of an external tensor that :func:`read_as_stored` (or ``load_proto(...,
+    lazy_external=True)``) checked, in chunks of at most ``chunk`` bytes; never the whole file."""
+    info = {e.key: e.value for e in t.external_data}
+    offset = int(info.get("offset", 0) or 0)
+    left = int(info["length"]) if info.get("length") else None
+    with open(info["location"], "rb") as f:
+        f.seek(offset)
+        while left is None or left > 0:
+            block = f.read(chunk if left is None else min(chunk, left))
+            if not block:
+                break
+            if left is not None:
+                left -= len(block)
+            yield block
