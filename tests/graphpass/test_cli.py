@@ -364,7 +364,7 @@ def test_max_memory_and_freeze_initializers_reach_the_pass_context(tmp_path, mon
     with pytest.raises(SystemExit) as e:
         main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--max-memory", "lots"])
     assert e.value.code == 2
-    assert "not a size" in capsys.readouterr().err
+    assert "is not a byte count" in capsys.readouterr().err
 
 
 def test_cost_and_diff_refuse_a_fifo_as_output(tmp_path, capsys):
