@@ -61,3 +61,24 @@ def test_zero_scale_after_overflowing_conv_keeps_nan(scale_op):
     ref, got = ort_run(model, feeds)["y"], ort_run(out, feeds)["y"]
     assert np.isnan(ref).sum() == 2
     assert compare_arrays("y", ref, got).ok
+
+
+@pytest.mark.xfail(strict=True, reason="fuse_layer_norm: near float32 max the decomposition overflows (d*d = inf, "
+                   "mean = inf) where one LayerNormalization kernel does not, so NaN positions differ both ways; "
+                   "the tolerance promise does not hold for values near the dtype's max (open, see report)")
+@pytest.mark.parametrize("row", [[3e38, -3e38, 1.0, 1.0], [3e38, 3e38, 3e38, 3e38]])
+def test_layer_norm_near_float_max_keeps_nan_positions(row):
+    from graphpass.verify import compare_arrays
+
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["y"])]
+    inits = {"two": np.array(2, np.float32), "eps": np.array(1e-5, np.float32), "g": np.ones(4, np.float32),
+             "b": np.zeros(4, np.float32)}
+    model = make_model(nodes, {"x": [2, 4]}, {"y": [2, 4]}, inits)
+    out, changed = _optimize(model)
+    assert "fuse_layer_norm" in changed
+    feeds = {"x": np.array([row, [1.0, 2.0, 3.0, 4.0]], np.float32)}
+    assert compare_arrays("y", ort_run(model, feeds)["y"], ort_run(out, feeds)["y"]).ok
