@@ -620,6 +620,10 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     continue
                 seen.add(id(t))
                 values = t._values
+                if not isinstance(values, gs.ir.tensor.LazyValues) and t.data_location == onnx.TensorProto.EXTERNAL:
+                    # an external weight a pass read (gs keeps the loaded array): its bytes are
+                    # written inline now, so its proto must not say EXTERNAL (a corrupt model)
+                    t.data_location = None
                 if (isinstance(values, np.ndarray) and values.nbytes > 1024 and values.dtype.kind in "biuf"
                         and getattr(t, "export_dtype", None) in (None, values.dtype)):
                     # a weight a pass computed: the exporter would copy it twice; it gets a header

@@ -82,3 +82,28 @@ def test_layer_norm_near_float_max_keeps_nan_positions(row):
     assert "fuse_layer_norm" in changed
     feeds = {"x": np.array([row, [1.0, 2.0, 3.0, 4.0]], np.float32)}
     assert compare_arrays("y", ort_run(model, feeds)["y"], ort_run(out, feeds)["y"]).ok
+
+
+@pytest.mark.parametrize("emit", ["portable", "device"])
+def test_small_external_weight_read_by_a_pass_is_written_inline(tmp_path, emit):
+    """A weight of 1 KiB or less stored as external data, read by a pass (the equal-constant check
+    of eliminate_common_subexpressions loads it): it was written with data_location=EXTERNAL, its
+    bytes inline and no location, a corrupt model (exit 0)."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = np.random.default_rng(0).standard_normal((4, 4, 3, 3)).astype(np.float32)  # 576 bytes
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [1, 4, 5, 5]}, {"y": [1, 4, 5, 5]}, {"w": w})
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    graph = gp.load(str(src))
+    gp.optimize(graph)
+    gp.save(graph, dst, emit=emit)
+    onnx.checker.check_model(str(dst), full_check=True)
+    out = onnx.load(str(dst))
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 4, 5, 5)).astype(np.float32)}
+    np.testing.assert_allclose(ort_run(out, feeds)["y"], ort_run(onnx.load(str(src)), feeds)["y"], rtol=1e-6, atol=1e-6)
+    gp_graph = gp.load(str(src))
+    gp.optimize(gp_graph)
+    check_full(gp.to_proto(gp_graph, emit=emit))
