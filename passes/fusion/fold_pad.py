@@ -1,14 +1,13 @@
-"""A constant zero Pad folded into the Conv or AveragePool after it.
+"""A constant zero Pad folded into the Conv after it.
 
     Pad(x, pads, mode=constant, value=0) -> Conv(pads=p)         =>  Conv(x, pads=p + pads[H,W])
-    Pad(x, ..., value=0) -> AveragePool(count_include_pad=1 or no own pads)
-                                                                 =>  AveragePool(pads=..., count_include_pad=1)
 
-Exact: the padded zeros enter the convolution or the average as the op's own padding would.
+Exact: the padded zeros enter the convolution as the op's own padding would.
 Refused (with the reason) for a non-constant, negative or batch/channel pad, a mode other than
 constant, a pad value other than +0 (-0.0 included), ``auto_pad`` other than NOTSET, a MaxPool (its padding is -inf,
-not 0), an AveragePool that excludes its own padding from the count, and an AveragePool whose
-combined padding would not be smaller than its kernel (pooling requires that).
+not 0), and an AveragePool: onnxruntime leaves a pool's own padding out of the sum (dividing by
+the kernel size with count_include_pad=1), so a window holding only -0.0 averages to -0.0 where
+the explicit +0.0 padding gives +0.0.
 """
 
 from __future__ import annotations
@@ -75,15 +74,10 @@ class _PadInto(RewriteRule):
             return MatchResult.fail("the Pad pads the batch or channel axis")
         if op.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
             return MatchResult.fail(f"{op.op} uses auto_pad={op.attrs.get('auto_pad')}")
-        if op.op == "AveragePool" and any(op.attrs.get("pads", [])) and not int(op.attrs.get("count_include_pad", 0)):
-            return MatchResult.fail("AveragePool excludes its own padding from the count (count_include_pad=0)")
-        m.spatial = (pads[2:rank], pads[rank + 2:])
         if op.op == "AveragePool":
-            k = [int(v) for v in op.attrs.get("kernel_shape", [])]
-            own = [int(v) for v in op.attrs.get("pads", [0] * (2 * len(k)))]
-            total = [own[i] + m.spatial[0][i] for i in range(len(k))] + [own[len(k) + i] + m.spatial[1][i] for i in range(len(k))]
-            if len(k) != rank - 2 or any(p >= k[i % len(k)] for i, p in enumerate(total)):
-                return MatchResult.fail(f"the combined padding {total} would not be smaller than the kernel {k}")
+            return MatchResult.fail("AveragePool leaves its own padding out of the sum: a window of -0.0 would "
+                                    "average to -0.0 where the padded zeros give +0.0")
+        m.spatial = (pads[2:rank], pads[rank + 2:])
         return MatchResult.success()
 
     def rewrite(self, m: Match, ctx) -> list[gs.Node]:
@@ -92,8 +86,6 @@ class _PadInto(RewriteRule):
         k = len(begin)
         own = [int(v) for v in op.attrs.get("pads", [0] * (2 * k))]
         op.attrs["pads"] = [own[i] + begin[i] for i in range(k)] + [own[k + i] + end[i] for i in range(k)]
-        if op.op == "AveragePool":
-            op.attrs["count_include_pad"] = 1
         op.inputs[0] = pad.inputs[0]
         A.mark_created(op, FoldPad.name, replaced=[pad, op])
         return [pad]
@@ -108,16 +100,16 @@ class _PadIntoMaxPool(RewriteRule):
 
 @register
 class FoldPad(RulePass):
-    """Folds a zero constant Pad into the following Conv or AveragePool's own padding.
+    """Folds a zero constant Pad into the following Conv's own padding.
 
     Cases:
       1. Conv (any rank of spatial dims), pads added to its own;
-      2. AveragePool, which then counts the padding (count_include_pad=1);
-      3. pads as an attribute (before opset 11), an input, or with axes (opset 18).
+      2. pads as an attribute (before opset 11), an input, or with axes (opset 18).
+    Refused with the reason: AveragePool and MaxPool (see the module docstring).
     """
 
     name = "fold_pad"
-    summary = "Fold a zero constant Pad into the following Conv/AveragePool padding."
+    summary = "Fold a zero constant Pad into the following Conv padding."
     kind = PassKind.FUSION
     promise = EXACT
     rules = (_PadInto("Conv"), _PadInto("AveragePool"), _PadIntoMaxPool())
