@@ -261,3 +261,73 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     else:  # pragma: no cover - the inliner changed how it expands calls
         log.warning("portable output: could not map inlined nodes back to their calls; their annotations are dropped")
     return _drop_device_domain(inlined)
+
+
+#: Where :func:`free_reserved_domain` moves a model's own functions that use graphpass's domain.
+MODEL_OWN_DOMAIN = DOMAIN + ".model"
+
+
+def _bodies_graphpass_writes(name: str, opset: int) -> list[onnx.FunctionProto]:
+    """Every body graphpass writes for device op ``name`` at ``opset`` (one per float type)."""
+    makers = [lambda e, a=act: fused_conv_function(a, opset, e) for act, (op, _, _) in FUSED_CONV.items() if op == name]
+    if name == "Gelu":
+        makers.append(lambda e: gelu_function(opset, e))
+    elif name == "LayerNorm":
+        makers.append(lambda e: layer_norm_function(opset, e))
+    elif name == "TransData":
+        makers.append(lambda e: transdata_function(opset))
+    return [make(e) for make in makers for e in FLOAT_TYPES]
+
+
+def _body_key(fn: onnx.FunctionProto) -> bytes:
+    """A function as graphpass compares it: inputs, outputs, attributes and body (no doc string)."""
+    key = onnx.FunctionProto()
+    key.CopyFrom(fn)
+    key.doc_string = ""
+    key.ClearField("metadata_props")
+    for n in key.node:
+        n.doc_string = ""
+        n.name = ""
+    return key.SerializeToString(deterministic=True)
+
+
+def is_graphpass_body(fn: onnx.FunctionProto) -> bool:
+    """Whether ``fn`` (in the ``graphpass.ascend`` domain) is a body graphpass itself writes."""
+    opset = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        return False
+    key = _body_key(fn)
+    return any(_body_key(b) == key for b in _bodies_graphpass_writes(fn.name, opset))
+
+
+def _node_lists(model: onnx.ModelProto):
+    """The node lists of the main graph, every function body and every subgraph inside them."""
+    tops = [model.graph] + [g for f in model.functions for n in f.node for a in n.attribute
+                            for g in ([a.g] if a.HasField("g") else list(a.graphs))]
+    yield from (f.node for f in model.functions)
+    for top in tops:
+        yield from (g.node for g in graph_protos(top))
+
+
+def free_reserved_domain(model: onnx.ModelProto) -> list[str]:
+    """Move the model's own functions that sit in ``graphpass.ascend`` with a body graphpass does
+    not write to :data:`MODEL_OWN_DOMAIN` (their calls too, in every graph and function body), so
+    that nothing graphpass does with its device ops (reusing a body, bypassing TransData,
+    inlining) touches them; the model computes the same. Returns the moved names."""
+    foreign = {f.name for f in model.functions if f.domain == DOMAIN and not is_graphpass_body(f)}
+    if not foreign:
+        return []
+    version = next((o.version for o in model.opset_import if o.domain == DOMAIN), 1)
+    for f in model.functions:
+        if f.domain == DOMAIN and f.name in foreign:
+            f.domain = MODEL_OWN_DOMAIN
+    for nodes in _node_lists(model):
+        for n in nodes:
+            if n.domain == DOMAIN and n.op_type in foreign:
+                n.domain = MODEL_OWN_DOMAIN
+    for holder in [model] + list(model.functions):
+        if not any(o.domain == MODEL_OWN_DOMAIN for o in holder.opset_import):
+            holder.opset_import.append(helper.make_opsetid(MODEL_OWN_DOMAIN, version))
+    log.warning("this model defines its own %s (another body than graphpass writes): moved to domain '%s'",
+                ", ".join(f"{DOMAIN}::{n}" for n in sorted(foreign)), MODEL_OWN_DOMAIN)
+    return sorted(foreign)

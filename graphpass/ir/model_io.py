@@ -872,7 +872,14 @@ def from_proto(
     An initializer that is also a main-graph input (IR >= 4) stays a graph input (a gs.Variable)
     unless ``freeze_initializer_inputs``; its initializer is kept aside and written back by the
     exporter while the input exists (see :func:`_finish`).
+
+    Functions the model defines itself in graphpass's reserved ``graphpass.ascend`` domain, with
+    bodies graphpass does not write, move to their own domain first (calls too): graphpass's
+    device ops are never confused with them.
     """
+    from graphpass.ir.device_ops import free_reserved_domain
+
+    free_reserved_domain(model)
     defaults: dict[str, onnx.TensorProto] = {}
     if not freeze_initializer_inputs and model.ir_version >= 4:
         inputs = {i.name for i in model.graph.input}
@@ -1566,3 +1573,35 @@ def iter_external_bytes(t: onnx.TensorProto, chunk: int = 1 << 22):
             if left is not None:
                 left -= len(block)
             yield block
+
+
+class InvalidOutputError(RuntimeError):
+    """graphpass wrote a model the ONNX checker refuses from an input it accepts: a graphpass bug
+    (exit 3), never the user's."""
+
+
+def _checker_problem(model: str | onnx.ModelProto) -> str | None:
+    """The full ONNX checker's first complaint about ``model`` (a path or a proto), or None."""
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # noqa: BLE001 - ValidationError, InferenceError and C++ errors alike
+        text = str(e).strip().splitlines()
+        return (text[0] if text else type(e).__name__)[:400]
+    return None
+
+
+def check_written(path: str | Path, source: ModelSource) -> None:
+    """Refuse to hand on an invalid model: run the full ONNX checker on the model graphpass wrote
+    at ``path``; if it fails and the input ``source`` fails it too, the input is at fault
+    (:class:`BadModelError`, exit 2, naming the checker's complaint); if the input passes, graphpass
+    broke it (:class:`InvalidOutputError`, exit 3). Only on failure is the input checked."""
+    problem = _checker_problem(str(path))
+    if problem is None:
+        return
+    original = str(source) if isinstance(source, (str, Path)) else (
+        source if isinstance(source, onnx.ModelProto) else _parse(bytes(source), "<bytes>"))
+    where = str(source) if isinstance(source, (str, Path)) else "<model>"
+    input_problem = _checker_problem(original)
+    if input_problem is not None:
+        raise BadModelError(f"{where}: not a valid ONNX model, and graphpass does not repair this: {input_problem}")
+    raise InvalidOutputError(f"graphpass wrote a model the ONNX checker refuses (a graphpass bug): {problem}")
