@@ -230,6 +230,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         model_io.save(result.graph, staged_model, emit=args.emit)
     except OSError as e:
         raise write_error(args.output, e) from None
+    model_io.check_written(staged_model, args.model)  # never hand on an invalid model
     if args.verify:
         applied = [r.name for r in result.report.passes if r.application]
         result.report.notes.append(_verify_output(args, staged_model, shapes, applied))

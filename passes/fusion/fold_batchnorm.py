@@ -45,6 +45,9 @@ class _FoldInto(RewriteRule):
         verdict = require_constants({**weights, **params}, prod, exclusive=tuple(weights))
         if not verdict:
             return verdict
+        shapes = {k: tuple(np.shape(peek_values(t))) for k, t in params.items()}
+        if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 1:
+            return MatchResult.fail(f"BatchNormalization parameters are not four vectors of one length: {shapes}")
         verdict = self.extra_check(m)
         if not verdict:
             return verdict
@@ -66,13 +69,18 @@ class _FoldInto(RewriteRule):
         prod, bn = m.nodes
         with np.errstate(all="ignore"):
             var_eps = np.asarray(peek_values(bn.inputs[4]), np.float64) + float(bn.attrs.get("epsilon", 1e-5))
-            s, w, new_w, new_b = self.folded(m)
+            try:
+                s, w, new_w, new_b = self.folded(m)
+                per_weight = np.broadcast_to(self.per_weight(prod, s, w), w.shape)
+            except ValueError:  # the BN's channel count is not the producer's (onnxruntime refuses it too)
+                return MatchResult.fail(f"BatchNormalization has {var_eps.size} channels, which do not fit "
+                                        f"{prod.op} '{prod.name}' (weight {list(np.shape(peek_values(prod.inputs[1])))})")
         if np.any(~(var_eps > 0)):
             k = int(np.flatnonzero(~(var_eps > 0))[0])
             return MatchResult.fail(f"var + eps is {var_eps[k]:g} in channel {k}: the BN gives inf/NaN there, a fold would not")
         if not (np.all(np.isfinite(s)) and np.all(np.isfinite(new_w)) and np.all(np.isfinite(new_b))):
             return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
-        if np.any((w != 0) & (new_w == 0) & (np.broadcast_to(self.per_weight(prod, s, w), w.shape) != 0)):
+        if np.any((w != 0) & (new_w == 0) & (per_weight != 0)):
             return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
         return MatchResult.success()
 
