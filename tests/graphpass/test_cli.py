@@ -64,3 +64,15 @@ def test_disable_and_passes_options(tmp_path, capsys):
 
 def test_parse_input_shapes():
     assert parse_input_shapes(["x:1,3,224,224", "ns:scope/y:4"]) == {"x": [1, 3, 224, 224], "ns:scope/y": [4]}
+
+
+def test_passes_lists_each_pass_promise(capsys):
+    import re
+
+    from graphpass.infra.registry import all_passes
+
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    for name, cls in all_passes().items():
+        row = next(line for line in out.splitlines() if re.search(rf"\b{name}\b", line))
+        assert str(cls.promise).split(" (")[0] in row, (name, row)
