@@ -255,6 +255,8 @@ def cases(family: str, pass_names: list[str] | None = None):
 
 def _ort_reason(e: Exception) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "Cannot parse data from external tensors" in str(e):
+        return "onnxruntime cannot read a shape input stored in external data"
     m = re.search(r"implementation for (\w+)\(\d+\)", text) or re.search(r"kernel for (\w+)\b", text)
     if m:
         return f"no CPU kernel for {m.group(1)}"
