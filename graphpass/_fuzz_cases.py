@@ -25,7 +25,6 @@ string initializer, int4/uint4 initializer (opset 21).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import ml_dtypes
 import numpy as np
@@ -282,10 +281,6 @@ def t_concat(draw, st, b: _Builder):
     b.output(z)
 
 
-def _body_graph(b: _Builder, name: str, nodes, inputs, outputs):
-    return helper.make_graph(nodes, name, inputs, outputs)
-
-
 def t_loop(draw, st, b: _Builder):
     shape = [draw(st.integers(0, 3))]
     v0 = b.input(shape)
@@ -297,7 +292,7 @@ def t_loop(draw, st, b: _Builder):
     if mode != "trip":
         cond_name = b.input([], family="bool", arr=np.array(draw(st.booleans())))
     vt = b.t
-    body_nodes, extra_in = [], []
+    body_nodes = []
     # the loop-invariant part: outer op outer (hoistable), or a Cast from a string input that
     # fails on non-numeric text (may only run when the loop runs)
     trap = b.family != "bool" and draw(st.integers(0, 3)) == 0
@@ -321,7 +316,7 @@ def t_loop(draw, st, b: _Builder):
         body_nodes, b.name("body"),
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", vt, shape)] + extra_in,
+         helper.make_tensor_value_info("v_in", vt, shape)],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v_out", vt, shape)])
     y = b.node("Loop", [m_name, cond_name, v0], body=body)[0]
@@ -505,11 +500,3 @@ def cases(family: str, pass_names: list[str]):
         return Case(family, template, storage, opset, b.model(), b.feeds, passes)
 
     return build()
-
-
-def family_of(case: Case) -> str:
-    return case.family
-
-
-def dims_product(shape) -> int:
-    return int(math.prod(shape))
