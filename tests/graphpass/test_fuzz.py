@@ -61,7 +61,7 @@ def _known(case, outcome) -> str | None:
 def test_each_pass_keeps_its_promise(family):
     seen = {"ok": 0, "skip": 0, "fail": 0}
 
-    @settings(max_examples=12, **_CI)
+    @settings(max_examples=30, **_CI)
     @given(cases(family))
     def prop(case):
         outcome = differential(case)
