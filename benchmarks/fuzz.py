@@ -1,80 +1,131 @@
-"""Property-based fuzzing at scale: random models through the default pipeline.
+"""Differential fuzzing at scale: each pass held to its promise, per dtype family.
 
-    python benchmarks/fuzz.py                      # 10,000 examples in chunks of 1,000
-    python benchmarks/fuzz.py --examples 2000 --out fuzz_failures
+    python benchmarks/fuzz.py                          # 2,000 examples per family, 8 families
+    python benchmarks/fuzz.py --examples 500 --families float32 int64 --out fuzz_failures
 
-Each chunk is one hypothesis run with its own seed; a failing chunk stops at its first failure,
-which hypothesis shrinks to a minimal model: that model is saved as ``<out>/failure_<seed>.onnx``
-with the reason printed. The property and the generator are in graphpass/fuzzing.py.
+Each example is a small model (graphpass/_fuzz_cases.py: elementwise ops with broadcasting over
+ranks 0..6, Cast pairs, Transpose/Reshape chains, duplicates, Concats, Loop/If/Scan with cond
+false, zero trips, trip count only or cond only, TopK with sorted/largest 0/1 and ties, the
+fusions' patterns; special values NaN, +-inf, -0.0, subnormals, dtype max; opsets 11..21;
+initializers inline, in external data below and above 1 KiB, sparse, string, int4/uint4) run
+through the default pipeline or one pass. Passes that changed the graph decide the check:
+bitwise when all are exact, else the loosest tolerance among them (graphpass/fuzzing.py).
+
+A model onnxruntime's CPU provider (or ONNX's type constraints) cannot run is skipped with the
+reason. The first failure of each new kind (signature) in a family is shrunk by hypothesis and
+written to ``<out>/`` as the model, its inputs (.npz) and a script that re-runs the check; later
+failures of a known kind are counted. Prints one row per family.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import logging
+import re
 import sys
 import time
 import warnings
 from pathlib import Path
 
-import onnx
-from hypothesis import HealthCheck, assume, given, seed, settings
+from hypothesis import HealthCheck, given, seed, settings
 
-from graphpass.fuzzing import check, models
+from graphpass.fuzzing import FAMILIES, cases, differential, write_reproducer
 
 
-def run_chunk(n: int, chunk_seed: int) -> tuple[int, onnx.ModelProto | None, str]:
-    seen = [0]
-    last: list = [None, ""]
+class _Found(Exception):
+    pass
 
-    @seed(chunk_seed)
-    @settings(max_examples=n, deadline=None, database=None, print_blob=False,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-    @given(models())
-    def prop(model):
+
+def run_family(family: str, examples: int, chunk: int, out: Path, max_shrinks: int, log) -> dict:
+    stats = collections.Counter()
+    skips = collections.Counter()
+    failures: dict[str, dict] = {}
+    state = {"target": None, "last": None}
+    shrinks = [0]
+    k = 0
+    while stats["run"] < examples:
+        n = min(chunk, examples - stats["run"])
+
+        @seed(hash((family, k)) % (2**32))
+        @settings(max_examples=n, deadline=None, database=None, print_blob=False, report_multiple_bugs=False,
+                  suppress_health_check=list(HealthCheck))
+        @given(cases(family))
+        def prop(case):
+            outcome = differential(case)
+            if state["target"] is not None:  # shrinking a new failure
+                if outcome.status == "fail" and outcome.signature == state["target"]:
+                    state["last"] = (case, outcome)
+                    raise _Found(outcome.signature)
+                return
+            stats["run"] += 1
+            stats[outcome.status] += 1
+            if outcome.status == "skip":
+                skips[re.sub(r"\s+", " ", outcome.reason)[:100]] += 1
+                return
+            if outcome.status != "fail":
+                return
+            sig = outcome.signature
+            f = failures.setdefault(sig, {"count": 0, "reason": outcome.reason, "path": None})
+            f["count"] += 1
+            if f["path"] is None:
+                if shrinks[0] < max_shrinks:
+                    shrinks[0] += 1
+                    state["target"], state["last"] = sig, (case, outcome)
+                    raise _Found(sig)
+                f["path"] = write_reproducer(case, outcome, out)
+
         try:
-            ok = check(model)
-        except Exception as e:  # the last call is the shrunk example
-            last[0], last[1] = model, f"{type(e).__name__}: {e}"
-            raise
-        assume(ok)  # an input onnxruntime itself cannot run is not counted
-        seen[0] += 1
-
-    try:
-        prop()
-    except Exception:  # noqa: BLE001
-        return seen[0], last[0], last[1]
-    return seen[0], None, ""
+            prop()
+        except (_Found, ExceptionGroup):
+            case, outcome = state["last"]
+            path = write_reproducer(case, outcome, out)
+            failures[state["target"]].update(path=path, reason=outcome.reason)
+            log(f"  {family}: {state['target']}\n    {outcome.reason[:200]}\n    shrunk reproducer: {path}")
+        state["target"] = state["last"] = None
+        k += 1
+    return {"stats": stats, "skips": skips, "failures": failures}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--examples", type=int, default=10_000)
-    ap.add_argument("--chunk", type=int, default=1_000)
+    ap.add_argument("--examples", type=int, default=2_000, help="examples per family")
+    ap.add_argument("--chunk", type=int, default=500, help="examples per hypothesis run")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     ap.add_argument("--out", default="fuzz_failures", help="folder for minimized reproducers")
+    ap.add_argument("--max-shrinks", type=int, default=6,
+                    help="new failure kinds shrunk per family (later ones are saved unshrunk)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    out = Path(args.out)
     t0 = time.perf_counter()
-    total, failures = 0, []
-    chunks = max(1, (args.examples + args.chunk - 1) // args.chunk)
-    for k in range(chunks):
-        n = min(args.chunk, args.examples - k * args.chunk)
-        ran, bad, why = run_chunk(n, 1000 + k)
-        total += ran
-        if bad is not None:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            path = out / f"failure_{1000 + k}.onnx"
-            onnx.save(bad, path)
-            failures.append((path, why))
-            print(f"chunk {k}: FAILED after shrinking: {why.splitlines()[0]}\n  reproducer: {path}", flush=True)
-        else:
-            print(f"chunk {k}: {ran} examples, no failure", flush=True)
-    dt = time.perf_counter() - t0
+    results = {}
+    for fam in args.families:
+        t = time.perf_counter()
+        results[fam] = run_family(fam, args.examples, args.chunk, out, args.max_shrinks,
+                                  lambda s: print(s, flush=True))
+        r = results[fam]
+        print(f"{fam}: {r['stats']['run']} examples, {r['stats']['skip']} skipped, "
+              f"{r['stats']['fail']} failures ({len(r['failures'])} kinds) in {time.perf_counter() - t:.0f} s",
+              flush=True)
     print()
-    print("| examples run | chunks | failing chunks | seconds |")
-    print("|---:|---:|---:|---:|")
-    print(f"| {total:,} | {chunks} | {len(failures)} | {dt:.0f} |")
-    return 1 if failures else 0
+    print("| family | examples run | checked | skipped | failures (kinds) |")
+    print("|---|---:|---:|---:|---:|")
+    for fam, r in results.items():
+        s = r["stats"]
+        print(f"| {fam} | {s['run']:,} | {s['ok'] + s['fail']:,} | {s['skip']:,} | {s['fail']:,} ({len(r['failures'])}) |")
+    print()
+    for fam, r in results.items():
+        print(f"{fam}: skipped, by reason")
+        for why, n in r["skips"].most_common():
+            print(f"  {n:5d}  {why}")
+    print()
+    for fam, r in results.items():
+        for sig, f in sorted(r["failures"].items(), key=lambda kv: -kv[1]["count"]):
+            print(f"FAIL {fam} x{f['count']}: {sig}\n    {f['reason'][:220]}\n    reproducer: {f['path']}")
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+    return 1 if any(r["failures"] for r in results.values()) else 0
 
 
 if __name__ == "__main__":

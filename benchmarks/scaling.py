@@ -1,14 +1,16 @@
-"""How graphpass scales: load, each cleanup pass, save and the whole optimize on 1k/10k/100k nodes.
+"""How graphpass scales: load, each pass, save and the whole optimize on 1k/10k/100k nodes.
 
     python benchmarks/scaling.py                 # 1k, 10k, 100k residual stacks + wide fan-out
     python benchmarks/scaling.py --sizes 1000 10000
+    python benchmarks/scaling.py --pipeline cleanup --target none   # the cleanup passes alone
 
 The residual stack uses 44-channel 3x3 convolutions by default, so the 100k-node graph weighs
 about 0.9 GB, like the graph DESIGN.md measured the substrate on; ``--channels`` changes it.
-The pipeline is the hardware-neutral cleanup pipeline without cost-model scoring
-(``target="none"``); benchmarks/cost_model.py times the estimate itself.
+By default the pipeline is what ``graphpass optimize`` runs: the default pipeline (every default
+pass, layout and placement included) with the ascend910a cost model scoring each application;
+``--pipeline``/``--target`` choose another (benchmarks/cost_model.py times the estimate itself).
 For each graph: the time of onnx.load + onnx.save of the same file (the baseline), graphpass's
-load, every cleanup pass (summed over the fixed-point rounds), save, and the end-to-end
+load, every pass (summed over the fixed-point rounds), save, and the end-to-end
 optimize (load + pipeline + save), with its ratio to the baseline. Then time(100k)/time(10k).
 """
 
@@ -38,7 +40,8 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def measure(kind: str, n: int, folder: Path, channels: int = 44) -> dict:
+def measure(kind: str, n: int, folder: Path, channels: int = 44, pipeline: str | None = None,
+            target: str = "ascend910a") -> dict:
     model = residual_stack(n, channels=channels) if kind == "residual" else wide_fanout(n)
     path = folder / f"{kind}_{n}.onnx"
     onnx.save(model, path)
@@ -49,7 +52,7 @@ def measure(kind: str, n: int, folder: Path, channels: int = 44) -> dict:
     del m
     graph, gp_load = _timed(lambda: gp.load(path))
     nodes = count_nodes(graph)
-    result, gp_opt = _timed(lambda: gp.optimize(graph, pipeline="cleanup", target="none"))
+    result, gp_opt = _timed(lambda: gp.optimize(graph, pipeline=pipeline, target=target))
     _, gp_save = _timed(lambda: gp.save(result.graph, folder / "out.onnx"))
     per_pass = collections.defaultdict(float)
     for r in result.report.passes:
@@ -70,6 +73,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--kinds", nargs="+", default=["residual", "fanout"], choices=["residual", "fanout"])
+    ap.add_argument("--pipeline", default=None, help="pipeline name (default: the default pipeline)")
+    ap.add_argument("--target", default="ascend910a", help="cost-model target (none: no scoring)")
     ap.add_argument("--one", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--channels", type=int, default=44,
                     help="conv width of the residual stack; 44 makes the 100k-node graph ~0.9 GB, the size "
@@ -81,17 +86,19 @@ def main(argv=None) -> int:
     if args.one:
         kind, n = args.one[0], int(args.one[1])
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(measure(kind, n, Path(tmp), args.channels)))
+            print(json.dumps(measure(kind, n, Path(tmp), args.channels, args.pipeline, args.target)))
         return 0
     rows = []
     for kind in args.kinds:
         for n in args.sizes:
             # one fresh process per graph: heap state left by a big graph distorts the next one
-            proc = subprocess.run([sys.executable, __file__, "--one", kind, str(n), "--channels", str(args.channels)],
-                                  capture_output=True, text=True, check=True)
+            cmd = [sys.executable, __file__, "--one", kind, str(n), "--channels", str(args.channels),
+                   "--target", args.target] + (["--pipeline", args.pipeline] if args.pipeline else [])
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(f"measured {rows[-1]['graph']}", file=sys.stderr)
-    t = Table(title="graphpass scaling (seconds; ratio = optimize total (load + pipeline + save) / (onnx.load + onnx.save))")
+    what = f"pipeline {args.pipeline or 'default'}, target {args.target}"
+    t = Table(title=f"graphpass scaling, {what} (seconds; ratio = optimize total (load + pipeline + save) / (onnx.load + onnx.save))")
     cols = ["graph", "nodes", "nodes_after", "MB", "onnx_load+save", "gp_load", "pipeline", "gp_save", "optimize_total", "ratio"]
     for c in cols:
         t.add_column(c, justify="left" if c == "graph" else "right")

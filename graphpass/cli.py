@@ -377,12 +377,12 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
     default = set(pipelines.get_pipeline(pipelines.DEFAULT_PIPELINE))
     t = Table()
-    for col in ("name", "kind", "default", "Ascend pass", "summary"):
+    for col in ("name", "kind", "default", "promise", "Ascend pass", "summary"):
         t.add_column(col)
     for name, cls in gp.all_passes().items():
         on = "on" if cls.default_enabled and name in default else "off"
-        t.add_row(name, cls.kind.value, on, cls.ascend_name or "", cls.summary)
-    Console(width=160).print(t)
+        t.add_row(name, cls.kind.value, on, str(cls.promise), cls.ascend_name or "", cls.summary)
+    Console(width=200).print(t)
     return 0
 
 

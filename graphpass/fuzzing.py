@@ -8,17 +8,32 @@ channel counts aligned and unaligned to 16. :func:`check` is the property: the d
 (every default pass, layout included, target ascend910a) leaves a model that passes the full
 ONNX checker and computes the same outputs in onnxruntime, in the device and the portable form.
 
-Used by ``tests/graphpass/test_fuzz.py`` (CI: 300 examples) and ``benchmarks/fuzz.py``
-(10,000 examples, minimized reproducers saved to disk). Needs hypothesis (a test extra).
+The differential tester (:func:`cases`, :func:`differential`) holds each pass to its declared
+promise (``Pass.promise``): small models per dtype family (float32, float16, bfloat16, float64,
+int8, int32, int64, bool; see graphpass/_fuzz_cases.py for the templates, special values,
+control flow and storage forms drawn) run through the default pipeline or one pass; outputs are
+compared bitwise where every pass that changed the graph is exact (NaN positions and the sign
+of zero included), else with the loosest tolerance among them (NaN/inf positions and signs
+still exact). A model onnxruntime's CPU provider cannot run is skipped with the reason.
+
+Used by ``tests/graphpass/test_fuzz.py`` (CI: a few hundred examples) and ``benchmarks/fuzz.py``
+(2,000+ per family, minimized reproducers saved to disk). Needs hypothesis (a test extra).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["models", "check", "OPS"]
+from graphpass._fuzz_cases import FAMILIES, Case
+
+__all__ = ["models", "check", "OPS", "FAMILIES", "Case", "Outcome", "cases", "differential", "write_reproducer"]
 
 OPS = ("conv", "bn", "act", "bias", "scalar", "binary", "reshape", "transpose", "concat", "split", "gather",
        "matmul", "topk", "pool", "reduce", "loop")
@@ -215,3 +230,215 @@ def check(model: onnx.ModelProto, seed: int = 0) -> bool:
             err = float(np.abs(g.astype(np.float64) - r).max()) if r.size else 0.0
             assert err <= 1e-4 * scale, f"{form} form: output {k} differs by {err:.3g} (scale {scale:.3g})"
     return True
+
+
+# ------------------------------------------------------------------------------------------
+# the differential tester of each pass's promise
+
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: str  # ok | skip | fail
+    reason: str = ""
+    #: for a failure: what failed, without the example-specific part (dedups findings)
+    signature: str = ""
+    promise: str = ""
+
+
+def cases(family: str, pass_names: list[str] | None = None):
+    """The hypothesis strategy of :class:`Case` for ``family`` (one of :data:`FAMILIES`)."""
+    from graphpass._fuzz_cases import cases as _cases
+    from graphpass.infra.registry import all_passes
+
+    return _cases(family, pass_names or sorted(all_passes()))
+
+
+def _ort_reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "ort_value_tensor_slicer" in str(e):
+        return "a Scan over an empty axis"
+    if "running Cast node" in str(e) and ("stod" in str(e) or "stoll" in str(e) or "stoi" in str(e) or "stof" in str(e)):
+        return "Cast from a non-numeric string fails"
+    if "Cannot parse data from external tensors" in str(e):
+        return "onnxruntime cannot read a shape input stored in external data"
+    m = re.search(r"implementation for (\w+)\(\d+\)", text) or re.search(r"kernel for (\w+)\b", text)
+    if m:
+        return f"no CPU kernel for {m.group(1)}"
+    m = re.search(r"\(op_type:(\w+)\)[^\]]*?unsupported type: ([\w()]+)", str(e))
+    if m:
+        return f"ONNX: {m.group(1)} does not take {m.group(2)} at this opset"
+    m = re.search(r"Status Message: (.*)", str(e))
+    if m:
+        text = m.group(1).split("/onnxruntime_src/")[-1]
+    text = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", text)
+    return text[:90]
+
+
+def _session(model_or_path):
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(4)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 4
+    src = model_or_path.SerializeToString() if isinstance(model_or_path, onnx.ModelProto) else str(model_or_path)
+    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+
+
+def _run(sess, feeds):
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def compare(ref: np.ndarray, got: np.ndarray, exact: bool, rtol: float, atol: float) -> str:
+    """'' when ``got`` keeps the promise against ``ref``, else what differs."""
+    ref, got = np.asarray(ref), np.asarray(got)
+    if ref.dtype != got.dtype:
+        return f"dtype {got.dtype} != {ref.dtype}"
+    if ref.shape != got.shape:
+        return f"shape {got.shape} != {ref.shape}"
+    if ref.dtype == object or ref.dtype.kind in "biu":
+        bad = ref != got
+        return f"{int(np.sum(bad))} values differ (first {ref[bad][0]!r} -> {got[bad][0]!r})" if bad.any() else ""
+    rn, gn = np.isnan(ref), np.isnan(got)
+    if (rn != gn).any():
+        i = int(np.argmax((rn != gn).ravel()))
+        return f"NaN positions differ (at {i}: {ref.ravel()[i]!r} -> {got.ravel()[i]!r})"
+    if exact:
+        r, g = ref[~rn], got[~rn]
+        bits = f"u{ref.dtype.itemsize}"
+        bad = r.view(bits) != g.view(bits)
+        if bad.any():
+            return f"not bitwise equal: {int(bad.sum())} values (first {r[bad][0]!r} -> {g[bad][0]!r})"
+        return ""
+    ri, gi = np.isinf(ref), np.isinf(got)
+    if (ri != gi).any() or (ref[ri] != got[ri]).any():
+        i = int(np.argmax(((ri != gi) | (ri & (ref != got))).ravel()))
+        return f"inf positions or signs differ (at {i}: {ref.ravel()[i]!r} -> {got.ravel()[i]!r})"
+    fin = ~(rn | ri)
+    r, g = ref[fin].astype(np.float64), got[fin].astype(np.float64)
+    bad = np.abs(g - r) > atol + rtol * np.abs(r)
+    if bad.any():
+        return f"beyond rtol {rtol:g}/atol {atol:g}: {int(bad.sum())} values (first {r[bad][0]!r} -> {g[bad][0]!r})"
+    return ""
+
+
+def _loosest(records) -> tuple[bool, float, float, list[str]]:
+    """(exact, rtol, atol, names): the promise that applies to a run, from the passes that changed the graph."""
+    from graphpass.infra.registry import all_passes
+
+    reg = all_passes()
+    changed = sorted({r.name for r in records if r.modified and not r.rolled_back})
+    exact, rtol, atol = True, 0.0, 0.0
+    for n in changed:
+        pr = reg[n].promise
+        if not pr.exact:
+            exact, rtol, atol = False, max(rtol, pr.rtol), max(atol, pr.atol)
+    return exact, rtol, atol, changed
+
+
+def _norm(reason: str) -> str:
+    """A failure reason without names and numbers, so failures of one kind share a signature."""
+    reason = re.sub(r"\(at [^)]*\)|\(first [^)]*\)|'[^']*'|\"[^\"]*\"|tensor name: \w+|output \w+", "", reason)
+    reason = re.sub(r"np\.\w+\([^)]*\)|[-+]?\d[\w.+-]*", "#", reason)
+    return re.sub(r"\s+", " ", reason).strip()[:90]
+
+
+def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
+    """Run ``case`` through its passes and hold the result to their promise."""
+    import graphpass as gp
+    from graphpass.errors import BadModelError
+
+    import logging
+
+    logging.getLogger("graphpass").setLevel(logging.ERROR)  # fold_constants' retries are not findings
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        tmp = Path(tmp)
+        model, source = case.model, case.model
+        try:
+            # ONNX types a sparse initializer as a sparse tensor, which standard ops refuse in
+            # its shape inference; onnxruntime densifies them: checked without inference
+            onnx.checker.check_model(model, full_check=not len(model.graph.sparse_initializer))
+        except Exception as e:  # noqa: BLE001 - the generator built an invalid model
+            return Outcome("skip", f"generator: invalid model ({_ort_reason(e)})")
+        if case.storage == "external":
+            src_path = tmp / "in.onnx"
+            onnx.save_model(model, str(src_path), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="in.onnx.data", size_threshold=0)
+            source = str(src_path)
+        try:
+            ref = _run(_session(source), case.feeds)
+        except Exception as e:  # noqa: BLE001
+            return Outcome("skip", f"onnxruntime cannot run the original: {_ort_reason(e)}")
+        run = "default" if case.passes is None else case.passes[0]
+        try:
+            result = gp.optimize(source, passes=case.passes) if case.passes else gp.optimize(source)
+        except BadModelError as e:
+            return Outcome("fail", f"refused a valid model: {e}", f"{run}: refused: {_norm(str(e))[:60]}")
+        except Exception as e:  # noqa: BLE001
+            msg = str(e).splitlines()[0] if str(e) else ""
+            return Outcome("fail", f"crash: {type(e).__name__}: {msg}", f"{run}: crash {type(e).__name__}: {_norm(msg)[:50]}")
+        exact, rtol, atol, changed = _loosest(result.report.passes)
+        promise = "exact" if exact else f"rtol {rtol:g} atol {atol:g}"
+        who = run
+        if not case.passes:
+            promise += "; changed by " + (",".join(changed) or "nothing")
+        for form in ("device", "portable"):
+            try:
+                if case.storage == "external":
+                    out = gp.save(result.graph, tmp / f"out_{form}.onnx", external_data=True, emit=form)
+                    onnx.checker.check_model(str(out), full_check=True)
+                    target = str(out)
+                else:
+                    target = gp.to_proto(result.graph, emit=form)
+                    onnx.checker.check_model(target, full_check=not len(target.graph.sparse_initializer))
+            except Exception as e:  # noqa: BLE001
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                return Outcome("fail", f"{form} form invalid: {first}", f"{who}: invalid model: {_norm(first)}", promise)
+            try:
+                got = _run(_session(target), case.feeds)
+            except Exception as e:  # noqa: BLE001
+                return Outcome("fail", f"{form} form: onnxruntime fails: {_ort_reason(e)}",
+                               f"{who}: optimized model fails in onnxruntime: {_ort_reason(e)[:60]}", promise)
+            for k, r in ref.items():
+                if k not in got:
+                    return Outcome("fail", f"{form} form: output {k} missing", f"{who}: output missing", promise)
+                why = compare(r, got[k], exact, rtol, atol)
+                if why:
+                    return Outcome("fail", f"{form} form, output {k} ({promise}): {why}",
+                                   f"{who}: {_norm(why)}", promise)
+        return Outcome("ok", promise=promise)
+
+
+_REPRO = """\
+# A minimized reproducer written by graphpass's fuzzer: {describe}
+# Failure: {reason}
+import numpy as np, onnx
+import graphpass as gp
+from graphpass._fuzz_cases import Case
+from graphpass.fuzzing import differential
+
+model = onnx.load("{model}")
+feeds = dict(np.load("{feeds}", allow_pickle=True))
+case = Case({family!r}, {template!r}, {storage!r}, {opset}, model, feeds, {passes!r})
+print(differential(case))
+"""
+
+
+def write_reproducer(case: Case, outcome: Outcome, folder: str | Path) -> Path:
+    """Writes ``case`` (the model, its inputs, and a script that re-runs the check) under ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9_]+", "_", f"{case.family}_{outcome.signature}")[:80].strip("_")
+    k = 0
+    while (folder / f"{stem}_{k}.onnx").exists():
+        k += 1
+    base = folder / f"{stem}_{k}"
+    onnx.save(case.model, f"{base}.onnx")
+    np.savez(f"{base}_inputs.npz", **case.feeds)
+    Path(f"{base}.py").write_text(_REPRO.format(
+        describe=case.describe(), reason=outcome.reason.replace("\n", " "), model=f"{base}.onnx",
+        feeds=f"{base}_inputs.npz", family=case.family, template=case.template, storage=case.storage,
+        opset=case.opset, passes=case.passes))
+    return Path(f"{base}.onnx")

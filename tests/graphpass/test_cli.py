@@ -375,3 +375,14 @@ def test_cost_and_diff_refuse_a_fifo_as_output(tmp_path, capsys):
     assert main(["diff", str(src), str(src), "-o", str(fifo)]) == 2
     assert "not a regular file" in capsys.readouterr().err
     assert not fifo.is_file()
+
+def test_passes_lists_each_pass_promise(capsys):
+    import re
+
+    from graphpass.infra.registry import all_passes
+
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    for name, cls in all_passes().items():
+        row = next(line for line in out.splitlines() if re.search(rf"\b{name}\b", line))
+        assert str(cls.promise).split(" (")[0] in row, (name, row)

@@ -46,3 +46,17 @@ def test_single_non_identity_transpose_untouched():
     model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], {"x": [2, 3]}, {"y": [3, 2]})
     graph = gp.load(model)
     assert not merge_transposes(graph).modified
+
+
+def test_default_perm_reverses_the_axes():
+    """A Transpose without ``perm`` reverses the axes; two of them cancel (found by
+    benchmarks/mutation.py: no test had a Transpose without perm)."""
+    model = make_model([helper.make_node("Transpose", ["x"], ["t"]),
+                        helper.make_node("Transpose", ["t"], ["u"], perm=[2, 1, 0]),
+                        helper.make_node("Relu", ["u"], ["y"])],
+                       {"x": [2, 3, 4]}, {"y": [2, 3, 4]})
+    graph = gp.load(model)
+    result = merge_transposes(graph)
+    assert result.modified and result.stats["identity_removed"] == 1
+    assert ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

@@ -55,3 +55,27 @@ def test_bad_input_shapes_are_usage_errors(shapes, message):
     graph = gp.load(_dynamic_flatten_model())
     with pytest.raises(UsageError, match=message):
         gp.optimize(graph, passes=["specialize_shapes"], input_shapes=shapes)
+
+
+def test_batch_of_one_is_specialized_and_downstream_shapes_follow():
+    """A dim fixed to 1 is a valid specialization; the Reshape's output shape is re-inferred
+    (found by benchmarks/mutation.py: no test fixed a dim to 1 or looked past the input)."""
+    graph = gp.load(_dynamic_flatten_model())
+    result = gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [1, 3, 4]})
+    first = result.report.passes[0]
+    assert first.modified and first.stats["inputs_fixed"] == 1 and first.stats["shapes_updated"] >= 1
+    assert graph.inputs[0].shape == [1, 3, 4]
+    assert graph.outputs[0].shape == [1, 12]
+
+
+def test_an_equal_shape_is_left_alone():
+    graph = gp.load(_dynamic_flatten_model())
+    gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [2, 3, 4]})
+    result = gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [2, 3, 4]})
+    assert not result.report.passes[0].modified and result.report.passes[0].stats["inputs_fixed"] == 0
+
+
+def test_a_dim_fixed_to_one_conflicts_with_another_value():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, "C"]}, {"y": [1, "C"]})
+    with pytest.raises(UsageError, match="dimension 0 is fixed to 1"):
+        gp.optimize(model, passes=["specialize_shapes"], input_shapes={"x": [2, 3]})
