@@ -173,6 +173,8 @@ class FuseLayerNorm(Pass):
             if elem not in _TYPES:
                 reason = (f"LayerNorm of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one kernel differs "
                           "from its decomposition by more than the promised tolerance (float32/float64 only)")
+            elif opset < 12:
+                reason = f"opset {opset}: the LayerNorm device op's body takes epsilon by Constant(value_float), opset 12+"
             elif opset < 17:
                 reason = function_type_conflict(graph, "LayerNorm", elem)  # one body per model and type
             if reason:
