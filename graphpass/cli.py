@@ -152,8 +152,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         from graphpass.errors import BadModelError
 
         applied = [r.name for r in result.report.passes if r.application]
-        feeds, ref, _, ra, notes = V.reference(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes,
+        original = model_io.load_proto(args.model)
+        feeds, ref, _, ra, notes = V.reference(original, seed=args.seed, input_shapes=shapes,
                                                fp16_emulate=args.fp16_emulate)
+        V.check_deterministic("the input model", original, ra, feeds, ref)
         try:
             rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
             got = rb.run(feeds)

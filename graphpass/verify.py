@@ -27,7 +27,8 @@ import onnx
 from graphpass.errors import BadModelError
 
 __all__ = ["OutputComparison", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
-           "make_inputs", "check_input_shapes", "reference", "run", "compare", "compare_arrays", "all_match",
+           "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
+           "reference", "run", "compare", "compare_arrays", "all_match",
            "tolerance_for", "describe", "load_inputs", "verify_models", "DEFAULT_RTOL", "DEFAULT_ATOL"]
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,10 @@ def session(model: onnx.ModelProto | bytes | str):
     """An onnxruntime CPU session with every graph optimization disabled."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(3)  # errors come back as exceptions; no log spam on stderr
+    ort.set_default_logger_severity(4)  # errors come back as exceptions; no log spam on stderr
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
         return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
@@ -108,7 +109,11 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
     """The one comparison rule of graphpass (module docstring); ``ref`` is the original's value.
 
     ``strict_dtype=False`` lets two float dtypes meet (intermediates of a mixed-precision model).
+    Sequences (lists), maps (dicts) and empty optionals (``None``), as onnxruntime returns them,
+    compare by kind, length or keys, then element by element: a sequence never equals a tensor.
     """
+    if _kind(ref) != "tensor" or _kind(got) != "tensor":
+        return _compare_structured(name, ref, got, rtol, atol, strict_dtype)
     ref = np.asarray(ref)
     got = np.asarray(got)
     if ref.shape != got.shape:
@@ -174,6 +179,48 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
     note = (f"{count} of {size} values differ ({rule}); first at {list(idx)}: {_scalar(got[idx])} vs {_scalar(ref[idx])}"
             + (f"; {', '.join(why)}" if why else ""))
     return OutputComparison(name, max_abs, max_rel, cosine, False, note, mismatched=count, size=size)
+
+
+def _kind(v) -> str:
+    if v is None:
+        return "empty optional"
+    if isinstance(v, (list, tuple)):
+        return "sequence"
+    if isinstance(v, dict):
+        return "map"
+    return "tensor"
+
+
+def _compare_structured(name: str, ref, got, rtol: float, atol: float, strict_dtype: bool) -> OutputComparison:
+    """:func:`compare_arrays` for sequence, map and optional values (recursively)."""
+    kr, kg = _kind(ref), _kind(got)
+
+    def fail(note: str, size: int = 0) -> OutputComparison:
+        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, note, size=size)
+
+    if kr != kg:
+        return fail(f"a {kg} where the original has a {kr}")
+    if kr == "empty optional":
+        return OutputComparison(name, 0.0, 0.0, 1.0, True)
+    if kr == "sequence":
+        if len(ref) != len(got):
+            return fail(f"sequence of {len(got)} != {len(ref)} elements", len(ref))
+        pairs = [(f"{name}[{k}]", r, g) for k, (r, g) in enumerate(zip(ref, got))]
+    else:
+        if set(ref) != set(got):
+            return fail(f"map keys differ: {sorted(map(repr, set(ref) ^ set(got)))[:5]}", len(ref))
+        pairs = [(f"{name}[{k!r}]", ref[k], got[k]) for k in ref]
+    parts = [compare_arrays(n, r, g, rtol, atol, strict_dtype) for n, r, g in pairs]
+    size = sum(c.size for c in parts)
+    bad = [c for c in parts if not c.ok]
+    max_abs = max([c.max_abs for c in parts], default=0.0)
+    max_rel = max([c.max_rel for c in parts], default=0.0)
+    cosine = min([c.cosine for c in parts], default=1.0)
+    if not bad:
+        return OutputComparison(name, max_abs, max_rel, cosine, True, size=size)
+    note = f"{len(bad)} of {len(parts)} elements differ; first {bad[0].name}: {bad[0].note}"
+    return OutputComparison(name, max_abs, max_rel, cosine, False, note,
+                            mismatched=sum(c.mismatched or 1 for c in bad), size=size)
 
 
 def compare(
@@ -387,13 +434,21 @@ def reference(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, 
         fed = [FedInput(k, str(np.asarray(v).dtype), list(np.asarray(v).shape), {}, True) for k, v in feeds.items()]
         return dict(feeds), runner.run(feeds), fed, runner, notes
     feeds, fed = make_inputs(model, seed, input_shapes, symbolic_dim)
+
+    def fed_text(fed) -> str:
+        return (f" (inputs fed: {'; '.join(str(f) for f in fed)}; random floats are standard normal, random ints "
+                "0..3: --inputs FILE.npz feeds others)")
+
     try:
         outputs = runner.run(feeds)
     except BadModelError as e:
         if symbolic_dim == 1 or not any(f.symbolic for f in fed):
-            raise
+            raise BadModelError(f"{e}{fed_text(fed)}") from e
         feeds, fed = make_inputs(model, seed, input_shapes, 1)
-        outputs = runner.run(feeds)
+        try:
+            outputs = runner.run(feeds)
+        except BadModelError as e2:
+            raise BadModelError(f"{e2}{fed_text(fed)}") from e2
         notes.append(f"symbolic dims fed as 1: the original model fails with {symbolic_dim} ({e})")
     return feeds, outputs, fed, runner, notes
 
@@ -507,6 +562,85 @@ def _expose_all(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     return m, order
 
 
+#: Ops whose outputs may change from run to run (Dropout only with a training_mode input).
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli", "Dropout"})
+
+
+def random_nodes(model: onnx.ModelProto) -> list[str]:
+    """``Op 'name'`` for every node that may draw random numbers (subgraphs and functions included)."""
+    from graphpass.fp16 import _graphs
+
+    found = []
+    nodes = [n for g in _graphs(model.graph) for n in g.node] + [n for f in model.functions for n in f.node]
+    for n in nodes:
+        if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx") and (n.op_type != "Dropout" or
+                                                                          (len(n.input) > 2 and n.input[2])):
+            found.append(f"{n.op_type} '{n.name or n.output[0]}'")
+    return found
+
+
+def check_deterministic(label: str, model: onnx.ModelProto, runner: "Runner", feeds: Mapping[str, np.ndarray],
+                        outputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse a model whose outputs change from run to run: no comparison can judge it.
+
+    Only models holding random ops (:func:`random_nodes`) are run a second time.
+
+    Raises:
+        UsageError: naming the outputs that changed and the random ops (exit 2).
+    """
+    from graphpass.errors import UsageError
+
+    nodes = random_nodes(model)
+    if not nodes:
+        return
+    again = runner.run(feeds)
+    moved = [c.name for c in compare(outputs, again, 0.0, 0.0) if not c.ok]
+    if moved:
+        raise UsageError(f"{label} gives other outputs on every run ({', '.join(moved)} changed between two runs on the "
+                         f"same inputs; random ops: {', '.join(nodes[:5])}): a comparison cannot tell a changed model "
+                         "from a new draw; give the random ops fixed inputs or Dropout training_mode false")
+
+
+def branch_notes(label: str, model: onnx.ModelProto, runner: "Runner", feeds: Mapping[str, np.ndarray]) -> list[str]:
+    """Notes on the main graph's If nodes whose condition comes from the inputs: which branch ran.
+
+    A comparison judges only the branch these inputs take; the note says which one stayed
+    untried (``--inputs`` reaches it). Ifs inside subgraphs are not observed.
+    """
+    consts = {t.name for t in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    ifs = [n for n in model.graph.node if n.op_type == "If" and n.input and n.input[0] not in consts]
+    if not ifs:
+        return []
+    conds = sorted({n.input[0] for n in ifs} - set(feeds))
+    values = {k: v for k, v in feeds.items()}
+    if conds:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(runner.model)
+        have = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(onnx.helper.make_tensor_value_info(c, onnx.TensorProto.BOOL, None)
+                                  for c in conds if c not in have)
+        try:
+            emu = runner._emu.feeds(feeds) if runner.emulated else feeds
+            values.update(run(session(probe), emu))
+        except BadModelError:
+            return [f"{label}: {len(ifs)} If node(s) whose branch depends on the inputs: only the branch these inputs "
+                    "take is verified"]
+    notes = []
+    for n in ifs:
+        v = values.get(n.input[0])
+        label_n = n.name or n.output[0]
+        if v is None or np.asarray(v).size != 1:
+            notes.append(f"{label}: If '{label_n}': the branch taken is not known; only it is verified")
+            continue
+        took = "then" if bool(np.asarray(v).reshape(-1)[0]) else "else"
+        other = "else" if took == "then" else "then"
+        notes.append(f"{label}: If '{label_n}' ran only its {took} branch on these inputs; its {other} branch is "
+                     "not verified (--inputs or --seed reach it)")
+    return notes
+
+
 def _provenance_map(a: onnx.ModelProto, b: onnx.ModelProto) -> dict[str, str]:
     """B tensor -> A tensor for tensors a rewrite created (``graphpass.fused_from``).
 
@@ -584,11 +718,14 @@ def verify_models(
         feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
     except BadModelError as e:
         raise BadModelError(f"model A: {e}") from e
+    check_deterministic("model A", a, ra, feeds, ref)
     try:
         rb = Runner(b, fp16_emulate)
         got = rb.run(feeds)
     except BadModelError as e:
         raise BadModelError(f"model B: {e} (inputs fed: {'; '.join(str(f) for f in fed)})") from e
+    check_deterministic("model B", b, rb, feeds, got)
+    notes = notes + branch_notes("model A", a, ra, feeds)
     fp16_models = ra.fp16 or rb.fp16
     base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
             else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
