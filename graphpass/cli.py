@@ -40,6 +40,39 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
     return shapes
 
 
+def _tolerance_arg(text: str) -> float:
+    """--rtol/--atol: a finite number >= 0 (NaN or inf would pass every difference, a negative one none)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a tolerance is a finite number >= 0")
+    return v
+
+
+def _seed_arg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a seed is an integer >= 0")
+    return v
+
+
+def _cosine_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not -1.0 <= v <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"{text}: a cosine similarity is between -1 and 1")
+    return v
+
+
 def _split_names(values: Sequence[str] | None) -> list[str]:
     out: list[str] = []
     for v in values or []:
@@ -553,12 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
     o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
     o.add_argument("--keep-failed", action="store_true", help="keep the output even if --verify fails")
-    o.add_argument("--rtol", type=float, default=None,
+    o.add_argument("--rtol", type=_tolerance_arg, default=None,
                    help="--verify tolerance (default: exact when only exact passes ran, else the loosest promise, at least 1e-4)")
-    o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
+    o.add_argument("--atol", type=_tolerance_arg, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
     o.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="--verify runs models holding float16 with every fp16 value rounded (default on)")
-    o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
+    o.add_argument("--seed", type=_seed_arg, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
     o.add_argument("--mixed-precision", default=None, metavar="MODE",
@@ -613,10 +646,10 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--fusion-switch", default=None, metavar="FILE")
     bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     bs.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"])
-    bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--rtol", type=float, default=None,
+    bs.add_argument("--seed", type=_seed_arg, default=0)
+    bs.add_argument("--rtol", type=_tolerance_arg, default=None,
                     help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")
-    bs.add_argument("--atol", type=float, default=None, help="default: as --rtol (at least 1e-3)")
+    bs.add_argument("--atol", type=_tolerance_arg, default=None, help="default: as --rtol (at least 1e-3)")
     bs.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                     help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     bs.set_defaults(func=cmd_bisect)
@@ -625,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("model")
     pr.add_argument("--inputs", default=None, metavar="FILE.npz")
     pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--seed", type=_seed_arg, default=0)
     pr.add_argument("--underflow-share", type=float, default=0.01,
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
     pr.add_argument("--absorption-share", type=float, default=0.5,
@@ -654,15 +687,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("model_a")
     v.add_argument("model_b")
     v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--rtol", type=float, default=None,
+    v.add_argument("--seed", type=_seed_arg, default=0)
+    v.add_argument("--rtol", type=_tolerance_arg, default=None,
                    help="elementwise |a-b| <= atol + rtol*|b| (default 1e-4; 1e-2 when a model holds float16; 0 with --atol 0: bitwise)")
-    v.add_argument("--atol", type=float, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
+    v.add_argument("--atol", type=_tolerance_arg, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
     v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
                    help="value fed for symbolic dims not fixed by --input-shape (default 2; 1 if the original fails with 2)")
-    v.add_argument("--min-cosine", type=float, default=None, help="also fail a tensor whose cosine similarity is lower")
+    v.add_argument("--min-cosine", type=_cosine_arg, default=None, help="also fail a tensor whose cosine similarity is lower")
     v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
     v.add_argument("--all-tensors", action="store_true",
                    help="compare every intermediate both models share; name the first divergence and the first NaN/Inf")

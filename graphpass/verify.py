@@ -262,6 +262,21 @@ class Tolerance:
         return f"rtol {self.rtol:g}, atol {self.atol:g} ({self.why})"
 
 
+def check_tolerance(rtol: float | None, atol: float | None) -> None:
+    """A given tolerance is a finite number >= 0: NaN or inf would pass every finite difference.
+
+    Raises:
+        UsageError: naming the bad value (exit 2).
+    """
+    import math
+
+    from graphpass.errors import UsageError
+
+    for flag, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"{flag} {v}: a tolerance is a finite number >= 0")
+
+
 def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | None = None,
                   fp16: bool = False) -> Tolerance:
     """The default tolerance after passes with these promises ran (``rtol``/``atol`` override).
@@ -271,6 +286,7 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
     when ``fp16``, i.e. a model compared holds float16): a promise bounds one application, and
     applications compound.
     """
+    check_tolerance(rtol, atol)
     loose = [p for p in promises if not p.exact]
     if not loose and not fp16:
         tol = Tolerance(0.0, 0.0, "only exact passes changed the graph")
@@ -714,6 +730,9 @@ def verify_models(
         raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
     check_input_shapes(a, input_shapes)
     check_input_shapes(b, input_shapes)
+    check_tolerance(rtol, atol)
+    if seed < 0:
+        raise UsageError(f"seed {seed}: a seed is an integer >= 0")
     try:
         feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
     except BadModelError as e:

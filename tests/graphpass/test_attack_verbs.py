@@ -122,3 +122,35 @@ def test_a_failing_original_names_the_inputs_it_was_fed_in_one_line(tmp_path, ca
     assert main(["verify", p, p]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "inputs fed: i int64[5]" in err and "--inputs" in err
+
+
+_TOL = [["--atol", "nan"], ["--rtol", "nan"], ["--atol", "inf"], ["--atol", "-1"], ["--seed", "-1"]]
+
+
+@pytest.mark.parametrize("verb,flags", [(v, f) for v in ("verify", "bisect", "optimize") for f in _TOL]
+                         + [("precision", ["--seed", "-1"]), ("verify", ["--min-cosine", "nan"]),
+                            ("verify", ["--min-cosine", "2"])])
+def test_tolerances_seeds_and_cosines_that_judge_nothing_are_exit_2(tmp_path, capsys, flags, verb):
+    # was: Relu vs Abs "ok" under --atol nan (every comparison with NaN is False) in verify,
+    # optimize --verify and bisect; --atol -1 failed identical models; --seed -1 was exit 3
+    relu = _write(tmp_path, "relu", make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [4, 8]}, {"y": [4, 8]}))
+    absm = _write(tmp_path, "abs", make_model([helper.make_node("Abs", ["x"], ["y"])], {"x": [4, 8]}, {"y": [4, 8]}))
+    argv = {"verify": ["verify", relu, absm], "bisect": ["bisect", relu, "--out-dir", str(tmp_path / "b")],
+            "optimize": ["optimize", relu, "-o", str(tmp_path / "o.onnx"), "--verify"],
+            "precision": ["precision", relu]}[verb]
+    with pytest.raises(SystemExit) as e:
+        main(argv + flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flags[1] in err
+
+
+def test_the_api_refuses_a_nan_tolerance_too():
+    from graphpass.errors import UsageError
+
+    a = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [4]}, {"y": [4]})
+    b = make_model([helper.make_node("Abs", ["x"], ["y"])], {"x": [4]}, {"y": [4]})
+    with pytest.raises(UsageError):
+        V.verify_models(a, b, atol=float("nan"))
+    with pytest.raises(UsageError):
+        V.tolerance_for([], rtol=float("nan"))
