@@ -71,6 +71,8 @@ def test_nondeterministic_models_are_refused_not_judged(tmp_path, capsys, build)
     assert "gives other outputs on every run" in err and "y changed" in err
     assert main(["bisect", p, "--out-dir", str(tmp_path / "b")]) == 2
     assert main(["optimize", p, "-o", str(tmp_path / "o.onnx"), "--verify"]) == 2
+    # --verify-each blamed the first pass that changed the graph (exit 1, propagate_layout)
+    assert main(["optimize", p, "-o", str(tmp_path / "o.onnx"), "--verify-each"]) == 2
 
 
 def test_inference_dropout_is_not_refused(tmp_path):
