@@ -433,10 +433,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         console = Console(width=120, markup=False)
         src = f"from {args.inputs}" if args.inputs else f"seeded random, seed {report.seed}"
         console.print(f"inputs ({src}): " + "; ".join(str(f) for f in report.fed))
-        sym = sorted({v for f in report.fed for v in f.symbolic.values()})
-        if sym:
-            console.print(f"symbolic dims ({', '.join(sym)}) fed as {args.symbolic_dim}: change with --symbolic-dim N "
-                          "or --input-shape NAME:D1,D2,...")
+        by_value: dict[int, set[str]] = {}
+        for f in report.fed:
+            for k, v in f.symbolic.items():
+                by_value.setdefault(f.shape[k], set()).add(v)
+        if by_value:  # the values really fed (a dim bound by --input-shape, or 1 after a retry)
+            fed_as = "; ".join(f"({', '.join(sorted(names))}) fed as {val}" for val, names in sorted(by_value.items()))
+            console.print(f"symbolic dims {fed_as}: change with --symbolic-dim N or --input-shape NAME:D1,D2,...")
         for note in report.notes:
             console.print(f"note: {note}")
         emulated = [k.upper() for k, v in report.fp16_emulated.items() if v]

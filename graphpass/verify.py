@@ -368,6 +368,15 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     fed: list[FedInput] = []
+    # a named dim fixed through one input's --input-shape holds for every input that names it
+    bound: dict[str, int] = {}
+    for vi in _graph_inputs(model):
+        given = (input_shapes or {}).get(vi.name)
+        if given is None or not vi.type.HasField("tensor_type"):
+            continue
+        for d, v in zip(vi.type.tensor_type.shape.dim, given):
+            if d.dim_param and not d.HasField("dim_value"):
+                bound.setdefault(d.dim_param, int(v))
     for vi in _graph_inputs(model):
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         if tt is None or not tt.elem_type:
@@ -391,7 +400,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
                     shape.append(int(d.dim_value))
                 else:
                     symbolic[k] = d.dim_param or f"{vi.name}[{k}]"
-                    shape.append(symbolic_dim)
+                    shape.append(bound.get(d.dim_param, symbolic_dim) if d.dim_param else symbolic_dim)
         if dtype.kind == "f":
             arr = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":

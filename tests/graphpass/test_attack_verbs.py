@@ -156,3 +156,15 @@ def test_the_api_refuses_a_nan_tolerance_too():
         V.verify_models(a, b, atol=float("nan"))
     with pytest.raises(UsageError):
         V.tolerance_for([], rtol=float("nan"))
+
+
+def test_a_dim_bound_by_input_shape_holds_for_every_input_naming_it(tmp_path, capsys):
+    # was: --input-shape x:5,3 fed y as [2, 3], onnxruntime failed, the retry fed y as [1, 3]
+    # (Add broadcast a shape the model never meant) and the header still said "fed as 2"
+    add = _write(tmp_path, "add", make_model([helper.make_node("Add", ["x", "y"], ["z"])],
+                                             {"x": ["N", 3], "y": ["N", 3]}, {"z": ["N", 3]}))
+    assert main(["verify", add, add, "--input-shape", "x:5,3"]) == 0
+    out = capsys.readouterr().out
+    assert "y float32[5(N), 3]" in out and "symbolic dims (N) fed as 5" in out and "fed as 1" not in out
+    feeds, fed = V.make_inputs(onnx.load(add), input_shapes={"x": [5, 3]})
+    assert feeds["y"].shape == (5, 3) and fed[1].symbolic == {0: "N"}
