@@ -408,6 +408,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finite_json(value):
+    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     import json
 
@@ -427,8 +440,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=shapes, rtol=args.rtol, atol=args.atol,
                              min_cosine=args.min_cosine, all_tensors=args.all_tensors, fp16_emulate=args.fp16_emulate,
                              symbolic_dim=args.symbolic_dim)
-    if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2, default=float))
+    if args.format == "json":  # standard JSON: an infinite difference is the string "inf", not Infinity
+        print(json.dumps(_finite_json(report.to_dict()), indent=2, default=float, allow_nan=False))
     else:
         console = Console(width=120, markup=False)
         src = f"from {args.inputs}" if args.inputs else f"seeded random, seed {report.seed}"

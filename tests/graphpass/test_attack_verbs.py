@@ -168,3 +168,21 @@ def test_a_dim_bound_by_input_shape_holds_for_every_input_naming_it(tmp_path, ca
     assert "y float32[5(N), 3]" in out and "symbolic dims (N) fed as 5" in out and "fed as 1" not in out
     feeds, fed = V.make_inputs(onnx.load(add), input_shapes={"x": [5, 3]})
     assert feeds["y"].shape == (5, 3) and fed[1].symbolic == {0: "N"}
+
+
+def test_verify_json_is_standard_json_when_a_difference_is_infinite(tmp_path, capsys):
+    # was: "max_abs": Infinity (a shape mismatch), which JSON.parse and strict parsers reject
+    import json
+
+    def sl(end):
+        return make_model([helper.make_node("Slice", ["x", "s", "e"], ["y"])], {"x": [3]}, {"y": [None]},
+                          {"s": np.array([0]), "e": np.array([end])})
+
+    a, b = _write(tmp_path, "a", sl(0)), _write(tmp_path, "b", sl(1))
+    assert main(["verify", a, b, "--format", "json"]) == 1
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    data = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert data["ok"] is False and data["outputs"][0]["max_abs"] == "inf"
