@@ -186,3 +186,12 @@ def test_verify_json_is_standard_json_when_a_difference_is_infinite(tmp_path, ca
 
     data = json.loads(capsys.readouterr().out, parse_constant=refuse)
     assert data["ok"] is False and data["outputs"][0]["max_abs"] == "inf"
+
+
+def test_precision_on_a_model_with_a_ragged_sequence_output(tmp_path, capsys):
+    # was: internal error (exit 3) from np.asarray on the sequence; the Mul overflow is still found
+    m = make_model([helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("SplitToSequence", ["m", "sp"], ["y"])],
+                   {"x": [4]}, {}, {"sp": np.array([1, 3], np.int64), "k": np.array(1e6, np.float32)})
+    m.graph.output.append(helper.make_tensor_sequence_value_info("y", T.FLOAT, None))
+    assert main(["precision", _write(tmp_path, "m", m)]) == 0
+    assert "overflow [activation] m (Mul m): emulated force_fp16: confirmed" in capsys.readouterr().out
