@@ -734,6 +734,13 @@ def verify_models(
     ins_a, ins_b = {i.name for i in _graph_inputs(a)}, {i.name for i in _graph_inputs(b)}
     if ins_a != ins_b:
         raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
+    types_b = {i.name: i.type.tensor_type.elem_type for i in _graph_inputs(b) if i.type.HasField("tensor_type")}
+    for i in _graph_inputs(a):
+        ta, tb = (i.type.tensor_type.elem_type if i.type.HasField("tensor_type") else 0), types_b.get(i.name, 0)
+        if ta and tb and ta != tb:
+            name = onnx.TensorProto.DataType.Name
+            raise UsageError(f"input '{i.name}' is {name(ta).lower()} in model A and {name(tb).lower()} in model B: "
+                             "the same values cannot feed both")
     outs_a, outs_b = [o.name for o in a.graph.output], {o.name for o in b.graph.output}
     if set(outs_a) != outs_b:
         raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
