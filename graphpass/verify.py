@@ -628,41 +628,60 @@ def check_deterministic(label: str, model: onnx.ModelProto, runner: "Runner", fe
 
 
 def branch_notes(label: str, model: onnx.ModelProto, runner: "Runner", feeds: Mapping[str, np.ndarray]) -> list[str]:
-    """Notes on the main graph's If nodes whose condition comes from the inputs: which branch ran.
+    """Notes on what these inputs leave unrun in the main graph: the untaken branch of each If
+    whose condition comes from the inputs, and each Loop whose trip count or first condition
+    (from the inputs) lets it run zero times.
 
-    A comparison judges only the branch these inputs take; the note says which one stayed
-    untried (``--inputs`` reaches it). Ifs inside subgraphs are not observed.
+    A comparison judges only what ran; the note names what stayed untried (``--inputs`` or
+    another ``--seed`` reaches it). Ifs and Loops inside subgraphs are not observed.
     """
     consts = {t.name for t in model.graph.initializer}
     consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
     ifs = [n for n in model.graph.node if n.op_type == "If" and n.input and n.input[0] not in consts]
-    if not ifs:
+    loops = [n for n in model.graph.node if n.op_type == "Loop"
+             and any(k < len(n.input) and n.input[k] and n.input[k] not in consts for k in (0, 1))]
+    if not ifs and not loops:
         return []
-    conds = sorted({n.input[0] for n in ifs} - set(feeds))
+    wanted = {n.input[0]: onnx.TensorProto.BOOL for n in ifs}
+    for n in loops:
+        for k, t in ((0, onnx.TensorProto.INT64), (1, onnx.TensorProto.BOOL)):
+            if k < len(n.input) and n.input[k]:
+                wanted[n.input[k]] = t
     values = {k: v for k, v in feeds.items()}
-    if conds:
+    probed = sorted(set(wanted) - set(feeds))
+    if probed:
         probe = onnx.ModelProto()
         probe.CopyFrom(runner.model)
         have = {o.name for o in probe.graph.output}
-        probe.graph.output.extend(onnx.helper.make_tensor_value_info(c, onnx.TensorProto.BOOL, None)
-                                  for c in conds if c not in have)
+        probe.graph.output.extend(onnx.helper.make_tensor_value_info(c, wanted[c], None) for c in probed if c not in have)
         try:
             emu = runner._emu.feeds(feeds) if runner.emulated else feeds
             values.update(run(session(probe), emu))
         except BadModelError:
-            return [f"{label}: {len(ifs)} If node(s) whose branch depends on the inputs: only the branch these inputs "
-                    "take is verified"]
+            return [f"{label}: {len(ifs)} If and {len(loops)} Loop node(s) depend on the inputs: only what these inputs "
+                    "run is verified"]
+
+    def scalar(name):
+        v = values.get(name)
+        return None if v is None or np.asarray(v).size != 1 else np.asarray(v).reshape(-1)[0]
+
     notes = []
     for n in ifs:
-        v = values.get(n.input[0])
+        v = scalar(n.input[0])
         label_n = n.name or n.output[0]
-        if v is None or np.asarray(v).size != 1:
+        if v is None:
             notes.append(f"{label}: If '{label_n}': the branch taken is not known; only it is verified")
             continue
-        took = "then" if bool(np.asarray(v).reshape(-1)[0]) else "else"
+        took = "then" if bool(v) else "else"
         other = "else" if took == "then" else "then"
         notes.append(f"{label}: If '{label_n}' ran only its {took} branch on these inputs; its {other} branch is "
                      "not verified (--inputs or --seed reach it)")
+    for n in loops:
+        trips = scalar(n.input[0]) if n.input[0] else None
+        first = scalar(n.input[1]) if len(n.input) > 1 and n.input[1] else None
+        if (trips is not None and int(trips) <= 0) or (first is not None and not bool(first)):
+            notes.append(f"{label}: Loop '{n.name or n.output[0]}' ran zero times on these inputs; its body is not "
+                         "verified (--inputs or --seed reach it)")
     return notes
 
 

@@ -217,3 +217,18 @@ def test_an_emulated_float16_input_holds_float16_values():
     emu = fp16.Emulated(m, V.session)
     fed = emu.feeds({"x": np.array([0.1], np.float32)})["x"]
     assert fed.dtype == np.float32 and fed[0] == np.float32(np.float16(0.1)) != np.float32(0.1)
+
+
+def test_a_loop_that_ran_zero_times_is_named():
+    # the trip count is a graph input: random ints are 0..3, seed 1 feeds 0 and the body never runs
+    body = helper.make_graph([helper.make_node("Neg", ["v"], ["v2"]), helper.make_node("Identity", ["cond"], ["c2"])], "b",
+                             [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond", T.BOOL, []),
+                              helper.make_tensor_value_info("v", T.FLOAT, [4])],
+                             [helper.make_tensor_value_info("c2", T.BOOL, []), helper.make_tensor_value_info("v2", T.FLOAT, [4])])
+    m = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")],
+                   {"n": (T.INT64, []), "x": [4]}, {"y": [4]})
+    zero = next(s for s in range(20) if V.make_inputs(m, seed=s)[0]["n"] == 0)
+    report = V.verify_models(m, m, seed=zero)
+    assert report.ok and any("Loop 'loop' ran zero times" in n for n in report.notes)
+    runs = next(s for s in range(20) if V.make_inputs(m, seed=s)[0]["n"] > 0)
+    assert not any("Loop" in n for n in V.verify_models(m, m, seed=runs).notes)
