@@ -436,7 +436,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     V.check_input_shapes(a, shapes)
     if args.symbolic_dim < 1:
         raise UsageError(f"--symbolic-dim must be at least 1, got {args.symbolic_dim}")
-    feeds = V.load_inputs(args.inputs, V.session(a)) if args.inputs else None
+    feeds = V.load_inputs(args.inputs, V.session(a), shapes) if args.inputs else None
     report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=shapes, rtol=args.rtol, atol=args.atol,
                              min_cosine=args.min_cosine, all_tensors=args.all_tensors, fp16_emulate=args.fp16_emulate,
                              symbolic_dim=args.symbolic_dim)
@@ -491,7 +491,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {share:g}: a share between 0 and 1")
     model = model_io.load_proto(args.model)
     V.check_input_shapes(model, parse_input_shapes(args.input_shape))  # the check every verb shares
-    feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
+    shapes = parse_input_shapes(args.input_shape)
+    feeds = V.load_inputs(args.inputs, V.session(model), shapes) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share, absorption_share=args.absorption_share,
                        check=not args.no_check, mode=args.mode)

@@ -544,8 +544,9 @@ class VerifyReport:
         }
 
 
-def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
-    """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape."""
+def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape
+    (and the ``input_shapes`` given, if any: an ``--input-shape`` the file contradicts is refused)."""
     from graphpass.errors import UsageError
 
     try:
@@ -563,6 +564,10 @@ def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
         dims = inp.shape
         if len(dims) != arr.ndim or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(dims, arr.shape)):
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
+        given = (input_shapes or {}).get(inp.name)
+        if given is not None and [int(d) for d in given] != list(arr.shape):
+            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, --input-shape says "
+                             f"{[int(d) for d in given]}")
         feeds[inp.name] = arr
     return feeds
 

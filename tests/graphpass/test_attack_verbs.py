@@ -232,3 +232,15 @@ def test_a_loop_that_ran_zero_times_is_named():
     assert report.ok and any("Loop 'loop' ran zero times" in n for n in report.notes)
     runs = next(s for s in range(20) if V.make_inputs(m, seed=s)[0]["n"] > 0)
     assert not any("Loop" in n for n in V.verify_models(m, m, seed=runs).notes)
+
+
+@pytest.mark.parametrize("verb", ["verify", "precision"])
+def test_an_input_shape_the_npz_contradicts_is_exit_2(tmp_path, capsys, verb):
+    # was: --input-shape x:5,3 silently ignored when --inputs fed x as [2, 3]
+    p = _write(tmp_path, "m", make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", 3]}, {"y": ["N", 3]}))
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.ones((2, 3), np.float32))
+    argv = ["verify", p, p] if verb == "verify" else ["precision", p]
+    assert main(argv + ["--inputs", str(npz), "--input-shape", "x:5,3"]) == 2
+    assert "--input-shape says [5, 3]" in capsys.readouterr().err
+    assert main(argv + ["--inputs", str(npz), "--input-shape", "x:2,3"]) == 0
