@@ -545,6 +545,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out-dir '{out}' exists and is not a folder")
+    base = out.absolute()
+    while not base.exists():  # checked before the search, which may take minutes
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(f"--out-dir '{out}' cannot be created or written ('{base}' is not a writable folder)")
     res = bisect(args.model, out, rtol=args.rtol, atol=args.atol, seed=args.seed, pipeline=args.pipeline, passes=passes,
                  disable=disable, enable=enable, target=args.target, input_shapes=shapes or None,
                  fp16_emulate=args.fp16_emulate)

@@ -244,3 +244,12 @@ def test_an_input_shape_the_npz_contradicts_is_exit_2(tmp_path, capsys, verb):
     assert main(argv + ["--inputs", str(npz), "--input-shape", "x:5,3"]) == 2
     assert "--input-shape says [5, 3]" in capsys.readouterr().err
     assert main(argv + ["--inputs", str(npz), "--input-shape", "x:2,3"]) == 0
+
+
+def test_bisect_out_dir_that_cannot_be_written_is_exit_2_before_the_search(tmp_path, capsys):
+    # was: internal error (exit 3) after the whole search, when the models were written
+    p = _write(tmp_path, "m", make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [4]}, {"y": [4]}))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["bisect", p, "--out-dir", str(blocker / "sub")]) == 2
+    assert "cannot be created or written" in capsys.readouterr().err
