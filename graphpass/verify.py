@@ -6,7 +6,8 @@ manager's ``--verify-each`` build on; all of them judge outputs with :func:`comp
 * integer, bool and string values compare exactly;
 * floats element by element: ``|a - b| <= atol + rtol * |b|`` (``b`` the original's value);
   NaN positions exact (a NaN where the original has a number fails, and the reverse), infinities
-  exact in position and sign; with ``rtol = atol = 0`` the sign of zero counts too (bitwise);
+  exact in position and sign; with ``rtol = atol = 0`` the sign of zero counts too (bitwise, except that
+  any NaN equals any NaN: payload and sign bits of NaNs are not compared);
 * a different dtype or shape fails.
 
 Inputs are generated per input dtype and shape from a seed (:func:`make_inputs`); a symbolic dim

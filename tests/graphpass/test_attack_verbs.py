@@ -253,3 +253,14 @@ def test_bisect_out_dir_that_cannot_be_written_is_exit_2_before_the_search(tmp_p
     blocker.write_text("")
     assert main(["bisect", p, "--out-dir", str(blocker / "sub")]) == 2
     assert "cannot be created or written" in capsys.readouterr().err
+
+
+def test_exact_comparison_matches_any_nan_with_any_nan_as_documented():
+    # a judgement, pinned: NaN payload and sign bits are not compared even at rtol = atol = 0
+    # (kernels canonicalize NaNs differently); the position of every NaN is
+    a = np.array([np.nan, 1.0], np.float16)
+    b = a.copy().view(np.uint16)
+    b[0] |= 0x8001
+    b = b.view(np.float16)
+    assert np.isnan(b[0]) and V.compare_arrays("t", a, b, 0.0, 0.0).ok
+    assert not V.compare_arrays("t", a, np.array([1.0, np.nan], np.float16), 0.0, 0.0).ok
