@@ -188,7 +188,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         original = model_io.load_proto(args.model)
         feeds, ref, _, ra, notes = V.reference(original, seed=args.seed, input_shapes=shapes,
                                                fp16_emulate=args.fp16_emulate)
-        V.check_deterministic("the input model", original, ra, feeds, ref)
+        try:
+            V.check_deterministic("the input model", original, ra, feeds, ref)
+        except UsageError as e:  # --verify asked for a verified output: none can be given
+            if not args.keep_failed:
+                out.unlink(missing_ok=True)
+            raise UsageError(f"{e}; --verify cannot judge it"
+                             + ("" if args.keep_failed else ", the output was not kept (use --keep-failed)")) from e
         try:
             rb = V.Runner(str(out), fp16_emulate=args.fp16_emulate)
             got = rb.run(feeds)

@@ -71,6 +71,7 @@ def test_nondeterministic_models_are_refused_not_judged(tmp_path, capsys, build)
     assert "gives other outputs on every run" in err and "y changed" in err
     assert main(["bisect", p, "--out-dir", str(tmp_path / "b")]) == 2
     assert main(["optimize", p, "-o", str(tmp_path / "o.onnx"), "--verify"]) == 2
+    assert not (tmp_path / "o.onnx").exists()  # like a failed --verify: not kept without --keep-failed
     # --verify-each blamed the first pass that changed the graph (exit 1, propagate_layout)
     assert main(["optimize", p, "-o", str(tmp_path / "o.onnx"), "--verify-each"]) == 2
 
