@@ -784,7 +784,12 @@ def verify_models(
         got = rb.run(feeds)
     except BadModelError as e:
         raise BadModelError(f"model B: {e} (inputs fed: {'; '.join(str(f) for f in fed)})") from e
-    check_deterministic("model B", b, rb, feeds, got)
+    try:
+        check_deterministic("model B", b, rb, feeds, got)
+    except UsageError as e:  # the original is deterministic: randomness in B is a difference (exit 1)
+        from graphpass.errors import VerificationError
+
+        raise VerificationError(f"{e}, where model A gives the same outputs on every run") from e
     notes = notes + branch_notes("model A", a, ra, feeds)
     fp16_models = ra.fp16 or rb.fp16
     base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models

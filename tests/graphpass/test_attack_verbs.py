@@ -265,3 +265,11 @@ def test_exact_comparison_matches_any_nan_with_any_nan_as_documented():
     b = b.view(np.float16)
     assert np.isnan(b[0]) and V.compare_arrays("t", a, b, 0.0, 0.0).ok
     assert not V.compare_arrays("t", a, np.array([1.0, np.nan], np.float16), 0.0, 0.0).ok
+
+
+def test_randomness_only_in_model_b_is_a_failure_not_a_usage_error(tmp_path, capsys):
+    # the original is deterministic: a B that draws random numbers computes something else (exit 1)
+    a = _write(tmp_path, "a", make_model([helper.make_node("Identity", ["x"], ["y"])], {"x": [100]}, {"y": [100]}))
+    b = _write(tmp_path, "b", _training_dropout())
+    assert main(["verify", a, b]) == 1
+    assert "model B gives other outputs on every run" in capsys.readouterr().err
