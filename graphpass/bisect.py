@@ -55,6 +55,7 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
     original = model_io.load_proto(model)
     shapes = optimize_kwargs.get("input_shapes")
     feeds, reference, _, runner, _ = V.reference(original, seed=seed, input_shapes=shapes, fp16_emulate=fp16_emulate)
+    V.check_deterministic("the model", original, runner, feeds, reference)
     emulated = [runner.emulated]
 
     def attempt(limit: int | None):

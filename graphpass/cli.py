@@ -85,6 +85,39 @@ def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: st
                              f"({limit:,} bytes)")
 
 
+def _tolerance_arg(text: str) -> float:
+    """--rtol/--atol: a finite number >= 0 (NaN or inf would pass every difference, a negative one none)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a tolerance is a finite number >= 0")
+    return v
+
+
+def _seed_arg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a seed is an integer >= 0")
+    return v
+
+
+def _cosine_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not -1.0 <= v <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"{text}: a cosine similarity is between -1 and 1")
+    return v
+
+
 def _split_names(values: Sequence[str] | None) -> list[str]:
     out: list[str] = []
     for v in values or []:
@@ -267,6 +300,10 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
     except BadModelError as e:
         raise BadModelError(f"--verify: {args.model}: {e}") from None
     kept = "" if args.keep_failed else "; the output was not kept (use --keep-failed)"
+    try:
+        V.check_deterministic("the input model", original, ra, feeds, ref)
+    except UsageError as e:  # --verify asked for a verified output: none can be given
+        raise UsageError(f"{e}; --verify cannot judge it" + (kept and ", the output was not kept (use --keep-failed)")) from e
     try:
         rb = V.Runner(str(staged), fp16_emulate=args.fp16_emulate)
         got = rb.run(feeds)
@@ -470,6 +507,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finite_json(value):
+    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     import json
 
@@ -485,20 +535,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     V.check_input_shapes(a, shapes)
     if args.symbolic_dim < 1:
         raise UsageError(f"--symbolic-dim must be at least 1, got {args.symbolic_dim}")
-    feeds = V.load_inputs(args.inputs, V.session(a)) if args.inputs else None
+    feeds = V.load_inputs(args.inputs, V.session(a), shapes) if args.inputs else None
     report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=shapes, rtol=args.rtol, atol=args.atol,
                              min_cosine=args.min_cosine, all_tensors=args.all_tensors, fp16_emulate=args.fp16_emulate,
                              symbolic_dim=args.symbolic_dim)
-    if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2, default=float))
+    if args.format == "json":  # standard JSON: an infinite difference is the string "inf", not Infinity
+        print(json.dumps(_finite_json(report.to_dict()), indent=2, default=float, allow_nan=False))
     else:
         console = Console(width=120, markup=False)
         src = f"from {args.inputs}" if args.inputs else f"seeded random, seed {report.seed}"
         console.print(f"inputs ({src}): " + "; ".join(str(f) for f in report.fed))
-        sym = sorted({v for f in report.fed for v in f.symbolic.values()})
-        if sym:
-            console.print(f"symbolic dims ({', '.join(sym)}) fed as {args.symbolic_dim}: change with --symbolic-dim N "
-                          "or --input-shape NAME:D1,D2,...")
+        by_value: dict[int, set[str]] = {}
+        for f in report.fed:
+            for k, v in f.symbolic.items():
+                by_value.setdefault(f.shape[k], set()).add(v)
+        if by_value:  # the values really fed (a dim bound by --input-shape, or 1 after a retry)
+            fed_as = "; ".join(f"({', '.join(sorted(names))}) fed as {val}" for val, names in sorted(by_value.items()))
+            console.print(f"symbolic dims {fed_as}: change with --symbolic-dim N or --input-shape NAME:D1,D2,...")
         for note in report.notes:
             console.print(f"note: {note}")
         emulated = [k.upper() for k, v in report.fp16_emulated.items() if v]
@@ -537,7 +590,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {share:g}: a share between 0 and 1")
     model = model_io.load_proto(args.model)
     V.check_input_shapes(model, parse_input_shapes(args.input_shape))  # the check every verb shares
-    feeds = V.load_inputs(args.inputs, V.session(model)) if args.inputs else None
+    shapes = parse_input_shapes(args.input_shape)
+    feeds = V.load_inputs(args.inputs, V.session(model), shapes) if args.inputs else None
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share, absorption_share=args.absorption_share,
                        check=not args.no_check, mode=args.mode)
@@ -590,6 +644,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out-dir '{out}' exists and is not a folder")
+    base = out.absolute()
+    while not base.exists():  # checked before the search, which may take minutes
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(f"--out-dir '{out}' cannot be created or written ('{base}' is not a writable folder)")
     res = bisect(args.model, out, rtol=args.rtol, atol=args.atol, seed=args.seed, pipeline=args.pipeline, passes=passes,
                  disable=disable, enable=enable, target=args.target, input_shapes=shapes or None,
                  fp16_emulate=args.fp16_emulate)
@@ -657,12 +716,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--freeze-initializers", action="store_true",
                    help="treat initializers that are also graph inputs (overridable defaults) as constants "
                         "and drop them from the inputs; by default they stay inputs")
-    o.add_argument("--rtol", type=float, default=None,
+    o.add_argument("--rtol", type=_tolerance_arg, default=None,
                    help="--verify tolerance (default: exact when only exact passes ran, else the loosest promise, at least 1e-4)")
-    o.add_argument("--atol", type=float, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
+    o.add_argument("--atol", type=_tolerance_arg, default=None, help="--verify tolerance (default: as --rtol; at least 1e-3)")
     o.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="--verify runs models holding float16 with every fp16 value rounded (default on)")
-    o.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
+    o.add_argument("--seed", type=_seed_arg, default=0, help="seed of generated inputs")
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
     o.add_argument("--mixed-precision", default=None, metavar="MODE",
@@ -717,10 +776,10 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--fusion-switch", default=None, metavar="FILE")
     bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     bs.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"])
-    bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--rtol", type=float, default=None,
+    bs.add_argument("--seed", type=_seed_arg, default=0)
+    bs.add_argument("--rtol", type=_tolerance_arg, default=None,
                     help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")
-    bs.add_argument("--atol", type=float, default=None, help="default: as --rtol (at least 1e-3)")
+    bs.add_argument("--atol", type=_tolerance_arg, default=None, help="default: as --rtol (at least 1e-3)")
     bs.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                     help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     bs.set_defaults(func=cmd_bisect)
@@ -729,7 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("model")
     pr.add_argument("--inputs", default=None, metavar="FILE.npz")
     pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--seed", type=_seed_arg, default=0)
     pr.add_argument("--underflow-share", type=float, default=0.01,
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
     pr.add_argument("--absorption-share", type=float, default=0.5,
@@ -758,15 +817,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("model_a")
     v.add_argument("model_b")
     v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--rtol", type=float, default=None,
+    v.add_argument("--seed", type=_seed_arg, default=0)
+    v.add_argument("--rtol", type=_tolerance_arg, default=None,
                    help="elementwise |a-b| <= atol + rtol*|b| (default 1e-4; 1e-2 when a model holds float16; 0 with --atol 0: bitwise)")
-    v.add_argument("--atol", type=float, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
+    v.add_argument("--atol", type=_tolerance_arg, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
     v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
     v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
                    help="value fed for symbolic dims not fixed by --input-shape (default 2; 1 if the original fails with 2)")
-    v.add_argument("--min-cosine", type=float, default=None, help="also fail a tensor whose cosine similarity is lower")
+    v.add_argument("--min-cosine", type=_cosine_arg, default=None, help="also fail a tensor whose cosine similarity is lower")
     v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
     v.add_argument("--all-tensors", action="store_true",
                    help="compare every intermediate both models share; name the first divergence and the first NaN/Inf")

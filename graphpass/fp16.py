@@ -188,7 +188,9 @@ class Emulated:
     def feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not self.active:
             return dict(feeds)
-        return {k: (np.asarray(v).astype(np.float32) if k in self.fp16_inputs else v) for k, v in feeds.items()}
+        # rounded through float16 first: an fp16 input holds fp16 values whatever the caller passed
+        return {k: (np.asarray(v).astype(np.float16).astype(np.float32) if k in self.fp16_inputs else v)
+                for k, v in feeds.items()}
 
     def outputs(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not self.active:

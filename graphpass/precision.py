@@ -459,6 +459,8 @@ def _observe(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
 def _by_tensor(values: Mapping[str, np.ndarray], probes: Mapping[str, str]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for k, v in values.items():
+        if not isinstance(v, np.ndarray):  # a sequence, map or optional output: no float32 tensor to judge
+            continue
         if k in probes and (probes[k] not in out or out[probes[k]].size == 0):  # sibling branches may reuse a name
             out[probes[k]] = np.asarray(v)
     return out

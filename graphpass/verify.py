@@ -6,7 +6,8 @@ manager's ``--verify-each`` build on; all of them judge outputs with :func:`comp
 * integer, bool and string values compare exactly;
 * floats element by element: ``|a - b| <= atol + rtol * |b|`` (``b`` the original's value);
   NaN positions exact (a NaN where the original has a number fails, and the reverse), infinities
-  exact in position and sign; with ``rtol = atol = 0`` the sign of zero counts too (bitwise);
+  exact in position and sign; with ``rtol = atol = 0`` the sign of zero counts too (bitwise, except that
+  any NaN equals any NaN: payload and sign bits of NaNs are not compared);
 * a different dtype or shape fails.
 
 Inputs are generated per input dtype and shape from a seed (:func:`make_inputs`); a symbolic dim
@@ -28,7 +29,8 @@ from google.protobuf.message import DecodeError
 from graphpass.errors import BadModelError
 
 __all__ = ["OutputComparison", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
-           "make_inputs", "check_input_shapes", "reference", "run", "compare", "compare_arrays", "all_match",
+           "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
+           "reference", "run", "compare", "compare_arrays", "all_match",
            "tolerance_for", "describe", "load_inputs", "verify_models", "DEFAULT_RTOL", "DEFAULT_ATOL"]
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,11 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
     """The one comparison rule of graphpass (module docstring); ``ref`` is the original's value.
 
     ``strict_dtype=False`` lets two float dtypes meet (intermediates of a mixed-precision model).
+    Sequences (lists), maps (dicts) and empty optionals (``None``), as onnxruntime returns them,
+    compare by kind, length or keys, then element by element: a sequence never equals a tensor.
     """
+    if _kind(ref) != "tensor" or _kind(got) != "tensor":
+        return _compare_structured(name, ref, got, rtol, atol, strict_dtype)
     ref = np.asarray(ref)
     got = np.asarray(got)
     if ref.shape != got.shape:
@@ -173,6 +179,48 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
     return OutputComparison(name, max_abs, max_rel, cosine, False, note, mismatched=count, size=size)
 
 
+def _kind(v) -> str:
+    if v is None:
+        return "empty optional"
+    if isinstance(v, (list, tuple)):
+        return "sequence"
+    if isinstance(v, dict):
+        return "map"
+    return "tensor"
+
+
+def _compare_structured(name: str, ref, got, rtol: float, atol: float, strict_dtype: bool) -> OutputComparison:
+    """:func:`compare_arrays` for sequence, map and optional values (recursively)."""
+    kr, kg = _kind(ref), _kind(got)
+
+    def fail(note: str, size: int = 0) -> OutputComparison:
+        return OutputComparison(name, float("inf"), float("inf"), 0.0, False, note, size=size)
+
+    if kr != kg:
+        return fail(f"a {kg} where the original has a {kr}")
+    if kr == "empty optional":
+        return OutputComparison(name, 0.0, 0.0, 1.0, True)
+    if kr == "sequence":
+        if len(ref) != len(got):
+            return fail(f"sequence of {len(got)} != {len(ref)} elements", len(ref))
+        pairs = [(f"{name}[{k}]", r, g) for k, (r, g) in enumerate(zip(ref, got))]
+    else:
+        if set(ref) != set(got):
+            return fail(f"map keys differ: {sorted(map(repr, set(ref) ^ set(got)))[:5]}", len(ref))
+        pairs = [(f"{name}[{k!r}]", ref[k], got[k]) for k in ref]
+    parts = [compare_arrays(n, r, g, rtol, atol, strict_dtype) for n, r, g in pairs]
+    size = sum(c.size for c in parts)
+    bad = [c for c in parts if not c.ok]
+    max_abs = max([c.max_abs for c in parts], default=0.0)
+    max_rel = max([c.max_rel for c in parts], default=0.0)
+    cosine = min([c.cosine for c in parts], default=1.0)
+    if not bad:
+        return OutputComparison(name, max_abs, max_rel, cosine, True, size=size)
+    note = f"{len(bad)} of {len(parts)} elements differ; first {bad[0].name}: {bad[0].note}"
+    return OutputComparison(name, max_abs, max_rel, cosine, False, note,
+                            mismatched=sum(c.mismatched or 1 for c in bad), size=size)
+
+
 def compare(
     ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
 ) -> list[OutputComparison]:
@@ -212,6 +260,21 @@ class Tolerance:
         return f"rtol {self.rtol:g}, atol {self.atol:g} ({self.why})"
 
 
+def check_tolerance(rtol: float | None, atol: float | None) -> None:
+    """A given tolerance is a finite number >= 0: NaN or inf would pass every finite difference.
+
+    Raises:
+        UsageError: naming the bad value (exit 2).
+    """
+    import math
+
+    from graphpass.errors import UsageError
+
+    for flag, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"{flag} {v}: a tolerance is a finite number >= 0")
+
+
 def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | None = None,
                   fp16: bool = False) -> Tolerance:
     """The default tolerance after passes with these promises ran (``rtol``/``atol`` override).
@@ -221,6 +284,7 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
     when ``fp16``, i.e. a model compared holds float16): a promise bounds one application, and
     applications compound.
     """
+    check_tolerance(rtol, atol)
     loose = [p for p in promises if not p.exact]
     if not loose and not fp16:
         tol = Tolerance(0.0, 0.0, "only exact passes changed the graph")
@@ -302,6 +366,15 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     fed: list[FedInput] = []
+    # a named dim fixed through one input's --input-shape holds for every input that names it
+    bound: dict[str, int] = {}
+    for vi in _graph_inputs(model):
+        given = (input_shapes or {}).get(vi.name)
+        if given is None or not vi.type.HasField("tensor_type"):
+            continue
+        for d, v in zip(vi.type.tensor_type.shape.dim, given):
+            if d.dim_param and not d.HasField("dim_value"):
+                bound.setdefault(d.dim_param, int(v))
     for vi in _graph_inputs(model):
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         if tt is None or not tt.elem_type:
@@ -325,7 +398,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
                     shape.append(int(d.dim_value))
                 else:
                     symbolic[k] = d.dim_param or f"{vi.name}[{k}]"
-                    shape.append(symbolic_dim)
+                    shape.append(bound.get(d.dim_param, symbolic_dim) if d.dim_param else symbolic_dim)
         if dtype.kind == "f":
             arr = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -387,13 +460,21 @@ def reference(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, 
         fed = [FedInput(k, str(np.asarray(v).dtype), list(np.asarray(v).shape), {}, True) for k, v in feeds.items()]
         return dict(feeds), runner.run(feeds), fed, runner, notes
     feeds, fed = make_inputs(model, seed, input_shapes, symbolic_dim)
+
+    def fed_text(fed) -> str:
+        return (f" (inputs fed: {'; '.join(str(f) for f in fed)}; random floats are standard normal, random ints "
+                "0..3: --inputs FILE.npz feeds others)")
+
     try:
         outputs = runner.run(feeds)
     except BadModelError as e:
         if symbolic_dim == 1 or not any(f.symbolic for f in fed):
-            raise
+            raise BadModelError(f"{e}{fed_text(fed)}") from e
         feeds, fed = make_inputs(model, seed, input_shapes, 1)
-        outputs = runner.run(feeds)
+        try:
+            outputs = runner.run(feeds)
+        except BadModelError as e2:
+            raise BadModelError(f"{e2}{fed_text(fed)}") from e2
         notes.append(f"symbolic dims fed as 1: the original model fails with {symbolic_dim} ({e})")
     return feeds, outputs, fed, runner, notes
 
@@ -464,8 +545,9 @@ class VerifyReport:
         }
 
 
-def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
-    """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape."""
+def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape
+    (and the ``input_shapes`` given, if any: an ``--input-shape`` the file contradicts is refused)."""
     from graphpass.errors import UsageError
 
     try:
@@ -484,6 +566,10 @@ def load_inputs(path: str, sess) -> dict[str, np.ndarray]:
         dims = inp.shape
         if len(dims) != arr.ndim or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(dims, arr.shape)):
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
+        given = (input_shapes or {}).get(inp.name)
+        if given is not None and [int(d) for d in given] != list(arr.shape):
+            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, --input-shape says "
+                             f"{[int(d) for d in given]}")
         feeds[inp.name] = arr
     return feeds
 
@@ -506,6 +592,104 @@ def _expose_all(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
                 m.graph.output.append(vi)
                 have.add(name)
     return m, order
+
+
+#: Ops whose outputs may change from run to run (Dropout only with a training_mode input).
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli", "Dropout"})
+
+
+def random_nodes(model: onnx.ModelProto) -> list[str]:
+    """``Op 'name'`` for every node that may draw random numbers (subgraphs and functions included)."""
+    from graphpass.fp16 import _graphs
+
+    found = []
+    nodes = [n for g in _graphs(model.graph) for n in g.node] + [n for f in model.functions for n in f.node]
+    for n in nodes:
+        if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx") and (n.op_type != "Dropout" or
+                                                                          (len(n.input) > 2 and n.input[2])):
+            found.append(f"{n.op_type} '{n.name or n.output[0]}'")
+    return found
+
+
+def check_deterministic(label: str, model: onnx.ModelProto, runner: "Runner", feeds: Mapping[str, np.ndarray],
+                        outputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse a model whose outputs change from run to run: no comparison can judge it.
+
+    Only models holding random ops (:func:`random_nodes`) are run a second time.
+
+    Raises:
+        UsageError: naming the outputs that changed and the random ops (exit 2).
+    """
+    from graphpass.errors import UsageError
+
+    nodes = random_nodes(model)
+    if not nodes:
+        return
+    again = runner.run(feeds)
+    moved = [c.name for c in compare(outputs, again, 0.0, 0.0) if not c.ok]
+    if moved:
+        raise UsageError(f"{label} gives other outputs on every run ({', '.join(moved)} changed between two runs on the "
+                         f"same inputs; random ops: {', '.join(nodes[:5])}): a comparison cannot tell a changed model "
+                         "from a new draw; give the random ops fixed inputs or Dropout training_mode false")
+
+
+def branch_notes(label: str, model: onnx.ModelProto, runner: "Runner", feeds: Mapping[str, np.ndarray]) -> list[str]:
+    """Notes on what these inputs leave unrun in the main graph: the untaken branch of each If
+    whose condition comes from the inputs, and each Loop whose trip count or first condition
+    (from the inputs) lets it run zero times.
+
+    A comparison judges only what ran; the note names what stayed untried (``--inputs`` or
+    another ``--seed`` reaches it). Ifs and Loops inside subgraphs are not observed.
+    """
+    consts = {t.name for t in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    ifs = [n for n in model.graph.node if n.op_type == "If" and n.input and n.input[0] not in consts]
+    loops = [n for n in model.graph.node if n.op_type == "Loop"
+             and any(k < len(n.input) and n.input[k] and n.input[k] not in consts for k in (0, 1))]
+    if not ifs and not loops:
+        return []
+    wanted = {n.input[0]: onnx.TensorProto.BOOL for n in ifs}
+    for n in loops:
+        for k, t in ((0, onnx.TensorProto.INT64), (1, onnx.TensorProto.BOOL)):
+            if k < len(n.input) and n.input[k]:
+                wanted[n.input[k]] = t
+    values = {k: v for k, v in feeds.items()}
+    probed = sorted(set(wanted) - set(feeds))
+    if probed:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(runner.model)
+        have = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(onnx.helper.make_tensor_value_info(c, wanted[c], None) for c in probed if c not in have)
+        try:
+            emu = runner._emu.feeds(feeds) if runner.emulated else feeds
+            values.update(run(session(probe), emu))
+        except BadModelError:
+            return [f"{label}: {len(ifs)} If and {len(loops)} Loop node(s) depend on the inputs: only what these inputs "
+                    "run is verified"]
+
+    def scalar(name):
+        v = values.get(name)
+        return None if v is None or np.asarray(v).size != 1 else np.asarray(v).reshape(-1)[0]
+
+    notes = []
+    for n in ifs:
+        v = scalar(n.input[0])
+        label_n = n.name or n.output[0]
+        if v is None:
+            notes.append(f"{label}: If '{label_n}': the branch taken is not known; only it is verified")
+            continue
+        took = "then" if bool(v) else "else"
+        other = "else" if took == "then" else "then"
+        notes.append(f"{label}: If '{label_n}' ran only its {took} branch on these inputs; its {other} branch is "
+                     "not verified (--inputs or --seed reach it)")
+    for n in loops:
+        trips = scalar(n.input[0]) if n.input[0] else None
+        first = scalar(n.input[1]) if len(n.input) > 1 and n.input[1] else None
+        if (trips is not None and int(trips) <= 0) or (first is not None and not bool(first)):
+            notes.append(f"{label}: Loop '{n.name or n.output[0]}' ran zero times on these inputs; its body is not "
+                         "verified (--inputs or --seed reach it)")
+    return notes
 
 
 def _provenance_map(a: onnx.ModelProto, b: onnx.ModelProto) -> dict[str, str]:
@@ -576,20 +760,38 @@ def verify_models(
     ins_a, ins_b = {i.name for i in _graph_inputs(a)}, {i.name for i in _graph_inputs(b)}
     if ins_a != ins_b:
         raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")
+    types_b = {i.name: i.type.tensor_type.elem_type for i in _graph_inputs(b) if i.type.HasField("tensor_type")}
+    for i in _graph_inputs(a):
+        ta, tb = (i.type.tensor_type.elem_type if i.type.HasField("tensor_type") else 0), types_b.get(i.name, 0)
+        if ta and tb and ta != tb:
+            name = onnx.TensorProto.DataType.Name
+            raise UsageError(f"input '{i.name}' is {name(ta).lower()} in model A and {name(tb).lower()} in model B: "
+                             "the same values cannot feed both")
     outs_a, outs_b = [o.name for o in a.graph.output], {o.name for o in b.graph.output}
     if set(outs_a) != outs_b:
         raise UsageError(f"the models have different outputs: {sorted(set(outs_a) ^ outs_b)}")
     check_input_shapes(a, input_shapes)
     check_input_shapes(b, input_shapes)
+    check_tolerance(rtol, atol)
+    if seed < 0:
+        raise UsageError(f"seed {seed}: a seed is an integer >= 0")
     try:
         feeds, ref, fed, ra, notes = reference(a, seed, input_shapes, fp16_emulate, symbolic_dim, feeds)
     except BadModelError as e:
         raise BadModelError(f"model A: {e}") from e
+    check_deterministic("model A", a, ra, feeds, ref)
     try:
         rb = Runner(b, fp16_emulate)
         got = rb.run(feeds)
     except BadModelError as e:
         raise BadModelError(f"model B: {e} (inputs fed: {'; '.join(str(f) for f in fed)})") from e
+    try:
+        check_deterministic("model B", b, rb, feeds, got)
+    except UsageError as e:  # the original is deterministic: randomness in B is a difference (exit 1)
+        from graphpass.errors import VerificationError
+
+        raise VerificationError(f"{e}, where model A gives the same outputs on every run") from e
+    notes = notes + branch_notes("model A", a, ra, feeds)
     fp16_models = ra.fp16 or rb.fp16
     base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
             else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))

@@ -97,6 +97,7 @@ class PassManager:
     def _reference(self, graph: gs.Graph):
         model = model_io.to_proto(graph)
         feeds, ref, _, runner, _ = _verify.reference(model, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
+        _verify.check_deterministic("the input model", model, runner, feeds, ref)  # else every pass "breaks" it
         self._fp16_reference = runner.fp16
         return feeds, ref
 
