@@ -70,6 +70,17 @@ class Promise:
     decomposition); elementwise ``|a - b| <= atol + rtol * |b|``, and NaN/inf positions and
     signs stay exactly where the original has them. A rewrite that can change a value beyond
     that is a bug, never a tolerance.
+
+    What a tolerance covers, precisely (settled when the fuzzer and two reviews probed it):
+    it bounds one application on the values the rewritten nodes produce. Two things lie outside
+    any rounding bound and are stated, not hidden: (1) an intermediate that overflows in one
+    form and not the other (inputs near the dtype's max: ``(x*a)*b`` vs ``x*(a*b)``, a
+    decomposed LayerNorm's ``(x-mu)^2``) moves an inf/NaN; inf and NaN *inputs* and parameters
+    still land exactly where the original puts them; (2) later nodes can amplify the bounded
+    error (cancellation, deep networks), so whole-model checks (``verify``) use a measured floor.
+    For float16 models "exact" is judged under fp16 emulation (every float16 tensor rounded, as
+    the spec computes): onnxruntime's CPU provider runs float16 ops without a float16 kernel in
+    float32 between casts it places itself, so its bits follow the graph's structure.
     """
 
     kind: str  # "exact" | "tolerance"
