@@ -83,7 +83,7 @@ class Promise:
     float32 between casts it places itself, so its bits follow the graph's structure.
     """
 
-    kind: str  # "exact" | "tolerance"
+    kind: str  # "exact" | "tolerance" | "opt-in" (a precision change the user asked for: no bound)
     name: str = "exact"
     rtol: float = 0.0
     atol: float = 0.0
@@ -93,12 +93,29 @@ class Promise:
     def tolerance(cls, name: str, *, rtol: float, atol: float, reason: str) -> "Promise":
         return cls("tolerance", name, rtol, atol, reason)
 
+    @classmethod
+    def opt_in(cls, name: str, *, rtol: float, atol: float, reason: str) -> "Promise":
+        """A change of precision the user asks for (never in a default pipeline): values outside
+        the lower precision's range overflow and cancellation amplifies its rounding, so no
+        per-element bound holds; ``rtol``/``atol`` are only ``verify``'s starting point, and
+        ``graphpass precision`` (with fp16 emulation) is what judges the result."""
+        return cls("opt-in", name, rtol, atol, reason)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the promise is a bound the outputs are held to (exact or a rounding tolerance)."""
+        return self.kind != "opt-in"
+
     @property
     def exact(self) -> bool:
         return self.kind == "exact"
 
     def __str__(self) -> str:
-        return "exact" if self.exact else f"{self.name} (rtol {self.rtol:g}, atol {self.atol:g})"
+        if self.exact:
+            return "exact"
+        if not self.bounded:
+            return f"{self.name} (opt-in, no bound)"
+        return f"{self.name} (rtol {self.rtol:g}, atol {self.atol:g})"
 
 
 EXACT = Promise("exact")

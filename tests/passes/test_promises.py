@@ -15,7 +15,9 @@ def test_every_pass_declares_its_own_promise():
         assert "promise" in vars(cls), f"{cls.__name__} inherits or lacks its promise"
         promise = cls.promise
         assert isinstance(promise, Promise), cls.__name__
-        assert promise.kind in ("exact", "tolerance"), cls.__name__
+        assert promise.kind in ("exact", "tolerance", "opt-in"), cls.__name__
+        if not promise.bounded:  # only a precision change the user opts into may have no bound
+            assert not cls.default_enabled and cls.kind.value == "precision", cls.__name__
         if promise.exact:
             assert promise.rtol == promise.atol == 0.0, cls.__name__
         else:
