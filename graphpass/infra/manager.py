@@ -26,7 +26,7 @@ from graphpass.infra.context import PassContext
 from graphpass.infra.pass_base import Pass
 from graphpass.infra.registry import get_pass
 from graphpass.ir import model_io
-from graphpass.ir.graph import count_nodes, toposort
+from graphpass.ir.graph import count_nodes, iter_graphs, toposort
 
 __all__ = ["PassRecord", "PassManager", "CONTRACT_CHECK_MAX_NODES"]
 
@@ -153,7 +153,9 @@ class PassManager:
         total = len(self.passes)
         nodes_now = count_nodes(graph)
         if ctx.check_contract is None:  # auto: on for graphs a fingerprint costs little on
-            ctx.check_contract = nodes_now <= CONTRACT_CHECK_MAX_NODES
+            # (counted in node inputs and outputs too: one Split of 100,000 outputs is no small graph)
+            edges = sum(len(n.inputs) + len(n.outputs) for g in iter_graphs(graph) for n in g.nodes)
+            ctx.check_contract = nodes_now <= CONTRACT_CHECK_MAX_NODES and edges <= 4 * CONTRACT_CHECK_MAX_NODES
         applied = 0
         limit = ctx.max_applications
         for rnd in range(1, max(1, ctx.max_rounds) + 1):

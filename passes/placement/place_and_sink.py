@@ -71,7 +71,11 @@ class PlaceAndSink(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         from graphpass.cost_model import AscendCostModel, create
 
-        cm = ctx.cost_model if isinstance(ctx.cost_model, AscendCostModel) else create(ctx.target if ctx.target != "none" else "ascend910a")
+        if not isinstance(ctx.cost_model, AscendCostModel) and ctx.target == "none":
+            # placement is a hardware decision: with no target there is none to make (it used to
+            # assume a 910A here, two whole-graph estimates per run for nothing anyone asked)
+            return PassResult(False, {"skipped": "no target (--target none): engines need a hardware profile"})
+        cm = ctx.cost_model if isinstance(ctx.cost_model, AscendCostModel) else create(ctx.target)
         engines, report = cm.placement(graph, **{k: v for k, v in ctx.cost_options.items() if k == "precision_mode"})
         stats = {"AICORE": 0, "AICPU": 0, "HOST": 0, "sunk": 0, "not_sunk": 0, "crossings": len(report.crossings)}
         changed = 0
