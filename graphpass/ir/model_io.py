@@ -1583,7 +1583,14 @@ class InvalidOutputError(RuntimeError):
 def _checker_problem(model: str | onnx.ModelProto) -> str | None:
     """The full ONNX checker's first complaint about ``model`` (a path or a proto), or None."""
     try:
-        onnx.checker.check_model(model, full_check=True)
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as e:  # noqa: BLE001
+            if "Cannot parse data from external tensors" not in str(e):
+                raise
+            # onnx's shape inference cannot read a shape operand kept in external data: that is
+            # the checker's limit, not the model's; the structural checks still run
+            onnx.checker.check_model(model)
     except Exception as e:  # noqa: BLE001 - ValidationError, InferenceError and C++ errors alike
         text = str(e).strip().splitlines()
         return (text[0] if text else type(e).__name__)[:400]

@@ -201,3 +201,38 @@ def test_fuse_layer_norm_keeps_nan_positions():
     model, _ = _layer_norm(17, 3)
     x = np.array([[-3.0e38, 1e-45, -3.0e38], [1.0, 2.0, 3.0]], np.float32)  # the decomposition: inf - inf
     _check(model, {"x": x}, ["fuse_layer_norm"])
+
+
+def test_oracle_reads_external_shape_operands_and_leaves_the_case_unchanged():
+    """onnx's full checker cannot read a TopK k kept in external data (its limit, not the
+    model's): the oracle falls back to the structural checker; saving the case externally must
+    not move the case's own tensors out of its proto."""
+    from graphpass._fuzz_cases import Case
+    from graphpass.fuzzing import differential
+
+    g = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1),
+                           helper.make_node("Cast", ["v"], ["c"], to=TensorProto.FLOAT),
+                           helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT16)], "g",
+                          [_vi("x", TensorProto.FLOAT16, [2, 5])],
+                          [_vi("y", TensorProto.FLOAT16, [2, 3]), _vi("i", TensorProto.INT64, [2, 3])],
+                          [numpy_helper.from_array(np.array([3], np.int64), "k")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float16)
+    for passes in (["eliminate_cast_pairs"], None):
+        outcome = differential(Case("float16", "topk", "external", 17, model, {"x": x}, passes))
+        assert outcome.status == "ok", outcome
+
+
+def test_tolerance_of_a_float16_output_is_a_few_of_its_own_ulps():
+    """MatMul+Add -> Gemm in float16 rounds once where the original rounds twice: one fp16 ulp
+    (~1e-3 relative), inside the reassociation promise read in float16's own precision, and
+    nothing more: ten ulps off is still a failure."""
+    from graphpass.fuzzing import compare
+
+    ref = np.array([0.4833984375], np.float16)
+    one_ulp = np.nextafter(ref, np.float16(1))
+    assert compare(ref, one_ulp, exact=False, rtol=1e-5, atol=1e-6) == ""
+    ten_ulps = (ref.astype(np.float32) * (1 + 10 * float(np.finfo(np.float16).eps))).astype(np.float16)
+    assert compare(ref, ten_ulps, exact=False, rtol=1e-5, atol=1e-6) != ""
+    assert compare(ref, one_ulp, exact=True, rtol=0, atol=0) != ""
