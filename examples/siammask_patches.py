@@ -26,6 +26,8 @@ from onnx import TensorProto, helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _builder import Builder, float_input  # noqa: E402
 
+from graphpass.passes.lowering.lower_extract_image_patches import tf_extract_image_patches  # noqa: E402
+
 C = 16
 MASK = 5  # each location predicts a 5x5 mask
 PATCH_ATTRS = dict(ksizes=[1, 3, 3, 1], strides=[1, 1, 1, 1], rates=[1, 1, 1, 1], padding="SAME")
@@ -52,28 +54,6 @@ def build(seed: int = 0) -> onnx.ModelProto:
     model = b.model([float_input("template", [1, 3, 16, 16]), float_input("search", [1, 3, 32, 32])],
                     [helper.make_tensor_value_info(masks, TensorProto.FLOAT, [1, 9, 9, MASK * MASK])], "siammask_patches")
     return model
-
-
-def tf_extract_image_patches(x: np.ndarray, ksizes, strides, rates, padding: str) -> np.ndarray:
-    """numpy reference of tf.image.extract_patches (NHWC; channel order kh, kw, C; SAME pads with zeros)."""
-    n, h, w, c = x.shape
-    _, kh, kw, _ = ksizes
-    _, sh, sw, _ = strides
-    _, rh, rw, _ = rates
-    ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
-    if padding == "SAME":
-        oh, ow = math.ceil(h / sh), math.ceil(w / sw)
-        ph, pw = max((oh - 1) * sh + ekh - h, 0), max((ow - 1) * sw + ekw - w, 0)
-        x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
-    else:
-        oh, ow = math.ceil((h - ekh + 1) / sh), math.ceil((w - ekw + 1) / sw)
-    out = np.zeros((n, oh, ow, kh * kw * c), x.dtype)
-    for y in range(oh):
-        for z in range(ow):
-            for i in range(kh):
-                for j in range(kw):
-                    out[:, y, z, (i * kw + j) * c:(i * kw + j + 1) * c] = x[:, y * sh + i * rh, z * sw + j * rw, :]
-    return out
 
 
 def _special_values(shape, seed: int) -> np.ndarray:

@@ -41,8 +41,8 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
                 raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
             for k, d in enumerate(shapes[name]):
                 if d > limits.MAX_DIM:
-                    raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the largest graphpass "
-                                     f"accepts ({limits.MAX_DIM})")
+                    raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the limit of 2^31 "
+                                     f"({limits.MAX_DIM}) graphpass accepts")
     return shapes
 
 

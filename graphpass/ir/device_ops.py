@@ -285,9 +285,19 @@ def _body_key(fn: onnx.FunctionProto) -> bytes:
     key.CopyFrom(fn)
     key.doc_string = ""
     key.ClearField("metadata_props")
+    # value names are not semantics: each becomes its order of first appearance
+    names: dict[str, str] = {}
+
+    def canon(name: str) -> str:
+        return names.setdefault(name, f"v{len(names)}") if name else name
+
+    key.input[:] = [canon(x) for x in key.input]
     for n in key.node:
         n.doc_string = ""
         n.name = ""
+        n.input[:] = [canon(x) for x in n.input]
+        n.output[:] = [canon(x) for x in n.output]
+    key.output[:] = [canon(x) for x in key.output]
     return key.SerializeToString(deterministic=True)
 
 

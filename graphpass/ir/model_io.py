@@ -202,27 +202,9 @@ def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
 
 
 def _read_regular_file(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of ``path``, read only if it is a regular file no larger than ``limit``.
-
-    A FIFO would block forever and a device (``/dev/zero``) never ends: both are refused from
-    ``os.stat`` before the file is opened.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise BadModelError(f"{path}: no such file") from None
-    except OSError as e:
-        raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
-    if stat.S_ISDIR(st.st_mode):
-        raise BadModelError(f"{path}: is a folder, not an ONNX model")
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file"
-        raise BadModelError(f"{path}: is {kind}, not a regular file; graphpass reads the {what} only from a regular file")
-    if st.st_size > limit:
-        raise ResourceLimitError(
-            f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit} "
-            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-        )
+    """The bytes of ``path``, read only if it is a regular file no larger than ``limit``
+    (:func:`_read_regular_file_check`)."""
+    st = _read_regular_file_check(path, limit, what)
     try:
         with open(path, "rb") as f:
             data = f.read(st.st_size + 1)
@@ -273,18 +255,30 @@ def read_npz(path: str | os.PathLike, max_memory: int | str | None = None) -> di
     return out
 
 
-def _read_regular_file_check(path: Path, limit: int, what: str) -> None:
-    """The checks of :func:`_read_regular_file` without reading the file."""
+def _read_regular_file_check(path: Path, limit: int, what: str) -> os.stat_result:
+    """Refuse ``path`` unless it is a regular file no larger than ``limit``; its ``os.stat``.
+
+    A FIFO would block forever and a device (``/dev/zero``) never ends: both are refused from
+    ``os.stat`` before the file is opened.
+    """
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise BadModelError(f"{path}: no such file") from None
     except OSError as e:
         raise BadModelError(f"{path}: cannot read: {e.strerror}") from e
+    if stat.S_ISDIR(st.st_mode):
+        raise BadModelError(f"{path}: is a folder, not " + ("an ONNX model" if what == "model" else f"the {what}"))
     if not stat.S_ISREG(st.st_mode):
-        raise BadModelError(f"{path}: not a regular file; graphpass reads the {what} only from a regular file")
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode))
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+        raise BadModelError(f"{path}: is {kind}, not a regular file; graphpass reads the {what} only from a regular file")
     if st.st_size > limit:
-        raise ResourceLimitError(f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit}")
+        raise ResourceLimitError(
+            f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit} "
+            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+        )
+    return st
 
 
 def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:

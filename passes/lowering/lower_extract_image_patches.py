@@ -35,7 +35,7 @@ from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 
-__all__ = ["LowerExtractImagePatches", "tf_same_pads"]
+__all__ = ["LowerExtractImagePatches", "tf_same_pads", "tf_extract_image_patches"]
 
 _TO_END = np.iinfo(np.int64).max
 #: Largest position table the Gather form writes into the model (entries; int32 each): beyond it,
@@ -194,3 +194,27 @@ class LowerExtractImagePatches(Pass):
         for new in nodes:
             A.mark_created(new, self.name, replaced=[node])
         g.nodes.extend(nodes)
+
+
+def tf_extract_image_patches(x: np.ndarray, ksizes, strides, rates, padding: str) -> np.ndarray:
+    """TF's ExtractImagePatches in numpy (NHWC; ``ksizes``/``strides``/``rates`` as TF gives them,
+    ``padding`` SAME or VALID): the oracle the lowering is checked against bit for bit."""
+    """numpy reference of tf.image.extract_patches (NHWC; channel order kh, kw, C; SAME pads with zeros)."""
+    n, h, w, c = x.shape
+    _, kh, kw, _ = ksizes
+    _, sh, sw, _ = strides
+    _, rh, rw, _ = rates
+    ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+    if padding == "SAME":
+        oh, ow = math.ceil(h / sh), math.ceil(w / sw)
+        ph, pw = max((oh - 1) * sh + ekh - h, 0), max((ow - 1) * sw + ekw - w, 0)
+        x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+    else:
+        oh, ow = math.ceil((h - ekh + 1) / sh), math.ceil((w - ekw + 1) / sw)
+    out = np.zeros((n, oh, ow, kh * kw * c), x.dtype)
+    for y in range(oh):
+        for z in range(ow):
+            for i in range(kh):
+                for j in range(kw):
+                    out[:, y, z, (i * kw + j) * c:(i * kw + j + 1) * c] = x[:, y * sh + i * rh, z * sw + j * rw, :]
+    return out

@@ -11,30 +11,8 @@ from onnx import TensorProto, helper
 import graphpass as gp
 from graphpass.infra import PassContext
 from graphpass.passes import lower_extract_image_patches
+from graphpass.passes.lowering.lower_extract_image_patches import tf_extract_image_patches
 from graphpass.testing import make_model, ops, ort_run, check_full
-
-
-def tf_extract_image_patches(x, ksizes, strides, rates, padding):
-    """numpy reference of tf.image.extract_patches (NHWC; channel order kh, kw, C)."""
-    n, h, w, c = x.shape
-    _, kh, kw, _ = ksizes
-    _, sh, sw, _ = strides
-    _, rh, rw, _ = rates
-    ekh, ekw = (kh - 1) * rh + 1, (kw - 1) * rw + 1
-    if padding == "SAME":
-        oh, ow = math.ceil(h / sh), math.ceil(w / sw)
-        ph = max((oh - 1) * sh + ekh - h, 0)
-        pw = max((ow - 1) * sw + ekw - w, 0)
-        x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
-    else:
-        oh, ow = math.ceil((h - ekh + 1) / sh), math.ceil((w - ekw + 1) / sw)
-    out = np.zeros((n, oh, ow, kh * kw * c), x.dtype)
-    for y in range(oh):
-        for z in range(ow):
-            for i in range(kh):
-                for j in range(kw):
-                    out[:, y, z, (i * kw + j) * c:(i * kw + j + 1) * c] = x[:, y * sh + i * rh, z * sw + j * rw, :]
-    return out
 
 
 def _model(h, w, c, k, s, r, padding, domain="tf"):
