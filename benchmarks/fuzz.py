@@ -40,6 +40,7 @@ class _Found(Exception):
 def run_family(family: str, examples: int, chunk: int, out: Path, max_shrinks: int, log) -> dict:
     stats = collections.Counter()
     skips = collections.Counter()
+    limits = collections.Counter()  # outside a tolerance's stated domain (an intermediate overflowed)
     failures: dict[str, dict] = {}
     state = {"target": None, "last": None}
     shrinks = [0]
@@ -63,6 +64,9 @@ def run_family(family: str, examples: int, chunk: int, out: Path, max_shrinks: i
             if outcome.status == "skip":
                 skips[re.sub(r"\s+", " ", outcome.reason)[:100]] += 1
                 return
+            if outcome.status == "limit":
+                limits[re.sub(r"\s+", " ", outcome.signature)[:100]] += 1
+                return
             if outcome.status != "fail":
                 return
             sig = outcome.signature
@@ -84,7 +88,7 @@ def run_family(family: str, examples: int, chunk: int, out: Path, max_shrinks: i
             log(f"  {family}: {state['target']}\n    {outcome.reason[:200]}\n    shrunk reproducer: {path}")
         state["target"] = state["last"] = None
         k += 1
-    return {"stats": stats, "skips": skips, "failures": failures}
+    return {"stats": stats, "skips": skips, "failures": failures, "limits": limits}
 
 
 def main(argv=None) -> int:
@@ -106,15 +110,19 @@ def main(argv=None) -> int:
         results[fam] = run_family(fam, args.examples, args.chunk, out, args.max_shrinks,
                                   lambda s: print(s, flush=True))
         r = results[fam]
-        print(f"{fam}: {r['stats']['run']} examples, {r['stats']['skip']} skipped, "
-              f"{r['stats']['fail']} failures ({len(r['failures'])} kinds) in {time.perf_counter() - t:.0f} s",
-              flush=True)
+        print(f"{fam}: {r['stats']['run']} examples, {r['stats']['skip']} skipped, {r['stats']['limit']} outside a "
+              f"tolerance's domain, {r['stats']['fail']} failures ({len(r['failures'])} kinds) in "
+              f"{time.perf_counter() - t:.0f} s", flush=True)
     print()
-    print("| family | examples run | checked | skipped | failures (kinds) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| family | examples run | checked | skipped | overflowed intermediate (stated limit) | failures (kinds) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for fam, r in results.items():
         s = r["stats"]
-        print(f"| {fam} | {s['run']:,} | {s['ok'] + s['fail']:,} | {s['skip']:,} | {s['fail']:,} ({len(r['failures'])}) |")
+        print(f"| {fam} | {s['run']:,} | {s['ok'] + s['fail'] + s['limit']:,} | {s['skip']:,} | {s['limit']:,} | "
+              f"{s['fail']:,} ({len(r['failures'])}) |")
+    for fam, r in results.items():
+        for sig, n in r["limits"].most_common():
+            print(f"{fam}: outside the promise (an intermediate overflowed): {n} x {sig}")
     print()
     for fam, r in results.items():
         print(f"{fam}: skipped, by reason")
