@@ -520,8 +520,10 @@ class AscendCostModel(CostModel):
         if info.layout == "reduce":
             if first_fmt == "NC1HWC0":
                 axes = node.attrs.get("axes", node.attrs.get("axis"))
-                if axes is None and len(node.inputs) > 1 and isinstance(node.inputs[1], gs.Constant):
-                    axes = [int(a) for a in np.asarray(node.inputs[1].values).ravel()]
+                second = node.inputs[1] if len(node.inputs) > 1 else None
+                if (axes is None and node.op.startswith("Reduce") and isinstance(second, gs.Constant)
+                        and np.asarray(second.values).dtype.kind in "iu"):  # the axes input (opset 13/18+)
+                    axes = [int(a) for a in np.asarray(second.values).ravel()]
                 axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes or [])
                 over_c = (not axes and node.op.startswith("Reduce")) or any(int(a) in (1, -3) for a in axes)
                 # a reduction that drops dims leaves no (N, C, H, W) to tile: its output is ND too

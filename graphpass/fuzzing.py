@@ -363,24 +363,41 @@ def _loosest(records) -> tuple[bool, float, float, list[str]]:
 
 
 def _overflowed(model, feeds) -> str:
-    """Where an intermediate of ``model`` overflows (inf or NaN from finite float inputs), or ''.
+    """Where a node of ``model`` overflows in this run: it writes ±inf at a position where every
+    float input it reads is finite (inputs broadcast to the output; for a node whose output does
+    not broadcast from its inputs, such as a Conv or a reduction, all of them finite). '' if none.
 
     A tolerance promise covers float rounding; an intermediate that overflows in one form and
-    not the other is its stated limit (Promise), which this finds in the run itself."""
+    not the other is its stated limit (Promise), which this finds in the run itself, element by
+    element, so NaN or inf fed elsewhere in the inputs does not hide it or stand in for it."""
     from graphpass.verify import _expose_all
 
-    if any(np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)) for v in feeds.values()):
-        return ""
     try:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
-        exposed, names = _expose_all(proto)
-        values = _run(_session(exposed), feeds)
+        exposed, _ = _expose_all(proto)
+        values = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+        values.update(feeds)
+        values.update(_run(_session(exposed), feeds))
     except Exception:  # noqa: BLE001 - cannot tell: not a limit
         return ""
-    for name in names:
-        v = values.get(name)
-        if v is not None and np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)):
-            return f"intermediate '{name}' overflows"
+    for node in proto.graph.node:
+        ins = [np.asarray(values[n]) for n in node.input if n and n in values]
+        floats = [v for v in ins if v.dtype.kind == "f"]
+        for name in node.output:
+            out = values.get(name)
+            if out is None or np.asarray(out).dtype.kind != "f":
+                continue
+            inf = np.isinf(np.asarray(out))
+            if not inf.any():
+                continue
+            try:
+                finite_in = np.ones(inf.shape, bool)
+                for v in floats:
+                    finite_in &= np.broadcast_to(np.isfinite(v), inf.shape)
+            except ValueError:
+                finite_in = np.full(inf.shape, all(np.isfinite(v).all() for v in floats))
+            if (inf & finite_in).any():
+                return f"{node.op_type} '{node.name or name}' overflows to inf from finite inputs"
     return ""
 
 

@@ -250,3 +250,13 @@ def test_tolerance_of_a_float16_output_is_a_few_of_its_own_ulps():
     ten_ulps = (ref.astype(np.float32) * (1 + 10 * float(np.finfo(np.float16).eps))).astype(np.float16)
     assert compare(ref, ten_ulps, exact=False, rtol=1e-5, atol=1e-6) != ""
     assert compare(ref, one_ulp, exact=True, rtol=0, atol=0) != ""
+
+
+def test_layout_does_not_read_a_layer_norm_scale_as_reduction_axes():
+    """propagate_layout crashed (cannot convert float NaN to integer): the cost model read the
+    second input of every 'reduce'-layout op as axes, and a LayerNorm device op's is its Scale."""
+    model, feeds = _layer_norm(17, 2)
+    for t in model.graph.initializer:
+        if t.name == "g":
+            t.CopyFrom(numpy_helper.from_array(np.array([np.nan, 1.0], np.float32), "g"))
+    _check(model, feeds)
