@@ -363,13 +363,14 @@ def _loosest(records) -> tuple[bool, float, float, list[str]]:
 
 
 def _overflowed(model, feeds) -> str:
-    """Where a node of ``model`` overflows in this run: it writes ±inf at a position where every
-    float input it reads is finite (inputs broadcast to the output; for a node whose output does
-    not broadcast from its inputs, such as a Conv or a reduction, all of them finite). '' if none.
+    """Where a node of ``model`` overflows in this run: it writes ±inf at a position where it
+    still writes ±inf when run alone with every NaN/inf among its inputs replaced by 0, so the
+    inf came from finite values (any op: elementwise, Conv, BatchNormalization, reductions).
+    '' if none, or if it cannot tell.
 
     A tolerance promise covers float rounding; an intermediate that overflows in one form and
-    not the other is its stated limit (Promise), which this finds in the run itself, element by
-    element, so NaN or inf fed elsewhere in the inputs does not hide it or stand in for it."""
+    not the other is its stated limit (Promise), which this finds in the run itself, position by
+    position, so NaN or inf fed elsewhere neither hides it nor stands in for it."""
     from graphpass.verify import _expose_all
 
     try:
@@ -381,24 +382,38 @@ def _overflowed(model, feeds) -> str:
     except Exception:  # noqa: BLE001 - cannot tell: not a limit
         return ""
     for node in proto.graph.node:
-        ins = [np.asarray(values[n]) for n in node.input if n and n in values]
-        floats = [v for v in ins if v.dtype.kind == "f"]
-        for name in node.output:
-            out = values.get(name)
-            if out is None or np.asarray(out).dtype.kind != "f":
-                continue
-            inf = np.isinf(np.asarray(out))
-            if not inf.any():
-                continue
-            try:
-                finite_in = np.ones(inf.shape, bool)
-                for v in floats:
-                    finite_in &= np.broadcast_to(np.isfinite(v), inf.shape)
-            except ValueError:
-                finite_in = np.full(inf.shape, all(np.isfinite(v).all() for v in floats))
-            if (inf & finite_in).any():
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue
+        outs = [n for n in node.output if n and n in values and np.asarray(values[n]).dtype.kind == "f"
+                and np.isinf(values[n]).any()]
+        if not outs or any(n and n not in values for n in node.input):
+            continue
+        zeroed = {n: np.where(np.isfinite(v), v, 0).astype(v.dtype) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
+                  for n, v in ((n, np.asarray(values[n])) for n in node.input if n)}
+        alone = _node_alone(proto, node, zeroed, {n: np.asarray(values[n]) for n in node.output if n in values})
+        if alone is None:
+            continue
+        for name in outs:
+            if name in alone and (np.isinf(values[name]) & np.isinf(alone[name])).any():
                 return f"{node.op_type} '{node.name or name}' overflows to inf from finite inputs"
     return ""
+
+
+def _node_alone(model: onnx.ModelProto, node: onnx.NodeProto, inputs: dict, outputs: dict) -> dict | None:
+    """The outputs of ``node`` run alone in onnxruntime on ``inputs`` (None when it cannot run)."""
+    from onnx import helper
+
+    def vi(name, v):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+
+    try:
+        g = helper.make_graph([node], "alone", [vi(n, v) for n, v in inputs.items()],
+                              [vi(n, v) for n, v in outputs.items()])
+        m = helper.make_model(g, opset_imports=list(model.opset_import), functions=list(model.functions))
+        m.ir_version = model.ir_version
+        return _run(_session(m), inputs)
+    except Exception:  # noqa: BLE001 - a node that cannot run alone: cannot tell
+        return None
 
 
 def model_io_checker_problem(path: str) -> str | None:

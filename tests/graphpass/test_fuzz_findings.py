@@ -260,3 +260,17 @@ def test_layout_does_not_read_a_layer_norm_scale_as_reduction_axes():
         if t.name == "g":
             t.CopyFrom(numpy_helper.from_array(np.array([np.nan, 1.0], np.float32), "g"))
     _check(model, feeds)
+
+
+def test_overflow_is_found_in_a_conv_even_with_nan_elsewhere():
+    """A Conv mixes channels: its inf at a pixel whose inputs are finite is an overflow, while a
+    NaN fed at another pixel is propagation, not overflow."""
+    from graphpass.fuzzing import _overflowed
+
+    w = numpy_helper.from_array(np.array([[[[2.0]], [[1.5]]]], np.float32), "w")
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"])], [_vi("x", TensorProto.FLOAT, [1, 2, 1, 2])],
+                   [_vi("y", TensorProto.FLOAT, [1, 1, 1, 2])], [w])
+    x = np.array([[[[3e38, np.nan]], [[1e38, 1.0]]]], np.float32)
+    assert "Conv" in _overflowed(model, {"x": x})
+    x[0, 0, 0, 0] = 1.0
+    assert _overflowed(model, {"x": x}) == ""  # only NaN propagation left
