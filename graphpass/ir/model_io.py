@@ -736,10 +736,14 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
-    """Some node output of the main graph has no shape or a dim with neither value nor name."""
+    """Some node output of the main graph has no shape, a dim with neither value nor name, or a
+    dim named by a symbol no graph input carries (unbound: e.g. the ``N`` a declared output kept
+    after ``--input-shape`` fixed the input's ``N`` to 1)."""
     known = {}
     for vi in list(graph.value_info) + list(graph.output):
         known[vi.name] = vi
+    bound = {d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
+             for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
     for n in graph.node:
         for o in n.output:
             if not o:
@@ -751,7 +755,8 @@ def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
                 continue
             tt = vi.type.tensor_type
             if not tt.HasField("shape") or any(
-                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__"))
+                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__")
+                                                 or d.dim_param not in bound)
                 for d in tt.shape.dim
             ):
                 return True  # onnx names the dims it could not infer unk__N

@@ -157,11 +157,17 @@ def _itemsize(t: gs.Tensor) -> int:
         return 8
 
 
+#: An intermediate fold_constants evaluates but never keeps (ReduceSum of a ConstantOfShape) may
+#: be this many times the fold size limit: 64 MiB by default, far below a bomb's gigabytes.
+SCRATCH_FACTOR = 64
+
+
 def bound_nodes(nodes: list[gs.Node], limit: int, room: int) -> tuple[set[int], dict[str, int]]:
     """Which of ``nodes`` (a foldable set, topologically ordered) onnxruntime may evaluate.
 
     Args:
-        limit: the fold size limit; an intermediate may exceed it only up to 8x its node's
+        limit: the fold size limit; an intermediate (evaluated, never kept: a result over the
+            limit is not stored) may reach :data:`SCRATCH_FACTOR` times it, or 8x its node's
             inputs (a Cast to a wider type, a Transpose of a weight).
         room: bytes the whole session may hold (the memory budget left).
 
@@ -212,7 +218,7 @@ def bound_nodes(nodes: list[gs.Node], limit: int, room: int) -> tuple[set[int], 
             rejected.update(id(t) for t in n.outputs)
             continue
         out_bytes = [math.prod(s) * _itemsize(t) for s, t in zip(outs, n.outputs)]
-        if any(b > max(limit, 8 * in_bytes) for b in out_bytes) or held + sum(out_bytes) > room:
+        if any(b > max(SCRATCH_FACTOR * limit, 8 * in_bytes) for b in out_bytes) or held + sum(out_bytes) > room:
             stats["too_large"] += 1
             rejected.update(id(t) for t in n.outputs)
             continue

@@ -160,7 +160,7 @@ class FoldConstants(Pass):
       5. before onnxruntime runs, every output of the set is sized from its inputs' shapes and
          constant values (ConstantOfShape, Expand, Tile, Range, Reshape, Pad, Resize, OneHot
          from their shape operands): a node whose output cannot be sized, grows past the limit
-         (an intermediate may reach 8x its inputs), or would not fit in the memory budget
+         (an intermediate may reach 64x the limit or 8x its inputs), or would not fit in the memory budget
          (``max_memory``, see :mod:`graphpass.ir.limits`) is not evaluated, nor anything after it;
          a node whose shape operand is computed in the same batch waits for the next round;
       6. a result that would become an invalid shape operand (a Reshape dim below -1, a

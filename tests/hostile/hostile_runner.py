@@ -28,6 +28,7 @@ ADDRESS_SPACE = 2 << 30  # bytes
 TIMEOUT = 10  # CPU seconds for graphpass itself (RLIMIT_CPU: the machine's load does not count)
 CHECK_TIMEOUT = 20  # further CPU seconds for checking an exit-0 output
 WALL_TIMEOUT = 20.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU)
+CHECK_WALL_TIMEOUT = 60.0  # further wall seconds for the harness's own check of an exit-0 output
 
 
 def listing(folder: Path) -> list[str]:
@@ -153,7 +154,7 @@ def run_case(case, folder: Path, scratch: Path) -> dict:
             break
         elapsed = time.perf_counter() - start
         main_done = result_path.exists()
-        if (not main_done and elapsed > WALL_TIMEOUT) or elapsed > 2 * WALL_TIMEOUT:
+        if (not main_done and elapsed > WALL_TIMEOUT) or elapsed > WALL_TIMEOUT + CHECK_WALL_TIMEOUT:
             timed_out = "check" if main_done else "graphpass"
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
