@@ -251,9 +251,11 @@ for op in ("Sum", "Max", "Min", "Mean", "Concat"):
     for n in (10_000, 100_000):
         add(f"time/variadic-{op}/{n}", "time-variadic", lazy(lambda op=op, n=n: _variadic(op, n, False)))
         add(f"time/variadic-{op}-distinct/{n}", "time-variadic", lazy(lambda op=op, n=n: _variadic(op, n, True)))
+# graphpass's time on 100,000 node outputs is the point; the harness checks the output with the
+# full checker but does not compare 100,000 outputs in onnxruntime one by one (over its own budget)
 add("time/many-outputs/100k", "time-variadic", lazy(lambda: model(
     [helper.make_node("Split", ["x"], [f"s{k}" for k in range(100_000)], axis=0)], {"x": [100_000]},
-    {"s0": [1]}, opset=11)))
+    {"s0": [1]}, opset=11)), compare=False)
 add("time/huge-attribute/ints-1e6", "time-attribute", lazy(lambda: model(
     [helper.make_node("Transpose", ["x"], ["y"], perm=list(range(1_000_000)))], {"x": [1]}, {"y": [1]})))
 add("time/huge-attribute/floats-1e6", "time-attribute", lazy(lambda: model(
