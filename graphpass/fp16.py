@@ -29,23 +29,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from graphpass.ir.graph import graph_protos
+
 __all__ = ["has_fp16", "emulate", "Emulated"]
 
 log = logging.getLogger(__name__)
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 _TYPE_ATTRS = ("to", "dtype")
-
-
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
 
 
 def _elem(vi: onnx.ValueInfoProto) -> int:
@@ -55,7 +46,7 @@ def _elem(vi: onnx.ValueInfoProto) -> int:
 def has_fp16(model: onnx.ModelProto) -> bool:
     """Whether the model declares, stores or casts to float16 anywhere (functions included)."""
     def graph_has(g: onnx.GraphProto) -> bool:
-        for sub in _graphs(g):
+        for sub in graph_protos(g):
             if any(_elem(v) == F16 for v in list(sub.input) + list(sub.output) + list(sub.value_info)):
                 return True
             if any(t.data_type == F16 for t in sub.initializer):
@@ -79,9 +70,9 @@ def has_fp16(model: onnx.ModelProto) -> bool:
 
 class _Names:
     def __init__(self, model: onnx.ModelProto):
-        self.used = {o for g in _graphs(model.graph) for n in g.node for o in list(n.output) + list(n.input)}
-        self.used |= {v.name for g in _graphs(model.graph) for v in list(g.input) + list(g.output)}
-        self.used |= {t.name for g in _graphs(model.graph) for t in g.initializer}
+        self.used = {o for g in graph_protos(model.graph) for n in g.node for o in list(n.output) + list(n.input)}
+        self.used |= {v.name for g in graph_protos(model.graph) for v in list(g.input) + list(g.output)}
+        self.used |= {t.name for g in graph_protos(model.graph) for t in g.initializer}
 
     def __call__(self, base: str) -> str:
         name, k = base, 1
@@ -163,7 +154,7 @@ def emulate(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
         log.warning("fp16 emulation: shape inference failed (%s): only declared types are known", e)
         inferred = m
     types: dict[str, int] = {}
-    for g in _graphs(inferred.graph):
+    for g in graph_protos(inferred.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if _elem(vi):
                 types[vi.name] = _elem(vi)

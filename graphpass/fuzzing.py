@@ -277,14 +277,11 @@ def _ort_reason(e: Exception) -> str:
 
 
 def _session(model_or_path):
-    import onnxruntime as ort
+    """An onnxruntime session with its optimizations off and its logs quiet (graphpass.runtime)."""
+    from graphpass import runtime
 
-    ort.set_default_logger_severity(4)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 4
     src = model_or_path.SerializeToString() if isinstance(model_or_path, onnx.ModelProto) else str(model_or_path)
-    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    return runtime.session(src)
 
 
 def _run(sess, feeds):

@@ -601,10 +601,10 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Ra
 
 def random_nodes(model: onnx.ModelProto) -> list[str]:
     """``Op 'name'`` for every node that may draw random numbers (subgraphs and functions included)."""
-    from graphpass.fp16 import _graphs
+    from graphpass.ir.graph import graph_protos
 
     found = []
-    nodes = [n for g in _graphs(model.graph) for n in g.node] + [n for f in model.functions for n in f.node]
+    nodes = [n for g in graph_protos(model.graph) for n in g.node] + [n for f in model.functions for n in f.node]
     for n in nodes:
         if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx") and (n.op_type != "Dropout" or
                                                                           (len(n.input) > 2 and n.input[2])):
