@@ -34,6 +34,8 @@ from pathlib import Path
 import onnx
 from onnx import AttributeProto, TensorProto
 
+from graphpass.fuzzing import mutate_bytes
+
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "models" / "shufflenet_v2_x0_5.onnx"
 SEEDS = ["light_squeezenet.onnx", "light_bvlc_alexnet.onnx", "light_inception_v1.onnx", "light_zfnet512.onnx",
@@ -52,17 +54,7 @@ def seeds() -> list[bytes]:
 
 
 def _bytes_mutant(data: bytes, family: str, rng: random.Random) -> bytes:
-    b = bytearray(data)
-    if family == "bitflip":
-        for _ in range(rng.randint(1, 20)):
-            i = rng.randrange(len(b))
-            b[i] ^= 1 << rng.randrange(8)
-    elif family == "truncate":
-        b = b[: rng.randrange(1, len(b))]
-    else:
-        i = rng.randrange(len(b))
-        b[i:i + 8] = bytes(rng.randrange(256) for _ in range(8))
-    return bytes(b)
+    return mutate_bytes(data, family, rng)
 
 
 _HUGE = [0, -1, 2**31, 2**40, 2**62, 10**12]

@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphpass._fuzz_cases import FAMILIES, Case
 
-__all__ = ["models", "check", "OPS", "FAMILIES", "Case", "Outcome", "cases", "differential", "write_reproducer"]
+__all__ = ["models", "check", "OPS", "FAMILIES", "Case", "Outcome", "cases", "differential", "write_reproducer", "mutate_bytes"]
 
 OPS = ("conv", "bn", "act", "bias", "scalar", "binary", "reshape", "transpose", "concat", "split", "gather",
        "matmul", "topk", "pool", "reduce", "loop")
@@ -532,3 +532,20 @@ def write_reproducer(case: Case, outcome: Outcome, folder: str | Path) -> Path:
         feeds=f"{base}_inputs.npz", family=case.family, template=case.template, storage=case.storage,
         opset=case.opset, passes=case.passes))
     return Path(f"{base}.onnx")
+
+
+def mutate_bytes(data: bytes, family: str, rng) -> bytes:
+    """A corrupted copy of a serialized model: ``bitflip`` (1-20 bits), ``truncate`` (cut at a
+    random byte) or ``overwrite`` (8 random bytes); ``rng`` is a ``random.Random``. Shared by
+    benchmarks/bad_inputs.py and the mutated-models test."""
+    b = bytearray(data)
+    if family == "bitflip":
+        for _ in range(rng.randint(1, 20)):
+            i = rng.randrange(len(b))
+            b[i] ^= 1 << rng.randrange(8)
+    elif family == "truncate":
+        b = b[: rng.randrange(1, len(b))]
+    else:
+        i = rng.randrange(len(b))
+        b[i:i + 8] = bytes(rng.randrange(256) for _ in range(8))
+    return bytes(b)

@@ -14,6 +14,7 @@ import shutil
 import onnx
 
 from graphpass.cli import main
+from graphpass.fuzzing import mutate_bytes
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "shufflenet_v2_x0_5.onnx")
@@ -24,18 +25,9 @@ def _mutants(n: int, seed: int = 0):
     seeds.append(open(EXAMPLE, "rb").read()[:200_000])
     rng = random.Random(seed)
     for _ in range(n):
-        data = bytearray(rng.choice(seeds))
+        data = rng.choice(seeds)
         kind = rng.choice(["flip", "flip", "truncate", "overwrite"])
-        if kind == "flip":
-            for _ in range(rng.randint(1, 20)):
-                i = rng.randrange(len(data))
-                data[i] ^= 1 << rng.randrange(8)
-        elif kind == "truncate":
-            data = data[: rng.randrange(1, len(data))]
-        else:
-            i = rng.randrange(len(data))
-            data[i:i + 8] = bytes(rng.randrange(256) for _ in range(8))
-        yield kind, bytes(data)
+        yield kind, mutate_bytes(data, "bitflip" if kind == "flip" else kind, rng)
 
 
 def test_thousand_mutated_models_exit_cleanly(tmp_path):
