@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.device_ops import FLOAT_TYPES, elem_type, typed_scalar
+from onnx import TensorProto
 
-__all__ = ["producer_of", "const_value", "is_const", "no_broadcast", "operands"]
+from graphpass.ir.device_ops import FLOAT_TYPES, elem_type, function_type_conflict, typed_scalar
+
+__all__ = ["producer_of", "const_value", "is_const", "no_broadcast", "operands", "fused_kernel_refusal"]
 
 
 def producer_of(t: gs.Tensor, op: str, local: set[int]) -> gs.Node | None:
@@ -84,3 +86,25 @@ def replace_matches(graph, match, build, pass_name: str, names, anchors_last_fir
             fired += 1
         remove_nodes(g, dead)
     return fired
+
+
+#: The types a fused kernel (Gelu, LayerNormalization) keeps its promise in: in float16/bfloat16
+#: one kernel differs from the decomposition, rounded at every step, by more than the tolerance.
+FUSED_KERNEL_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
+def fused_kernel_refusal(graph: gs.Graph, label: str, device_op: str, elem: int | None, opset: int,
+                         standard_since: int, body_since: int = 1) -> str | None:
+    """Why a pattern cannot become one fused kernel (None if it can): its type is not one the
+    fused-kernel promise holds in; or, below ``standard_since`` (where the standard op exists),
+    the ``graphpass.ascend`` device op's body needs ``body_since`` or the model already holds
+    that body typed for another type."""
+    if elem not in FUSED_KERNEL_TYPES:
+        name = TensorProto.DataType.Name(elem) if elem else "unknown"
+        return (f"{label} of type {name}: one kernel differs from its decomposition by more than the promised "
+                "tolerance (float32/float64 only)")
+    if opset >= standard_since:
+        return None
+    if opset < body_since:
+        return f"opset {opset}: the {device_op} device op's body needs opset {body_since}+"
+    return function_type_conflict(graph, device_op, elem)  # one body per model and type

@@ -16,15 +16,14 @@ import dataclasses
 import math
 
 import onnx_graphsurgeon as gs
-from onnx import TensorProto
 
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass, Promise
 from graphpass.infra.rewrite import single_reader
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, function_type_conflict, gelu_function
+from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, gelu_function
 from graphpass.ir.graph import NameGen
-from graphpass.passes.fusion._match import is_const, operands, producer_of, replace_matches
+from graphpass.passes.fusion._match import is_const, operands, producer_of, replace_matches, fused_kernel_refusal
 
 __all__ = ["FuseGelu"]
 
@@ -57,7 +56,6 @@ class _Hit:
 
 
 #: The types one Gelu kernel computes within the promised tolerance of the decomposition.
-_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
 def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
@@ -105,13 +103,7 @@ class FuseGelu(Pass):
             hit = _match(node, g, local)
             if hit is None:
                 return None
-            elem = elem_type(hit.x.dtype)
-            reason = None
-            if elem not in _TYPES:
-                reason = (f"GELU of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one Gelu kernel differs "
-                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
-            elif opset < 20:
-                reason = function_type_conflict(graph, "Gelu", elem)  # one body per model and type
+            reason = fused_kernel_refusal(graph, "GELU", "Gelu", elem_type(hit.x.dtype), opset, standard_since=20)
             if reason:
                 ctx.explain(self.name, node, reason)
                 return None

@@ -20,16 +20,15 @@ import dataclasses
 
 import numpy as np
 import onnx_graphsurgeon as gs
-from onnx import TensorProto
 
 from graphpass.infra import PassKind, PassResult, register
 from graphpass.infra.pass_base import Pass, Promise
 from graphpass.infra.rewrite import single_reader
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, function_type_conflict, layer_norm_function
+from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, layer_norm_function
 from graphpass.ir.graph import NameGen
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of, replace_matches
+from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of, replace_matches, fused_kernel_refusal
 
 __all__ = ["FuseLayerNorm"]
 
@@ -44,7 +43,6 @@ def _last_axis_mean(node: gs.Node | None, rank: int) -> bool:
 
 
 #: The types one LayerNormalization kernel computes within the promised tolerance.
-_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
 def _last_axis_param(p: gs.Tensor | None, x: gs.Tensor, width: int) -> np.ndarray | None | bool:
@@ -168,15 +166,9 @@ class FuseLayerNorm(Pass):
             hit = _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
             if hit is None:
                 return None
-            elem = elem_type(hit.x.dtype)
-            reason = None
-            if elem not in _TYPES:
-                reason = (f"LayerNorm of type {TensorProto.DataType.Name(elem) if elem else 'unknown'}: one kernel differs "
-                          "from its decomposition by more than the promised tolerance (float32/float64 only)")
-            elif opset < 12:
-                reason = f"opset {opset}: the LayerNorm device op's body takes epsilon by Constant(value_float), opset 12+"
-            elif opset < 17:
-                reason = function_type_conflict(graph, "LayerNorm", elem)  # one body per model and type
+            # the body takes epsilon by Constant(value_float): opset 12+
+            reason = fused_kernel_refusal(graph, "LayerNorm", "LayerNorm", elem_type(hit.x.dtype), opset,
+                                          standard_since=17, body_since=12)
             if reason:
                 ctx.explain(self.name, node, reason)
                 return None
