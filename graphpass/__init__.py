@@ -7,7 +7,11 @@
     print(result.report.to_markdown())
 """
 
-from graphpass.api import OptimizeResult, optimize
+from graphpass import _compat
+
+_compat.install()  # old import paths (graphpass.infra, graphpass.verify, ...) keep working
+
+from graphpass.api import OptimizeResult, optimize  # noqa: E402
 from graphpass.errors import (
     BadModelError,
     GraphpassError,
@@ -16,7 +20,7 @@ from graphpass.errors import (
     UsageError,
     VerificationError,
 )
-from graphpass.infra import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
 from graphpass.ir import load, save, to_proto
 
 __version__ = "0.1.0"
