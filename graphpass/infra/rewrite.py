@@ -370,7 +370,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
         if dead or placed:
             nodes = []
             for n in order:
-                nodes.extend(placed.get(id(n), ()))
+                nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
                 if id(n) not in dead:
                     nodes.append(n)
             g.nodes = nodes
