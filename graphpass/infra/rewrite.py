@@ -49,7 +49,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.infra.context import PassContext
 from graphpass.infra.pass_base import Pass, PassKind, PassResult, Promise
-from graphpass.ir.graph import NameGen, iter_graphs, replace_uses
+from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
 
 __all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
            "apply_rules", "single_reader", "RewriteRule"]
@@ -336,8 +336,10 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
     for g in list(iter_graphs(graph)):
         scope = Scope(g, graph, names)
         order = list(g.nodes)
+        pos = {id(n): i for i, n in enumerate(order)}
         dead: set[int] = set()
         placed: dict[int, list[gs.Node]] = {}
+        unsorted = False
         for node in (reversed(order) if reverse else order):
             if id(node) in dead:
                 continue
@@ -364,6 +366,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                 for k, v in m.counts.items():
                     entry[k] = entry.get(k, 0) + v
                 placed.setdefault(id(m.anchor), []).extend(m.created)
+                unsorted = unsorted or _reads_later(m, pos)
                 for n in m.created:
                     A.mark_created(n, pass_name, replaced=m.nodes)
                 break
@@ -374,7 +377,24 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                 if id(n) not in dead:
                     nodes.append(n)
             g.nodes = nodes
+            if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
+                toposort(g, recurse=False)
     return counts
+
+
+def _reads_later(m: Match, pos: dict[int, int]) -> bool:
+    """Whether a new node reads a tensor written at or after its anchor's position (where the
+    new nodes go); records the new nodes' position for later matches."""
+    at = pos[id(m.anchor)]
+    new = {id(n) for n in m.created}
+    later = False
+    for n in m.created:
+        for t in n.inputs:
+            p = t.inputs[0] if len(t.inputs) == 1 else None
+            if p is not None and id(p) not in new and pos.get(id(p), -1) >= at:
+                later = True
+        pos[id(n)] = at
+    return later
 
 
 def _movable(new: gs.Tensor, scope: Scope, created: set[int]) -> bool:

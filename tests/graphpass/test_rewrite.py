@@ -298,3 +298,20 @@ def test_match_is_a_plain_record_of_the_nodes():
     m = ReluRelu().match(graph.nodes[1], scope)
     assert isinstance(m, Match) and m.nodes == graph.nodes and m.anchor is graph.nodes[1] and m.writes_graph_output()
     assert ReluRelu().match(graph.nodes[0], scope) is None
+
+
+def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
+    """The new nodes go where the anchor was; a rule that reads a tensor written after it (here:
+    the Neg below the anchor) gets the graph re-sorted rather than an unsorted one."""
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+
+    def odd(m):  # not a meaningful rewrite: its new nodes read n, written after the anchor
+        n = next(t for t in graph.tensors().values() if t.name == "n")
+        s = m.op("Add", [m.nodes[0].inputs[0], n])
+        return m.op("Sub", [s, n])
+
+    apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
+    assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Add", "Neg", "Sub"]
