@@ -110,7 +110,7 @@ class Scope:
 
     def match(self, nodes: Sequence[gs.Node]) -> "Match":
         """A match of ``nodes`` (anchor last) in this scope."""
-        return Match(list(nodes), self.graph, self.names, self.root)
+        return Match(list(nodes), self.graph, self.names, self.root, graph_outputs=self.outputs)
 
 
 @dataclasses.dataclass
@@ -125,6 +125,7 @@ class Match:
     root: gs.Graph | None = None
     created: list[gs.Node] = dataclasses.field(default_factory=list)
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    graph_outputs: set[int] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def anchor(self) -> gs.Node:
@@ -132,8 +133,9 @@ class Match:
 
     def writes_graph_output(self) -> bool:
         """Whether an output of the anchor is an output of the graph."""
-        outs = {id(t) for t in self.graph.outputs}
-        return any(id(t) in outs for t in self.anchor.outputs)
+        if self.graph_outputs is None:
+            self.graph_outputs = {id(t) for t in self.graph.outputs}
+        return any(id(t) in self.graph_outputs for t in self.anchor.outputs)
 
     def op(self, op_type: str, inputs: Sequence[gs.Tensor], attrs: dict[str, Any] | None = None, *,
            domain: str | None = None, name: str | None = None, outputs: int | Sequence[bool] = 1,
@@ -332,7 +334,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
             for op in ops:
                 by_op.setdefault(op, []).append(r)
     order_of = {id(r): i for i, r in enumerate(rules)}
-    names = NameGen(graph)
+    names = _LazyNames(graph)
     for g in list(iter_graphs(graph)):
         scope = Scope(g, graph, names)
         order = list(g.nodes)
@@ -395,6 +397,20 @@ def _reads_later(m: Match, pos: dict[int, int]) -> bool:
                 later = True
         pos[id(n)] = at
     return later
+
+
+class _LazyNames:
+    """A :class:`NameGen` built on the first name asked for (most walks create nothing, and
+    building one reads every tensor name of the model)."""
+
+    def __init__(self, graph: gs.Graph):
+        self._graph = graph
+        self._gen: NameGen | None = None
+
+    def __call__(self, prefix: str) -> str:
+        if self._gen is None:
+            self._gen = NameGen(self._graph)
+        return self._gen(prefix)
 
 
 def _movable(new: gs.Tensor, scope: Scope, created: set[int]) -> bool:
