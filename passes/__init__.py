@@ -3,6 +3,9 @@
     from graphpass.passes import fold_constants
     fold_constants(graph)                      # -> PassResult
     fold_constants(graph, size_limit=4 << 20)  # per-pass options as keywords
+
+Users' own rewrites: :class:`Rule`, :class:`RuleSet`, :class:`RulePass` and :func:`rule_pass`
+(from :mod:`graphpass.infra.rewrite`).
 """
 
 from graphpass.passes.cleanup import (
@@ -19,6 +22,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
@@ -101,4 +105,12 @@ __all__ = [
     "fuse_gelu",
     "fuse_layer_norm",
     "fuse_matmul_add",
+    # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
+    "Match",
+    "MatchResult",
+    "Rule",
+    "RulePass",
+    "RuleSet",
+    "rule",
+    "rule_pass",
 ]

@@ -13,11 +13,10 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 from graphpass.ir.shapes import tensor_elem_type
-from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
 __all__ = ["EliminateCastPairs", "EXACT_CASTS"]
 
@@ -39,8 +38,51 @@ EXACT_CASTS: dict[int, set[int]] = {
 }
 
 
+class _Pair(Rule):
+    """Cases 1 and 2: an exact Cast A->B, then B->C (the first Cast stays if read elsewhere)."""
+
+    pattern = ("Cast", "Cast")
+    exclusive = False
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        first, node = m.nodes
+        if "to" not in first.attrs or "to" not in node.attrs:
+            return MatchResult.fail("a Cast without 'to'")
+        a, b = tensor_elem_type(first.inputs[0]), int(first.attrs["to"])
+        if a is None:
+            return MatchResult.fail("the first Cast's input type is unknown")
+        if b not in EXACT_CASTS.get(a, ()):
+            return MatchResult.fail(f"Cast {onnx.TensorProto.DataType.Name(a)} -> {onnx.TensorProto.DataType.Name(b)} "
+                                    "is not exact (it rounds or wraps): the pair is not a round trip")
+        return MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        first, node = m.nodes
+        src = first.inputs[0]
+        m.count("pairs_merged")
+        if tensor_elem_type(src) == int(node.attrs["to"]) and not m.writes_graph_output():
+            return src
+        return m.copy(node, inputs=[src])
+
+
+class _SameType(Rule):
+    """Case 3: a Cast to the type its input already has (not writing a graph output)."""
+
+    pattern = ("Cast",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if (m is None or not anchor.inputs or "to" not in anchor.attrs or scope.is_output(anchor.outputs[0])
+                or tensor_elem_type(anchor.inputs[0]) != int(anchor.attrs["to"])):
+            return None
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        return m.anchor.inputs[0]
+
+
 @register
-class EliminateCastPairs(Pass):
+class EliminateCastPairs(RulePass):
     """Removes Casts that cannot change a value.
 
     Cases:
@@ -55,34 +97,9 @@ class EliminateCastPairs(Pass):
     promise = EXACT
     preserves_order = True
 
-    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"pairs_merged": 0, "casts_removed": 0}
-        for g in list(iter_graphs(graph)):
-            outs = {id(t) for t in g.outputs}
-            local = {id(n) for n in g.nodes}
-            dead = []
-            for node in g.nodes:
-                if not is_onnx_op(node, "Cast") or not node.inputs or "to" not in node.attrs:
-                    continue
-                c = int(node.attrs["to"])
-                src = node.inputs[0]
-                first = local_producer(src, local, "Cast")
-                if first is not None and "to" in first.attrs:
-                    a = tensor_elem_type(first.inputs[0])
-                    b = int(first.attrs["to"])
-                    if a is not None and b in EXACT_CASTS.get(a, ()):
-                        node.inputs[0] = first.inputs[0]
-                        src = node.inputs[0]
-                        stats["pairs_merged"] += 1
-                        if outputs_free(first, g):
-                            first.inputs.clear()
-                            dead.append(first)
-                            stats["casts_removed"] += 1
-                if tensor_elem_type(src) == c and id(node.outputs[0]) not in outs:
-                    replace_uses(node.outputs[0], src)
-                    node.inputs.clear()
-                    dead.append(node)
-                    stats["casts_removed"] += 1
-            remove_nodes(g, dead)
-        modified = any(stats.values())
-        return PassResult(modified, stats)
+    rules = (_Pair(), _SameType())
+
+    def summarize(self, counts: RuleCounts) -> dict:
+        # every node a rule removed or created is a Cast
+        return {"pairs_merged": counts.total("pairs_merged"),
+                "casts_removed": counts.total("removed") - counts.total("created"), "rules": counts}

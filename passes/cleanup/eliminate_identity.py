@@ -22,10 +22,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
-from graphpass.passes.cleanup._common import is_onnx_op
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 
 __all__ = ["EliminateIdentity"]
 
@@ -84,8 +83,53 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
     return True
 
 
+class _Identity(Rule):
+    """Cases 1 and 2 (the engine rewires a graph output to x's producer, or refuses: kept_at_output)."""
+
+    pattern = ("Identity",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        return m if m is not None and anchor.inputs and anchor.outputs else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("identity")
+        return m.anchor.inputs[0]
+
+
+class _Dropout(_Identity):
+    """Case 3: Dropout in inference mode with an unused mask."""
+
+    pattern = ("Dropout",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        return m if m is not None and _dropout_is_identity(anchor, scope.outputs) else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("dropout")
+        return m.anchor.inputs[0]
+
+
+class _Neutral(Rule):
+    """Case 4: arithmetic with the op's neutral element."""
+
+    pattern = (tuple(_NEUTRAL),)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None:
+            return None
+        m.x = _neutral_operand(anchor)
+        return m if m.x is not None else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("neutral")
+        return m.x
+
+
 @register
-class EliminateIdentity(Pass):
+class EliminateIdentity(RulePass):
     """Removes Identity nodes, inference-mode Dropout and neutral-element arithmetic (x * 1, x + 0, ...).
 
     Cases:
@@ -102,42 +146,9 @@ class EliminateIdentity(Pass):
     promise = EXACT
     preserves_order = True
 
-    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"identity": 0, "dropout": 0, "neutral": 0, "kept_at_output": 0}
-        for g in list(iter_graphs(graph)):
-            outs = {id(t) for t in g.outputs}
-            ins = {id(t) for t in g.inputs}
-            local = {id(n) for n in g.nodes}
-            dead = []
-            for node in g.nodes:
-                neutral = None
-                if is_onnx_op(node, *_NEUTRAL):
-                    neutral = _neutral_operand(node)
-                    if neutral is None:
-                        continue
-                elif not is_onnx_op(node, "Identity", "Dropout") or not node.inputs or not node.outputs:
-                    continue
-                if node.op == "Dropout" and not _dropout_is_identity(node, outs):
-                    continue
-                x, y = (neutral if neutral is not None else node.inputs[0]), node.outputs[0]
-                if id(y) not in outs:
-                    replace_uses(y, x)
-                elif (
-                    id(x) not in outs
-                    and id(x) not in ins
-                    and not isinstance(x, gs.Constant)
-                    and len(x.inputs) == 1
-                    and id(x.inputs[0]) in local
-                ):
-                    prod = x.inputs[0]
-                    node.outputs.clear()
-                    node.inputs.clear()
-                    prod.outputs[prod.outputs.index(x)] = y
-                    replace_uses(x, y)
-                else:
-                    stats["kept_at_output"] += 1
-                    continue
-                dead.append(node)
-                stats["identity" if node.op == "Identity" else "dropout" if node.op == "Dropout" else "neutral"] += 1
-            remove_nodes(g, dead)
-        return PassResult(bool(stats["identity"] or stats["dropout"] or stats["neutral"]), stats)
+    rules = (_Identity(), _Dropout(), _Neutral())
+
+    def summarize(self, counts: RuleCounts) -> dict:
+        # the only refusal: a graph output whose source cannot take its name
+        return {**{k: counts.total(k) for k in ("identity", "dropout", "neutral")},
+                "kept_at_output": counts.total("refused"), "rules": counts}

@@ -14,19 +14,79 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
 
 __all__ = ["MergeReshapes"]
 
 _SHAPE_ONLY = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
+class _Chain(Rule):
+    """Cases 1 and 2: a Reshape after one or more shape-only ops reads the chain's input (the
+    ops it hops over stay if read elsewhere); then case 3 if the result changes no shape."""
+
+    pattern = (_SHAPE_ONLY, "Reshape")
+    exclusive = False
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        if anchor.op != "Reshape" or len(anchor.inputs) < 2 or not isinstance(anchor.inputs[1], gs.Constant):
+            return None
+        target = [int(v) for v in np.asarray(anchor.inputs[1].values).ravel()]
+        allowzero = int(anchor.attrs.get("allowzero", 0))
+        hops, resolved, data = [], False, anchor.inputs[0]
+        while True:  # hop over the whole chain of shape-only producers
+            first = scope.producer(data, *_SHAPE_ONLY)
+            if first is None or not first.inputs:
+                break
+            if not allowzero and 0 in target:
+                mid = static_shape(data)
+                if mid is None or len(mid) < len(target):
+                    break
+                target = [mid[i] if v == 0 else v for i, v in enumerate(target)]
+                resolved = True
+            hops.append(first)
+            data = first.inputs[0]
+        if not hops:
+            return None
+        m = scope.match(hops[::-1] + [anchor])
+        m.source, m.target, m.resolved = data, target, resolved
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        node = m.anchor
+        m.count("merged", len(m.nodes) - 1)
+        a, b = static_shape(m.source), static_shape(node.outputs[0])
+        if a is not None and a == b and not m.writes_graph_output():
+            m.count("noop_removed")
+            return m.source
+        shape = node.inputs[1]
+        if m.resolved:
+            shape = gs.Constant(m.names(shape.name or "shape"), np.array(m.target, dtype=np.int64))
+        return m.copy(node, inputs=[m.source, shape])
+
+
+class _Noop(Rule):
+    """Case 3: a Reshape that does not change a static shape (not writing a graph output)."""
+
+    pattern = ("Reshape",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None or len(anchor.inputs) < 2 or not isinstance(anchor.inputs[1], gs.Constant):
+            return None
+        a, b = static_shape(anchor.inputs[0]), static_shape(anchor.outputs[0])
+        return m if a is not None and a == b and not scope.is_output(anchor.outputs[0]) else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
 @register
-class MergeReshapes(Pass):
+class MergeReshapes(RulePass):
     """Collapses chains of shape-only ops that end in a Reshape.
 
     Cases:
@@ -42,44 +102,7 @@ class MergeReshapes(Pass):
     promise = EXACT
     preserves_order = True
 
-    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"merged": 0, "noop_removed": 0}
-        names = None
-        for g in list(iter_graphs(graph)):
-            outs = {id(t) for t in g.outputs}
-            local = {id(n) for n in g.nodes}
-            dead = []
-            for node in g.nodes:
-                if not is_onnx_op(node, "Reshape") or len(node.inputs) < 2:
-                    continue
-                data, shape_t = node.inputs[0], node.inputs[1]
-                if not isinstance(shape_t, gs.Constant):
-                    continue
-                target = [int(v) for v in np.asarray(shape_t.values).ravel()]
-                allowzero = int(node.attrs.get("allowzero", 0))
-                while True:  # hop over the whole chain of shape-only producers
-                    data = node.inputs[0]
-                    first = local_producer(data, local, *_SHAPE_ONLY)
-                    if first is None or not first.inputs:
-                        break
-                    if not allowzero and 0 in target:
-                        mid = static_shape(data)
-                        if mid is None or len(mid) < len(target):
-                            break
-                        target = [mid[i] if v == 0 else v for i, v in enumerate(target)]
-                        names = names or NameGen(graph)
-                        node.inputs[1] = gs.Constant(names(shape_t.name or "shape"), np.array(target, dtype=np.int64))
-                    node.inputs[0] = first.inputs[0]
-                    stats["merged"] += 1
-                    if outputs_free(first, g):
-                        first.inputs.clear()
-                        dead.append(first)
-                src, out = node.inputs[0], node.outputs[0]
-                a, b = static_shape(src), static_shape(out)
-                if a is not None and a == b and id(out) not in outs:
-                    replace_uses(out, src)
-                    node.inputs.clear()
-                    dead.append(node)
-                    stats["noop_removed"] += 1
-            remove_nodes(g, dead)
-        return PassResult(bool(stats["merged"] or stats["noop_removed"]), stats)
+    rules = (_Chain(), _Noop())
+
+    def summarize(self, counts: RuleCounts) -> dict:
+        return {"merged": counts.total("merged"), "noop_removed": counts.total("noop_removed"), "rules": counts}

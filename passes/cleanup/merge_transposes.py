@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
-from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 
 __all__ = ["MergeTransposes"]
 
@@ -31,8 +30,49 @@ def _perm(node: gs.Node) -> list[int] | None:
     return list(range(len(shape)))[::-1]
 
 
+class _Compose(Rule):
+    """Case 1: T1 -> T2 becomes one Transpose (T1 stays if read elsewhere); case 2 if the
+    composition is the identity."""
+
+    pattern = ("Transpose", "Transpose")
+    exclusive = False
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        first, node = m.nodes
+        p1, p2 = _perm(first), _perm(node)
+        if p1 is None or p2 is None or len(p1) != len(p2):
+            return MatchResult.fail("a permutation is unknown (no perm and an unknown rank) or the ranks differ")
+        m.perm = [p1[j] for j in p2]
+        return MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        first, node = m.nodes
+        m.count("merged")
+        if m.perm == list(range(len(m.perm))) and not m.writes_graph_output():
+            m.count("identity_removed")
+            return first.inputs[0]
+        return m.copy(node, inputs=[first.inputs[0]], attrs={"perm": m.perm})
+
+
+class _Identity(Rule):
+    """Case 2: a Transpose whose permutation is the identity (not writing a graph output)."""
+
+    pattern = ("Transpose",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None or not anchor.inputs or scope.is_output(anchor.outputs[0]):
+            return None
+        p = _perm(anchor)
+        return m if p is not None and p == list(range(len(p))) else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("identity_removed")
+        return m.anchor.inputs[0]
+
+
 @register
-class MergeTransposes(Pass):
+class MergeTransposes(RulePass):
     """Composes consecutive Transposes and drops identity ones.
 
     Cases:
@@ -47,33 +87,7 @@ class MergeTransposes(Pass):
     promise = EXACT
     preserves_order = True
 
-    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"merged": 0, "identity_removed": 0}
-        for g in list(iter_graphs(graph)):
-            outs = {id(t) for t in g.outputs}
-            local = {id(n) for n in g.nodes}
-            dead = []
-            for node in g.nodes:
-                if not is_onnx_op(node, "Transpose") or not node.inputs:
-                    continue
-                p2 = _perm(node)
-                if p2 is None:
-                    continue
-                first = local_producer(node.inputs[0], local, "Transpose")
-                if first is not None:
-                    p1 = _perm(first)
-                    if p1 is not None and len(p1) == len(p2):
-                        node.inputs[0] = first.inputs[0]
-                        node.attrs["perm"] = [p1[j] for j in p2]
-                        p2 = node.attrs["perm"]
-                        stats["merged"] += 1
-                        if outputs_free(first, g):
-                            first.inputs.clear()
-                            dead.append(first)
-                if p2 == list(range(len(p2))) and id(node.outputs[0]) not in outs:
-                    replace_uses(node.outputs[0], node.inputs[0])
-                    node.inputs.clear()
-                    dead.append(node)
-                    stats["identity_removed"] += 1
-            remove_nodes(g, dead)
-        return PassResult(bool(stats["merged"] or stats["identity_removed"]), stats)
+    rules = (_Compose(), _Identity())
+
+    def summarize(self, counts: RuleCounts) -> dict:
+        return {"merged": counts.total("merged"), "identity_removed": counts.total("identity_removed"), "rules": counts}

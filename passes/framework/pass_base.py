@@ -40,23 +40,13 @@ class PassResult:
     stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
-class MatchResult:
-    """The answer of a rewrite rule's ``check``: success, or a failure with the reason why."""
+def __getattr__(name: str) -> Any:
+    """``MatchResult`` moved to :mod:`graphpass.infra.rewrite` (the rewrite API); re-exported here."""
+    if name == "MatchResult":
+        from graphpass.passes.framework.rewrite import MatchResult
 
-    ok: bool
-    reason: str = ""
-
-    @classmethod
-    def success(cls) -> "MatchResult":
-        return cls(True)
-
-    @classmethod
-    def fail(cls, reason: str) -> "MatchResult":
-        return cls(False, reason)
-
-    def __bool__(self) -> bool:
-        return self.ok
+        return MatchResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,39 +1,77 @@
-"""Declarative rewrite rules: a pattern written in op names, a ``check`` that says why it
-refuses, and a ``rewrite`` (the onnxscript rewriter's split; tinygrad's rule tables).
+"""The pattern-rewrite API: a pattern in op names, a ``check`` that says why it refuses, and a
+``rewrite`` that builds the replacement (the onnxscript rewriter's split; tinygrad's rule tables).
 
-A pattern is a producer -> consumer chain of op types, matched backwards from its last op (the
-anchor): ``("Conv", "BatchNormalization")`` matches a BatchNormalization whose input
-``follow[i]`` comes from a Conv of the same graph that nobody else reads. Each node is visited
-once per pass run, so a rule pass is linear in the graph size.
+One convention, for the built-in fusions, the cleanup passes and users' rules alike::
+
+    rule.match(anchor, scope) -> Match | None     the pattern (default: an op chain, below)
+    rule.check(match, ctx)    -> MatchResult      success, or fail("the reason") for --explain
+    rule.rewrite(match, ctx)  -> tensor(s)        the new value of each output of the anchor
+
+``rewrite`` does not touch the graph. It returns, for the anchor's outputs in order, either an
+existing tensor (``x * 1 -> x``: return ``x``) or a tensor built with ``match.op(...)`` /
+``match.copy(...)`` (new nodes, recorded on the match). The engine then
+
+1. places the new nodes where the anchor was (``graph.nodes`` stays topologically sorted);
+2. rewires: a new node writes the anchor's old output tensor itself (its name, type and shape
+   stay, so nothing downstream changes); an existing tensor takes over the old one's readers, and
+   when the old one is a graph output, the existing tensor's producer writes it instead (refused
+   with the reason when it cannot: a graph input, another graph output, a constant, a tensor of
+   an enclosing scope);
+3. removes every matched node that nothing reads any more (a matched node that is still read
+   elsewhere stays, so a rule may match through shared tensors when its pattern allows it);
+4. records provenance (``graphpass.pass``, ``graphpass.fused_from``) on the new nodes.
+
+A pattern is a producer -> consumer chain of op types matched backwards from its last op (the
+anchor): ``pattern = ("Conv", "BatchNormalization")`` matches a BatchNormalization whose input
+``follow[i]`` comes from a Conv of the same graph. A step may be a tuple of op types (any of
+them). With ``exclusive = True`` (the default) every intermediate tensor is read only inside
+the match and is not a graph output. Patterns that are small DAGs (GELU, LayerNorm) override
+``match`` and use the scope's ``producer`` / ``single_reader`` helpers.
+
+Rules compose: a :class:`RuleSet` holds rules and other rule sets (``a + b`` concatenates);
+earlier rules win at an anchor. Applying a rule set walks each graph (and every If/Loop/Scan
+body) once, in order (or consumers first with ``reverse=True``): each node is offered to the
+rules anchored at its op, nodes created by an earlier rewrite can be matched as producers by
+later anchors, and nothing is rescanned per match, so a pass is linear in the graph size.
+
+Counts per rule (``matched`` / ``refused`` / ``rewritten``) go into the pass's stats under
+``"rules"``; every refusal goes to ``ctx.explain`` so ``--explain`` says why a rule did not fire.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Sequence
+import re
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework.context import PassContext
-from graphpass.passes.framework.pass_base import MatchResult, Pass, PassResult
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
+from graphpass.passes.framework.pass_base import Pass, PassKind, PassResult, Promise
+from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
 
-__all__ = ["Match", "RewriteRule", "RulePass", "single_reader"]
+__all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
+           "apply_rules", "single_reader", "RewriteRule"]
 
 
-@dataclasses.dataclass
-class Match:
-    """The matched nodes, producer first, anchor last; ``graph`` is the scope they live in and
-    ``root`` the model's top graph (where model-level things such as local functions go)."""
+@dataclasses.dataclass(frozen=True)
+class MatchResult:
+    """The answer of a rewrite rule's ``check``: success, or a failure with the reason why."""
 
-    nodes: list[gs.Node]
-    graph: gs.Graph
-    names: NameGen
-    root: gs.Graph | None = None
+    ok: bool
+    reason: str = ""
 
-    @property
-    def anchor(self) -> gs.Node:
-        return self.nodes[-1]
+    @classmethod
+    def success(cls) -> "MatchResult":
+        return cls(True)
+
+    @classmethod
+    def fail(cls, reason: str) -> "MatchResult":
+        return cls(False, reason)
+
+    def __bool__(self) -> bool:
+        return self.ok
 
 
 def single_reader(t: gs.Tensor, graph: gs.Graph) -> bool:
@@ -45,84 +83,445 @@ def _std(node: gs.Node) -> bool:
     return node.domain in (None, "", "ai.onnx")
 
 
-class RewriteRule:
-    """Subclass and set ``pattern``; override ``check`` and ``rewrite``.
+class Scope:
+    """One graph being walked: what a rule's ``match`` may ask about it."""
+
+    def __init__(self, graph: gs.Graph, root: gs.Graph, names: NameGen):
+        self.graph = graph
+        self.root = root
+        self.names = names
+        self.local: set[int] = {id(n) for n in graph.nodes}
+        self.outputs: set[int] = {id(t) for t in graph.outputs}
+        self.inputs: set[int] = {id(t) for t in graph.inputs}
+
+    def producer(self, t: gs.Tensor, *ops: str) -> gs.Node | None:
+        """The default-domain node of this graph that writes ``t`` (if it is one of ``ops``, when given)."""
+        p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is not None and id(p) in self.local and _std(p) and (not ops or p.op in ops):
+            return p
+        return None
+
+    def single_reader(self, t: gs.Tensor) -> bool:
+        """``t`` is read by exactly one node and is not an output of this graph."""
+        return len(t.outputs) == 1 and id(t) not in self.outputs
+
+    def is_output(self, t: gs.Tensor) -> bool:
+        return id(t) in self.outputs
+
+    def match(self, nodes: Sequence[gs.Node]) -> "Match":
+        """A match of ``nodes`` (anchor last) in this scope."""
+        return Match(list(nodes), self.graph, self.names, self.root, graph_outputs=self.outputs)
+
+
+@dataclasses.dataclass
+class Match:
+    """The matched nodes (producer first, anchor last) in ``graph``; ``root`` is the model's top
+    graph (where model-level things such as local functions go). ``check`` may store what it
+    computed on the match (``m.sizes = ...``) for ``rewrite`` to use."""
+
+    nodes: list[gs.Node]
+    graph: gs.Graph
+    names: NameGen
+    root: gs.Graph | None = None
+    created: list[gs.Node] = dataclasses.field(default_factory=list)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    graph_outputs: set[int] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def anchor(self) -> gs.Node:
+        return self.nodes[-1]
+
+    def writes_graph_output(self) -> bool:
+        """Whether an output of the anchor is an output of the graph."""
+        if self.graph_outputs is None:
+            self.graph_outputs = {id(t) for t in self.graph.outputs}
+        return any(id(t) in self.graph_outputs for t in self.anchor.outputs)
+
+    def op(self, op_type: str, inputs: Sequence[gs.Tensor], attrs: dict[str, Any] | None = None, *,
+           domain: str | None = None, name: str | None = None, outputs: int | Sequence[bool] = 1,
+           dtype: Any = None, shape: Any = None) -> gs.Variable | list[gs.Variable]:
+        """A new node ``op_type(inputs)``; returns its output tensor (a list when ``outputs > 1``;
+        ``outputs`` may also say per output whether it exists, an absent optional output being
+        the empty tensor). The node enters the graph only if the rewrite is applied."""
+        label = name or f"{self.anchor.name or op_type.lower()}_{op_type.lower()}"
+        present = [True] * outputs if isinstance(outputs, int) else list(outputs)
+        outs = [gs.Variable(self.names(f"{label}_out"), dtype=dtype, shape=shape) if keep else gs.Variable.empty()
+                for keep in present]
+        node = gs.Node(op_type, name=name if name is not None else self.names(label), domain=domain,
+                       inputs=list(inputs), outputs=outs, attrs=dict(attrs or {}))
+        self.created.append(node)
+        return outs[0] if len(outs) == 1 else outs
+
+    def copy(self, node: gs.Node, inputs: Sequence[gs.Tensor] | None = None,
+             attrs: dict[str, Any] | None = None) -> gs.Variable:
+        """A new node like ``node`` (op, domain, name, attributes, annotations, which optional
+        outputs exist) with other ``inputs`` and ``attrs`` updated; returns its first output."""
+        from graphpass.ir import annotations as A
+
+        outs = self.op(node.op, list(node.inputs) if inputs is None else inputs, {**node.attrs, **(attrs or {})},
+                       domain=node.domain, name=node.name, outputs=[bool(t.name) for t in node.outputs] or 1)
+        A.meta(self.created[-1]).update(A.meta(node))
+        return outs if isinstance(outs, gs.Tensor) else outs[0]
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to the pass stat ``key`` (kept only if the rewrite is applied)."""
+        self.counts[key] = self.counts.get(key, 0) + n
+
+
+class Rule:
+    """A rewrite rule. Subclass and set ``pattern`` (or override ``match``); override ``check``
+    (default: always) and ``rewrite`` (see the module docstring for the convention).
 
     ``follow[i]`` is which input of ``pattern[i+1]`` leads to ``pattern[i]`` (default 0;
-    ``None`` means any input, for commutative ops such as Add).
+    ``None`` means any input, for commutative ops such as Add). ``exclusive``: every
+    intermediate tensor must be read only inside the match.
     """
 
-    pattern: ClassVar[tuple[str, ...]]
-    follow: ClassVar[tuple[int | None, ...] | None] = None
+    pattern: tuple[str | tuple[str, ...], ...] = ()
+    follow: tuple[int | None, ...] | None = None
+    exclusive: bool = True
+    name: str | None = None
 
-    def match(self, anchor: gs.Node, graph: gs.Graph, local: set[int], names: NameGen) -> Match | None:
-        if anchor.op != self.pattern[-1] or not _std(anchor):
+    @property
+    def label(self) -> str:
+        """The rule's name in stats (``name``, else the class name in snake_case)."""
+        if self.name:
+            return self.name
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__.lstrip("_")).lower()
+
+    def anchors(self) -> frozenset[str] | None:
+        """The op types a match can end in (None: any op)."""
+        if not self.pattern:
+            return None
+        last = self.pattern[-1]
+        return frozenset((last,) if isinstance(last, str) else last)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        """The chain ``pattern`` ending in ``anchor``, or None."""
+        if not self.pattern or not _std(anchor) or not _is(anchor, self.pattern[-1]):
             return None
         chain = [anchor]
         node = anchor
         follow = self.follow or (0,) * (len(self.pattern) - 1)
         for step in range(len(self.pattern) - 2, -1, -1):
-            want = self.pattern[step]
             idx = follow[step]
-            candidates = range(len(node.inputs)) if idx is None else [idx]
             found = None
-            for i in candidates:
+            for i in (range(len(node.inputs)) if idx is None else [idx]):
                 if i >= len(node.inputs):
                     continue
                 t = node.inputs[i]
-                p = t.inputs[0] if len(t.inputs) == 1 else None
-                if p is not None and id(p) in local and p.op == want and _std(p) and single_reader(t, graph):
+                p = scope.producer(t)
+                if p is not None and _is(p, self.pattern[step]) and (not self.exclusive or scope.single_reader(t)):
                     found = p
                     break
             if found is None:
                 return None
             chain.append(found)
             node = found
-        return Match(list(reversed(chain)), graph, names)
+        return scope.match(reversed(chain))
 
     def check(self, m: Match, ctx: PassContext) -> MatchResult:
         return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx: PassContext) -> list[gs.Node]:
-        """Rewire the graph; return the nodes that are now dead (removed by the pass)."""
+    def rewrite(self, m: Match, ctx: PassContext) -> gs.Tensor | Sequence[gs.Tensor | None]:
+        """The new value of the anchor's output (or one per output; None keeps that output)."""
         raise NotImplementedError
 
 
-class RulePass(Pass):
-    """A pass that applies ``rules`` at every anchor, explaining every refusal."""
+def _is(node: gs.Node, step: str | tuple[str, ...]) -> bool:
+    return node.op == step if isinstance(step, str) else node.op in step
 
-    rules: ClassVar[Sequence[RewriteRule]] = ()
-    preserves_order = False  # rewrites append the nodes they create; the manager re-sorts
+
+class _FunctionRule(Rule):
+    def __init__(self, pattern, rewrite, check, name, follow, exclusive):
+        self.pattern = tuple(pattern)
+        self.follow = follow
+        self.exclusive = exclusive
+        self.name = name
+        self._rewrite = rewrite
+        self._check = check
+
+    def check(self, m: Match, ctx: PassContext) -> MatchResult:
+        if self._check is None:
+            return MatchResult.success()
+        verdict = self._check(m)
+        if isinstance(verdict, str):
+            return MatchResult.fail(verdict)
+        return verdict if isinstance(verdict, MatchResult) else MatchResult.success()
+
+    def rewrite(self, m: Match, ctx: PassContext):
+        return self._rewrite(m)
+
+
+def rule(pattern: Sequence[str | tuple[str, ...]], rewrite: Callable[[Match], Any], *,
+         check: Callable[[Match], MatchResult | str | None] | None = None, name: str | None = None,
+         follow: tuple[int | None, ...] | None = None, exclusive: bool = True) -> Rule:
+    """A rule from functions: ``rule(("Relu", "Relu"), lambda m: m.nodes[-1].outputs[0] ...)``.
+    ``check(m)`` returns a MatchResult, or a reason string to refuse, or None to accept."""
+    return _FunctionRule(pattern, rewrite, check, name or "_".join(
+        s if isinstance(s, str) else "|".join(s) for s in pattern).lower(), follow, exclusive)
+
+
+class RuleSet:
+    """An ordered collection of rules and rule sets (flattened); ``a + b`` concatenates."""
+
+    def __init__(self, *rules: "Rule | RuleSet | Iterable[Rule | RuleSet]"):
+        self.rules: list[Rule] = []
+        for r in rules:
+            self._add(r)
+
+    def _add(self, r) -> None:
+        if isinstance(r, Rule):
+            self.rules.append(r)
+        elif isinstance(r, RuleSet):
+            self.rules.extend(r.rules)
+        elif isinstance(r, Iterable):
+            for x in r:
+                self._add(x)
+        else:
+            raise TypeError(f"not a rule or rule set: {r!r}")
+
+    def __add__(self, other: "Rule | RuleSet | Iterable") -> "RuleSet":
+        return RuleSet(self, other)
+
+    def __radd__(self, other) -> "RuleSet":
+        return RuleSet(other, self)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def apply(self, graph: gs.Graph, ctx: PassContext, pass_name: str, *, reverse: bool = False) -> "RuleCounts":
+        return apply_rules(graph, self, ctx, pass_name, reverse=reverse)
+
+
+class RuleCounts(dict):
+    """Per-rule counts: ``{rule: {"matched": m, "refused": r, "rewritten": w}}``, plus the
+    nodes each rule ``removed`` and ``created`` and the stats its matches counted. Prints short."""
+
+    def entry(self, name: str) -> dict[str, int]:
+        return self.setdefault(name, {"matched": 0, "refused": 0, "rewritten": 0, "removed": 0, "created": 0})
+
+    def total(self, key: str) -> int:
+        return sum(e.get(key, 0) for e in self.values())
+
+    def __repr__(self) -> str:
+        parts = [f"{k} {v['rewritten']}/{v['matched']}" + (f" ({v['refused']} refused)" if v["refused"] else "")
+                 for k, v in self.items() if v["matched"]]
+        return ", ".join(parts) or "none matched"
+
+    __str__ = __repr__
+
+
+def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassContext, pass_name: str, *,
+                reverse: bool = False) -> RuleCounts:
+    """Apply ``rules`` over ``graph`` and every nested graph in one walk each (see the module docstring)."""
+    from graphpass.ir import annotations as A
+
+    rules = rules if isinstance(rules, RuleSet) else RuleSet(rules)
+    counts = RuleCounts()
+    for r in rules:
+        counts.entry(r.label)
+    by_op: dict[str, list[Rule]] = {}
+    anywhere: list[Rule] = []
+    for r in rules:
+        ops = r.anchors()
+        if ops is None:
+            anywhere.append(r)
+        else:
+            for op in ops:
+                by_op.setdefault(op, []).append(r)
+    order_of = {id(r): i for i, r in enumerate(rules)}
+    names = _LazyNames(graph)
+    for g in list(iter_graphs(graph)):
+        scope = Scope(g, graph, names)
+        order = list(g.nodes)
+        pos = {id(n): i for i, n in enumerate(order)}
+        dead: set[int] = set()
+        placed: dict[int, list[gs.Node]] = {}
+        unsorted = False
+        for node in (reversed(order) if reverse else order):
+            if id(node) in dead:
+                continue
+            candidates = by_op.get(node.op, [])
+            if anywhere:
+                candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
+            for r in candidates:
+                m = r.match(node, scope)
+                if m is None or any(id(n) in dead for n in m.nodes):
+                    continue
+                m.root = graph
+                entry = counts.entry(r.label)
+                entry["matched"] += 1
+                verdict = r.check(m, ctx)
+                if verdict:
+                    verdict = _commit(m, r.rewrite(m, ctx), scope, dead)
+                if not verdict:
+                    entry["refused"] += 1
+                    ctx.explain(pass_name, m.anchor, verdict.reason)
+                    continue
+                entry["rewritten"] += 1
+                entry["created"] += len(m.created)
+                entry["removed"] += sum(id(n) in dead for n in m.nodes)
+                for k, v in m.counts.items():
+                    entry[k] = entry.get(k, 0) + v
+                placed.setdefault(id(m.anchor), []).extend(m.created)
+                unsorted = unsorted or _reads_later(m, pos)
+                for n in m.created:
+                    A.mark_created(n, pass_name, replaced=m.nodes)
+                break
+        if dead or placed:
+            nodes = []
+            for n in order:
+                nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
+                if id(n) not in dead:
+                    nodes.append(n)
+            g.nodes = nodes
+            if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
+                toposort(g, recurse=False)
+    return counts
+
+
+def _reads_later(m: Match, pos: dict[int, int]) -> bool:
+    """Whether a new node reads a tensor written at or after its anchor's position (where the
+    new nodes go); records the new nodes' position for later matches."""
+    at = pos[id(m.anchor)]
+    new = {id(n) for n in m.created}
+    later = False
+    for n in m.created:
+        for t in n.inputs:
+            p = t.inputs[0] if len(t.inputs) == 1 else None
+            if p is not None and id(p) not in new and pos.get(id(p), -1) >= at:
+                later = True
+        pos[id(n)] = at
+    return later
+
+
+class _LazyNames:
+    """A :class:`NameGen` built on the first name asked for (most walks create nothing, and
+    building one reads every tensor name of the model)."""
+
+    def __init__(self, graph: gs.Graph):
+        self._graph = graph
+        self._gen: NameGen | None = None
+
+    def __call__(self, prefix: str) -> str:
+        if self._gen is None:
+            self._gen = NameGen(self._graph)
+        return self._gen(prefix)
+
+
+def _movable(new: gs.Tensor, scope: Scope, created: set[int]) -> bool:
+    """Whether ``new``'s producer may write a graph output in its place (``new`` is an intermediate of this graph)."""
+    return (not isinstance(new, gs.Constant) and id(new) not in scope.inputs and id(new) not in scope.outputs
+            and len(new.inputs) == 1 and (id(new.inputs[0]) in scope.local or id(new.inputs[0]) in created))
+
+
+def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
+    """Apply a rewrite's result (see the module docstring); refuse, leaving the graph as it was,
+    when a graph output cannot be rewired."""
+    anchor = m.anchor
+    news = [result] if isinstance(result, gs.Tensor) else list(result)
+    if len(news) > len(anchor.outputs):
+        raise TypeError(f"rewrite returned {len(news)} values for {len(anchor.outputs)} outputs of {anchor.op}")
+    created = {id(n) for n in m.created}
+    pairs = [(old, new) for old, new in zip(anchor.outputs, news) if new is not None and new is not old]
+    for old, new in pairs:
+        made = len(new.inputs) == 1 and id(new.inputs[0]) in created
+        if not made and scope.is_output(old) and not _movable(new, scope, created):
+            _discard(m)
+            return MatchResult.fail(f"'{old.name}' is a graph output and '{new.name}' cannot take its name")
+    for old, new in pairs:
+        writer = new.inputs[0] if len(new.inputs) == 1 else None
+        if writer is not None and (id(writer) in created or scope.is_output(old)):
+            # the writer of ``new`` writes ``old`` itself: old's name, type and shape stay
+            _detach(old, scope)
+            if old.dtype is None:
+                old.dtype = new.dtype
+            if new.shape is not None and not _static(old.shape) and _static(new.shape):
+                old.shape = new.shape  # the rewrite knows the shape: keep the more precise one
+            replace_uses(new, old)
+            writer.outputs[writer.outputs.index(new)] = old
+        else:
+            replace_uses(old, new)
+    for n in m.created:
+        scope.local.add(id(n))
+    changed = True
+    while changed:
+        changed = False
+        for n in m.nodes:
+            if id(n) not in dead and all(not t.outputs and not scope.is_output(t) for t in n.outputs):
+                n.inputs.clear()
+                n.outputs.clear()
+                dead.add(id(n))
+                changed = True
+    return MatchResult.success()
+
+
+def _static(shape) -> bool:
+    return shape is not None and all(isinstance(d, (int, np.integer)) for d in shape)
+
+
+def _discard(m: Match) -> None:
+    """Disconnect the nodes a rewrite built (gs registers a new node as a reader of its inputs)."""
+    for n in m.created:
+        n.inputs.clear()
+        n.outputs.clear()
+    m.created.clear()
+
+
+def _detach(t: gs.Tensor, scope: Scope) -> None:
+    """Give ``t``'s producer a fresh tensor in its place, so ``t`` can get another writer."""
+    for p in list(t.inputs):
+        p.outputs[p.outputs.index(t)] = gs.Variable(scope.names(f"{t.name or 'dead'}_old"), dtype=t.dtype, shape=t.shape)
+
+
+class RulePass(Pass):
+    """A pass that applies a rule set (``rules``) in one walk per graph, explaining every refusal.
+
+    ``reverse = True`` walks consumers first (the largest match wins over a smaller one inside
+    it). Stats: ``fired`` (rewrites), ``refused`` and ``rules`` (per-rule counts); a pass may
+    override :meth:`summarize` to name its own stats from the counts.
+    """
+
+    rules: ClassVar[RuleSet | Sequence[Rule]] = ()
+    reverse: ClassVar[bool] = False
+    preserves_order = True  # new nodes take the anchor's place
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        fired = 0
-        refused = 0
-        names = NameGen(graph)
-        anchors = {r.pattern[-1] for r in self.rules}
-        for g in list(iter_graphs(graph)):
-            local = {id(n) for n in g.nodes}
-            dead_ids: set[int] = set()
-            dead: list[gs.Node] = []
-            for node in list(g.nodes):
-                if node.op not in anchors or id(node) in dead_ids:
-                    continue
-                for rule in self.rules:
-                    m = rule.match(node, g, local, names)
-                    if m is None or any(id(n) in dead_ids for n in m.nodes):
-                        continue
-                    m.root = graph
-                    verdict = rule.check(m, ctx)
-                    if not verdict:
-                        refused += 1
-                        ctx.explain(self.name, m.anchor, verdict.reason)
-                        continue
-                    for n in rule.rewrite(m, ctx):
-                        if id(n) not in dead_ids:
-                            dead_ids.add(id(n))
-                            n.inputs.clear()
-                            n.outputs.clear()
-                            dead.append(n)
-                    fired += 1
-                    break
-            remove_nodes(g, dead)
-        return PassResult(fired > 0, {"fired": fired, "refused": refused})
+        counts = apply_rules(graph, self.rule_set(ctx), ctx, self.name, reverse=self.reverse)
+        return PassResult(counts.total("rewritten") > 0, self.summarize(counts))
+
+    def rule_set(self, ctx: PassContext) -> RuleSet | Sequence[Rule]:
+        """The rules of this application (a pass may choose them from its options)."""
+        return self.rules
+
+    def summarize(self, counts: RuleCounts) -> dict[str, Any]:
+        return {"fired": counts.total("rewritten"), "refused": counts.total("refused"), "rules": counts}
+
+
+def rule_pass(name: str, rules: RuleSet | Rule | Sequence[Rule], *, summary: str | None = None,
+              kind: PassKind = PassKind.FUSION, promise: Promise | None = None, reverse: bool = False,
+              register: bool = False, **attrs: Any) -> type[RulePass]:
+    """A :class:`RulePass` subclass named ``name`` applying ``rules``; ``register=True`` adds it to
+    the pass registry (so ``optimize(passes=[name])`` and the CLI find it). ``promise`` defaults
+    to exact: declare a tolerance if a rule can change a value by rounding."""
+    from graphpass.passes.framework.pass_base import EXACT
+    from graphpass.passes.framework.registry import register as _register
+
+    rules = RuleSet(rules)
+    cls = type(_camel(name), (RulePass,), {
+        "name": name, "summary": summary or f"rewrite rules: {', '.join(r.label for r in rules)}", "kind": kind,
+        "promise": promise or EXACT, "rules": rules, "reverse": reverse, "__doc__": summary or None,
+        "__module__": attrs.pop("module", __name__), **attrs})
+    return _register(cls) if register else cls
+
+
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.split("_")) or "RulePass"
+
+
+#: The old name of :class:`Rule` (one release).
+RewriteRule = Rule

@@ -9,7 +9,7 @@ from onnx import TensorProto
 from graphpass.passes.framework.pass_base import MatchResult
 from graphpass.ir.device_ops import elem_type
 
-__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",
+__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "with_bias", "absorb", "per_output_channel",
            "channel_operand", "keeps_specials"]
 
 
@@ -47,6 +47,12 @@ def set_bias(node: gs.Node, bias: gs.Tensor) -> None:
         node.inputs[2] = bias
     else:
         node.inputs.append(bias)
+
+
+def with_bias(node: gs.Node, bias: gs.Tensor, inputs: list[gs.Tensor] | None = None) -> list[gs.Tensor]:
+    """``node``'s inputs (or ``inputs``) with ``bias`` as the third (Conv/ConvTranspose/Gemm), replaced or appended."""
+    inputs = list(node.inputs if inputs is None else inputs)
+    return inputs[:2] + [bias] + inputs[3:]
 
 
 def absorb(producer: gs.Node, consumer: gs.Node) -> None:

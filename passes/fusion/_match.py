@@ -1,4 +1,5 @@
-"""Small matching helpers for patterns that are not simple chains (GELU, LayerNorm)."""
+"""Small matching helpers for rules whose patterns are not simple chains (GELU, LayerNorm), and the
+fused-kernel refusal rule they share. The engine that applies them is :mod:`graphpass.infra.rewrite`."""
 
 from __future__ import annotations
 
@@ -52,40 +53,6 @@ def operands(node: gs.Node) -> list[tuple[gs.Tensor, gs.Tensor]]:
     """Both orders of a commutative binary node's inputs."""
     a, b = node.inputs[0], node.inputs[1]
     return [(a, b), (b, a)]
-
-
-def replace_matches(graph, match, build, pass_name: str, names, anchors_last_first: bool = False) -> int:
-    """Drive a non-chain pattern over every graph: ``match(node, g, local)`` returns the matched
-    nodes (anchor last) or None; ``build(hit, out)`` returns the node that now writes the
-    anchor's output tensor. Matched nodes are removed in one sweep per graph. Returns the count."""
-    from graphpass.ir import annotations as A
-    from graphpass.ir.graph import iter_graphs, remove_nodes
-
-    fired = 0
-    for g in list(iter_graphs(graph)):
-        local = {id(n) for n in g.nodes}
-        dead: list = []
-        dead_ids: set[int] = set()
-        order = reversed(list(g.nodes)) if anchors_last_first else list(g.nodes)
-        for node in order:
-            if id(node) in dead_ids:
-                continue
-            hit = match(node, g, local)
-            if hit is None or any(id(n) in dead_ids for n in hit.nodes):
-                continue
-            out = node.outputs[0]
-            node.outputs.clear()
-            new = build(hit, out)
-            g.nodes.append(new)
-            A.mark_created(new, pass_name, replaced=hit.nodes)
-            for n in hit.nodes:
-                n.inputs.clear()
-                n.outputs.clear()
-                dead_ids.add(id(n))
-                dead.append(n)
-            fired += 1
-        remove_nodes(g, dead)
-    return fired
 
 
 #: The types a fused kernel (Gelu, LayerNormalization) keeps its promise in: in float16/bfloat16

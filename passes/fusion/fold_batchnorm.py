@@ -21,15 +21,14 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, require_constants, set_bias
+from graphpass.passes.fusion._common import require_constants
 
 __all__ = ["FoldBatchNorm"]
 
 
-class _FoldInto(RewriteRule):
+class _FoldInto(Rule):
     def check(self, m: Match, ctx) -> MatchResult:
         prod, bn = m.nodes
         if len(bn.inputs) < 5:
@@ -87,16 +86,13 @@ class _FoldInto(RewriteRule):
     def extra_check(self, m: Match) -> MatchResult:
         return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
         prod, bn = m.nodes
         _, _, new_w, new_b = self.folded(m)
-        if prod.op == "Gemm":
-            prod.attrs["beta"] = 1.0  # the old beta * C is in the folded bias
-        prod.inputs[1] = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w)
-        set_bias(prod, gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b))
-        absorb(prod, bn)
-        A.mark_created(prod, FoldBatchNorm.name, replaced=[prod, bn])
-        return [bn]
+        w = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w)
+        b = gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b)
+        # Gemm: the old beta * C is in the folded bias
+        return m.copy(prod, inputs=[prod.inputs[0], w, b], attrs={"beta": 1.0} if prod.op == "Gemm" else None)
 
 
 class _IntoConv(_FoldInto):

@@ -17,8 +17,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.shapes import static_shape
 
 __all__ = ["FoldPad"]
@@ -50,9 +49,10 @@ def _pad_value(pad: gs.Node) -> float | None:
     return 0.0
 
 
-class _PadInto(RewriteRule):
+class _PadInto(Rule):
     def __init__(self, op: str):
         self.pattern = ("Pad", op)
+        self.name = f"pad_into_{op.lower()}"
 
     def check(self, m: Match, ctx) -> MatchResult:
         pad, op = m.nodes
@@ -80,19 +80,18 @@ class _PadInto(RewriteRule):
         m.spatial = (pads[2:rank], pads[rank + 2:])
         return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
         pad, op = m.nodes
         begin, end = m.spatial
         k = len(begin)
         own = [int(v) for v in op.attrs.get("pads", [0] * (2 * k))]
-        op.attrs["pads"] = [own[i] + begin[i] for i in range(k)] + [own[k + i] + end[i] for i in range(k)]
-        op.inputs[0] = pad.inputs[0]
-        A.mark_created(op, FoldPad.name, replaced=[pad, op])
-        return [pad]
+        pads = [own[i] + begin[i] for i in range(k)] + [own[k + i] + end[i] for i in range(k)]
+        return m.copy(op, inputs=[pad.inputs[0], *op.inputs[1:]], attrs={"pads": pads})
 
 
-class _PadIntoMaxPool(RewriteRule):
+class _PadIntoMaxPool(Rule):
     pattern = ("Pad", "MaxPool")
+    name = "pad_into_maxpool"
 
     def check(self, m: Match, ctx) -> MatchResult:
         return MatchResult.fail("MaxPool pads with -inf, not 0: folding a zero Pad would change the result")

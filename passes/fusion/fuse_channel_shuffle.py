@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
 
@@ -43,7 +43,7 @@ def _target(shape_t: gs.Tensor, src: list[int]) -> list[int] | None:
     return t
 
 
-class _Shuffle(RewriteRule):
+class _Shuffle(Rule):
     pattern = ("Reshape", "Transpose", "Reshape")
 
     def check(self, m: Match, ctx) -> MatchResult:
@@ -91,20 +91,14 @@ class _Shuffle(RewriteRule):
         costs = [cm.estimate(site(False), **opts).total_us, cm.estimate(site(True), **opts).total_us]
         return (1 if costs[1] <= costs[0] else 0), costs
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
         r1, tr, r2 = m.nodes
         x = r1.inputs[0]
         c = static_shape(x)[1]
         perm = gs.Constant(m.names(f"{r2.name or 'shuffle'}_perm"), shuffle_permutation(c, m.groups))
-        out = r2.outputs[0]
-        r2.outputs.clear()
-        if out.shape is None or static_shape(out) is None:  # a shuffle keeps the shape: say so
-            out.shape = list(static_shape(x))
-            out.dtype = out.dtype or x.dtype
-        gather = gs.Node("Gather", name=m.names(f"{r2.name or 'shuffle'}_gather"), inputs=[x, perm], outputs=[out], attrs={"axis": 1})
-        m.graph.nodes.append(gather)
-        A.mark_created(gather, FuseChannelShuffle.name, replaced=[r1, tr, r2])
-        return [r1, tr, r2]
+        # a shuffle keeps the shape: say so (the engine keeps the output's own shape if static)
+        return m.op("Gather", [x, perm], {"axis": 1}, name=m.names(f"{r2.name or 'shuffle'}_gather"),
+                    dtype=x.dtype, shape=list(static_shape(x)))
 
 
 @register

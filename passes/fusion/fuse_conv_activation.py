@@ -24,8 +24,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass, single_reader
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import (CONV_ATTRS, DOMAIN, FLOAT_TYPES, FUSED_CONV, elem_type, ensure_function,
                                      function_type_conflict, fused_conv_function)
@@ -46,12 +45,13 @@ def _conv_type(conv: gs.Node) -> int | None:
     return None
 
 
-class _ConvAct(RewriteRule):
+class _ConvAct(Rule):
     activation: str
 
     def __init__(self, act_op: str, activation: str):
         self.pattern = ("Conv", act_op)
         self.activation = activation
+        self.name = f"conv_{activation.lower()}"
 
     def check(self, m: Match, ctx) -> MatchResult:
         conv = m.nodes[0]
@@ -73,7 +73,7 @@ class _ConvAct(RewriteRule):
     def activation_attrs(self, act: gs.Node) -> dict:
         return {}
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
         conv, act = m.nodes[0], m.nodes[-1]
         op, _, _ = FUSED_CONV[self.activation]
         top = m.root or m.graph  # functions live on the model's top graph
@@ -89,16 +89,11 @@ class _ConvAct(RewriteRule):
                                onnx.numpy_helper.to_array(onnx.helper.make_tensor("b", elem, [cout], [-0.0] * cout)))
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
         attrs.update(self.activation_attrs(act))
-        out = act.outputs[0]
-        act.outputs.clear()
-        fused = gs.Node(op, name=m.names(f"{conv.name or 'conv'}_fused"), domain=DOMAIN,
-                        inputs=[conv.inputs[0], conv.inputs[1], bias], outputs=[out], attrs=attrs)
-        m.graph.nodes.append(fused)
-        A.mark_created(fused, FuseConvActivation.name, replaced=m.nodes)
-        return list(m.nodes)
+        return m.op(op, [conv.inputs[0], conv.inputs[1], bias], attrs, domain=DOMAIN,
+                    name=m.names(f"{conv.name or 'conv'}_fused"))
 
-    def match(self, anchor, graph, local, names):
-        m = super().match(anchor, graph, local, names)
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
         if m is not None and not (m.nodes[0].inputs[1].shape and isinstance(m.nodes[0].inputs[1].shape[0], int)):
             return None  # weight shape unknown: nothing to fuse against
         return m
@@ -139,20 +134,19 @@ class _SiLU(_ConvAct):
         super().__init__("Mul", "SiLU")
         self.pattern = ("Conv", "Sigmoid", "Mul")
 
-    def match(self, anchor, graph, local, names):
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         if anchor.op != "Mul" or anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
             return None
         for sig_in, other in ((anchor.inputs[0], anchor.inputs[1]), (anchor.inputs[1], anchor.inputs[0])):
-            sig = sig_in.inputs[0] if len(sig_in.inputs) == 1 else None
-            if sig is None or sig.op != "Sigmoid" or id(sig) not in local or not single_reader(sig_in, graph):
+            sig = scope.producer(sig_in, "Sigmoid")
+            if sig is None or not scope.single_reader(sig_in):
                 continue
-            conv = other.inputs[0] if len(other.inputs) == 1 else None
-            if (conv is None or conv.op != "Conv" or id(conv) not in local or sig.inputs[0] is not other
-                    or len(other.outputs) != 2 or any(o is other for o in graph.outputs)):
+            conv = scope.producer(other, "Conv")
+            if conv is None or sig.inputs[0] is not other or len(other.outputs) != 2 or scope.is_output(other):
                 continue
             if not (conv.inputs[1].shape and isinstance(conv.inputs[1].shape[0], int)):
                 return None
-            return Match([conv, sig, anchor], graph, names)
+            return scope.match([conv, sig, anchor])
         return None
 
 

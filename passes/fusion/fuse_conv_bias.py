@@ -15,10 +15,9 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, channel_operand, keeps_specials, other_input, set_bias
+from graphpass.passes.fusion._common import channel_operand, keeps_specials, other_input, with_bias
 
 __all__ = ["FuseConvBias"]
 
@@ -28,7 +27,7 @@ def _addend(m: Match) -> gs.Tensor:
     return other_input(add, conv.outputs[0])
 
 
-class _BatchNormAdd(RewriteRule):
+class _BatchNormAdd(Rule):
     """BatchNormalization(x, scale, B, mean, var) -> Add(d): B + d."""
 
     pattern = ("BatchNormalization", "Add")
@@ -49,16 +48,15 @@ class _BatchNormAdd(RewriteRule):
         with np.errstate(all="ignore"):
             return d, (np.asarray(peek_values(bn.inputs[2]), np.float32) + d).astype(np.float32)
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
-        bn, add = m.nodes
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        bn, _ = m.nodes
         _, b = self.folded(m)
-        bn.inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b)
-        absorb(bn, add)
-        A.mark_created(bn, FuseConvBias.name, replaced=[bn, add])
-        return [add]
+        inputs = list(bn.inputs)
+        inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b)
+        return m.copy(bn, inputs=inputs)
 
 
-class _ConvAdd(RewriteRule):
+class _ConvAdd(Rule):
     pattern = ("Conv", "Add")
     follow = (None,)
 
@@ -84,13 +82,10 @@ class _ConvAdd(RewriteRule):
         with np.errstate(all="ignore"):
             return c, old, (old + c).astype(np.float32)
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
-        conv, add = m.nodes
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        conv, _ = m.nodes
         _, _, new = self.folded(m)
-        set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), new))
-        absorb(conv, add)
-        A.mark_created(conv, FuseConvBias.name, replaced=[conv, add])
-        return [add]
+        return m.copy(conv, inputs=with_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), new)))
 
 
 @register

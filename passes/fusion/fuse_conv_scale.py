@@ -19,15 +19,14 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import absorb, channel_operand, keeps_specials, other_input, set_bias
+from graphpass.passes.fusion._common import channel_operand, keeps_specials, other_input, with_bias
 
 __all__ = ["FuseConvScale"]
 
 
-class _BatchNormMul(RewriteRule):
+class _BatchNormMul(Rule):
     """BatchNormalization(x, scale, B, mean, var) -> Mul(s): scale * s and B * s."""
 
     pattern = ("BatchNormalization", "Mul")
@@ -53,17 +52,16 @@ class _BatchNormMul(RewriteRule):
         with np.errstate(all="ignore"):
             return s, {i: (np.asarray(peek_values(bn.inputs[i]), np.float64) * s).astype(np.float32) for i in (1, 2)}
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
-        bn, mul = m.nodes
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        bn, _ = m.nodes
         _, folded = self.folded(m)
+        inputs = list(bn.inputs)
         for i, label in ((1, "scale"), (2, "bias")):
-            bn.inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), folded[i])
-        absorb(bn, mul)
-        A.mark_created(bn, FuseConvScale.name, replaced=[bn, mul])
-        return [mul]
+            inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), folded[i])
+        return m.copy(bn, inputs=inputs)
 
 
-class _ConvMul(RewriteRule):
+class _ConvMul(Rule):
     pattern = ("Conv", "Mul")
     follow = (None,)
 
@@ -96,16 +94,15 @@ class _ConvMul(RewriteRule):
                 bias = (np.asarray(peek_values(conv.inputs[2]), np.float64) * s).astype(np.float32)
         return s, weights, bias
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
-        conv, mul = m.nodes
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        conv, _ = m.nodes
         w = conv.inputs[1]
         _, weights, bias = self.folded(m)
-        conv.inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights)
+        inputs = list(conv.inputs)
+        inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights)
         if bias is not None:
-            set_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias))
-        absorb(conv, mul)
-        A.mark_created(conv, FuseConvScale.name, replaced=[conv, mul])
-        return [mul]
+            inputs = with_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias), inputs)
+        return m.copy(conv, inputs=inputs)
 
 
 @register

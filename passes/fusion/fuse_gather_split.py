@@ -15,8 +15,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.shapes import static_shape
 
 __all__ = ["FuseGatherSplit"]
@@ -35,7 +34,7 @@ def _split_sizes(split: gs.Node, total: int) -> list[int] | None:
     return [min(per, total - i * per) for i in range(k)]
 
 
-class _GatherSplit(RewriteRule):
+class _GatherSplit(Rule):
     pattern = ("Gather", "Split")
 
     def check(self, m: Match, ctx) -> MatchResult:
@@ -57,20 +56,16 @@ class _GatherSplit(RewriteRule):
         m.sizes = sizes
         return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
+    def rewrite(self, m: Match, ctx) -> list[gs.Tensor]:
         gather, split = m.nodes
         idx = np.asarray(gather.inputs[1].values)
-        outs = list(split.outputs)
-        split.outputs.clear()
-        start = 0
-        for k, (size, out) in enumerate(zip(m.sizes, outs)):
+        parts, start = [], 0
+        for k, size in enumerate(m.sizes):
             part = gs.Constant(m.names(f"{gather.inputs[1].name}_part{k}"), idx[start:start + size].copy())
-            node = gs.Node("Gather", name=m.names(f"{gather.name or 'gather'}_part{k}"), inputs=[gather.inputs[0], part],
-                           outputs=[out], attrs={"axis": int(gather.attrs.get("axis", 0))})
-            m.graph.nodes.append(node)
-            A.mark_created(node, FuseGatherSplit.name, replaced=[gather, split])
+            parts.append(m.op("Gather", [gather.inputs[0], part], {"axis": int(gather.attrs.get("axis", 0))},
+                              name=m.names(f"{gather.name or 'gather'}_part{k}")))
             start += size
-        return [gather, split]
+        return parts
 
 
 @register

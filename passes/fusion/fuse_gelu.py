@@ -17,13 +17,12 @@ import math
 
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import Pass, Promise
-from graphpass.passes.framework.rewrite import single_reader
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import Promise
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, gelu_function
-from graphpass.ir.graph import NameGen
-from graphpass.passes.fusion._match import is_const, operands, producer_of, replace_matches, fused_kernel_refusal
+from graphpass.passes.fusion._match import is_const, operands, producer_of, fused_kernel_refusal
 
 __all__ = ["FuseGelu"]
 
@@ -78,8 +77,36 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     return None
 
 
+class _Gelu(Rule):
+    """The DAG above, anchored at the last Mul."""
+
+    name = "gelu"
+
+    def anchors(self) -> frozenset[str]:
+        return frozenset({"Mul"})
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        hit = _match(anchor, scope.graph, scope.local)
+        if hit is None:
+            return None
+        m = scope.match(hit.nodes)
+        m.x = hit.x
+        return m
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        m.opset = model_io.opset_of(m.root) or m.root.opset or 13
+        reason = fused_kernel_refusal(m.root, "GELU", "Gelu", elem_type(m.x.dtype), m.opset, standard_since=20)
+        return MatchResult.fail(reason) if reason else MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        if m.opset >= 20:
+            return m.op("Gelu", [m.x], name=m.names("gelu"))
+        ensure_function(m.root, gelu_function(m.opset, elem_type(m.x.dtype)))
+        return m.op("Gelu", [m.x], domain=DOMAIN, name=m.names("gelu"))
+
+
 @register
-class FuseGelu(Pass):
+class FuseGelu(RulePass):
     """Recognizes the erf-form GELU subgraph.
 
     Cases:
@@ -95,25 +122,4 @@ class FuseGelu(Pass):
     kind = PassKind.FUSION
     promise = Promise.tolerance("fused-kernel", rtol=1e-5, atol=1e-6, reason="one Gelu kernel instead of its erf decomposition: the same formula, rounded once per kernel")
 
-    def run(self, graph: gs.Graph, ctx) -> PassResult:
-        opset = model_io.opset_of(graph) or graph.opset or 13
-        names = NameGen(graph)
-
-        def match(node, g, local):
-            hit = _match(node, g, local)
-            if hit is None:
-                return None
-            reason = fused_kernel_refusal(graph, "GELU", "Gelu", elem_type(hit.x.dtype), opset, standard_since=20)
-            if reason:
-                ctx.explain(self.name, node, reason)
-                return None
-            return hit
-
-        def build(hit, out):
-            if opset >= 20:
-                return gs.Node("Gelu", name=names("gelu"), inputs=[hit.x], outputs=[out])
-            ensure_function(graph, gelu_function(opset, elem_type(hit.x.dtype)))
-            return gs.Node("Gelu", name=names("gelu"), domain=DOMAIN, inputs=[hit.x], outputs=[out])
-
-        fired = replace_matches(graph, match, build, self.name, names)
-        return PassResult(fired > 0, {"fired": fired})
+    rules = (_Gelu(),)

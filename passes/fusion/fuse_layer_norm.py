@@ -21,14 +21,13 @@ import dataclasses
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.passes.framework import PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import Pass, Promise
-from graphpass.passes.framework.rewrite import single_reader
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import Promise
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, layer_norm_function
-from graphpass.ir.graph import NameGen
 from graphpass.ir.shapes import static_shape
-from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of, replace_matches, fused_kernel_refusal
+from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of, fused_kernel_refusal
 
 __all__ = ["FuseLayerNorm"]
 
@@ -130,8 +129,45 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     return _Hit(x, scale_v, bias_v, eps, nodes + [t, sqrt, add, var, pow_, sub, mean], shape[-1])
 
 
+class _LayerNorm(Rule):
+    """The DAG above, anchored at the final Add (with bias), Mul (scale only) or Div (bare)."""
+
+    name = "layer_norm"
+
+    def anchors(self) -> frozenset[str]:
+        return frozenset({"Add", "Mul", "Div"})
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        hit = _match(anchor, scope.graph, scope.local)
+        if hit is None:
+            return None
+        m = scope.match(list(reversed(hit.nodes)))  # anchor last
+        m.hit = hit
+        return m
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        m.opset = model_io.opset_of(m.root) or m.root.opset or 13
+        # the body takes epsilon by Constant(value_float): opset 12+
+        reason = fused_kernel_refusal(m.root, "LayerNorm", "LayerNorm", elem_type(m.hit.x.dtype), m.opset,
+                                      standard_since=17, body_since=12)
+        return MatchResult.fail(reason) if reason else MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        hit, names = m.hit, m.names
+        dtype = np.dtype(hit.x.dtype)
+        # a missing bias is -0.0: the additive identity (+0.0 would turn -0.0 into +0.0)
+        scale = gs.Constant(names("ln_scale"), hit.scale if hit.scale is not None else np.ones(hit.width, dtype))
+        bias = gs.Constant(names("ln_bias"), hit.bias if hit.bias is not None else np.full(hit.width, -0.0, dtype))
+        if m.opset >= 17:
+            return m.op("LayerNormalization", [hit.x, scale, bias], {"axis": -1, "epsilon": float(hit.eps)},
+                        name=names("layer_norm"))
+        ensure_function(m.root, layer_norm_function(m.opset, elem_type(hit.x.dtype)))
+        return m.op("LayerNorm", [hit.x, scale, bias], {"epsilon": float(hit.eps)}, domain=DOMAIN,
+                    name=names("layer_norm"))
+
+
 @register
-class FuseLayerNorm(Pass):
+class FuseLayerNorm(RulePass):
     """Recognizes the exported LayerNorm subgraph over the last axis.
 
     Cases:
@@ -146,34 +182,6 @@ class FuseLayerNorm(Pass):
     kind = PassKind.FUSION
     promise = Promise.tolerance("fused-kernel", rtol=1e-5, atol=1e-6, reason="one LayerNormalization kernel instead of its decomposition: mean/variance summed in another order")
 
-    def run(self, graph: gs.Graph, ctx) -> PassResult:
-        opset = model_io.opset_of(graph) or graph.opset or 13
-        names = NameGen(graph)
-
-        def build(hit, out):
-            dtype = np.dtype(hit.x.dtype)
-            # a missing bias is -0.0: the additive identity (+0.0 would turn -0.0 into +0.0)
-            scale = gs.Constant(names("ln_scale"), hit.scale if hit.scale is not None else np.ones(hit.width, dtype))
-            bias = gs.Constant(names("ln_bias"), hit.bias if hit.bias is not None else np.full(hit.width, -0.0, dtype))
-            if opset >= 17:
-                return gs.Node("LayerNormalization", name=names("layer_norm"), inputs=[hit.x, scale, bias], outputs=[out],
-                               attrs={"axis": -1, "epsilon": float(hit.eps)})
-            ensure_function(graph, layer_norm_function(opset, elem_type(hit.x.dtype)))
-            return gs.Node("LayerNorm", name=names("layer_norm"), domain=DOMAIN, inputs=[hit.x, scale, bias],
-                           outputs=[out], attrs={"epsilon": float(hit.eps)})
-
-        def match(node, g, local):
-            hit = _match(node, g, local) if node.op in ("Add", "Mul", "Div") else None
-            if hit is None:
-                return None
-            # the body takes epsilon by Constant(value_float): opset 12+
-            reason = fused_kernel_refusal(graph, "LayerNorm", "LayerNorm", elem_type(hit.x.dtype), opset,
-                                          standard_since=17, body_since=12)
-            if reason:
-                ctx.explain(self.name, node, reason)
-                return None
-            return hit
-
-        # consumers first: the largest match (with bias) wins over the bare Div inside it
-        fired = replace_matches(graph, match, build, self.name, names, anchors_last_first=True)
-        return PassResult(fired > 0, {"fired": fired})
+    # consumers first: the largest match (with bias) wins over the bare Div inside it
+    reverse = True
+    rules = (_LayerNorm(),)

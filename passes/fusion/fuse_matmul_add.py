@@ -12,8 +12,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
-from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
-from graphpass.ir import annotations as A
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.shapes import static_shape
 from graphpass.passes.fusion._common import other_input
 
@@ -27,7 +26,7 @@ def _addend(m: Match) -> gs.Tensor:
     return other_input(add, mm.outputs[0])
 
 
-class _MatMulAdd(RewriteRule):
+class _MatMulAdd(Rule):
     pattern = ("MatMul", "Add")
     follow = (None,)
 
@@ -45,16 +44,9 @@ class _MatMulAdd(RewriteRule):
             return MatchResult.fail(f"addend shaped {c} does not broadcast to {mn}")
         return MatchResult.success()
 
-    def rewrite(self, m: Match, ctx) -> list[gs.Node]:
-        mm, add = m.nodes
-        out = add.outputs[0]
-        gemm = gs.Node("Gemm", name=m.names(f"{mm.name or 'matmul'}_gemm"), inputs=[mm.inputs[0], mm.inputs[1], _addend(m)],
-                       outputs=[], attrs={})
-        add.outputs.clear()
-        gemm.outputs.append(out)
-        m.graph.nodes.append(gemm)
-        A.mark_created(gemm, FuseMatMulAdd.name, replaced=[mm, add])
-        return [mm, add]
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        mm, _ = m.nodes
+        return m.op("Gemm", [mm.inputs[0], mm.inputs[1], _addend(m)], name=m.names(f"{mm.name or 'matmul'}_gemm"))
 
 
 @register

@@ -15,10 +15,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassKind, register
-from graphpass.passes.framework.pass_base import PassResult, EXACT
-from graphpass.passes.framework.rewrite import RulePass, single_reader
-from graphpass.ir import annotations as A
-from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 from graphpass.ir.shapes import static_shape
 
 __all__ = ["MergeConcats"]
@@ -61,6 +59,91 @@ def _slice_params(node: gs.Node, shape: list[int]):
     return out
 
 
+class _SplitConcat(Rule):
+    """Case 2: a Concat of every output of a same-axis Split, in order, is the Split's input."""
+
+    pattern = ("Concat",)
+
+    def match(self, node: gs.Node, scope: Scope) -> Match | None:
+        if node.op != "Concat" or node.domain not in (None, "", "ai.onnx") or not node.inputs:
+            return None
+        axis = _axis(node, _rank(node.outputs[0]))
+        first = scope.producer(node.inputs[0], "Split")
+        if (first is None or axis is None or _axis(first, _rank(first.inputs[0])) != axis
+                or len(node.inputs) != len(first.outputs) or not all(a is b for a, b in zip(node.inputs, first.outputs))
+                or not all(scope.single_reader(t) for t in first.outputs) or scope.is_output(node.outputs[0])):
+            return None
+        return scope.match([first, node])
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("split_concat_removed")
+        return m.nodes[0].inputs[0]
+
+
+class _Splice(Rule):
+    """Case 1: a Concat input produced by a same-axis Concat read only here is spliced in."""
+
+    pattern = ("Concat",)
+
+    def match(self, node: gs.Node, scope: Scope) -> Match | None:
+        if node.op != "Concat" or node.domain not in (None, "", "ai.onnx"):
+            return None
+        axis = _axis(node, _rank(node.outputs[0]))
+        if axis is None:
+            return None
+        inputs, spliced = [], []
+        for t in node.inputs:
+            p = scope.producer(t, "Concat")
+            if p is not None and _axis(p, _rank(p.outputs[0])) == axis and scope.single_reader(t):
+                inputs.extend(p.inputs)
+                spliced.append(p)
+            else:
+                inputs.append(t)
+        if not spliced:
+            return None
+        m = scope.match(spliced + [node])
+        m.inputs = inputs
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("concats_merged", len(m.nodes) - 1)
+        return m.copy(m.anchor, inputs=m.inputs)
+
+
+class _Slices(Rule):
+    """Case 3: Slice -> Slice with unit steps and static shapes becomes one Slice."""
+
+    pattern = ("Slice", "Slice")
+
+    def match(self, node: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(node, scope)
+        if m is None:
+            return None
+        inner = m.nodes[0]
+        x, mid = static_shape(inner.inputs[0]), static_shape(node.inputs[0])
+        if x is None or mid is None:
+            return None
+        a, b = _slice_params(inner, x), _slice_params(node, mid)
+        if a is None or b is None:
+            return None
+        comp = dict(a)
+        for axis, (s, e) in b.items():
+            base = a.get(axis, (0, x[axis]))[0]
+            comp[axis] = (base + s, base + e)
+        m.composed = comp
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        inner, node = m.nodes
+        comp, names = m.composed, m.names
+        axes = sorted(comp)
+        m.count("slices_composed")
+        return m.copy(node, inputs=[inner.inputs[0],
+                                    gs.Constant(names("slice_starts"), np.array([comp[k][0] for k in axes], np.int64)),
+                                    gs.Constant(names("slice_ends"), np.array([comp[k][1] for k in axes], np.int64)),
+                                    gs.Constant(names("slice_axes"), np.array(axes, np.int64))])
+
+
 @register
 class MergeConcats(RulePass):
     """Flattens Concat chains, drops Split->Concat round trips, composes Slice chains.
@@ -77,88 +160,8 @@ class MergeConcats(RulePass):
     promise = EXACT
     ascend_name = None
 
-    def run(self, graph: gs.Graph, ctx) -> PassResult:
-        stats = {"concats_merged": 0, "split_concat_removed": 0, "slices_composed": 0}
-        names = None
-        for g in list(iter_graphs(graph)):
-            local = {id(n) for n in g.nodes}
-            outs = {id(t) for t in g.outputs}
-            dead: list[gs.Node] = []
-            dead_ids: set[int] = set()
-            for node in g.nodes:
-                if id(node) in dead_ids or node.domain not in (None, "", "ai.onnx"):
-                    continue
-                if node.op == "Concat":
-                    rank = _rank(node.outputs[0])
-                    axis = _axis(node, rank)
-                    # case 2: Concat of a whole Split, in order
-                    first = node.inputs[0].inputs[0] if node.inputs and len(node.inputs[0].inputs) == 1 else None
-                    if (first is not None and first.op == "Split" and id(first) in local and axis is not None
-                            and _axis(first, _rank(first.inputs[0])) == axis
-                            and len(node.inputs) == len(first.outputs)
-                            and all(a is b for a, b in zip(node.inputs, first.outputs))
-                            and all(single_reader(t, g) for t in first.outputs) and id(node.outputs[0]) not in outs):
-                        replace_uses(node.outputs[0], first.inputs[0])
-                        for n in (node, first):
-                            n.inputs.clear()
-                            n.outputs.clear()
-                            dead_ids.add(id(n))
-                            dead.append(n)
-                        stats["split_concat_removed"] += 1
-                        continue
-                    # case 1: splice same-axis Concat inputs
-                    new_inputs, changed = [], False
-                    # decide before splicing: splicing one input changes the reader counts of others
-                    # (Concat(Concat(a, t), t) must not splice the second t once the first is gone)
-                    sole = [single_reader(t, g) for t in node.inputs]
-                    for t, only in zip(list(node.inputs), sole):
-                        p = t.inputs[0] if len(t.inputs) == 1 else None
-                        if (p is not None and p.op == "Concat" and id(p) in local and id(p) not in dead_ids and axis is not None
-                                and _axis(p, _rank(p.outputs[0])) == axis and only):
-                            new_inputs.extend(p.inputs)
-                            p.inputs.clear()
-                            p.outputs.clear()
-                            dead_ids.add(id(p))
-                            dead.append(p)
-                            changed = True
-                            stats["concats_merged"] += 1
-                        else:
-                            new_inputs.append(t)
-                    if changed:
-                        node.inputs.clear()
-                        node.inputs.extend(new_inputs)
-                        A.mark_created(node, self.name, replaced=[node])
-                elif node.op == "Slice" and node.inputs:
-                    inner = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
-                    if inner is None or inner.op != "Slice" or id(inner) not in local or not single_reader(node.inputs[0], g):
-                        continue
-                    x = static_shape(inner.inputs[0])
-                    mid = static_shape(node.inputs[0])
-                    if x is None or mid is None:
-                        continue
-                    a, b = _slice_params(inner, x), _slice_params(node, mid)
-                    if a is None or b is None:
-                        continue
-                    comp = dict(a)
-                    for axis, (s, e) in b.items():
-                        base = a.get(axis, (0, x[axis]))[0]
-                        comp[axis] = (base + s, base + e)
-                    axes = sorted(comp)
-                    names = names or NameGen(graph)
-                    node.inputs[0] = inner.inputs[0]
-                    node.inputs[1] = gs.Constant(names("slice_starts"), np.array([comp[k][0] for k in axes], np.int64))
-                    node.inputs[2] = gs.Constant(names("slice_ends"), np.array([comp[k][1] for k in axes], np.int64))
-                    axes_t = gs.Constant(names("slice_axes"), np.array(axes, np.int64))
-                    while len(node.inputs) < 4:
-                        node.inputs.append(gs.Variable.empty())
-                    node.inputs[3] = axes_t
-                    if len(node.inputs) > 4:
-                        del node.inputs[4:]
-                    inner.inputs.clear()
-                    inner.outputs.clear()
-                    dead_ids.add(id(inner))
-                    dead.append(inner)
-                    A.mark_created(node, self.name, replaced=[inner, node])
-                    stats["slices_composed"] += 1
-            remove_nodes(g, dead)
-        return PassResult(any(stats.values()), stats)
+    rules = (_SplitConcat(), _Splice(), _Slices())
+
+    def summarize(self, counts: RuleCounts) -> dict:
+        keys = ("concats_merged", "split_concat_removed", "slices_composed")
+        return {**{k: counts.total(k) for k in keys}, "rules": counts}

@@ -1,0 +1,317 @@
+"""The rewrite engine (graphpass.infra.rewrite): match, refuse with a reason, rewrite, rewiring,
+dead-node removal, composition, per-rule counts, subgraphs, one linear walk."""
+
+import numpy as np
+import onnx_graphsurgeon as gs
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.passes.framework import PassContext, PassKind
+from graphpass.passes.framework.registry import get_pass, unregister
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, apply_rules, rule, rule_pass
+from graphpass.testing import assert_equivalent, make_model, ops
+
+F = TensorProto.FLOAT
+SPECIALS = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1.5, 1e-45, 3.4028235e38], np.float32)
+
+
+class ReluRelu(Rule):
+    pattern = ("Relu", "Relu")
+
+    def rewrite(self, m, ctx):
+        return m.op("Relu", [m.nodes[0].inputs[0]])
+
+
+def _relu_chain(n: int, out: str = "y"):
+    names = ["x"] + [f"t{i}" for i in range(n - 1)] + [out]
+    return make_model([helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(n)],
+                      {"x": [8]}, {out: [8]})
+
+
+def _sorted(graph: gs.Graph) -> bool:
+    seen = {id(t) for t in graph.inputs} | {id(t) for n in graph.nodes for t in n.inputs if isinstance(t, gs.Constant)}
+    for n in graph.nodes:
+        if any(t.name and id(t) not in seen and t.inputs for t in n.inputs):
+            return False
+        seen.update(id(t) for t in n.outputs)
+    return True
+
+
+def test_match_and_rewrite_keep_the_output_name_and_values():
+    model = _relu_chain(2)
+    graph = gp.load(model)
+    P = rule_pass("t_relu_relu", ReluRelu())
+    result = P().apply(graph, PassContext())
+    assert result.modified and result.stats["fired"] == 1
+    assert ops(graph) == ["Relu"] and graph.nodes[0].outputs[0].name == "y"
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert result.stats["rules"]["relu_relu"] == {"matched": 1, "refused": 0, "rewritten": 1, "removed": 2, "created": 1}
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS}, exact=True)
+
+
+def test_refusal_gives_the_reason_and_leaves_the_graph():
+    class Never(ReluRelu):
+        def check(self, m, ctx):
+            return MatchResult.fail("not today")
+
+    graph = gp.load(_relu_chain(3))
+    ctx = PassContext()
+    result = rule_pass("t_never", Never())().apply(graph, ctx)
+    assert not result.modified and ops(graph) == ["Relu", "Relu", "Relu"]
+    assert result.stats["refused"] == 2 and result.stats["rules"]["never"]["matched"] == 2
+    assert [(e.pass_name, e.reason) for e in ctx.explanations] == [("t_never", "not today")] * 2
+
+
+def test_a_refused_rule_lets_the_next_rule_fire():
+    second = rule(("Relu", "Relu"), lambda m: m.nodes[0].outputs[0], name="second")  # Relu(Relu(x)) -> Relu(x), in place
+    first = rule(("Relu", "Relu"), lambda m: None, check=lambda m: "first refuses", name="first")
+    graph = gp.load(_relu_chain(2))
+    counts = apply_rules(graph, RuleSet(first, second), PassContext(), "t")
+    assert counts["first"]["refused"] == 1 and counts["second"]["rewritten"] == 1
+    assert ops(graph) == ["Relu"] and graph.nodes[0].outputs[0].name == "y"
+
+
+def test_rule_sets_compose_flat_and_in_order():
+    a, b, c = (rule(("Relu",), lambda m: None, name=n) for n in "abc")
+    s = RuleSet(a) + RuleSet(RuleSet(b), [c])
+    assert [r.label for r in s] == ["a", "b", "c"]
+    assert [r.label for r in a + RuleSet(b, c)] == ["a", "b", "c"]  # a rule on the left of a set
+    assert [r.label for r in RuleSet(s, a)] == ["a", "b", "c", "a"]
+    with pytest.raises(TypeError):
+        RuleSet(42)
+
+
+def test_earlier_rule_wins_at_an_anchor():
+    calls = []
+    one = rule(("Relu", "Relu"), lambda m: calls.append("one") or m.op("Relu", [m.nodes[0].inputs[0]]), name="one")
+    two = rule(("Relu", "Relu"), lambda m: calls.append("two") or m.nodes[0].outputs[0], name="two")
+    graph = gp.load(_relu_chain(2))
+    counts = apply_rules(graph, RuleSet(one, two), PassContext(), "t")
+    assert calls == ["one"] and counts["two"]["matched"] == 0
+
+
+def test_existing_tensor_replacing_an_internal_tensor_rewires_readers():
+    model = make_model([helper.make_node("Mul", ["x", "one"], ["a"]), helper.make_node("Neg", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model)
+    counts = apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0], name="times_one")], PassContext(), "t")
+    assert counts["times_one"]["removed"] == 1 and ops(graph) == ["Neg"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_graph_output_taken_over_by_the_producer_of_the_existing_tensor():
+    model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "one"], ["y"])],
+                       {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model)
+    apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0])], PassContext(), "t")
+    assert ops(graph) == ["Neg"] and graph.nodes[0].outputs[0].name == "y" and graph.outputs[0].name == "y"
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_graph_output_that_no_tensor_can_take_over_is_refused_with_the_reason():
+    model = make_model([helper.make_node("Mul", ["x", "one"], ["y"])], {"x": [4]}, {"y": [4]},
+                       initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model)
+    ctx = PassContext()
+
+    def rewrite(m):
+        m.op("Neg", [m.anchor.inputs[0]])  # built, then abandoned: must not stay a reader of x
+        return m.anchor.inputs[0]
+
+    counts = apply_rules(graph, [rule(("Mul",), rewrite, name="times_one")], ctx, "t")
+    assert counts["times_one"] == {"matched": 1, "refused": 1, "rewritten": 0, "removed": 0, "created": 0}
+    assert "'y' is a graph output and 'x' cannot take its name" in ctx.explanations[0].reason
+    assert ops(graph) == ["Mul"] and [n.op for n in graph.inputs[0].outputs] == ["Mul"]
+
+
+def test_a_matched_node_still_read_elsewhere_stays():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"]),
+                        helper.make_node("Neg", ["a"], ["z"])], {"x": [4]}, {"y": [4], "z": [4]})
+
+    class Shared(ReluRelu):
+        exclusive = False
+
+    graph = gp.load(model)
+    assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0  # exclusive: no match
+    counts = apply_rules(graph, [Shared()], PassContext(), "t")
+    assert counts["shared"]["removed"] == 1 and sorted(ops(graph)) == ["Neg", "Relu", "Relu"]
+    assert _sorted(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_multi_output_anchor_gets_one_value_per_output_and_none_keeps_one():
+    model = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2),
+                        helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Neg", ["b"], ["z"])],
+                       {"x": [4]}, {"y": [2], "z": [2]}, opset=18)
+    graph = gp.load(model)
+
+    def halves(m):
+        x = m.anchor.inputs[0]
+        lo = m.op("Slice", [x, gs.Constant("s0", np.array([0])), gs.Constant("e0", np.array([2]))])
+        return [lo, None]
+
+    counts = apply_rules(graph, [rule(("Split",), halves, name="halves")], PassContext(), "t")
+    assert counts["halves"]["rewritten"] == 1 and counts["halves"]["removed"] == 0  # b still read: the Split stays
+    assert sorted(ops(graph)) == ["Neg", "Neg", "Slice", "Split"] and _sorted(graph)
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_per_match_counts_reach_the_pass_stats_only_when_applied():
+    class Counting(ReluRelu):
+        def rewrite(self, m, ctx):
+            m.count("seen")
+            return super().rewrite(m, ctx)
+
+    graph = gp.load(_relu_chain(3))
+    counts = apply_rules(graph, [Counting()], PassContext(), "t")
+    assert counts["counting"]["seen"] == counts["counting"]["rewritten"] == 2 and counts.total("seen") == 2
+    assert repr(counts) == "counting 2/2"
+
+
+def _loop_model():
+    body = helper.make_graph(
+        [helper.make_node("Relu", ["v"], ["r1"]), helper.make_node("Relu", ["r1"], ["r2"]),
+         helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", F, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("r2", F, [4])])
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["p"]), helper.make_node("Relu", ["p"], ["q"])], "then",
+                             [], [helper.make_tensor_value_info("q", F, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [], [helper.make_tensor_value_info("n", F, [4])])
+    nodes = [helper.make_node("Loop", ["trips", "cond", "x"], ["looped"], body=body),
+             helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Add", ["looped", "y"], ["z"])]
+    return make_model(nodes, {"x": [4], "flag": (TensorProto.BOOL, [])}, {"z": [4]},
+                      initializers={"trips": np.array(3, np.int64), "cond": np.array(True)})
+
+
+def test_rules_apply_inside_loop_and_if_bodies():
+    model = _loop_model()
+    graph = gp.load(model)
+    counts = apply_rules(graph, [ReluRelu()], PassContext(), "t")
+    assert counts["relu_relu"]["rewritten"] == 2
+    loop, cond = graph.nodes[0], graph.nodes[1]
+    assert ops(loop.attrs["body"]) == ["Relu", "Identity"] and ops(cond.attrs["then_branch"]) == ["Relu"]
+    for flag in (True, False):
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
+
+
+def test_a_chain_of_n_matches_is_rewritten_in_one_linear_walk():
+    """Relu^n collapses to one Relu in one application: each node is offered to the rule once
+    (a new node is matched as the producer of the next anchor, never rescanned)."""
+    n = 400
+    calls = []
+
+    class Probe(ReluRelu):
+        def match(self, anchor, scope):
+            calls.append(anchor)
+            return super().match(anchor, scope)
+
+    model = _relu_chain(n)
+    graph = gp.load(model)
+    counts = apply_rules(graph, [Probe()], PassContext(), "t")
+    assert len(calls) == n and counts["probe"]["rewritten"] == n - 1
+    assert ops(graph) == ["Relu"] and graph.nodes[0].outputs[0].name == "y"
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.resize(SPECIALS, 8)}, exact=True)
+
+
+def test_many_independent_matches_in_one_walk_keep_topological_order():
+    n = 200
+    nodes, outs = [], {}
+    for i in range(n):
+        nodes += [helper.make_node("Relu", ["x"], [f"a{i}"]), helper.make_node("Relu", [f"a{i}"], [f"b{i}"]),
+                  helper.make_node("Neg", [f"b{i}"], [f"y{i}"])]
+        outs[f"y{i}"] = [8]
+    model = make_model(nodes, {"x": [8]}, outs)
+    graph = gp.load(model)
+    calls = []
+
+    class Probe(ReluRelu):
+        def match(self, anchor, scope):
+            calls.append(anchor)
+            return super().match(anchor, scope)
+
+    P = rule_pass("t_probe", Probe())
+    result = P().apply(graph, PassContext())
+    assert result.stats["fired"] == n and len(calls) == 2 * n
+    assert ops(graph).count("Relu") == n and _sorted(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.resize(SPECIALS, 8)}, exact=True)
+
+
+def test_reverse_walk_lets_the_consumer_most_match_win():
+    # Relu(Relu(Relu(x))): forward, (1,2) then (new,3); reverse, (2,3) first and 1 stays as the producer
+    seen = []
+
+    class Log(ReluRelu):
+        def rewrite(self, m, ctx):
+            seen.append(m.anchor.outputs[0].name)
+            return super().rewrite(m, ctx)
+
+    graph = gp.load(_relu_chain(3))
+    apply_rules(graph, [Log()], PassContext(), "t", reverse=True)
+    assert seen == ["y"] and ops(graph) == ["Relu", "Relu"] and _sorted(graph)
+
+
+def test_rule_pass_registers_like_any_pass_and_runs_in_optimize():
+    cls = rule_pass("t_user_relu_relu", RuleSet(ReluRelu()), kind=PassKind.CLEANUP, register=True)
+    try:
+        assert get_pass("t_user_relu_relu") is cls and issubclass(cls, RulePass) and cls.promise.exact
+        model = _relu_chain(4)
+        result = gp.optimize(model, passes=["t_user_relu_relu"])
+        assert ops(result.graph) == ["Relu"]
+        assert_equivalent(model, gp.to_proto(result.graph), feeds={"x": np.resize(SPECIALS, 8)}, exact=True)
+    finally:
+        unregister("t_user_relu_relu")
+
+
+def test_a_rule_pass_subclass_and_the_old_names_still_work():
+    from graphpass.passes.framework.pass_base import MatchResult as FromPassBase
+    from graphpass.passes.framework.rewrite import RewriteRule
+
+    assert FromPassBase is MatchResult and RewriteRule is Rule
+
+    class Mine(RulePass):
+        name = "t_mine"
+        summary = "test"
+        kind = PassKind.CLEANUP
+        promise = gp.infra.pass_base.EXACT
+        rules = (ReluRelu(),)
+
+    graph = gp.load(_relu_chain(2))
+    assert Mine().apply(graph, PassContext()).stats["fired"] == 1 and ops(graph) == ["Relu"]
+
+
+def test_a_rewrite_returning_too_many_values_is_a_rule_bug():
+    graph = gp.load(_relu_chain(1))
+    with pytest.raises(TypeError, match="2 values for 1 outputs"):
+        apply_rules(graph, [rule(("Relu",), lambda m: [m.anchor.inputs[0]] * 2)], PassContext(), "t")
+
+
+def test_match_is_a_plain_record_of_the_nodes():
+    graph = gp.load(_relu_chain(2))
+    from graphpass.passes.framework.rewrite import Scope
+    from graphpass.ir.graph import NameGen
+
+    scope = Scope(graph, graph, NameGen(graph))
+    m = ReluRelu().match(graph.nodes[1], scope)
+    assert isinstance(m, Match) and m.nodes == graph.nodes and m.anchor is graph.nodes[1] and m.writes_graph_output()
+    assert ReluRelu().match(graph.nodes[0], scope) is None
+
+
+def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
+    """The new nodes go where the anchor was; a rule that reads a tensor written after it (here:
+    the Neg below the anchor) gets the graph re-sorted rather than an unsorted one."""
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+
+    def odd(m):  # not a meaningful rewrite: its new nodes read n, written after the anchor
+        n = next(t for t in graph.tensors().values() if t.name == "n")
+        s = m.op("Add", [m.nodes[0].inputs[0], n])
+        return m.op("Sub", [s, n])
+
+    apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
+    assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Add", "Neg", "Sub"]
