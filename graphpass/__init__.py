@@ -8,6 +8,7 @@
 """
 
 from graphpass.api import OptimizeResult, optimize
+from graphpass.cost_model.target import Target
 from graphpass.errors import (
     BadModelError,
     GraphpassError,
@@ -41,5 +42,6 @@ __all__ = [
     "load",
     "save",
     "to_proto",
+    "Target",
     "__version__",
 ]

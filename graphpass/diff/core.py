@@ -33,6 +33,7 @@ from typing import Any
 
 import onnx
 
+from graphpass.cost_model.target import DEFAULT_TARGET
 from graphpass.diff.match import Matching, match
 from graphpass.diff.views import GraphView, function_graph, largest_difference
 
@@ -433,7 +434,7 @@ def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], 
     return per_node, report
 
 
-def diff_models(before, after, target: str = "ascend910a", names: tuple[str, str] | None = None) -> GraphDiff:
+def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, str] | None = None) -> GraphDiff:
     """Diff two models (paths or ModelProtos). Unreadable files raise BadModelError naming them."""
     ma, mb = _load(before, "before"), _load(after, "after")
     n_nodes = max(len(ma.graph.node), len(mb.graph.node))
