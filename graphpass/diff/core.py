@@ -420,12 +420,13 @@ def _load(path_or_model, label: str) -> onnx.ModelProto:
 
 
 def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], Any] | None:
-    from graphpass.cost_model import create
+    from graphpass.cost_model import get_target
     from graphpass.ir import model_io
 
-    cm = create(target)
-    if not getattr(cm, "active", False):
+    t = get_target(target)
+    if not t.estimates:
         return None
+    cm = t.cost_model
     try:
         graph = model_io.from_proto(model)
     except Exception:  # noqa: BLE001 - a model the IR cannot take is still diffed, without costs

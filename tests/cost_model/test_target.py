@@ -219,3 +219,31 @@ def _definition_line() -> int:
     found = [i for i, line in enumerate(lines, 1) if re.match(r'^DEFAULT_TARGET = "\w+"$', line)]
     assert len(found) == 1
     return found[0]
+
+
+# -- needs_target on a user's pass ---------------------------------------------------------------
+
+class _CountEngines(gp.Pass):
+    """A user's pass that reads the target's op table (not registered)."""
+
+    name = "test_count_engines"
+    summary = "count AI CPU ops"
+    kind = gp.PassKind.ANALYSIS
+    promise = gp.infra.pass_base.EXACT
+    needs_target = True
+
+    def run(self, graph, ctx):
+        aicpu = sum(1 for n in graph.nodes if (i := ctx.target.op_table.lookup(n.op, n.domain)) and i.engine == "AICPU")
+        return gp.PassResult(False, {"aicpu": aicpu})
+
+
+def test_a_users_pass_that_needs_a_target_raises_without_one_and_is_skipped_by_the_manager():
+    graph = gp.load(_conv_relu())
+    with pytest.raises(gp.UsageError, match="^pass 'test_count_engines' needs a hardware target"):
+        _CountEngines().apply(graph, PassContext())
+    assert _CountEngines().apply(graph, PassContext(target="ascend910b2")).stats == {"aicpu": 0}
+    mgr = gp.PassManager([_CountEngines, "eliminate_identity"], PassContext(target="none"))
+    assert mgr.unavailable == {"test_count_engines": "needs a hardware target (target 'none' has none)"}
+    assert [r.name for r in mgr.run(graph)] == ["eliminate_identity"]
+    mgr = gp.PassManager([_CountEngines], PassContext(target="ascend910b2"))
+    assert not mgr.unavailable and [r.name for r in mgr.run(graph)] == ["test_count_engines"]
