@@ -24,8 +24,8 @@ from graphpass.cost_model import (
     load_ub_fusion,
 )
 from graphpass.cost_model.profiles import DATA_DIR
-from graphpass.fusion_switch import read_switch_file, write_switch_file
-from graphpass.infra import PassContext, all_passes
+from graphpass.passes.fusion_switch import read_switch_file, write_switch_file
+from graphpass.passes.framework import PassContext, all_passes
 from graphpass.ir import annotations as A
 from graphpass.testing import make_model
 
