@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import residual_stack  # noqa: E402
 
 import graphpass as gp  # noqa: E402
-from graphpass.cost_model import create  # noqa: E402
+from graphpass.cost_model import DEFAULT_TARGET  # noqa: E402
 from graphpass.passes.framework.context import PassContext  # noqa: E402
 from graphpass.ir.model_io import gc_frozen  # noqa: E402
 from graphpass.passes import eliminate_transdata, propagate_layout  # noqa: E402
@@ -28,7 +28,7 @@ from graphpass.passes import eliminate_transdata, propagate_layout  # noqa: E402
 
 def run(size: int, mode: str) -> dict:
     graph = gp.load(residual_stack(size))
-    ctx = PassContext(cost_model=create("ascend910a"), check_contract=False)
+    ctx = PassContext(target=DEFAULT_TARGET, check_contract=False)
     ctx.options = {"propagate_layout": {"mode": mode}}
     nodes = len(graph.nodes)
     with gc_frozen():  # as the pass manager runs passes

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         t.add_column(col, justify="right")
     for n in args.sizes:
         graph = gp.load(build(n))
-        ctx = PassContext()
+        ctx = PassContext(target=gp.cost_model.DEFAULT_TARGET)  # placement needs a hardware target
         t0 = time.perf_counter()
         h = hoist_loop_invariants(graph, ctx)
         t1 = time.perf_counter()

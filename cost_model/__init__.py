@@ -1,8 +1,11 @@
 """graphpass.cost_model: the Ascend cost model behind every pass decision.
 
-    from graphpass.cost_model import create
-    report = create("ascend910b2").estimate(graph)
+    from graphpass.cost_model import get_target
+    report = get_target("ascend910b2").cost_model.estimate(graph)
     print(report.to_table())
+
+A :class:`Target` holds everything about one piece of hardware (profile, op table, precision
+modes, UB fusion names, format oracle, cost model); passes read hardware facts only through it.
 
 Every figure it produces is an estimate from the profile and op-info data files in ``data/``,
 each number tagged with its source and whether it is published (P), derived (D) or
@@ -16,37 +19,39 @@ from graphpass.cost_model.base import CostModel, NullCostModel
 from graphpass.cost_model.op_info import OpInfo, OpTable, load_op_table
 from graphpass.cost_model.profiles import PRECISION_MODES, HardwareProfile, known_targets, load_profile
 from graphpass.cost_model.report import SCHEMA, CostReport
-from graphpass.errors import UsageError
+from graphpass.cost_model.target import DEFAULT_TARGET, KNOWN_TARGETS, NONE_TARGET, Target, get_target
+from graphpass.cost_model.toolchain import PrecisionMode, load_precision_modes, load_ub_fusion
 
 __all__ = [
     "AscendCostModel",
     "CostModel",
     "CostReport",
+    "DEFAULT_TARGET",
     "HardwareProfile",
     "KNOWN_TARGETS",
+    "NONE_TARGET",
     "NullCostModel",
     "OpInfo",
     "OpTable",
     "PRECISION_MODES",
+    "PrecisionMode",
     "SCHEMA",
+    "Target",
     "create",
+    "get_target",
     "known_targets",
     "load_op_table",
+    "load_precision_modes",
     "load_profile",
+    "load_ub_fusion",
 ]
 
-#: Hardware profiles shipped in data/ (the default, ascend910a, first).
-KNOWN_TARGETS = tuple(["ascend910a"] + [t for t in known_targets() if t != "ascend910a"])
 
-
-def create(target: str = "ascend910a") -> CostModel:
-    """The cost model for ``target`` (``"none"``: a model that estimates nothing).
+def create(target: "str | Target" = DEFAULT_TARGET) -> CostModel:
+    """The cost model of ``target`` (``"none"``: a model that estimates nothing); the same as
+    ``get_target(target).cost_model``.
 
     Raises:
         UsageError: ``target`` is not a known profile (the message lists the known ones).
     """
-    if target == "none":
-        return NullCostModel("none")
-    if target not in KNOWN_TARGETS:
-        raise UsageError(f"unknown target '{target}'; known targets: {', '.join(KNOWN_TARGETS)}")
-    return AscendCostModel(target)
+    return get_target(target).cost_model

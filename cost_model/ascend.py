@@ -50,6 +50,7 @@ from graphpass.cost_model.base import CostModel
 from graphpass.cost_model.op_info import OpInfo, OpTable, load_op_table
 from graphpass.cost_model.profiles import PRECISION_MODES, HardwareProfile, load_profile
 from graphpass.cost_model.report import CostReport
+from graphpass.cost_model.target import DEFAULT_TARGET
 from graphpass.errors import UsageError
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import subgraphs_of
@@ -147,7 +148,7 @@ class AscendCostModel(CostModel):
 
     active = True
 
-    def __init__(self, profile: HardwareProfile | str = "ascend910a", op_table: OpTable | None = None):
+    def __init__(self, profile: HardwareProfile | str = DEFAULT_TARGET, op_table: OpTable | None = None):
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
         self.ops = op_table or load_op_table()
         self.target = self.profile.name

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from graphpass.cost_model.toolchain import PRECISION_MODES_FILE, UB_FUSION_FILE, load_precision_modes
 from graphpass.errors import UsageError
 
 __all__ = ["DATA_DIR", "HardwareProfile", "load_profile", "known_targets", "PROFILE_FIELDS", "TAGS"]
@@ -49,13 +50,11 @@ PROFILE_FIELDS: dict[str, type] = {
     "gather_bw_efficiency": float,
 }
 
-PRECISION_MODES = (
-    "force_fp16",
-    "allow_fp32_to_fp16",
-    "allow_mix_precision",
-    "must_keep_origin_dtype",
-    "force_fp32",
-)
+#: ATC's precision modes, from data/precision_modes.toml (read them through ``Target.precision_modes``)
+PRECISION_MODES = tuple(m.name for m in load_precision_modes())
+
+#: data files that are not hardware profiles
+NOT_PROFILES = frozenset({"op_info", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +87,7 @@ class HardwareProfile:
 
 
 def known_targets() -> list[str]:
-    return sorted(p.stem for p in DATA_DIR.glob("*.toml") if p.stem != "op_info")
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml") if p.stem not in NOT_PROFILES)
 
 
 def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:
@@ -97,7 +96,7 @@ def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:
 
 
 def load_profile(target: str | Path) -> HardwareProfile:
-    """Load and validate a profile by name (``ascend910a``) or path."""
+    """Load and validate a profile by name (a file of data/, e.g. the default target's) or path."""
     path = Path(target) if str(target).endswith(".toml") else DATA_DIR / f"{target}.toml"
     if not path.is_file():
         raise UsageError(f"unknown target '{target}'; known targets: {', '.join(known_targets())}")

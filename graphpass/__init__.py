@@ -12,6 +12,7 @@ from graphpass import _compat
 _compat.install()  # old import paths (graphpass.infra, graphpass.verify, ...) keep working
 
 from graphpass.api import OptimizeResult, optimize  # noqa: E402
+from graphpass.cost_model.target import Target  # noqa: E402
 from graphpass.errors import (
     BadModelError,
     GraphpassError,
@@ -45,5 +46,6 @@ __all__ = [
     "load",
     "save",
     "to_proto",
+    "Target",
     "__version__",
 ]

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import onnx_graphsurgeon as gs
 
 from graphpass.passes import pipelines
-from graphpass.cost_model import create as create_cost_model
+from graphpass.cost_model.target import DEFAULT_TARGET, Target
 from graphpass.passes.framework.context import PassContext
 from graphpass.passes.framework.manager import PassManager
 from graphpass.ir import model_io
@@ -33,7 +33,7 @@ def optimize(
     passes: Sequence[str] | None = None,
     disable: Iterable[str] = (),
     enable: Iterable[str] = (),
-    target: str = "ascend910a",
+    target: "str | Target" = DEFAULT_TARGET,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     verify_each: bool = False,
     dump_dir: str | Path | None = None,
@@ -65,7 +65,7 @@ def optimize(
     """
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
-    cm = cost_model if cost_model is not None else create_cost_model(target)
+    target = Target.load(target)  # an unknown target fails before the model is read
     if isinstance(model, gs.Graph):
         graph = model
         label = name or graph.name or "<graph>"
@@ -82,7 +82,7 @@ def optimize(
         dump_dir=Path(dump_dir) if dump_dir else None,
         input_shapes=shapes,
         options={k: dict(v) for k, v in (options or {}).items()},
-        cost_model=cm,
+        cost_model=cost_model,
         cost_options={"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips},
         seed=seed,
         on_pass=on_pass,
@@ -97,7 +97,7 @@ def optimize(
     seconds = time.perf_counter() - t0
     report = OptimizeReport(
         model=label,
-        target=target,
+        target=target.name,
         passes=records,
         skipped=manager.skipped,
         nodes_before=nodes_before,
@@ -109,9 +109,12 @@ def optimize(
         cost_after_us=manager.final_cost,
         explanations=list(ctx.explanations),
     )
+    for pass_name, why in manager.unavailable.items():
+        report.notes.append(f"{pass_name} skipped: {why}")
     final = None
-    if not getattr(cm, "active", False):
-        report.notes.append("no cost model (target 'none'): estimates are not available")
+    cm = ctx.target.cost_model
+    if not ctx.target.estimates:
+        report.notes.append(f"no cost model (target '{target.name}'): estimates are not available")
     elif report.nodes_after <= 20_000:  # one more estimate: cheap below that size
         final = cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=1, loop_trips=loop_trips)
         # only the step term (launch + copies + sync) is divided by N, and only for a graph that can sink

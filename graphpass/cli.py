@@ -679,8 +679,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from graphpass.cost_model import KNOWN_TARGETS
+    from graphpass.cost_model import DEFAULT_TARGET, KNOWN_TARGETS, NONE_TARGET, get_target
 
+    toolchain = get_target(NONE_TARGET)  # the toolchain's precision modes (the same on every target)
     p = _Parser(prog="graphpass", description="Graph-level compiler passes for ONNX models headed for Ascend NPUs.")
     p.add_argument("--version", action="version", version=f"graphpass {__import__('graphpass').__version__}")
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
@@ -697,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
     o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
     o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
-    o.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"],
+    o.add_argument("--target", default=DEFAULT_TARGET, choices=list(KNOWN_TARGETS) + [NONE_TARGET],
                    help="hardware profile of the cost model ('none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
     o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
@@ -725,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--dump-dir", default=None, help="write the graph after each pass that changed it")
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
     o.add_argument("--mixed-precision", default=None, metavar="MODE",
-                   choices=["force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype"],
+                   choices=toolchain.precision_mode_names(mixed_precision=True),
                    help="convert compute to fp16 by this Ascend precision mode (the mixed_precision pass)")
     o.add_argument("--keep-fp32", default=None, metavar="NAMES|auto",
                    help="nodes that stay fp32; 'auto': the ones graphpass precision recommends")
@@ -742,11 +743,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
     c.add_argument("model")
-    c.add_argument("--target", default="ascend910a", help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
+    c.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
     c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
-    from graphpass.cost_model import PRECISION_MODES
-
-    c.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+    c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
                    help="ATC precision mode (default: the profile's: force_fp16 on 910A/310P, must_keep_origin_dtype on 910B)")
     c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
@@ -775,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--fusion-off", action="store_true")
     bs.add_argument("--fusion-switch", default=None, metavar="FILE")
     bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    bs.add_argument("--target", default="ascend910a", choices=list(KNOWN_TARGETS) + ["none"])
+    bs.add_argument("--target", default=DEFAULT_TARGET, choices=list(KNOWN_TARGETS) + [NONE_TARGET])
     bs.add_argument("--seed", type=_seed_arg, default=0)
     bs.add_argument("--rtol", type=_tolerance_arg, default=None,
                     help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")
@@ -793,7 +792,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
     pr.add_argument("--absorption-share", type=float, default=0.5,
                     help="an Add/Sub absorbs when more than this share of its elements lose the smaller operand in fp16")
-    pr.add_argument("--mode", default="force_fp16", choices=["force_fp16", "allow_fp32_to_fp16", "allow_mix_precision"],
+    pr.add_argument("--mode", default="force_fp16", choices=toolchain.precision_mode_names(mixed_precision=True, lowers=True),
                     help="mixed_precision mode the emulated fp16 check runs (default force_fp16)")
     pr.add_argument("--no-check", action="store_true", help="skip the emulated fp16 runs that confirm each finding")
     pr.add_argument("--format", default="table", choices=["table", "json"])
@@ -810,7 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--format", default="text", choices=["text", "markdown", "json", "html"])
     df.add_argument("-o", "--output", default=None, help="write the diff here (atomically) instead of stdout")
     df.add_argument("--exit-code", action="store_true", help="exit 1 when the graphs differ, 0 when equivalent (like git diff)")
-    df.add_argument("--target", default="ascend910a", help="cost model for the deltas ('none': no estimates)")
+    df.add_argument("--target", default=DEFAULT_TARGET, help="cost model for the deltas ('none': no estimates)")
     df.set_defaults(func=cmd_diff)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")

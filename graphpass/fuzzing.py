@@ -5,7 +5,7 @@ activations, elementwise ops with broadcasting (per-channel and scalar constants
 tensor), Reshape, Transpose, C-axis Concat and Split, Gather, MatMul(+Add), TopK, pooling,
 reductions and Loop (with a loop-invariant subexpression in its body), over random shapes and
 channel counts aligned and unaligned to 16. :func:`check` is the property: the default pipeline
-(every default pass, layout included, target ascend910a) leaves a model that passes the full
+(every default pass, layout included, on the default target) leaves a model that passes the full
 ONNX checker and computes the same outputs in onnxruntime, in the device and the portable form.
 
 The differential tester (:func:`cases`, :func:`differential`) holds each pass to its declared

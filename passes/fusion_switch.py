@@ -24,6 +24,7 @@ import logging
 import re
 from pathlib import Path
 
+from graphpass.cost_model.target import Target
 from graphpass.errors import UsageError
 from graphpass.passes.framework.pass_base import PassKind
 from graphpass.passes.framework.registry import all_passes
@@ -32,10 +33,10 @@ __all__ = ["fusion_passes", "read_switch_file", "write_switch_file", "UB_FUSION"
 
 log = logging.getLogger(__name__)
 
-#: Ascend names that are UB fusions (ATC's "UBFusion" section, ascend_facts.md §7); the rest
-#: of graphpass's fusions are graph fusions.
-UB_FUSION = frozenset({"ATbeMatMulElemwiseFusionPass", "TbeConv2DReluv2Pass", "TbeEltwiseFusionPass",
-                       "TbeConvBnreduceFusionPass", "TbeBatchMatmulElementWiseFusionPass"})
+#: Ascend names that are UB fusions (ATC's "UBFusion" section, cost_model/data/ub_fusion.toml,
+#: read through the target); the rest of graphpass's fusions are graph fusions. The names are
+#: the toolchain's, the same on every target (the ``none`` target included).
+UB_FUSION = Target.none().ub_fusion
 _SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -43,8 +44,8 @@ def fusion_passes() -> dict[str, type]:
     return {n: c for n, c in all_passes().items() if c.kind == PassKind.FUSION}
 
 
-def _section(cls) -> str:
-    return "UBFusion" if cls.ascend_name in UB_FUSION else "GraphFusion"
+def _section(cls, target: Target) -> str:
+    return "UBFusion" if cls.ascend_name in target.ub_fusion else "GraphFusion"
 
 
 def _resolve(name: str, where: str) -> list[str]:
@@ -66,9 +67,11 @@ def _onoff(value, where: str) -> bool:
     raise UsageError(f"{where}: expected 'on' or 'off', got {value!r}")
 
 
-def read_switch_file(path: str | Path) -> dict[str, bool]:
-    """graphpass fusion name -> enabled, for every fusion the file switches."""
+def read_switch_file(path: str | Path, target: "str | Target | None" = None) -> dict[str, bool]:
+    """graphpass fusion name -> enabled, for every fusion the file switches (``target`` tells
+    the UB fusions apart; any target, ``none`` included, knows the toolchain's names)."""
     p = Path(path)
+    target = Target.resolve(target)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
@@ -92,7 +95,7 @@ def read_switch_file(path: str | Path) -> dict[str, bool]:
             if "ALL" in entries:
                 on = _onoff(entries["ALL"], f"{where}.ALL")
                 for n, c in fusions.items():
-                    if _section(c) == section:
+                    if _section(c, target) == section:
                         result[n] = on
             for name, value in entries.items():
                 if name == "ALL":
@@ -115,7 +118,7 @@ def read_switch_file(path: str | Path) -> dict[str, bool]:
     return result
 
 
-def write_switch_file(path: str | Path, enabled: dict[str, bool]) -> Path:
+def write_switch_file(path: str | Path, enabled: dict[str, bool], target: "str | Target | None" = None) -> Path:
     """Write the settings of every fusion; JSON for a ``.json`` path, text lines otherwise.
 
     Each fusion is written under its Ascend name where it has one (so ATC applies the same
@@ -125,7 +128,8 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool]) -> Path:
     from graphpass.cli import _write_text_atomic  # one atomic writer for every text output
 
     fusions = fusion_passes()
-    entries = [(c.ascend_name or n, _section(c), enabled.get(n, c.default_enabled)) for n, c in fusions.items()]
+    target = Target.resolve(target)
+    entries = [(c.ascend_name or n, _section(c, target), enabled.get(n, c.default_enabled)) for n, c in fusions.items()]
     if p.suffix.lower() == ".json":
         doc: dict = {"Switch": {"GraphFusion": {}, "UBFusion": {}}}
         for name, section, on in entries:

@@ -33,6 +33,7 @@ from typing import Any
 
 import onnx
 
+from graphpass.cost_model.target import DEFAULT_TARGET
 from graphpass.diff.match import Matching, match
 from graphpass.diff.views import GraphView, function_graph, largest_difference
 
@@ -419,12 +420,13 @@ def _load(path_or_model, label: str) -> onnx.ModelProto:
 
 
 def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], Any] | None:
-    from graphpass.cost_model import create
+    from graphpass.cost_model import get_target
     from graphpass.ir import model_io
 
-    cm = create(target)
-    if not getattr(cm, "active", False):
+    t = get_target(target)
+    if not t.estimates:
         return None
+    cm = t.cost_model
     try:
         graph = model_io.from_proto(model)
     except Exception:  # noqa: BLE001 - a model the IR cannot take is still diffed, without costs
@@ -433,7 +435,7 @@ def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], 
     return per_node, report
 
 
-def diff_models(before, after, target: str = "ascend910a", names: tuple[str, str] | None = None) -> GraphDiff:
+def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, str] | None = None) -> GraphDiff:
     """Diff two models (paths or ModelProtos). Unreadable files raise BadModelError naming them."""
     ma, mb = _load(before, "before"), _load(after, "after")
     n_nodes = max(len(ma.graph.node), len(mb.graph.node))

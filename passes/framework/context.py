@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from graphpass.cost_model.target import Target
+
 __all__ = ["PassContext", "Explanation"]
 
 
@@ -24,7 +26,10 @@ class PassContext:
     """Settings of one optimization run, shared by the pass manager and every pass.
 
     Attributes:
-        target: hardware profile name for the cost model (``ascend910a`` by default).
+        target: the hardware target (:class:`graphpass.Target`); a name or a Target may be
+            given and is resolved once, on assignment. None (the default) is the ``none``
+            target: no hardware facts, so passes that need them refuse to run
+            (``graphpass.optimize`` passes the default target).
         disabled: pass names that must not run.
         enabled: default-off pass names that should run.
         max_rounds: cap of the fixed-point loop over the pipeline.
@@ -33,7 +38,8 @@ class PassContext:
         dump_dir: write the graph after each pass that changed it, numbered in order.
         input_shapes: graph input name -> static shape, for static-shape specialization.
         options: per-pass options, ``{pass_name: {option: value}}``.
-        cost_model: the cost model consulted by the pass manager and by passes (None = no model).
+        cost_model: the target's cost model (``ctx.target.cost_model``); giving one replaces the
+            target's cost model for estimates (the target's hardware facts stay).
         cost_options: keyword arguments of every estimate (precision_mode, iterations_per_loop, loop_trips).
         seed: seed for generated inputs.
         check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
@@ -46,7 +52,7 @@ class PassContext:
             constants (``--freeze-initializers``); by default they stay inputs.
     """
 
-    target: str = "ascend910a"
+    target: Any = None  # a name, a Target or None; always a Target once set (see __setattr__)
     disabled: set[str] = dataclasses.field(default_factory=set)
     enabled: set[str] = dataclasses.field(default_factory=set)
     max_rounds: int = 4
@@ -63,6 +69,17 @@ class PassContext:
     max_applications: int | None = None
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # the target is resolved once, here; ctx.cost_model is always ctx.target.cost_model
+        if key == "target":
+            value = Target.resolve(value)
+            object.__setattr__(self, "cost_model", value.cost_model)
+        elif key == "cost_model":
+            target = Target.resolve(getattr(self, "target", None)).with_cost_model(value)
+            object.__setattr__(self, "target", target)
+            value = target.cost_model
+        object.__setattr__(self, key, value)
 
     def explain(self, pass_name: str, node: Any, reason: str) -> None:
         """Record why ``pass_name`` did not rewrite ``node`` (for ``--explain``)."""

@@ -73,7 +73,11 @@ class PassManager:
         self.ctx = ctx or PassContext()
         classes = [get_pass(p) if isinstance(p, str) else p for p in passes]
         self.skipped = [c.name for c in classes if c.name in self.ctx.disabled]
-        self.passes = [c() for c in classes if c.name not in self.ctx.disabled]
+        #: passes left out because the target has no hardware facts: name -> why
+        self.unavailable = {c.name: f"needs a hardware target (target '{self.ctx.target.name}' has none)"
+                            for c in classes
+                            if c.needs_target and not self.ctx.target.has_hardware and c.name not in self.ctx.disabled}
+        self.passes = [c() for c in classes if c.name not in self.ctx.disabled and c.name not in self.unavailable]
         self.records: list[PassRecord] = []
         self._dump_count = 0
         self._promises: list = []  # promises of the applications so far (verify_each's tolerance)
@@ -86,10 +90,9 @@ class PassManager:
     # -- helpers ---------------------------------------------------------------------------
 
     def _estimate(self, graph: gs.Graph, keep: bool = False) -> float | None:
-        cm = self.ctx.cost_model
-        if cm is None or not getattr(cm, "active", False):
+        if not self.ctx.target.estimates:
             return None
-        report = cm.estimate(graph, **self.ctx.cost_options)
+        report = self.ctx.target.estimate(graph, **self.ctx.cost_options)
         if keep:
             self.initial_report = report
         return report.total_us

@@ -148,6 +148,9 @@ class Pass:
     ascend_name: ClassVar[str | None] = None
     #: What the pass promises about outputs (:class:`Promise`): every pass declares its own.
     promise: ClassVar[Promise]
+    #: True when the pass needs hardware facts (``ctx.target`` with a profile): applied under
+    #: the ``none`` target it raises a UsageError; the pass manager skips it and says why.
+    needs_target: ClassVar[bool] = False
 
     def run(self, graph: gs.Graph, ctx: "PassContext") -> PassResult:  # pragma: no cover
         raise NotImplementedError
@@ -168,6 +171,8 @@ class Pass:
 
     def apply(self, graph: gs.Graph, ctx: "PassContext") -> PassResult:
         """Run the pass and check its contract."""
+        if self.needs_target:
+            ctx.target.require(f"pass '{self.name}'")
         before = fingerprint(graph) if ctx.check_contract is not False else None
         result = self.run(graph, ctx)
         if not isinstance(result, PassResult):

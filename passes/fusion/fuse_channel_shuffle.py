@@ -61,9 +61,8 @@ class _Shuffle(Rule):
         if t2 != [n, c, h, w]:
             return MatchResult.fail(f"last Reshape to {t2} is not back to (N, C, H, W)")
         m.groups = t1[1]
-        cm = ctx.cost_model
-        if cm is not None and getattr(cm, "active", False):
-            choice, costs = self._ask(cm, r1.inputs[0], x, t1, ctx)
+        if ctx.target.estimates:
+            choice, costs = self._ask(ctx.target.cost_model, r1.inputs[0], x, t1, ctx)
             if choice == 0:
                 return MatchResult.fail(f"the cost model prefers the Transpose here ({costs[0]:.2f} vs {costs[1]:.2f} us)")
         return MatchResult.success()

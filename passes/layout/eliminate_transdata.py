@@ -66,10 +66,9 @@ class EliminateTransData(Pass):
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         stats = {"weights": 0, "inverse_pairs": 0, "chains": 0, "duplicates": 0, "moved_through": 0, "dead": 0}
-        oracle = None
-        cm = ctx.cost_model
-        if cm is not None and getattr(cm, "active", False) and hasattr(cm, "format_oracle"):
-            oracle = cm.format_oracle(graph, **ctx.cost_options)
+        # moving a TransData through an op is priced by the target; without one only the
+        # rewrites that never cost more (pairs, chains, duplicates, weights) run
+        oracle = ctx.target.format_oracle(graph, **ctx.cost_options) if ctx.target.has_hardware else None
         max_sweeps = int(self.options(ctx).get("max_sweeps", 8))
         for _ in range(max_sweeps):
             dead: set[int] = set()

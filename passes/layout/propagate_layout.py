@@ -150,6 +150,7 @@ class PropagateLayout(Pass):
     kind = PassKind.LAYOUT
     promise = EXACT
     run_once = True
+    needs_target = True  # every choice is priced by the target's format oracle
     preserves_order = True  # it sorts the TransData in itself: the estimate walks nodes in order
 
     def scored_in(self, ctx) -> bool:
@@ -160,11 +161,9 @@ class PropagateLayout(Pass):
         mode = self.options(ctx).get("mode", "optimal")
         if mode not in MODES:
             raise UsageError(f"unknown layout mode '{mode}'; known: {', '.join(MODES)}")
-        cm = ctx.cost_model
-        if cm is None or not getattr(cm, "active", False) or not hasattr(cm, "format_oracle"):
-            return PassResult(False, {"skipped": "needs a cost model (--target)"})
+        target = ctx.target.require(f"pass '{self.name}'")
         stripped = strip_transdata(graph)
-        oracle = cm.format_oracle(graph, **ctx.cost_options)
+        oracle = target.format_oracle(graph, **ctx.cost_options)
         plan = LayoutPlan(graph, oracle)
         x, stored = plan.assign(mode)
         ge = plan.conversions(*plan.assign("greedy"))

@@ -3,8 +3,9 @@
     node                       =>  graphpass.engine = AICORE | AICPU | HOST   (from the cost model)
     Loop with an all-AI-Core, all-static-shape body  =>  graphpass.sink = device   (one launch, not one per iteration)
 
-The engine comes from the cost model's op-info table, the node's dtypes and the precision mode
-(ascend_facts.md §5): the same decision the estimate makes. Every node not on AI Core is
+The engine comes from the target's op-info table, the node's dtypes and the precision mode
+(ascend_facts.md §5): the same decision the estimate makes. It needs a hardware target
+(``ctx.target``): without one it raises, and a pipeline under target ``none`` skips it. Every node not on AI Core is
 explained (``--explain place_and_sink``), and so is every Loop that cannot sink, with the first
 node that blocks it. A body sinks only when every tensor in it (inputs, outputs, every node's
 outputs, nested bodies too) has a static shape: a data-dependent shape (NonZero, a TopK with a
@@ -67,16 +68,12 @@ class PlaceAndSink(Pass):
     kind = PassKind.PLACEMENT
     promise = EXACT
     scored = False  # annotations the estimate agrees with by construction
+    needs_target = True  # engines come from the target's op table and profile
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        from graphpass.cost_model import AscendCostModel, create
-
-        if not isinstance(ctx.cost_model, AscendCostModel) and ctx.target == "none":
-            # placement is a hardware decision: with no target there is none to make (it used to
-            # assume a 910A here, two whole-graph estimates per run for nothing anyone asked)
-            return PassResult(False, {"skipped": "no target (--target none): engines need a hardware profile"})
-        cm = ctx.cost_model if isinstance(ctx.cost_model, AscendCostModel) else create(ctx.target)
-        engines, report = cm.placement(graph, **{k: v for k, v in ctx.cost_options.items() if k == "precision_mode"})
+        # placement is a hardware decision: the target's, never an assumed chip's
+        target = ctx.target.require(f"pass '{self.name}'")
+        engines, report = target.placement(graph, precision_mode=ctx.cost_options.get("precision_mode"))
         stats = {"AICORE": 0, "AICPU": 0, "HOST": 0, "sunk": 0, "not_sunk": 0, "crossings": len(report.crossings)}
         changed = 0
         # why each loop cannot sink; shapes are re-inferred (once) only if a body is blocked by

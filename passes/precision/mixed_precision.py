@@ -13,7 +13,8 @@ back, shared by all readers. Graph inputs and outputs keep their dtypes. Only th
 share the op's data type by its ONNX schema (type parameter ``T``) become fp16: Resize's roi and
 scales, shape, size and index inputs and LayerNormalization's Mean/InvStdDev keep theirs. If,
 Loop and Scan bodies are converted like the main graph, their own inputs and outputs kept.
-The report lists the ops of the graph that are fp16-only on Ascend (the op-info table).
+The report lists the ops of the graph that are fp16-only on the target (its op-info table;
+none under target ``none``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphpass.cost_model.target import Target
 from graphpass.errors import UsageError
 from graphpass.passes.framework.pass_base import Promise
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
@@ -30,7 +32,9 @@ from graphpass.ir.graph import NameGen, iter_graphs
 
 __all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE", "FLOAT_OPS", "data_slots", "schema_data_slots"]
 
-MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype")
+#: the precision modes this pass implements (data/precision_modes.toml; a target's
+#: ``precision_mode_names(mixed_precision=True)``)
+MODES = Target.none().precision_mode_names(mixed_precision=True)
 CUBE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: fp16 in allow_mix_precision (MS-AMP white list: Conv, Dense/MatMul, BatchMatMul, PReLU, ReLU, RNN cells)
 WHITE = CUBE | {"PRelu", "Relu", "LSTM", "GRU", "RNN"}
@@ -132,10 +136,11 @@ class MixedPrecision(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         opts = self.options(ctx)
         mode = opts.get("mode", "force_fp16")
-        if mode not in MODES:
-            raise UsageError(f"mixed_precision: unknown mode '{mode}'; known: {', '.join(MODES)}")
+        modes = ctx.target.precision_mode_names(mixed_precision=True)
+        if mode not in modes:
+            raise UsageError(f"mixed_precision: unknown mode '{mode}'; known: {', '.join(modes)}")
         keep = set(opts.get("keep_fp32", ()))
-        stats = {"fp16_nodes": 0, "casts": 0, "constants_converted": 0, "fp16_only_ops": self._fp16_only(graph)}
+        stats = {"fp16_nodes": 0, "casts": 0, "constants_converted": 0, "fp16_only_ops": self._fp16_only(graph, ctx.target)}
         if mode == "must_keep_origin_dtype":
             return PassResult(False, stats)
         opset = _onnx_opset(graph)
@@ -306,9 +311,10 @@ class MixedPrecision(Pass):
         graph.nodes.extend(new_nodes)
 
     @staticmethod
-    def _fp16_only(graph: gs.Graph) -> str:
-        from graphpass.cost_model import load_op_table
-
-        table = load_op_table()
+    def _fp16_only(graph: gs.Graph, target: Target) -> str:
+        """The graph's ops whose AI Core kernel is fp16-only on ``target`` ('' without hardware facts)."""
+        table = target.op_table
+        if table is None:
+            return ""
         ops = sorted({n.op for n in graph.nodes if (info := table.lookup(n.op, n.domain)) is not None and info.fp16_only})
         return ", ".join(ops)

@@ -42,16 +42,25 @@ def _fp16_nodes(graph):
 def test_modes_choose_the_fp16_nodes_and_cast_only_at_boundaries(mode, expected):
     model = _net()
     graph = gp.load(model)
-    result = mixed_precision(graph, mode=mode)
+    result = mixed_precision(graph, gp.PassContext(target="ascend910a"), mode=mode)
     assert result.modified and _fp16_nodes(graph) == expected
     out = gp.to_proto(graph)
     onnx.checker.check_model(out, full_check=True)
     assert out.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT  # outputs keep their dtype
     assert out.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert ops(graph).count("Cast") == result.stats["casts"] <= 3
-    assert "Conv" in result.stats["fp16_only_ops"]
+    assert "Conv" in result.stats["fp16_only_ops"]  # the target's op table: fp16-only on 910A
     report = V.verify_models(model, out, rtol=1e-2, atol=1e-2)
     assert report.ok
+
+
+def test_fp16_only_ops_come_from_the_target_and_none_has_no_op_table():
+    graph = gp.load(_net())
+    res = mixed_precision(graph, gp.PassContext(target="none"), mode="force_fp16")
+    assert res.modified and res.stats["fp16_only_ops"] == ""
+    with pytest.raises(gp.UsageError, match="mixed_precision: unknown mode 'force_fp32'; known: force_fp16, "
+                                            "allow_fp32_to_fp16, allow_mix_precision, must_keep_origin_dtype"):
+        mixed_precision(gp.load(_net()), mode="force_fp32")
 
 
 def test_keep_fp32_and_must_keep_origin_dtype():

@@ -1,3 +1,4 @@
+import pytest
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -38,7 +39,7 @@ def test_invariant_host_op_leaves_and_the_loop_sinks():
     graph = gp.load(model)
     before = create().estimate(graph).total_us
     assert hoist_loop_invariants(graph).stats["hoisted"] >= 2  # Resize of the template, and its pooling
-    ctx = PassContext()
+    ctx = PassContext(target="ascend910a")
     result = place_and_sink(graph, ctx)
     loop = next(n for n in graph.nodes if n.op == "Loop")
     assert result.stats["sunk"] == 1 and A.get(loop, A.SINK) == "device"
@@ -52,7 +53,7 @@ def test_invariant_host_op_leaves_and_the_loop_sinks():
 def test_host_op_on_the_loop_state_blocks_sinking_and_is_named():
     graph = gp.load(_tracking(host_op_reads_state=True))
     hoist_loop_invariants(graph)
-    ctx = PassContext()
+    ctx = PassContext(target="ascend910a")
     result = place_and_sink(graph, ctx)
     assert result.stats["not_sunk"] == 1
     assert any("cannot sink: Resize 'resize' runs on AICPU" in e.reason for e in ctx.explanations)
@@ -104,7 +105,7 @@ def test_a_data_dependent_shape_in_the_body_blocks_sinking():
     model = _topk_loop()
     graph = gp.load(model)
     topk = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "TopK")
-    ctx = PassContext()
+    ctx = PassContext(target="ascend910a")
     result = place_and_sink(graph, ctx)
     assert A.get_engine(topk) in (None, "AICORE")  # every node is on AI Core: only the shape blocks
     assert result.stats["not_sunk"] == 1 and result.stats["sunk"] == 0
@@ -122,7 +123,7 @@ def test_a_symbolic_loop_carried_shape_blocks_sinking():
     body.input[2].type.tensor_type.shape.dim[0].dim_param = "L"
     body.output[1].type.tensor_type.shape.dim[0].dim_param = "L"
     graph = gp.load(model)
-    ctx = PassContext()
+    ctx = PassContext(target="ascend910a")
     assert place_and_sink(graph, ctx).stats["sunk"] == 0
     assert any("the shape of 'state_in' is not static" in e.reason for e in ctx.explanations)
 
@@ -130,7 +131,7 @@ def test_a_symbolic_loop_carried_shape_blocks_sinking():
 def test_annotations_only_outputs_bit_for_bit_on_special_values():
     model = _tracking(host_op_reads_state=False)
     graph = gp.load(model)
-    place_and_sink(graph, PassContext())
+    place_and_sink(graph, PassContext(target="ascend910a"))
     f = np.finfo(np.float32)
     pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, f.smallest_subnormal, f.max, -f.max, 1.0], np.float32)
     rng = np.random.default_rng(0)
@@ -139,3 +140,40 @@ def test_annotations_only_outputs_bit_for_bit_on_special_values():
     feeds = {"x": rng.choice(pool, (1, 4, 8, 8)), "template": rng.choice(pool, (1, 4, 8, 8))}
     ref, got = ort_run(model, feeds), ort_run(gp.to_proto(graph), feeds)
     assert ref["y"].tobytes() == got["y"].tobytes() and np.isnan(ref["y"]).any()
+
+
+def test_without_a_target_it_raises_instead_of_assuming_a_chip():
+    # it used to build its own 910A cost model when the context had none, and place every node
+    for ctx in (None, PassContext(), PassContext(target="none")):
+        graph = gp.load(_tracking(host_op_reads_state=False))
+        with pytest.raises(gp.UsageError, match=r"^pass 'place_and_sink' needs a hardware target and the target is 'none'"):
+            place_and_sink(graph) if ctx is None else place_and_sink(graph, ctx)
+        assert not any(A.get_engine(n) for n in graph.nodes)
+
+
+def test_a_pipeline_under_target_none_places_nothing_and_says_why():
+    res = gp.optimize(_tracking(host_op_reads_state=False), target="none")
+    assert "place_and_sink" not in [r.name for r in res.report.passes]
+    assert "place_and_sink skipped: needs a hardware target (target 'none' has none)" in res.report.notes
+    assert not any(A.get_engine(n) or A.get(n, A.SINK) for n in res.graph.nodes)
+    placed = gp.optimize(_tracking(host_op_reads_state=False), target="ascend910b2")
+    assert any(A.get_engine(n) for n in placed.graph.nodes)
+
+
+def test_placement_reads_the_context_targets_op_table():
+    import dataclasses
+
+    from graphpass.cost_model import AscendCostModel, Target
+    from graphpass.cost_model.op_info import OpTable
+
+    base = Target.load("ascend910a")
+    ops = dict(base.op_table.ops)
+    ops["Resize"] = dataclasses.replace(ops["Resize"], engine="AICORE")  # a chip with an AI Core Resize
+    table = OpTable(ops, base.op_table.path)
+    model = AscendCostModel(base.profile, table)
+    other = dataclasses.replace(base, name="test_chip", op_table=table, cost_model=model, _hardware=model)
+    for target, engine in ((base, "AICPU"), (other, "AICORE")):
+        graph = gp.load(_tracking(host_op_reads_state=True))
+        place_and_sink(graph, PassContext(target=target))
+        resize = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "Resize")
+        assert A.get_engine(resize) == engine

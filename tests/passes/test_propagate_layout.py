@@ -23,7 +23,7 @@ CM = create("ascend910a")
 
 
 def _ctx(**opts):
-    ctx = PassContext(cost_model=CM)
+    ctx = PassContext(target="ascend910a")
     if opts:
         ctx.options = {"propagate_layout": opts}
     return ctx
@@ -287,10 +287,32 @@ def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
     _check(model, graph)
 
 
-def test_does_not_fire_without_a_cost_model_or_format_agnostic_work():
+def test_without_a_target_it_raises_a_clear_error_and_leaves_the_graph():
+    # it used to return modified=False with a "skipped" stat: a silent no-op
+    for ctx in (None, PassContext(), PassContext(target="none"), PassContext(cost_model=create("none"))):
+        graph = gp.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 16, 4, 4]}, {"y": [1, 16, 4, 4]}))
+        before = gp.to_proto(graph).SerializeToString()
+        with pytest.raises(gp.UsageError, match=r"^pass 'propagate_layout' needs a hardware target and the target is 'none'"):
+            propagate_layout(graph) if ctx is None else propagate_layout(graph, ctx)
+        assert gp.to_proto(graph).SerializeToString() == before
+
+
+def test_a_pipeline_under_target_none_skips_it_and_says_why():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]},
+                       initializers={"w": np.ones((16, 16, 1, 1), np.float32)})
+    res = gp.optimize(model, passes=["propagate_layout"], target="none")
+    assert [r.name for r in res.report.passes] == []
+    assert "propagate_layout skipped: needs a hardware target (target 'none' has none)" in res.report.notes
+    assert not _tds(res.graph)
+    on = gp.optimize(model, passes=["propagate_layout"], target="ascend910a")
+    assert [r.name for r in on.report.passes] == ["propagate_layout"]
+    assert not any("skipped" in n for n in on.report.notes)
+
+
+def test_does_not_fire_without_format_agnostic_work():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
     graph = gp.load(model)
-    assert not propagate_layout(graph, PassContext(cost_model=create("none"))).modified
     res = propagate_layout(graph, _ctx())
     assert res.stats["transdata"] == 0 and not _tds(graph)
     _check(model, graph)
