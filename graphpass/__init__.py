@@ -49,3 +49,12 @@ __all__ = [
     "Target",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    """``graphpass.infra``, ``graphpass.verify``, ... as attributes (old paths, one release)."""
+    if f"graphpass.{name}" in _compat.MOVED:
+        import importlib
+
+        return importlib.import_module(f"graphpass.{name}")
+    raise AttributeError(f"module 'graphpass' has no attribute '{name}'")

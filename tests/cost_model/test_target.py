@@ -229,7 +229,7 @@ class _CountEngines(gp.Pass):
     name = "test_count_engines"
     summary = "count AI CPU ops"
     kind = gp.PassKind.ANALYSIS
-    promise = gp.infra.pass_base.EXACT
+    promise = gp.passes.framework.pass_base.EXACT
     needs_target = True
 
     def run(self, graph, ctx):

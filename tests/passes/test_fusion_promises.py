@@ -153,8 +153,8 @@ def gather_split():
 
 
 def _pass_class(name):
-    from graphpass.passes.framework.pass_base import Pass
-    return next(c for c in vars(passes).values() if isinstance(c, type) and issubclass(c, Pass) and c.name == name)
+    from graphpass.passes.framework.registry import get_pass
+    return get_pass(name)
 
 
 # (pass, model builder, feed values near float32's max?) -- not for the four cases in OVERFLOW

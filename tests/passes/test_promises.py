@@ -5,7 +5,9 @@ from graphpass.passes.framework.pass_base import Pass, Promise
 
 
 def _pass_classes():
-    return [c for c in vars(passes).values() if isinstance(c, type) and issubclass(c, Pass)]
+    from graphpass.passes.framework.registry import all_passes
+
+    return list(all_passes().values())
 
 
 def test_every_pass_declares_its_own_promise():
