@@ -126,24 +126,10 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then rename; a write error is exit 2."""
-    import tempfile
+    """Kept for old callers: :func:`graphpass.outputs.write_text_atomic`."""
+    from graphpass.outputs import write_text_atomic
 
-    from graphpass.outputs import check_output_file, write_error
-
-    check_output_file(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise write_error(path, e) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    write_text_atomic(path, text)
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:

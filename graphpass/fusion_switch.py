@@ -27,6 +27,7 @@ from pathlib import Path
 from graphpass.errors import UsageError
 from graphpass.infra.pass_base import PassKind
 from graphpass.infra.registry import all_passes
+from graphpass.outputs import write_text_atomic
 
 __all__ = ["fusion_passes", "read_switch_file", "write_switch_file", "UB_FUSION"]
 
@@ -122,7 +123,6 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool]) -> Path:
     choice) and under its graphpass name where it has none.
     """
     p = Path(path)
-    from graphpass.cli import _write_text_atomic  # one atomic writer for every text output
 
     fusions = fusion_passes()
     entries = [(c.ascend_name or n, _section(c), enabled.get(n, c.default_enabled)) for n, c in fusions.items()]
@@ -133,5 +133,5 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool]) -> Path:
         text = json.dumps(doc, indent=2) + "\n"
     else:
         text = "".join(f"{name}:{'on' if on else 'off'}\n" for name, _, on in entries)
-    _write_text_atomic(p, text)
+    write_text_atomic(p, text)
     return p
