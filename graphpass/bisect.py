@@ -18,6 +18,7 @@ import onnx
 from graphpass import verify as V
 from graphpass.api import optimize
 from graphpass.infra.manager import PassRecord
+from graphpass.infra.registry import all_passes
 from graphpass.ir import model_io
 
 __all__ = ["BisectResult", "bisect"]
@@ -63,13 +64,12 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
         proto = model_io.to_proto(result.graph)
         applied = [r.name for r in result.report.passes if r.application]
         try:
-            cand = V.Runner(proto, fp16_emulate)
-            emulated[0] = emulated[0] or cand.emulated
-            tol = V.tolerance_for(V.promises_of(applied), rtol, atol, fp16=runner.fp16 or cand.fp16)
-            comps = V.compare(reference, cand.run(feeds), tol.rtol, tol.atol)
-            bad = next((c for c in comps if not c.ok), None)
+            checked = V.check_outputs(reference, proto, feeds, promises=V.promises_of(applied, all_passes()),
+                                      rtol=rtol, atol=atol, fp16_emulate=fp16_emulate, fp16=runner.fp16)
+            emulated[0] = emulated[0] or checked.emulated
+            bad = next(iter(checked.failures), None)
             if bad is not None:
-                bad.note = (bad.note + f"; at {tol}").strip("; ")
+                bad.note = (bad.note + f"; at {checked.tolerance}").strip("; ")
         except Exception as e:  # a model onnxruntime cannot run counts as broken
             bad = V.OutputComparison("<model>", float("inf"), float("inf"), 0.0, False, str(e).splitlines()[0])
         return result, proto, bad

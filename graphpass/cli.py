@@ -290,20 +290,19 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
         V.check_deterministic("the input model", original, ra, feeds, ref)
     except UsageError as e:  # --verify asked for a verified output: none can be given
         raise UsageError(f"{e}; --verify cannot judge it" + (kept and ", the output was not kept (use --keep-failed)")) from e
+    from graphpass.infra.registry import all_passes
+
     try:
-        rb = V.Runner(str(staged), fp16_emulate=args.fp16_emulate)
-        got = rb.run(feeds)
+        checked = V.check_outputs(ref, str(staged), feeds, promises=V.promises_of(applied, all_passes()),
+                                  rtol=args.rtol, atol=args.atol, fp16_emulate=args.fp16_emulate, fp16=ra.fp16)
     except BadModelError as e:  # the input model ran: the output is ours to blame
         raise VerificationError(f"verification failed: the optimized model does not run where the input does: {e}"
                                 + kept) from None
-    tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
-    comps = V.compare(ref, got, rtol=tol.rtol, atol=tol.atol)
-    if not V.all_match(comps):
-        bad = next(c for c in comps if not c.ok)
-        raise VerificationError(f"verification failed: {V.describe(bad)} at {tol}" + kept)
-    emulated = " with fp16 emulation" if ra.emulated or rb.emulated else ""
-    return (f"verified with onnxruntime{emulated}: {len(comps)} output(s) match at {tol} (seed {args.seed})"
-            + "".join(f"; {n}" for n in notes))
+    if not checked.ok:
+        raise VerificationError(f"verification failed: {checked.describe()}" + kept)
+    emulated = " with fp16 emulation" if ra.emulated or checked.emulated else ""
+    return (f"verified with onnxruntime{emulated}: {len(checked.comparisons)} output(s) match at {checked.tolerance} "
+            f"(seed {args.seed})" + "".join(f"; {n}" for n in notes))
 
 
 def _apply_fusion_switches(args: argparse.Namespace) -> None:

@@ -27,8 +27,9 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphpass.errors import BadModelError
+from graphpass.promise import Promise
 
-__all__ = ["OutputComparison", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
+__all__ = ["OutputComparison", "OutputCheck", "check_outputs", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
            "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
            "reference", "run", "compare", "compare_arrays", "all_match",
            "tolerance_for", "describe", "load_inputs", "verify_models", "DEFAULT_RTOL", "DEFAULT_ATOL"]
@@ -152,8 +153,9 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
                 rel = np.where(fin & (diff > 0), diff / np.where(absr > 0, absr, 0.0), 0.0)
             max_rel = float(np.nanmax(rel)) if rel.size else 0.0
             rf, gf = r[fin], g[fin]
-            nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
-            cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):  # float64 values near their max
+                nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
+                cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
     elif ref.dtype.kind in "biu":
         bad = ref != got
         if bad.any():
@@ -222,15 +224,31 @@ def _compare_structured(name: str, ref, got, rtol: float, atol: float, strict_dt
 
 
 def compare(
-    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+    *, strict_dtype: bool = True, ulp_floor: bool = False, magnitude_atol: bool = False,
 ) -> list[OutputComparison]:
-    """Per output of ``ref``: :func:`compare_arrays` (a missing output fails)."""
+    """Per output of ``ref``: :func:`compare_arrays` (a missing output fails).
+
+    Args:
+        ulp_floor: a tolerance (not an exact comparison) is at least 4 units in the last place
+            (``rtol``) and one (``atol``) of each output's own float dtype: a promise's figures are
+            float32 figures, and a float16 output is one rounding more or less within that.
+        magnitude_atol: ``atol`` is in units of each output's largest finite magnitude (at least 1),
+            as rounding grows with the values that made it.
+    """
     out = []
     for name, r in ref.items():
         if name not in got:
             out.append(OutputComparison(name, float("inf"), float("inf"), 0.0, False, "missing output"))
-        else:
-            out.append(compare_arrays(name, r, got[name], rtol, atol))
+            continue
+        rt, at = rtol, atol
+        if magnitude_atol:
+            at = at * _magnitude(r)
+        kind = np.asarray(r).dtype.kind if _kind(r) == "tensor" else ""
+        if ulp_floor and kind == "f" and not (rtol == 0 and atol == 0):
+            eps = float(np.finfo(np.asarray(r).dtype).eps)
+            rt, at = max(rt, 4 * eps), max(at, eps)
+        out.append(compare_arrays(name, r, got[name], rt, at, strict_dtype))
     return out
 
 
@@ -299,22 +317,16 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
     return tol
 
 
-def _undeclared():
-    from graphpass.infra.pass_base import Promise
-
-    return Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
-                             reason="a pass that declares no promise is held to the default tolerance")
+#: The promise a pass that declares none is held to.
+UNDECLARED = Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                               reason="a pass that declares no promise is held to the default tolerance")
 
 
-def promises_of(pass_names: Iterable[str]) -> list:
-    """The declared promises of these registered passes (a pass without one: :data:`UNDECLARED`)."""
-    from graphpass.infra.registry import all_passes
-
-    known = all_passes()
+def promises_of(pass_names: Iterable[str], known: Mapping[str, object]) -> list[Promise]:
+    """The declared promises of these passes, looked up in ``known`` (name -> pass class, e.g.
+    ``graphpass.all_passes()``: the caller holds the registry, this layer sits below it); a pass
+    not in ``known`` or without a promise: :data:`UNDECLARED`."""
     return [getattr(known[n], "promise", UNDECLARED) if n in known else UNDECLARED for n in pass_names]
-
-
-UNDECLARED = _undeclared()
 
 
 # ------------------------------------------------------------------------------------------
@@ -499,6 +511,89 @@ def random_inputs(
             arr = rng.integers(0, 4, size=shape).astype(dtype)
         feeds[inp.name] = arr
     return feeds
+
+
+# ------------------------------------------------------------------------------------------
+# the one output check
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """The verdict of :func:`check_outputs`: one comparison per reference output, at ``tolerance``."""
+
+    comparisons: list[OutputComparison]
+    tolerance: Tolerance
+    #: the candidate ran under fp16 emulation
+    emulated: bool = False
+    #: a model compared holds float16 (the tolerance took the fp16 floor unless given)
+    fp16: bool = False
+    #: the candidate's outputs, as run
+    outputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    @property
+    def failures(self) -> list[OutputComparison]:
+        return [c for c in self.comparisons if not c.ok]
+
+    def describe(self) -> str:
+        """'' when every output matches, else the first failure and the tolerance it was judged at."""
+        bad = self.failures
+        return "" if not bad else f"{describe(bad[0])} at {self.tolerance}"
+
+
+def _outputs_of(model, feeds: Mapping[str, np.ndarray], fp16_emulate: bool) -> tuple[dict, bool, bool]:
+    """(outputs, emulated, holds fp16) of a model (ModelProto, path, Runner) or of outputs given as a mapping."""
+    if isinstance(model, Mapping):
+        return dict(model), False, False
+    runner = model if isinstance(model, Runner) else Runner(str(model) if not isinstance(model, onnx.ModelProto)
+                                                           else model, fp16_emulate)
+    return runner.run(feeds), runner.emulated, runner.fp16
+
+
+def check_outputs(
+    reference, candidate, feeds: Mapping[str, np.ndarray], tolerance: Tolerance | None = None, *,
+    promises: Iterable[Promise] | None = None, rtol: float | None = None, atol: float | None = None,
+    fp16_emulate: bool = True, fp16: bool = False, strict_dtype: bool = True, ulp_floor: bool = False,
+    magnitude_atol: bool = False,
+) -> OutputCheck:
+    """Run ``candidate`` (and ``reference``) on ``feeds`` in onnxruntime and judge the outputs.
+
+    The one output check of graphpass: ``graphpass verify``, ``optimize --verify``, the pass
+    manager's verify-each, ``bisect``, :func:`graphpass.testing.assert_equivalent`, the
+    conformance run and the fuzzer all judge a model's outputs here, by :func:`compare_arrays`.
+
+    Args:
+        reference: the original: a model (ModelProto, path or :class:`Runner`, run with
+            ORT_DISABLE_ALL and fp16 emulation as ``fp16_emulate`` says), or its outputs already
+            computed (a mapping name -> value), to run it once and check many candidates.
+        candidate: the model judged, in the same forms.
+        tolerance: the bound; by default :func:`tolerance_for` (``promises``, ``rtol``, ``atol``)
+            when ``promises`` is given, else ``DEFAULT_RTOL``/``DEFAULT_ATOL`` (the float16 floor
+            when a model holds float16) with ``rtol``/``atol`` overriding.
+        fp16: the reference holds float16 (say so when it is given as outputs).
+        strict_dtype, ulp_floor, magnitude_atol: as for :func:`compare_arrays` and :func:`compare`.
+
+    Raises:
+        BadModelError: onnxruntime cannot load or run a model (its reason, one line).
+    """
+    ref, _, ref_fp16 = _outputs_of(reference, feeds, fp16_emulate)
+    got, emulated, got_fp16 = _outputs_of(candidate, feeds, fp16_emulate)
+    any_fp16 = fp16 or ref_fp16 or got_fp16
+    if tolerance is None:
+        if promises is not None:
+            tolerance = tolerance_for(promises, rtol, atol, fp16=any_fp16)
+        else:
+            check_tolerance(rtol, atol)
+            base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if any_fp16
+                    else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
+            tolerance = base if rtol is None and atol is None else Tolerance(
+                base.rtol if rtol is None else rtol, base.atol if atol is None else atol, "given")
+    comps = compare(ref, got, tolerance.rtol, tolerance.atol, strict_dtype=strict_dtype, ulp_floor=ulp_floor,
+                    magnitude_atol=magnitude_atol)
+    return OutputCheck(comps, tolerance, emulated, any_fp16, got)
 
 
 # ------------------------------------------------------------------------------------------
@@ -792,11 +887,8 @@ def verify_models(
 
         raise VerificationError(f"{e}, where model A gives the same outputs on every run") from e
     notes = notes + branch_notes("model A", a, ra, feeds)
-    fp16_models = ra.fp16 or rb.fp16
-    base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
-            else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
-    tol = base if rtol is None and atol is None else Tolerance(
-        base.rtol if rtol is None else rtol, base.atol if atol is None else atol, "given")
+    checked = check_outputs(ref, got, feeds, rtol=rtol, atol=atol, fp16=ra.fp16 or rb.fp16)
+    tol = checked.tolerance
     rtol, atol = tol.rtol, tol.atol
 
     def judged(c: OutputComparison) -> OutputComparison:
@@ -809,7 +901,7 @@ def verify_models(
                           min_cosine=min_cosine, fed=fed, seed=seed, tolerance=tol,
                           fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes)
     if not all_tensors:
-        report.outputs = [judged(c) for c in compare(ref, got, rtol, atol)]
+        report.outputs = [judged(c) for c in checked.comparisons]
         return report
     ea, order_a = _expose_all(ra.model)
     eb, order_b = _expose_all(rb.model)
@@ -819,7 +911,7 @@ def verify_models(
     va = Runner(ea, fp16_emulate=False).run(ra._emu.feeds(feeds) if ra.emulated else feeds)
     vb = Runner(eb, fp16_emulate=False).run(rb._emu.feeds(feeds) if rb.emulated else feeds)
     got_outs = rb._emu.outputs(vb) if rb.emulated else vb
-    report.outputs = [judged(c) for c in compare(ref, {k: got_outs[k] for k in outs_a}, rtol, atol)]
+    report.outputs = [judged(c) for c in check_outputs(ref, {k: got_outs[k] for k in outs_a}, feeds, tol).comparisons]
     to_a = _provenance_map(a, b)
     b_for_a = {name: name for name in order_b if name in va}
     for bv, av in to_a.items():
