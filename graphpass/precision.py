@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -549,7 +549,7 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
     """Readers that would read ``name`` as fp16 data (an op mixed_precision converts, a data slot)."""
-    from graphpass.passes.precision.mixed_precision import FLOAT_OPS, schema_data_slots
+    from graphpass.ir.op_facts import FLOAT_OPS, schema_data_slots
 
     out = []
     for k, slot in info.readers.get(name, []):
@@ -562,9 +562,26 @@ def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
     return out
 
 
+#: ``convert(model, mode, keep_fp32) -> ModelProto``: ``model`` as mixed precision converts it in
+#: ``mode`` with fp16 emulated, each converted node marked ``graphpass.precision = fp16``.
+Converter = Callable[[onnx.ModelProto, str, Sequence[str]], onnx.ModelProto]
+_converter: Converter | None = None
+
+
+def register_converter(convert: Converter) -> Converter:
+    """Make ``convert`` the conversion :func:`analyze` checks its findings on by default.
+
+    The analysis sits below the passes (it must not import them); the mixed_precision pass
+    registers its conversion here when it is imported, as every pass registers itself."""
+    global _converter
+    _converter = convert
+    return convert
+
+
 def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
             input_shapes: Mapping[str, Sequence[int]] | None = None, underflow_share: float = 0.01,
-            absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16") -> PrecisionReport:
+            absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16",
+            convert: Converter | None = None) -> PrecisionReport:
     """Run ``model`` in fp32 with every float32 tensor exposed and judge activations, constants and sums.
 
     Args:
@@ -573,6 +590,8 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             smaller operand is nonzero) lose the smaller operand entirely in fp16.
         check: run the model as mixed_precision(``mode``) converts it, with fp16 emulated, without
             and with the keep-list, and record per finding whether the hazard shows and is fixed.
+        convert: the conversion the check runs (:data:`Converter`); by default the one registered
+            by the mixed_precision pass (``import graphpass`` registers it).
     """
     if feeds is None:
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
@@ -655,28 +674,30 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             scale = s
     report = PrecisionReport(tensors, list(keep), scale, findings, info.graphs, not_run, unobserved, False, mode)
     if check and findings:
-        _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs)
+        convert = convert or _converter
+        if convert is None:
+            from graphpass.errors import GraphpassError
+
+            raise GraphpassError("precision.analyze(check=True) needs a conversion to check on: pass convert=..., "
+                                 "or import graphpass.passes (the mixed_precision pass registers its own)")
+        _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs, convert)
     return report
 
 
 # ----------------------------------------------------------------------------------------- emulated check
 
-def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[onnx.ModelProto, set[str]]:
-    """``model`` as mixed_precision(mode, keep_fp32) converts it, fp16 emulated; and its fp16 node keys."""
-    import graphpass as gp
-    from graphpass.passes import mixed_precision
+def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str],
+              convert: Converter) -> tuple[onnx.ModelProto, set[str]]:
+    """``model`` as ``convert`` makes it (mode, keep_fp32), fp16 emulated; and its fp16 node keys."""
+    from graphpass.ir.graph import graph_protos
 
     named = onnx.ModelProto()
     named.CopyFrom(model)
-    from graphpass.ir.graph import graph_protos
-
     for g in graph_protos(named.graph):  # an unnamed node keeps its key (first output) through the rewrite
         for n in g.node:
             if not n.name and n.output:
                 n.name = n.output[0]
-    graph = gp.load(named)
-    mixed_precision(graph, mode=mode, keep_fp32=list(keep), emulate=True)
-    out = gp.to_proto(graph)
+    out = convert(named, mode, list(keep))
     half = {_key(n) for g in graph_protos(out.graph) for n in g.node
             if any(p.key == "graphpass.precision" and p.value == "fp16" for p in n.metadata_props)}
     return out, half
@@ -775,12 +796,13 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
-           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool) -> None:
+           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool,
+           convert: Converter) -> None:
     """Confirm each finding on the emulated model, then build the keep-list from the confirmed ones
     and re-run until no finding shows any more (a hazard hidden behind another, e.g. an underflow
     behind an overflow's inf, shows once the first is fixed): at most ``_ROUNDS`` runs."""
     def run(keep: Sequence[str]) -> list[tuple[bool, str]]:
-        emulated, half = _emulated(model, report.mode, keep)
+        emulated, half = _emulated(model, report.mode, keep, convert)
         vals, _, _ = _observe(emulated, feeds, subgraphs)
         for name, value in feeds.items():
             vals.setdefault(name, np.asarray(value))
