@@ -20,12 +20,17 @@ from graphpass.api import optimize
 from graphpass.infra.manager import PassRecord
 from graphpass.infra.registry import all_passes
 from graphpass.ir import model_io
+from graphpass.reporting import Report
 
 __all__ = ["BisectResult", "bisect"]
 
 
 @dataclasses.dataclass
-class BisectResult:
+class BisectResult(Report):
+    """The first pass application after which the outputs differ (``first_bad``; None: none does)."""
+
+    SCHEMA = "graphpass.bisect/1"
+
     applications: int
     first_bad: int | None
     record: PassRecord | None = None
@@ -38,6 +43,45 @@ class BisectResult:
     detail: str = ""
     runs: int = 0
     fp16_emulated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "schema": self.SCHEMA,
+            "applications": self.applications,
+            "runs": self.runs,
+            "fp16_emulated": self.fp16_emulated,
+            "first_bad": self.first_bad,
+            "pass": None if r is None else {"name": r.name, "round": r.round, "nodes_before": r.nodes_before,
+                                            "nodes_after": r.nodes_after, "stats": dict(r.stats)},
+            "detail": self.detail,
+            "nodes": {"removed": self.removed, "added": self.added, "changed": self.changed},
+            "last_good": None if self.last_good is None else str(self.last_good),
+            "first_bad_model": None if self.first_bad_model is None else str(self.first_bad_model),
+        }
+
+    def _lines(self) -> list[str]:
+        lines = [f"{self.applications} pass applications changed the graph; {self.runs} optimize + verify runs"
+                 + ("; fp16 emulated" if self.fp16_emulated else "")]
+        if self.first_bad is None:
+            return lines + [f"no failing application: {self.detail}"]
+        r = self.record
+        lines.append(f"first bad application: #{self.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> "
+                     f"{r.nodes_after} nodes, {', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
+        lines.append(f"  {self.detail}")
+        for label, items in (("removed", self.removed), ("added", self.added), ("changed", self.changed)):
+            if items:
+                more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
+                lines.append(f"  nodes {label}: {', '.join(items[:12])}{more}")
+        lines.append(f"wrote {self.last_good} and {self.first_bad_model}")
+        return lines
+
+    def to_table(self) -> str:
+        return "".join(line + "\n" for line in self._lines())
+
+    def to_markdown(self) -> str:
+        lines = self._lines()
+        return "\n".join(["### graphpass bisect", ""] + [f"- {x.strip()}" for x in lines] + [""])
 
 
 def _node_ids(model: onnx.ModelProto) -> dict[str, str]:

@@ -45,6 +45,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphpass import verify as V
+from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_FLUSH", "TensorRange", "Finding", "PrecisionReport", "analyze"]
 
@@ -93,7 +94,9 @@ class Finding:
 
 
 @dataclasses.dataclass
-class PrecisionReport:
+class PrecisionReport(Report):
+    SCHEMA = "graphpass.precision_report/2"
+
     tensors: list[TensorRange]
     keep_fp32: list[str]
     loss_scale: float | None
@@ -121,11 +124,64 @@ class PrecisionReport:
         return [t for t in self.tensors if t.kind == "constant"]
 
     def to_dict(self) -> dict:
-        return {"schema": "graphpass.precision_report/2", "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
+        return {"schema": self.SCHEMA, "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
                 "risky": [dataclasses.asdict(t) for t in self.risky], "tensors": len(self.tensors),
                 "activations": len(self.activations), "inputs": len(self.inputs), "constants": len(self.constants), "graphs": self.graphs,
                 "not_run": self.not_run, "unobserved": self.unobserved, "checked": self.checked, "mode": self.mode,
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
+
+    def _title(self) -> str:
+        return (f"fp16 risk: {len(self.risky)} of {len(self.tensors)} float32 tensors ({len(self.activations)} "
+                f"activations, {len(self.inputs)} inputs, {len(self.constants)} constants, {self.graphs} graphs)")
+
+    _COLUMNS = ("tensor", "graph", "producer", ("max |x|", "right"), ("> 65504", "right"), ("< 6.1e-5", "right"),
+                ("flushed", "right"), "what to do")
+
+    def _rows(self, top: int) -> list[tuple[str, ...]]:
+        rows = sorted(self.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[:top]
+        return [(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow),
+                 f"{100 * r.subnormal_share:.0f}%", f"{100 * r.flush_share:.0f}%", r.advice) for r in rows]
+
+    def _lines(self, top: int) -> list[str]:
+        lines = []
+        if not self.tensors:
+            lines.append("no float32 tensors: nothing to judge (the analysis is for float32 models)")
+        if self.not_run:
+            lines.append(f"{self.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran "
+                         "zero times)")
+        if self.unobserved:
+            lines.append(f"not observed (type unknown): {', '.join(self.unobserved[:10])}"
+                         + (" ..." if len(self.unobserved) > 10 else ""))
+        for f in self.findings[:top]:
+            if f.confirmed is None:
+                check = "not checked"
+            else:
+                said = {True: "confirmed", False: "not confirmed", None: "cannot tell"}[f.confirmed]
+                fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
+                check = f"emulated {self.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
+            where = "" if f.graph == "main" else f" in {f.graph}"
+            lines.append(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
+        if len(self.findings) > top:
+            lines.append(f"... and {len(self.findings) - top} more findings (--top N, or --format json for all)")
+        lines.append("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(self.keep_fp32) or "nothing")
+                     + (" (findings emulation did not confirm are left out)" if self.checked else ""))
+        if self.loss_scale:
+            lines.append(f"for training: a loss scale of {self.loss_scale:g} lifts the small values into fp16's normal range")
+        return lines
+
+    def to_table(self, top: int = 15, width: int = 160) -> str:
+        console, buf = text_console(width)
+        console.print(rich_table(self._COLUMNS, self._rows(top), title=self._title()))
+        for line in self._lines(top):
+            console.print(line)
+        return buf.getvalue()
+
+    def to_markdown(self, top: int = 15) -> str:
+        lines = [f"### graphpass precision: {self._title()}", ""]
+        lines += markdown_table(self._COLUMNS, self._rows(top)) + [""]
+        lines += [f"- {x}" for x in self._lines(top)]
+        lines.append("")
+        return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------- model walk
@@ -571,8 +627,8 @@ _converter: Converter | None = None
 def register_converter(convert: Converter) -> Converter:
     """Make ``convert`` the conversion :func:`analyze` checks its findings on by default.
 
-    The analysis sits below the passes (it must not import them); the mixed_precision pass
-    registers its conversion here when it is imported, as every pass registers itself."""
+    The analysis sits below the passes (it must not import them); ``graphpass.api``, above
+    both, registers the mixed_precision pass's conversion here (``import graphpass`` does)."""
     global _converter
     _converter = convert
     return convert
@@ -590,8 +646,8 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             smaller operand is nonzero) lose the smaller operand entirely in fp16.
         check: run the model as mixed_precision(``mode``) converts it, with fp16 emulated, without
             and with the keep-list, and record per finding whether the hazard shows and is fixed.
-        convert: the conversion the check runs (:data:`Converter`); by default the one registered
-            by the mixed_precision pass (``import graphpass`` registers it).
+        convert: the conversion the check runs (:data:`Converter`); by default the registered one:
+            the mixed_precision pass's (``import graphpass`` registers it).
     """
     if feeds is None:
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
@@ -678,8 +734,8 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         if convert is None:
             from graphpass.errors import GraphpassError
 
-            raise GraphpassError("precision.analyze(check=True) needs a conversion to check on: pass convert=..., "
-                                 "or import graphpass.passes (the mixed_precision pass registers its own)")
+            raise GraphpassError("precision.analyze(check=True) needs a conversion to check on: give convert=..., "
+                                 "or import graphpass (which registers the mixed_precision pass's)")
         _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs, convert)
     return report
 

@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 
 from graphpass.errors import BadModelError
 from graphpass.promise import Promise
+from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
 __all__ = ["OutputComparison", "OutputCheck", "check_outputs", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
            "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
@@ -601,8 +602,10 @@ def check_outputs(
 
 
 @dataclasses.dataclass
-class VerifyReport:
+class VerifyReport(Report):
     """Outputs (and optionally every shared intermediate) of two models on the same inputs."""
+
+    SCHEMA = "graphpass.verify_report/2"
 
     outputs: list[OutputComparison]
     tensors: list[OutputComparison] = dataclasses.field(default_factory=list)
@@ -615,14 +618,63 @@ class VerifyReport:
     tolerance: Tolerance | None = None
     fp16_emulated: dict[str, bool] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: every shared intermediate was compared (``all_tensors``)
+    all_tensors: bool = False
+    #: where the inputs came from (a file name) when not generated from the seed
+    inputs_from: str | None = None
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.outputs)
 
+    def _head_lines(self) -> list[str]:
+        src = f"from {self.inputs_from}" if self.inputs_from else f"seeded random, seed {self.seed}"
+        lines = [f"inputs ({src}): " + "; ".join(str(f) for f in self.fed)]
+        by_value: dict[int, set[str]] = {}
+        for f in self.fed:
+            for k, v in f.symbolic.items():
+                by_value.setdefault(f.shape[k], set()).add(v)
+        if by_value:  # the values really fed (a dim bound by input_shapes, or 1 after a retry)
+            fed_as = "; ".join(f"({', '.join(sorted(names))}) fed as {val}" for val, names in sorted(by_value.items()))
+            lines.append(f"symbolic dims {fed_as}: change with --symbolic-dim N or --input-shape NAME:D1,D2,...")
+        lines += [f"note: {note}" for note in self.notes]
+        emulated = [k.upper() for k, v in self.fp16_emulated.items() if v]
+        lines.append(f"comparison: {self.tolerance}; ints, bools, strings exact; NaN/inf positions and signs exact"
+                     + (f"; fp16 emulated in model {' and '.join(emulated)}" if emulated else ""))
+        return lines
+
+    def _tail_lines(self) -> list[str]:
+        if not self.all_tensors:
+            return []
+        bad = sum(not c.ok for c in self.tensors)
+        return [f"{len(self.tensors)} shared tensors compared in topological order, {bad} differ",
+                f"first divergent tensor: {self.first_divergence or 'none'}",
+                f"first NaN/Inf: A {self.first_nonfinite.get('a') or 'none'}, B {self.first_nonfinite.get('b') or 'none'}"]
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}",
+                 ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else "")) for c in self.outputs]
+
+    def to_table(self, width: int = 120) -> str:
+        console, buf = text_console(width)
+        for line in self._head_lines():
+            console.print(line)
+        console.print(rich_table(("output", "max abs", "max rel", "cosine", "result"), self._rows(), title="outputs"))
+        for line in self._tail_lines():
+            console.print(line)
+        return buf.getvalue()
+
+    def to_markdown(self) -> str:
+        verdict = "all outputs match" if self.ok else f"{sum(not c.ok for c in self.outputs)} of {len(self.outputs)} outputs differ"
+        lines = [f"### graphpass verify: {verdict}", ""] + [f"- {x}" for x in self._head_lines() + self._tail_lines()]
+        lines += [""] + markdown_table(["output", ("max abs", "right"), ("max rel", "right"), ("cosine", "right"), "result"],
+                                       self._rows())
+        lines.append("")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {
-            "schema": "graphpass.verify_report/2",
+            "schema": self.SCHEMA,
             "ok": self.ok,
             "inputs": self.inputs,
             "fed": [dataclasses.asdict(f) for f in self.fed],
@@ -899,7 +951,7 @@ def verify_models(
 
     report = VerifyReport(outputs=[], inputs={k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
                           min_cosine=min_cosine, fed=fed, seed=seed, tolerance=tol,
-                          fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes)
+                          fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes, all_tensors=all_tensors)
     if not all_tensors:
         report.outputs = [judged(c) for c in checked.comparisons]
         return report

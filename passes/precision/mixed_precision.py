@@ -22,7 +22,6 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass import precision as _precision
 from graphpass.errors import UsageError
 from graphpass.infra.pass_base import Promise
 from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
@@ -285,12 +284,9 @@ class MixedPrecision(Pass):
 def convert_model(model: onnx.ModelProto, mode: str, keep_fp32: list[str]) -> onnx.ModelProto:
     """``model`` as this pass converts it in ``mode`` with fp16 emulated (fp32 dtypes, every fp16
     value rounded; converted nodes marked ``graphpass.precision = fp16``): the conversion
-    ``graphpass.precision`` checks its findings on (registered with it below)."""
+    ``graphpass.precision`` checks its findings on (``graphpass.api`` registers it there)."""
     from graphpass.ir import load, to_proto
 
     graph = load(model)
     MixedPrecision.as_function()(graph, mode=mode, keep_fp32=list(keep_fp32), emulate=True)
     return to_proto(graph)
-
-
-_precision.register_converter(convert_model)
