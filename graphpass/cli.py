@@ -132,6 +132,33 @@ def _write_text_atomic(path: Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
+#: API argument -> the CLI flag that sets it, for errors that name one (``GraphpassError.option``).
+_FLAGS = {
+    "input_shapes": "--input-shape",
+    "max_memory": "--max-memory",
+    "feeds": "--inputs FILE.npz",
+    "emit": "--emit",
+    "target": "--target",
+    "loop_trips": "--loop-trips",
+    "symbolic_dim": "--symbolic-dim",
+}
+
+
+def error_text(e: BaseException) -> str:
+    """The one line the CLI prints for ``e``: its message, with the API argument it (or an error
+    it wraps) names as the fix replaced by the flag that sets it (``GraphpassError.option``)."""
+    import re
+
+    text, seen, x = str(e), set(), e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        option = getattr(x, "option", None)
+        if option in _FLAGS:
+            text = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w])", _FLAGS[option], text)
+        x = x.__cause__ or x.__context__
+    return text
+
+
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
     logging.basicConfig(level=level, format="graphpass: %(levelname)s: %(message)s", stream=sys.stderr)
@@ -740,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except GraphpassError as e:
-        print(f"graphpass: error: {e}", file=sys.stderr)
+        print(f"graphpass: error: {error_text(e)}", file=sys.stderr)
         if args.verbose:
             import traceback
 

@@ -476,18 +476,18 @@ def reference(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, 
 
     def fed_text(fed) -> str:
         return (f" (inputs fed: {'; '.join(str(f) for f in fed)}; random floats are standard normal, random ints "
-                "0..3: --inputs FILE.npz feeds others)")
+                "0..3: other values can be given as feeds)")
 
     try:
         outputs = runner.run(feeds)
     except BadModelError as e:
         if symbolic_dim == 1 or not any(f.symbolic for f in fed):
-            raise BadModelError(f"{e}{fed_text(fed)}") from e
+            raise BadModelError(f"{e}{fed_text(fed)}", option="feeds") from e
         feeds, fed = make_inputs(model, seed, input_shapes, 1)
         try:
             outputs = runner.run(feeds)
         except BadModelError as e2:
-            raise BadModelError(f"{e2}{fed_text(fed)}") from e2
+            raise BadModelError(f"{e2}{fed_text(fed)}", option="feeds") from e2
         notes.append(f"symbolic dims fed as 1: the original model fails with {symbolic_dim} ({e})")
     return feeds, outputs, fed, runner, notes
 
@@ -694,7 +694,7 @@ class VerifyReport(Report):
 
 def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape
-    (and the ``input_shapes`` given, if any: an ``--input-shape`` the file contradicts is refused)."""
+    (and the ``input_shapes`` given, if any: a shape the file contradicts is refused)."""
     from graphpass.errors import UsageError
 
     try:
@@ -715,8 +715,8 @@ def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | Non
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
         given = (input_shapes or {}).get(inp.name)
         if given is not None and [int(d) for d in given] != list(arr.shape):
-            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, --input-shape says "
-                             f"{[int(d) for d in given]}")
+            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, input_shapes says "
+                             f"{[int(d) for d in given]}", option="input_shapes")
         feeds[inp.name] = arr
     return feeds
 
