@@ -1,7 +1,9 @@
 """Numeric verification with onnxruntime (graph optimizations off, so ORT does not redo our work).
 
-This module is the base that ``graphpass verify``/``bisect``/``optimize --verify`` and the pass
-manager's ``--verify-each`` build on; all of them judge outputs with :func:`compare_arrays`:
+This module is the base that ``graphpass verify``/``bisect``/``optimize --verify``, the pass
+manager's ``--verify-each``, ``graphpass.testing``, the conformance run and the fuzzer build on:
+each runs a model and judges its outputs with :func:`check_outputs`, which compares each output
+by :func:`compare_arrays`:
 
 * integer, bool and string values compare exactly;
 * floats element by element: ``|a - b| <= atol + rtol * |b|`` (``b`` the original's value);
@@ -546,12 +548,20 @@ class OutputCheck:
 
 
 def _outputs_of(model, feeds: Mapping[str, np.ndarray], fp16_emulate: bool) -> tuple[dict, bool, bool]:
-    """(outputs, emulated, holds fp16) of a model (ModelProto, path, Runner) or of outputs given as a mapping."""
+    """(outputs, emulated, holds fp16) of a model (ModelProto, path, bytes, Runner, anything with
+    ``to_proto()``) or of outputs given as a mapping."""
     if isinstance(model, Mapping):
         return dict(model), False, False
-    runner = model if isinstance(model, Runner) else Runner(str(model) if not isinstance(model, onnx.ModelProto)
-                                                           else model, fp16_emulate)
-    return runner.run(feeds), runner.emulated, runner.fp16
+    if not isinstance(model, Runner):
+        if isinstance(model, (bytes, bytearray)):
+            try:
+                model = onnx.load_model_from_string(bytes(model))
+            except (DecodeError, ValueError) as e:
+                raise BadModelError(f"cannot be read as an ONNX model ({e})") from None
+        elif hasattr(model, "to_proto"):
+            model = model.to_proto()
+        model = Runner(model if isinstance(model, onnx.ModelProto) else str(model), fp16_emulate)
+    return model.run(feeds), model.emulated, model.fp16
 
 
 def check_outputs(

@@ -29,10 +29,15 @@ def test_models_paths_runners_and_outputs_are_all_accepted(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(_relu(), str(path))
     ref = V.Runner(_relu()).run(FEEDS)
-    for reference in (_relu(), str(path), V.Runner(_relu()), ref):
-        for candidate in (_relu(), str(path), V.Runner(_relu(), fp16_emulate=False)):
+    for reference in (_relu(), str(path), path, _relu().SerializeToString(), V.Runner(_relu()), ref):
+        for candidate in (_relu(), str(path), path, _relu().SerializeToString(), V.Runner(_relu(), fp16_emulate=False)):
             checked = V.check_outputs(reference, candidate, FEEDS, V.Tolerance(0, 0, "exact"))
             assert checked.ok and [c.name for c in checked.comparisons] == ["y"] and checked.describe() == ""
+
+
+def test_bytes_that_are_no_model_are_a_bad_model_error():
+    with pytest.raises(graphpass.BadModelError):
+        V.check_outputs(_relu(), b"not a model", FEEDS)
 
 
 def test_a_difference_is_reported_with_the_tolerance():
