@@ -15,10 +15,10 @@ from typing import Any
 
 import onnx
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.api import optimize
-from graphpass.infra.manager import PassRecord
-from graphpass.infra.registry import all_passes
+from graphpass.passes.framework.manager import PassRecord
+from graphpass.passes.framework.registry import all_passes
 from graphpass.ir import model_io
 from graphpass.reporting import Report
 

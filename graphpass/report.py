@@ -10,8 +10,8 @@ import collections
 import dataclasses
 from typing import Any
 
-from graphpass.infra.context import Explanation
-from graphpass.infra.manager import PassRecord
+from graphpass.passes.framework.context import Explanation
+from graphpass.passes.framework.manager import PassRecord
 from graphpass.reporting import Report, text_console
 
 __all__ = ["OptimizeReport"]

@@ -12,7 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import graphpass
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.cli import error_text, main
 from graphpass.errors import BadModelError, UsageError
 from graphpass.testing import make_model

@@ -11,8 +11,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import graphpass
-from graphpass import verify as V
-from graphpass.promise import EXACT, REASSOCIATION, Promise
+from graphpass.check import verify as V
+from graphpass.check.promise import EXACT, REASSOCIATION, Promise
 from graphpass.testing import make_model
 
 ROOT = pathlib.Path(graphpass.__file__).parent
@@ -99,7 +99,7 @@ def test_int_outputs_are_exact_in_the_conformance_and_testing_helpers():
 
 
 def test_promise_lives_in_its_own_module_and_pass_base_reexports_it():
-    from graphpass.infra import pass_base
+    from graphpass.passes.framework import pass_base
 
     assert pass_base.Promise is Promise and pass_base.EXACT is EXACT and pass_base.REASSOCIATION is REASSOCIATION
     assert V.UNDECLARED.name == "undeclared" and isinstance(V.UNDECLARED, Promise)
@@ -139,7 +139,7 @@ def test_the_check_layer_imports_nothing_above_it(module, allowed):
 
 
 def test_precision_checks_on_the_conversion_it_is_given():
-    from graphpass import precision as P
+    from graphpass.check import precision as P
 
     nodes = [helper.make_node("Mul", ["x", "big"], ["y"], name="mul")]
     m = make_model(nodes, {"x": [4]}, {"y": [4]}, {"big": np.array(1e5, np.float32)})

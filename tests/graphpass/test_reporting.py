@@ -9,8 +9,8 @@ import pytest
 from onnx import helper
 
 import graphpass as gp
-from graphpass import precision as P
-from graphpass import verify as V
+from graphpass.check import precision as P
+from graphpass.check import verify as V
 from graphpass.reporting import FORMATS, Report, ReportLike, finite, markdown_table, to_json
 from graphpass.testing import make_model
 

@@ -29,7 +29,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphpass.errors import BadModelError
-from graphpass.promise import Promise
+from graphpass.check.promise import Promise
 from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
 __all__ = ["OutputComparison", "OutputCheck", "check_outputs", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
@@ -65,7 +65,7 @@ class OutputComparison:
 
 def session(model: onnx.ModelProto | bytes | str):
     """An onnxruntime CPU session with every graph optimization disabled."""
-    from graphpass import runtime
+    from graphpass.check import runtime
 
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
@@ -429,7 +429,7 @@ class Runner:
     """A model ready to run: an onnxruntime session, with fp16 emulation when the model holds float16."""
 
     def __init__(self, model: onnx.ModelProto | str, fp16_emulate: bool = True):
-        from graphpass import fp16
+        from graphpass.check import fp16
 
         if isinstance(model, str):  # a path: onnxruntime reads it (and its external data) itself
             try:

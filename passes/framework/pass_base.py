@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import fingerprint
-from graphpass.promise import EXACT, REASSOCIATION, Promise  # re-exported: their home is graphpass.promise
+from graphpass.check.promise import EXACT, REASSOCIATION, Promise  # re-exported: their home is graphpass.promise
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphpass.infra.context import PassContext
+    from graphpass.passes.framework.context import PassContext
 
 __all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "Promise", "EXACT", "REASSOCIATION"]
 
@@ -125,7 +125,7 @@ class Pass:
         """The pass as a plain function ``fn(graph, ctx=None, **options) -> PassResult``."""
 
         def fn(graph: gs.Graph, ctx: "PassContext | None" = None, **options: Any) -> PassResult:
-            from graphpass.infra.context import PassContext
+            from graphpass.passes.framework.context import PassContext
 
             ctx = ctx or PassContext()
             if options:
