@@ -5,7 +5,7 @@
     python benchmarks/scaling.py --pipeline cleanup --target none   # the cleanup passes alone
 
 The residual stack uses 44-channel 3x3 convolutions by default, so the 100k-node graph weighs
-about 0.9 GB, like the graph DESIGN.md measured the substrate on; ``--channels`` changes it.
+about 0.9 GB (the size of a large detector's weights); ``--channels`` changes it.
 By default the pipeline is what ``graphpass optimize`` runs: the default pipeline (every default
 pass, layout and placement included) with the ascend910a cost model scoring each application;
 ``--pipeline``/``--target`` choose another (benchmarks/cost_model.py times the estimate itself).
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--one", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--channels", type=int, default=44,
                     help="conv width of the residual stack; 44 makes the 100k-node graph ~0.9 GB, the size "
-                         "of the graph DESIGN.md measured the substrate on")
+                         "of a large detector's weights")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.table import Table

@@ -22,8 +22,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 from typing import Any
+
+from graphpass.reporting import Report, markdown_table, text_console
 
 __all__ = ["CostReport", "SCHEMA"]
 
@@ -31,8 +32,10 @@ SCHEMA = "graphpass.cost_report/1"
 
 
 @dataclasses.dataclass
-class CostReport:
+class CostReport(Report):
     """An estimate for one graph. Every time is an estimate in microseconds, not a measurement."""
+
+    SCHEMA = SCHEMA
 
     target: str
     total_us: float | None
@@ -73,9 +76,6 @@ class CostReport:
             "nodes": self.nodes,
         }
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
     def to_csv(self) -> str:
         buf = io.StringIO()
         cols = ["name", "op", "engine", "formats_in", "formats_out", "us", "bound", "cube_us", "vector_us", "memory_us", "launch_us", "note"]
@@ -86,11 +86,9 @@ class CostReport:
         return buf.getvalue()
 
     def to_table(self, top: int = 15, width: int = 120) -> str:
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        c = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False)
+        c, buf = text_console(width)
         c.print(f"cost estimate for {self.target} (precision {self.precision_mode}, iterations_per_loop "
                 f"{self.iterations_per_loop}): {self.total_us:,.1f} us per step")
         c.print("  (every figure here is a cost-model estimate, not a measurement)")
@@ -133,3 +131,25 @@ class CostReport:
         for a in self.assumptions:
             c.print(f"assumption: {a}")
         return buf.getvalue()
+
+    def to_markdown(self, top: int = 15) -> str:
+        b = self.breakdown_us
+        total = "-" if self.total_us is None else f"{self.total_us:,.1f}"
+        lines = [f"### graphpass estimate · `{self.target}`", "",
+                 f"precision `{self.precision_mode}` · iterations_per_loop {self.iterations_per_loop} · "
+                 f"**{total} µs per step** (cost-model estimate, not a measurement)", ""]
+        lines += markdown_table(["part", ("est. µs", "right")],
+                                [(k, f"{b.get(k, 0.0):,.1f}") for k in ("nodes", "implicit_transdata", "crossings", "step")])
+        if self.per_engine_us:
+            lines += [""] + markdown_table(["engine", ("est. µs", "right")],
+                                           [(k, f"{v:,.1f}") for k, v in sorted(self.per_engine_us.items(), key=lambda kv: -kv[1])])
+        if self.per_op_us:
+            lines += ["", f"<details><summary>top {top} op types</summary>", ""]
+            lines += markdown_table(["op", ("est. µs", "right")],
+                                    [(k, f"{v:,.1f}") for k, v in sorted(self.per_op_us.items(), key=lambda kv: -kv[1])[:top]])
+            lines += ["", "</details>"]
+        if self.unknown_ops:
+            lines += ["", f"unknown ops (costed as AI CPU): {', '.join(self.unknown_ops)}"]
+        lines += [f"- assumption: {a}" for a in self.assumptions]
+        lines.append("")
+        return "\n".join(lines)

@@ -9,8 +9,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import onnx_graphsurgeon as gs
 
-from graphpass.passes import pipelines
+from graphpass.check import precision as _precision
 from graphpass.cost_model.target import DEFAULT_TARGET, Target
+from graphpass.passes import pipelines
 from graphpass.passes.framework.context import PassContext
 from graphpass.passes.framework.manager import PassManager
 from graphpass.ir import model_io
@@ -151,3 +152,14 @@ def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | 
         if plan.stats.get("origin_format"):
             out["origin_format"] = plan.stats["origin_format"]
     return out
+
+
+def _mixed_precision_conversion(model, mode: str, keep_fp32):
+    """The conversion ``graphpass.precision.analyze`` checks its findings on: the mixed_precision
+    pass's (imported when first used; the analysis sits below the passes and cannot import them)."""
+    from graphpass.passes.precision.mixed_precision import convert_model
+
+    return convert_model(model, mode, keep_fp32)
+
+
+_precision.register_converter(_mixed_precision_conversion)

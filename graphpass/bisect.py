@@ -18,13 +18,19 @@ import onnx
 from graphpass.check import verify as V
 from graphpass.api import optimize
 from graphpass.passes.framework.manager import PassRecord
+from graphpass.passes.framework.registry import all_passes
 from graphpass.ir import model_io
+from graphpass.reporting import Report
 
 __all__ = ["BisectResult", "bisect"]
 
 
 @dataclasses.dataclass
-class BisectResult:
+class BisectResult(Report):
+    """The first pass application after which the outputs differ (``first_bad``; None: none does)."""
+
+    SCHEMA = "graphpass.bisect/1"
+
     applications: int
     first_bad: int | None
     record: PassRecord | None = None
@@ -37,6 +43,45 @@ class BisectResult:
     detail: str = ""
     runs: int = 0
     fp16_emulated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "schema": self.SCHEMA,
+            "applications": self.applications,
+            "runs": self.runs,
+            "fp16_emulated": self.fp16_emulated,
+            "first_bad": self.first_bad,
+            "pass": None if r is None else {"name": r.name, "round": r.round, "nodes_before": r.nodes_before,
+                                            "nodes_after": r.nodes_after, "stats": dict(r.stats)},
+            "detail": self.detail,
+            "nodes": {"removed": self.removed, "added": self.added, "changed": self.changed},
+            "last_good": None if self.last_good is None else str(self.last_good),
+            "first_bad_model": None if self.first_bad_model is None else str(self.first_bad_model),
+        }
+
+    def _lines(self) -> list[str]:
+        lines = [f"{self.applications} pass applications changed the graph; {self.runs} optimize + verify runs"
+                 + ("; fp16 emulated" if self.fp16_emulated else "")]
+        if self.first_bad is None:
+            return lines + [f"no failing application: {self.detail}"]
+        r = self.record
+        lines.append(f"first bad application: #{self.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> "
+                     f"{r.nodes_after} nodes, {', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
+        lines.append(f"  {self.detail}")
+        for label, items in (("removed", self.removed), ("added", self.added), ("changed", self.changed)):
+            if items:
+                more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
+                lines.append(f"  nodes {label}: {', '.join(items[:12])}{more}")
+        lines.append(f"wrote {self.last_good} and {self.first_bad_model}")
+        return lines
+
+    def to_table(self) -> str:
+        return "".join(line + "\n" for line in self._lines())
+
+    def to_markdown(self) -> str:
+        lines = self._lines()
+        return "\n".join(["### graphpass bisect", ""] + [f"- {x.strip()}" for x in lines] + [""])
 
 
 def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
@@ -63,13 +108,12 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
         proto = model_io.to_proto(result.graph)
         applied = [r.name for r in result.report.passes if r.application]
         try:
-            cand = V.Runner(proto, fp16_emulate)
-            emulated[0] = emulated[0] or cand.emulated
-            tol = V.tolerance_for(V.promises_of(applied), rtol, atol, fp16=runner.fp16 or cand.fp16)
-            comps = V.compare(reference, cand.run(feeds), tol.rtol, tol.atol)
-            bad = next((c for c in comps if not c.ok), None)
+            checked = V.check_outputs(reference, proto, feeds, promises=V.promises_of(applied, all_passes()),
+                                      rtol=rtol, atol=atol, fp16_emulate=fp16_emulate, fp16=runner.fp16)
+            emulated[0] = emulated[0] or checked.emulated
+            bad = next(iter(checked.failures), None)
             if bad is not None:
-                bad.note = (bad.note + f"; at {tol}").strip("; ")
+                bad.note = (bad.note + f"; at {checked.tolerance}").strip("; ")
         except Exception as e:  # a model onnxruntime cannot run counts as broken
             bad = V.OutputComparison("<model>", float("inf"), float("inf"), 0.0, False, str(e).splitlines()[0])
         return result, proto, bad

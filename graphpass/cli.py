@@ -126,24 +126,37 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then rename; a write error is exit 2."""
-    import tempfile
+    """Kept for old callers: :func:`graphpass.outputs.write_text_atomic`."""
+    from graphpass.outputs import write_text_atomic
 
-    from graphpass.outputs import check_output_file, write_error
+    write_text_atomic(path, text)
 
-    check_output_file(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise write_error(path, e) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+
+#: API argument -> the CLI flag that sets it, for errors that name one (``GraphpassError.option``).
+_FLAGS = {
+    "input_shapes": "--input-shape",
+    "max_memory": "--max-memory",
+    "feeds": "--inputs FILE.npz",
+    "emit": "--emit",
+    "target": "--target",
+    "loop_trips": "--loop-trips",
+    "symbolic_dim": "--symbolic-dim",
+}
+
+
+def error_text(e: BaseException) -> str:
+    """The one line the CLI prints for ``e``: its message, with the API argument it (or an error
+    it wraps) names as the fix replaced by the flag that sets it (``GraphpassError.option``)."""
+    import re
+
+    text, seen, x = str(e), set(), e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        option = getattr(x, "option", None)
+        if option in _FLAGS:
+            text = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w])", _FLAGS[option], text)
+        x = x.__cause__ or x.__context__
+    return text
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
@@ -304,20 +317,19 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
         V.check_deterministic("the input model", original, ra, feeds, ref)
     except UsageError as e:  # --verify asked for a verified output: none can be given
         raise UsageError(f"{e}; --verify cannot judge it" + (kept and ", the output was not kept (use --keep-failed)")) from e
+    from graphpass.passes.framework.registry import all_passes
+
     try:
-        rb = V.Runner(str(staged), fp16_emulate=args.fp16_emulate)
-        got = rb.run(feeds)
+        checked = V.check_outputs(ref, str(staged), feeds, promises=V.promises_of(applied, all_passes()),
+                                  rtol=args.rtol, atol=args.atol, fp16_emulate=args.fp16_emulate, fp16=ra.fp16)
     except BadModelError as e:  # the input model ran: the output is ours to blame
         raise VerificationError(f"verification failed: the optimized model does not run where the input does: {e}"
                                 + kept) from None
-    tol = V.tolerance_for(V.promises_of(applied), args.rtol, args.atol, fp16=ra.fp16 or rb.fp16)
-    comps = V.compare(ref, got, rtol=tol.rtol, atol=tol.atol)
-    if not V.all_match(comps):
-        bad = next(c for c in comps if not c.ok)
-        raise VerificationError(f"verification failed: {V.describe(bad)} at {tol}" + kept)
-    emulated = " with fp16 emulation" if ra.emulated or rb.emulated else ""
-    return (f"verified with onnxruntime{emulated}: {len(comps)} output(s) match at {tol} (seed {args.seed})"
-            + "".join(f"; {n}" for n in notes))
+    if not checked.ok:
+        raise VerificationError(f"verification failed: {checked.describe()}" + kept)
+    emulated = " with fp16 emulation" if ra.emulated or checked.emulated else ""
+    return (f"verified with onnxruntime{emulated}: {len(checked.comparisons)} output(s) match at {checked.tolerance} "
+            f"(seed {args.seed})" + "".join(f"; {n}" for n in notes))
 
 
 def _apply_fusion_switches(args: argparse.Namespace) -> None:
@@ -507,25 +519,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finite_json(value):
-    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
-    import math
-
-    if isinstance(value, dict):
-        return {k: _finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
     from graphpass.check import verify as V
     from graphpass.ir import model_io
 
@@ -539,36 +533,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = V.verify_models(a, b, feeds=feeds, seed=args.seed, input_shapes=shapes, rtol=args.rtol, atol=args.atol,
                              min_cosine=args.min_cosine, all_tensors=args.all_tensors, fp16_emulate=args.fp16_emulate,
                              symbolic_dim=args.symbolic_dim)
-    if args.format == "json":  # standard JSON: an infinite difference is the string "inf", not Infinity
-        print(json.dumps(_finite_json(report.to_dict()), indent=2, default=float, allow_nan=False))
-    else:
-        console = Console(width=120, markup=False)
-        src = f"from {args.inputs}" if args.inputs else f"seeded random, seed {report.seed}"
-        console.print(f"inputs ({src}): " + "; ".join(str(f) for f in report.fed))
-        by_value: dict[int, set[str]] = {}
-        for f in report.fed:
-            for k, v in f.symbolic.items():
-                by_value.setdefault(f.shape[k], set()).add(v)
-        if by_value:  # the values really fed (a dim bound by --input-shape, or 1 after a retry)
-            fed_as = "; ".join(f"({', '.join(sorted(names))}) fed as {val}" for val, names in sorted(by_value.items()))
-            console.print(f"symbolic dims {fed_as}: change with --symbolic-dim N or --input-shape NAME:D1,D2,...")
-        for note in report.notes:
-            console.print(f"note: {note}")
-        emulated = [k.upper() for k, v in report.fp16_emulated.items() if v]
-        console.print(f"comparison: {report.tolerance}; ints, bools, strings exact; NaN/inf positions and signs exact"
-                      + (f"; fp16 emulated in model {' and '.join(emulated)}" if emulated else ""))
-        t = Table(title="outputs")
-        for col in ("output", "max abs", "max rel", "cosine", "result"):
-            t.add_column(col)
-        for c in report.outputs:
-            t.add_row(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}",
-                      ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else ""))
-        console.print(t)
-        if args.all_tensors:
-            bad = sum(not c.ok for c in report.tensors)
-            console.print(f"{len(report.tensors)} shared tensors compared in topological order, {bad} differ")
-            console.print(f"first divergent tensor: {report.first_divergence or 'none'}")
-            console.print(f"first NaN/Inf: A {report.first_nonfinite.get('a') or 'none'}, B {report.first_nonfinite.get('b') or 'none'}")
+    report.inputs_from = args.inputs
+    # standard JSON: an infinite difference is the string "inf", not Infinity (graphpass.reporting)
+    print(report.to_json() if args.format == "json" else report.to_table(width=120), end="\n" if args.format == "json" else "")
     if not report.ok:
         where = f"; first divergent tensor: {report.first_divergence}" if report.first_divergence else ""
         raise VerificationError(f"{sum(not c.ok for c in report.outputs)} of {len(report.outputs)} outputs differ{where}")
@@ -576,11 +543,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_precision(args: argparse.Namespace) -> int:
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
     from graphpass.check import precision as P
     from graphpass.check import verify as V
     from graphpass.ir import model_io
@@ -595,41 +557,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share, absorption_share=args.absorption_share,
                        check=not args.no_check, mode=args.mode)
-    if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2))
-        return 0
-    console = Console(width=160, markup=False)
-    t = Table(title=f"fp16 risk: {len(report.risky)} of {len(report.tensors)} float32 tensors "
-                    f"({len(report.activations)} activations, {len(report.inputs)} inputs, {len(report.constants)} constants, "
-                    f"{report.graphs} graphs)")
-    for col in ("tensor", "graph", "producer", "max |x|", "> 65504", "< 6.1e-5", "flushed", "what to do"):
-        t.add_column(col, justify="right" if col in ("max |x|", "> 65504", "< 6.1e-5", "flushed") else "left")
-    rows = sorted(report.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[: args.top]
-    for r in rows:
-        t.add_row(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow), f"{100 * r.subnormal_share:.0f}%",
-                  f"{100 * r.flush_share:.0f}%", r.advice)
-    console.print(t)
-    if not report.tensors:
-        console.print("no float32 tensors: nothing to judge (the analysis is for float32 models)")
-    if report.not_run:
-        console.print(f"{report.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran zero times)")
-    if report.unobserved:
-        console.print(f"not observed (type unknown): {', '.join(report.unobserved[:10])}" + (" ..." if len(report.unobserved) > 10 else ""))
-    for f in report.findings[: args.top]:
-        if f.confirmed is None:
-            check = "not checked"
-        else:
-            said = {True: "confirmed", False: "not confirmed", None: "cannot tell"}[f.confirmed]
-            fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
-            check = f"emulated {report.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
-        where = "" if f.graph == "main" else f" in {f.graph}"
-        console.print(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
-    if len(report.findings) > args.top:
-        console.print(f"... and {len(report.findings) - args.top} more findings (--top N, or --format json for all)")
-    console.print("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(report.keep_fp32) or "nothing")
-                  + (" (findings emulation did not confirm are left out)" if report.checked else ""))
-    if report.loss_scale:
-        console.print(f"for training: a loss scale of {report.loss_scale:g} lifts the small values into fp16's normal range")
+    print(report.to_json() if args.format == "json" else report.to_table(top=args.top, width=160),
+          end="\n" if args.format == "json" else "")
     return 0
 
 
@@ -652,21 +581,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     res = bisect(args.model, out, rtol=args.rtol, atol=args.atol, seed=args.seed, pipeline=args.pipeline, passes=passes,
                  disable=disable, enable=enable, target=args.target, input_shapes=shapes or None,
                  fp16_emulate=args.fp16_emulate)
-    print(f"{res.applications} pass applications changed the graph; {res.runs} optimize + verify runs"
-          + ("; fp16 emulated" if res.fp16_emulated else ""))
-    if res.first_bad is None:
-        print(f"no failing application: {res.detail}")
-        return 0
-    r = res.record
-    print(f"first bad application: #{res.first_bad} {r.name} (round {r.round}, {r.nodes_before} -> {r.nodes_after} nodes, "
-          f"{', '.join(f'{k}={v}' for k, v in r.stats.items() if v) or 'no stats'})")
-    print(f"  {res.detail}")
-    for label, items in (("removed", res.removed), ("added", res.added), ("changed", res.changed)):
-        if items:
-            more = f" ... and {len(items) - 12} more" if len(items) > 12 else ""
-            print(f"  nodes {label}: {', '.join(items[:12])}{more}")
-    print(f"wrote {res.last_good} and {res.first_bad_model}")
-    return 1
+    print(res.to_table(), end="")
+    return 0 if res.first_bad is None else 1
 
 
 # ------------------------------------------------------------------------------------------
@@ -850,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except GraphpassError as e:
-        print(f"graphpass: error: {e}", file=sys.stderr)
+        print(f"graphpass: error: {error_text(e)}", file=sys.stderr)
         if args.verbose:
             import traceback
 

@@ -42,47 +42,39 @@ def ort_value(v):
     return np.asarray(v)
 
 
-def _matches(expected, got, rtol: float, atol: float) -> str:
-    expected = [ort_value(e) for e in expected]
-    if len(expected) != len(got):
-        return f"{len(got)} outputs, expected {len(expected)}"
-    for i, (e, g) in enumerate(zip(expected, got)):
-        if isinstance(e, (list, tuple)) or isinstance(g, (list, tuple)):  # sequence outputs
-            if not isinstance(e, (list, tuple)) or not isinstance(g, (list, tuple)) or len(e) != len(g):
-                return f"output {i}: sequence length differs"
-            inner = _matches(list(e), list(g), rtol, atol)
-            if inner:
-                return f"output {i}: {inner}"
-            continue
-        if e is None or g is None:  # optional outputs
-            if (e is None) != (g is None):
-                return f"output {i}: optional presence differs"
-            continue
-        e, g = np.asarray(e), np.asarray(g)
-        if e.dtype != g.dtype and e.dtype.itemsize == g.dtype.itemsize and g.dtype == np.uint8 \
-                and e.dtype.type.__module__.startswith("ml_dtypes"):
-            g = g.view(e.dtype)  # onnxruntime hands float8 outputs back as their raw bytes
-        if e.dtype == object or g.dtype == object:
-            if not np.array_equal(e, g):
-                return f"output {i} differs"
-            continue
-        if e.shape != g.shape:
-            return f"output {i}: shape {g.shape} != {e.shape}"
-        try:
-            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
-        except AssertionError:
-            return f"output {i} differs"
-        except TypeError:
-            if not np.array_equal(e, g):
-                return f"output {i} differs"
-    return ""
+def _expected(model: onnx.ModelProto, expected) -> dict:
+    """A case's expected outputs by output name, in the form :func:`graphpass.verify.compare_arrays`
+    takes; float8 values as their raw bytes (onnxruntime hands float8 outputs back as uint8)."""
+    def form(e):
+        e = ort_value(e)
+        if isinstance(e, list):
+            return [form(x) for x in e]
+        if isinstance(e, np.ndarray) and e.dtype.type.__module__.startswith("ml_dtypes") and e.dtype.itemsize == 1:
+            return e.view(np.uint8)
+        return e
+
+    return {o.name: form(e) for o, e in zip(model.graph.output, expected)}
 
 
-def _run(model: onnx.ModelProto, inputs):
+def _matches(model: onnx.ModelProto, expected, got, feeds, rtol: float, atol: float) -> str:
+    """'' when ``got`` (outputs, or a model to run on ``feeds``) reproduces the expected outputs of
+    ``model``'s case, else what differs: :func:`graphpass.verify.check_outputs`, expected values
+    as the reference (``|got - expected| <= atol + rtol * |expected|``, NaN/inf positions exact)."""
+    if len(expected) != len(model.graph.output):
+        return f"{len(model.graph.output)} outputs, expected {len(expected)}"
+    checked = V.check_outputs(_expected(model, expected), got, feeds, V.Tolerance(rtol, atol, "the case's"),
+                              fp16_emulate=False)
+    bad = checked.failures
+    return "" if not bad else f"output {bad[0].name} differs: {bad[0].note}"
+
+
+def _run(model: onnx.ModelProto, inputs) -> tuple[dict, dict]:
+    """(feeds, outputs by name) of ``model`` on a case's positional inputs."""
     sess = V.session(model)
     names = [i.name for i in sess.get_inputs()]
     feeds = {n: ort_value(v) for n, v in zip(names, inputs)}
-    return sess.run(None, feeds)
+    outs = [o.name for o in sess.get_outputs()]
+    return feeds, dict(zip(outs, sess.run(None, feeds)))
 
 
 def run_case(case, pipeline: str | None = None, rtol: float | None = None, atol: float | None = None) -> CaseOutcome:
@@ -94,12 +86,12 @@ def run_case(case, pipeline: str | None = None, rtol: float | None = None, atol:
         model.ir_version = 10  # onnxruntime refuses newer IR versions; the op semantics are unchanged
     for inputs, expected in case.data_sets or []:
         try:
-            got = _run(model, inputs)
+            feeds, got = _run(model, inputs)
         except BadModelError as e:
             return CaseOutcome(case.name, op, "ort-cannot-load", str(e))
         except Exception as e:  # noqa: BLE001
             return CaseOutcome(case.name, op, "ort-fails-original", str(e).splitlines()[0] if str(e) else "")
-        if _matches(expected, got, rtol, atol):
+        if _matches(model, expected, got, feeds, rtol, atol):
             return CaseOutcome(case.name, op, "ort-mismatch", "onnxruntime does not reproduce the expected outputs")
         try:
             result = gp.optimize(model, pipeline=pipeline)
@@ -111,10 +103,9 @@ def run_case(case, pipeline: str | None = None, rtol: float | None = None, atol:
         except Exception as e:  # noqa: BLE001
             return CaseOutcome(case.name, op, "crash", f"{type(e).__name__}: {e}")
         try:
-            got2 = _run(optimized, inputs)
+            diff = _matches(model, expected, optimized, feeds, rtol, atol)
         except Exception as e:  # noqa: BLE001
             return CaseOutcome(case.name, op, "fail", f"optimized model does not run: {str(e).splitlines()[0]}")
-        diff = _matches(expected, got2, rtol, atol)
         if diff:
             return CaseOutcome(case.name, op, "fail", diff)
         return CaseOutcome(case.name, op, "pass")
@@ -153,10 +144,10 @@ def run_light_model(path: str, pipeline: str | None = None, rtol: float = 1e-3, 
         t.ParseFromString(pb.read_bytes())
         expected.append(onnx.numpy_helper.to_array(t))
     try:
-        got = _run(model, inputs)
+        feeds, got = _run(model, inputs)
     except Exception as e:  # noqa: BLE001
         return CaseOutcome(name, "model", "ort-fails-original", str(e).splitlines()[0] if str(e) else "")
-    if _matches(expected, got, rtol, atol):
+    if _matches(model, expected, got, feeds, rtol, atol):
         return CaseOutcome(name, "model", "ort-mismatch", "onnxruntime does not reproduce the expected outputs")
     try:
         result = gp.optimize(model, pipeline=pipeline)
@@ -167,10 +158,9 @@ def run_light_model(path: str, pipeline: str | None = None, rtol: float = 1e-3, 
         return CaseOutcome(name, "model", "crash", f"{type(e).__name__}: {e}")
     for form, optimized in zip(("device", "portable"), forms):
         try:
-            got2 = _run(optimized, inputs)
+            diff = _matches(model, expected, optimized, feeds, rtol, atol)
         except Exception as e:  # noqa: BLE001
             return CaseOutcome(name, "model", "fail", f"{form} form does not run: {str(e).splitlines()[0]}")
-        diff = _matches(expected, got2, rtol, atol)
         if diff:
             return CaseOutcome(name, "model", "fail", f"{form} form: {diff}")
     return CaseOutcome(name, "model", "pass")

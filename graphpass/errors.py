@@ -18,9 +18,21 @@ __all__ = [
 
 
 class GraphpassError(Exception):
-    """Base class of every error graphpass raises on purpose."""
+    """Base class of every error graphpass raises on purpose.
+
+    Library code states the problem in API terms: an error whose fix is a keyword argument names
+    it (``input_shapes``, ``max_memory``, ``feeds``) and says so in ``option``; the CLI names
+    the flag that sets it instead (``graphpass.cli.error_text``). No library message names a flag.
+    """
 
     exit_code = 2
+    #: the API argument this error names as the problem or the fix (None: none)
+    option: str | None = None
+
+    def __init__(self, *args, option: str | None = None):
+        super().__init__(*args)
+        if option is not None:
+            self.option = option
 
 
 class BadModelError(GraphpassError):

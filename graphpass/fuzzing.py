@@ -223,13 +223,10 @@ def check(model: onnx.ModelProto, seed: int = 0) -> bool:
             onnx.checker.check_model(out, full_check=True)
         except Exception as e:  # noqa: BLE001
             raise AssertionError(f"{form} form fails the full checker: {str(e).splitlines()[0]}") from e
-        got = V.run(V.session(out), feeds)
-        for k, r in ref.items():
-            g = got[k]
-            assert g.shape == r.shape, f"{form} form: output {k} shape {g.shape} != {r.shape}"
-            scale = max(1.0, float(np.abs(r).max()) if r.size else 1.0)
-            err = float(np.abs(g.astype(np.float64) - r).max()) if r.size else 0.0
-            assert err <= 1e-4 * scale, f"{form} form: output {k} differs by {err:.3g} (scale {scale:.3g})"
+        # |a - b| <= 1e-4 * max(1, max |a|): the rule verify applies to intermediates
+        checked = V.check_outputs(ref, out, feeds, V.Tolerance(0.0, 1e-4, "fuzz property"), fp16_emulate=False,
+                                  magnitude_atol=True)
+        assert checked.ok, f"{form} form: {checked.describe()}"
     return True
 
 
@@ -306,41 +303,33 @@ def _outputs(model_or_path, feeds):
                   fp16_emulate=True).run(feeds)
 
 
-def compare(ref: np.ndarray, got: np.ndarray, exact: bool, rtol: float, atol: float) -> str:
-    """'' when ``got`` keeps the promise against ``ref``, else what differs."""
-    ref, got = np.asarray(ref), np.asarray(got)
-    if ref.dtype != got.dtype:
-        return f"dtype {got.dtype} != {ref.dtype}"
-    if ref.shape != got.shape:
-        return f"shape {got.shape} != {ref.shape}"
-    if ref.dtype == object or ref.dtype.kind in "biu":
-        bad = ref != got
-        return f"{int(np.sum(bad))} values differ (first {ref[bad][0]!r} -> {got[bad][0]!r})" if bad.any() else ""
-    rn, gn = np.isnan(ref), np.isnan(got)
-    if (rn != gn).any():
-        i = int(np.argmax((rn != gn).ravel()))
-        return f"NaN positions differ (at {i}: {ref.ravel()[i]!r} -> {got.ravel()[i]!r})"
-    if exact:
-        r, g = ref[~rn], got[~rn]
-        bits = f"u{ref.dtype.itemsize}"
-        bad = r.view(bits) != g.view(bits)
-        if bad.any():
-            return f"not bitwise equal: {int(bad.sum())} values (first {r[bad][0]!r} -> {g[bad][0]!r})"
+def _verdict(c, exact: bool) -> str:
+    """'' for a comparison that holds, else what differs: a failed exact comparison says
+    "not bitwise equal", NaN/inf positions come first (the promise's stated limit is told apart
+    by them), a value beyond the tolerance says "beyond"."""
+    if c.ok:
         return ""
-    ri, gi = np.isinf(ref), np.isinf(got)
-    if (ri != gi).any() or (ref[ri] != got[ri]).any():
-        i = int(np.argmax(((ri != gi) | (ri & (ref != got))).ravel()))
-        return f"inf positions or signs differ (at {i}: {ref.ravel()[i]!r} -> {got.ravel()[i]!r})"
-    # a promise's rtol/atol are float32 figures: for a lower-precision output the bound is at
-    # least a few units in the last place of its own dtype (one rounding more or less)
-    eps = float(np.finfo(ref.dtype).eps) if ref.dtype.kind == "f" else 0.0
-    rtol, atol = max(rtol, 4 * eps), max(atol, eps)
-    fin = ~(rn | ri)
-    r, g = ref[fin].astype(np.float64), got[fin].astype(np.float64)
-    bad = np.abs(g - r) > atol + rtol * np.abs(r)
-    if bad.any():
-        return f"beyond rtol {rtol:g}/atol {atol:g}: {int(bad.sum())} values (first {r[bad][0]!r} -> {g[bad][0]!r})"
-    return ""
+    note = c.note or "differs"
+    if note.startswith(("dtype", "shape", "missing")):
+        return note
+    if exact:
+        return f"not bitwise equal: {note}"
+    for lead in ("NaN positions differ", "inf positions or signs differ"):
+        if lead in note:
+            return f"{lead}: {note}"
+    return f"beyond the tolerance: {note}"
+
+
+def compare(ref: np.ndarray, got: np.ndarray, exact: bool, rtol: float, atol: float) -> str:
+    """'' when ``got`` keeps the promise against ``ref``, else what differs.
+
+    The rule of :func:`graphpass.verify.compare` (``exact``: rtol = atol = 0, bitwise but for NaN
+    payloads), with a tolerance floored at a few units in the last place of the output's own dtype
+    (a promise's rtol/atol are float32 figures: one rounding more or less of a float16 output)."""
+    from graphpass.check import verify as V
+
+    rtol, atol = (0.0, 0.0) if exact else (rtol, atol)
+    return _verdict(V.compare({"y": ref}, {"y": got}, rtol, atol, ulp_floor=True)[0], exact)
 
 
 def _loosest(records) -> tuple[bool, float, float, list[str]]:
@@ -429,6 +418,7 @@ def _norm(reason: str) -> str:
 def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
     """Run ``case`` through its passes and hold the result to their promise."""
     import graphpass as gp
+    from graphpass.check import verify as V
     from graphpass.errors import BadModelError
 
     import logging
@@ -463,6 +453,8 @@ def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
             msg = str(e).splitlines()[0] if str(e) else ""
             return Outcome("fail", f"crash: {type(e).__name__}: {msg}", f"{run}: crash {type(e).__name__}: {_norm(msg)[:50]}")
         exact, rtol, atol, changed = _loosest(result.report.passes)
+        # an opt-in promise holds the outputs to validity only: compared, never judged (below)
+        tol = V.Tolerance(0.0, 0.0, "exact") if exact or math.isinf(rtol) else V.Tolerance(rtol, atol, "promise")
         promise = "exact" if exact else ("opt-in: valid models only" if math.isinf(rtol) else f"rtol {rtol:g} atol {atol:g}")
         who = run
         if not case.passes:
@@ -481,15 +473,17 @@ def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
             except Exception as e:  # noqa: BLE001
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 return Outcome("fail", f"{form} form invalid: {first}", f"{who}: invalid model: {_norm(first)}", promise)
-            try:
-                got = _outputs(target, case.feeds)
+            try:  # the candidate runs as _outputs runs the original (fp16 emulated where it holds float16)
+                checked = V.check_outputs(ref, target, case.feeds, tol, ulp_floor=True)
             except Exception as e:  # noqa: BLE001
+                e = e.__cause__ or e  # onnxruntime's own message, not only its first line
                 return Outcome("fail", f"{form} form: onnxruntime fails: {_ort_reason(e)}",
                                f"{who}: optimized model fails in onnxruntime: {_ort_reason(e)[:60]}", promise)
-            for k, r in ref.items():
-                if k not in got:
+            for c in checked.comparisons:
+                k = c.name
+                if c.note == "missing output":
                     return Outcome("fail", f"{form} form: output {k} missing", f"{who}: output missing", promise)
-                why = "" if math.isinf(rtol) else compare(r, got[k], exact, rtol, atol)
+                why = "" if math.isinf(rtol) else _verdict(c, exact)
                 if why and not exact and why.startswith(("NaN positions", "inf positions")):
                     over = _overflowed(case.model, case.feeds) or _overflowed(target, case.feeds)
                     if over:  # the stated limit of a tolerance (Promise): not a rounding question

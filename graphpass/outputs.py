@@ -22,7 +22,8 @@ from pathlib import Path
 
 from graphpass.errors import UsageError
 
-__all__ = ["Outputs", "check_output_file", "check_output_folder", "write_error", "blocked_signals"]
+__all__ = ["Outputs", "check_output_file", "check_output_folder", "write_error", "blocked_signals",
+           "write_text_atomic"]
 
 #: Prefix of every staging folder (hidden, so a listing of the output folder shows none).
 STAGING_PREFIX = ".graphpass-"
@@ -175,6 +176,31 @@ class Outputs:
     def __exit__(self, *exc) -> bool:
         self.discard()
         return False
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to a temp file beside ``path``, then rename it into place.
+
+    The one atomic text writer of graphpass (reports, switch files): a reader never sees half a
+    file, and a failed write leaves the old file as it was.
+
+    Raises:
+        UsageError: the path is not a writable regular file, or the write failed (exit 2).
+    """
+    path = Path(path)
+    check_output_file(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _nearest_existing(p: Path) -> Path:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
-import json
 from typing import Any
 
 from graphpass.passes.framework.context import Explanation
 from graphpass.passes.framework.manager import PassRecord
+from graphpass.reporting import Report, text_console
 
 __all__ = ["OptimizeReport"]
 
@@ -27,7 +26,9 @@ def _fmt_cost(us: float | None) -> str:
 
 
 @dataclasses.dataclass
-class OptimizeReport:
+class OptimizeReport(Report):
+    SCHEMA = "graphpass.optimize_report/1"
+
     model: str
     target: str
     passes: list[PassRecord]
@@ -50,7 +51,7 @@ class OptimizeReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "graphpass.optimize_report/1",
+            "schema": self.SCHEMA,
             "model": self.model,
             "target": self.target,
             "seconds": round(self.seconds, 4),
@@ -68,9 +69,6 @@ class OptimizeReport:
             "layout": self.layout,
             "notes": list(self.notes),
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=str)
 
     def _layout_lines(self) -> list[str]:
         lay = self.layout
@@ -97,11 +95,9 @@ class OptimizeReport:
     # -- text ------------------------------------------------------------------------------
 
     def to_table(self, width: int = 110, all_passes: bool = False) -> str:
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        console = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False)
+        console, buf = text_console(width)
         head = (
             f"graphpass optimize {self.model}  target={self.target}  "
             f"nodes {self.nodes_before} -> {self.nodes_after}  ({self.seconds:.2f} s)"

@@ -82,10 +82,10 @@ def assert_equivalent(
     if feeds is None:
         feeds = _verify.random_inputs(sb, seed=seed)
     ref = _verify.run(sb, feeds)
-    got = _verify.run(_verify.session(after), feeds)
-    assert set(ref) == set(got), f"outputs differ: {sorted(ref)} vs {sorted(got)}"
-    bad = [c for c in _verify.compare(ref, got, 0.0 if exact else rtol, 0.0 if exact else atol) if not c.ok]
-    assert not bad, "; ".join(_verify.describe(c) for c in bad)
+    tol = _verify.Tolerance(0.0, 0.0, "exact") if exact else _verify.Tolerance(rtol, atol, "given")
+    checked = _verify.check_outputs(ref, after, feeds, tol, fp16_emulate=False)
+    assert set(ref) == set(checked.outputs), f"outputs differ: {sorted(ref)} vs {sorted(checked.outputs)}"
+    assert checked.ok, "; ".join(_verify.describe(c) for c in checked.failures)
     return ref
 
 

@@ -28,6 +28,7 @@ from graphpass.cost_model.target import Target
 from graphpass.errors import UsageError
 from graphpass.passes.framework.pass_base import PassKind
 from graphpass.passes.framework.registry import all_passes
+from graphpass.outputs import write_text_atomic
 
 __all__ = ["fusion_passes", "read_switch_file", "write_switch_file", "UB_FUSION"]
 
@@ -125,7 +126,6 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool], target: "str |
     choice) and under its graphpass name where it has none.
     """
     p = Path(path)
-    from graphpass.cli import _write_text_atomic  # one atomic writer for every text output
 
     fusions = fusion_passes()
     target = Target.resolve(target)
@@ -137,5 +137,5 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool], target: "str |
         text = json.dumps(doc, indent=2) + "\n"
     else:
         text = "".join(f"{name}:{'on' if on else 'off'}\n" for name, _, on in entries)
-    _write_text_atomic(p, text)
+    write_text_atomic(p, text)
     return p

@@ -38,13 +38,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphpass.check import verify as V
+from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_FLUSH", "TensorRange", "Finding", "PrecisionReport", "analyze"]
 
@@ -93,7 +94,9 @@ class Finding:
 
 
 @dataclasses.dataclass
-class PrecisionReport:
+class PrecisionReport(Report):
+    SCHEMA = "graphpass.precision_report/2"
+
     tensors: list[TensorRange]
     keep_fp32: list[str]
     loss_scale: float | None
@@ -121,11 +124,64 @@ class PrecisionReport:
         return [t for t in self.tensors if t.kind == "constant"]
 
     def to_dict(self) -> dict:
-        return {"schema": "graphpass.precision_report/2", "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
+        return {"schema": self.SCHEMA, "keep_fp32": self.keep_fp32, "loss_scale": self.loss_scale,
                 "risky": [dataclasses.asdict(t) for t in self.risky], "tensors": len(self.tensors),
                 "activations": len(self.activations), "inputs": len(self.inputs), "constants": len(self.constants), "graphs": self.graphs,
                 "not_run": self.not_run, "unobserved": self.unobserved, "checked": self.checked, "mode": self.mode,
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
+
+    def _title(self) -> str:
+        return (f"fp16 risk: {len(self.risky)} of {len(self.tensors)} float32 tensors ({len(self.activations)} "
+                f"activations, {len(self.inputs)} inputs, {len(self.constants)} constants, {self.graphs} graphs)")
+
+    _COLUMNS = ("tensor", "graph", "producer", ("max |x|", "right"), ("> 65504", "right"), ("< 6.1e-5", "right"),
+                ("flushed", "right"), "what to do")
+
+    def _rows(self, top: int) -> list[tuple[str, ...]]:
+        rows = sorted(self.tensors, key=lambda r: (not r.risky, -r.overflow, -r.flush_share))[:top]
+        return [(r.name, r.graph, f"{r.op} {r.producer}", f"{r.max_abs:.3g}", str(r.overflow),
+                 f"{100 * r.subnormal_share:.0f}%", f"{100 * r.flush_share:.0f}%", r.advice) for r in rows]
+
+    def _lines(self, top: int) -> list[str]:
+        lines = []
+        if not self.tensors:
+            lines.append("no float32 tensors: nothing to judge (the analysis is for float32 models)")
+        if self.not_run:
+            lines.append(f"{self.not_run} tensors have no values on these inputs (a branch not taken, a loop that ran "
+                         "zero times)")
+        if self.unobserved:
+            lines.append(f"not observed (type unknown): {', '.join(self.unobserved[:10])}"
+                         + (" ..." if len(self.unobserved) > 10 else ""))
+        for f in self.findings[:top]:
+            if f.confirmed is None:
+                check = "not checked"
+            else:
+                said = {True: "confirmed", False: "not confirmed", None: "cannot tell"}[f.confirmed]
+                fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
+                check = f"emulated {self.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
+            where = "" if f.graph == "main" else f" in {f.graph}"
+            lines.append(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
+        if len(self.findings) > top:
+            lines.append(f"... and {len(self.findings) - top} more findings (--top N, or --format json for all)")
+        lines.append("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(self.keep_fp32) or "nothing")
+                     + (" (findings emulation did not confirm are left out)" if self.checked else ""))
+        if self.loss_scale:
+            lines.append(f"for training: a loss scale of {self.loss_scale:g} lifts the small values into fp16's normal range")
+        return lines
+
+    def to_table(self, top: int = 15, width: int = 160) -> str:
+        console, buf = text_console(width)
+        console.print(rich_table(self._COLUMNS, self._rows(top), title=self._title()))
+        for line in self._lines(top):
+            console.print(line)
+        return buf.getvalue()
+
+    def to_markdown(self, top: int = 15) -> str:
+        lines = [f"### graphpass precision: {self._title()}", ""]
+        lines += markdown_table(self._COLUMNS, self._rows(top)) + [""]
+        lines += [f"- {x}" for x in self._lines(top)]
+        lines.append("")
+        return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------- model walk
@@ -549,7 +605,7 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
     """Readers that would read ``name`` as fp16 data (an op mixed_precision converts, a data slot)."""
-    from graphpass.passes.precision.mixed_precision import FLOAT_OPS, schema_data_slots
+    from graphpass.ir.op_facts import FLOAT_OPS, schema_data_slots
 
     out = []
     for k, slot in info.readers.get(name, []):
@@ -562,9 +618,26 @@ def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
     return out
 
 
+#: ``convert(model, mode, keep_fp32) -> ModelProto``: ``model`` as mixed precision converts it in
+#: ``mode`` with fp16 emulated, each converted node marked ``graphpass.precision = fp16``.
+Converter = Callable[[onnx.ModelProto, str, Sequence[str]], onnx.ModelProto]
+_converter: Converter | None = None
+
+
+def register_converter(convert: Converter) -> Converter:
+    """Make ``convert`` the conversion :func:`analyze` checks its findings on by default.
+
+    The analysis sits below the passes (it must not import them); ``graphpass.api``, above
+    both, registers the mixed_precision pass's conversion here (``import graphpass`` does)."""
+    global _converter
+    _converter = convert
+    return convert
+
+
 def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
             input_shapes: Mapping[str, Sequence[int]] | None = None, underflow_share: float = 0.01,
-            absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16") -> PrecisionReport:
+            absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16",
+            convert: Converter | None = None) -> PrecisionReport:
     """Run ``model`` in fp32 with every float32 tensor exposed and judge activations, constants and sums.
 
     Args:
@@ -573,6 +646,8 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             smaller operand is nonzero) lose the smaller operand entirely in fp16.
         check: run the model as mixed_precision(``mode``) converts it, with fp16 emulated, without
             and with the keep-list, and record per finding whether the hazard shows and is fixed.
+        convert: the conversion the check runs (:data:`Converter`); by default the registered one:
+            the mixed_precision pass's (``import graphpass`` registers it).
     """
     if feeds is None:
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
@@ -655,28 +730,30 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
             scale = s
     report = PrecisionReport(tensors, list(keep), scale, findings, info.graphs, not_run, unobserved, False, mode)
     if check and findings:
-        _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs)
+        convert = convert or _converter
+        if convert is None:
+            from graphpass.errors import GraphpassError
+
+            raise GraphpassError("precision.analyze(check=True) needs a conversion to check on: give convert=..., "
+                                 "or import graphpass (which registers the mixed_precision pass's)")
+        _check(model, report, info, feeds, values, underflow_share, absorption_share, observed_subgraphs, convert)
     return report
 
 
 # ----------------------------------------------------------------------------------------- emulated check
 
-def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[onnx.ModelProto, set[str]]:
-    """``model`` as mixed_precision(mode, keep_fp32) converts it, fp16 emulated; and its fp16 node keys."""
-    import graphpass as gp
-    from graphpass.passes import mixed_precision
+def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str],
+              convert: Converter) -> tuple[onnx.ModelProto, set[str]]:
+    """``model`` as ``convert`` makes it (mode, keep_fp32), fp16 emulated; and its fp16 node keys."""
+    from graphpass.ir.graph import graph_protos
 
     named = onnx.ModelProto()
     named.CopyFrom(model)
-    from graphpass.ir.graph import graph_protos
-
     for g in graph_protos(named.graph):  # an unnamed node keeps its key (first output) through the rewrite
         for n in g.node:
             if not n.name and n.output:
                 n.name = n.output[0]
-    graph = gp.load(named)
-    mixed_precision(graph, mode=mode, keep_fp32=list(keep), emulate=True)
-    out = gp.to_proto(graph)
+    out = convert(named, mode, list(keep))
     half = {_key(n) for g in graph_protos(out.graph) for n in g.node
             if any(p.key == "graphpass.precision" and p.value == "fp16" for p in n.metadata_props)}
     return out, half
@@ -775,12 +852,13 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _check(model: onnx.ModelProto, report: PrecisionReport, info: _Info, feeds: Mapping[str, np.ndarray],
-           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool) -> None:
+           ref: Mapping[str, np.ndarray], underflow_share: float, absorption_share: float, subgraphs: bool,
+           convert: Converter) -> None:
     """Confirm each finding on the emulated model, then build the keep-list from the confirmed ones
     and re-run until no finding shows any more (a hazard hidden behind another, e.g. an underflow
     behind an overflow's inf, shows once the first is fixed): at most ``_ROUNDS`` runs."""
     def run(keep: Sequence[str]) -> list[tuple[bool, str]]:
-        emulated, half = _emulated(model, report.mode, keep)
+        emulated, half = _emulated(model, report.mode, keep, convert)
         vals, _, _ = _observe(emulated, feeds, subgraphs)
         for name, value in feeds.items():
             vals.setdefault(name, np.asarray(value))

@@ -1,7 +1,9 @@
 """Numeric verification with onnxruntime (graph optimizations off, so ORT does not redo our work).
 
-This module is the base that ``graphpass verify``/``bisect``/``optimize --verify`` and the pass
-manager's ``--verify-each`` build on; all of them judge outputs with :func:`compare_arrays`:
+This module is the base that ``graphpass verify``/``bisect``/``optimize --verify``, the pass
+manager's ``--verify-each``, ``graphpass.testing``, the conformance run and the fuzzer build on:
+each runs a model and judges its outputs with :func:`check_outputs`, which compares each output
+by :func:`compare_arrays`:
 
 * integer, bool and string values compare exactly;
 * floats element by element: ``|a - b| <= atol + rtol * |b|`` (``b`` the original's value);
@@ -27,8 +29,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphpass.errors import BadModelError
+from graphpass.check.promise import Promise
+from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
-__all__ = ["OutputComparison", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
+__all__ = ["OutputComparison", "OutputCheck", "check_outputs", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
            "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
            "reference", "run", "compare", "compare_arrays", "all_match",
            "tolerance_for", "describe", "load_inputs", "verify_models", "DEFAULT_RTOL", "DEFAULT_ATOL"]
@@ -152,8 +156,9 @@ def compare_arrays(name: str, ref, got, rtol: float = DEFAULT_RTOL, atol: float 
                 rel = np.where(fin & (diff > 0), diff / np.where(absr > 0, absr, 0.0), 0.0)
             max_rel = float(np.nanmax(rel)) if rel.size else 0.0
             rf, gf = r[fin], g[fin]
-            nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
-            cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):  # float64 values near their max
+                nr, ng = np.linalg.norm(rf), np.linalg.norm(gf)
+                cosine = float(np.dot(rf, gf) / (nr * ng)) if nr > 0 and ng > 0 else (1.0 if nr == ng else 0.0)
     elif ref.dtype.kind in "biu":
         bad = ref != got
         if bad.any():
@@ -222,15 +227,31 @@ def _compare_structured(name: str, ref, got, rtol: float, atol: float, strict_dt
 
 
 def compare(
-    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+    *, strict_dtype: bool = True, ulp_floor: bool = False, magnitude_atol: bool = False,
 ) -> list[OutputComparison]:
-    """Per output of ``ref``: :func:`compare_arrays` (a missing output fails)."""
+    """Per output of ``ref``: :func:`compare_arrays` (a missing output fails).
+
+    Args:
+        ulp_floor: a tolerance (not an exact comparison) is at least 4 units in the last place
+            (``rtol``) and one (``atol``) of each output's own float dtype: a promise's figures are
+            float32 figures, and a float16 output is one rounding more or less within that.
+        magnitude_atol: ``atol`` is in units of each output's largest finite magnitude (at least 1),
+            as rounding grows with the values that made it.
+    """
     out = []
     for name, r in ref.items():
         if name not in got:
             out.append(OutputComparison(name, float("inf"), float("inf"), 0.0, False, "missing output"))
-        else:
-            out.append(compare_arrays(name, r, got[name], rtol, atol))
+            continue
+        rt, at = rtol, atol
+        if magnitude_atol:
+            at = at * _magnitude(r)
+        kind = np.asarray(r).dtype.kind if _kind(r) == "tensor" else ""
+        if ulp_floor and kind == "f" and not (rtol == 0 and atol == 0):
+            eps = float(np.finfo(np.asarray(r).dtype).eps)
+            rt, at = max(rt, 4 * eps), max(at, eps)
+        out.append(compare_arrays(name, r, got[name], rt, at, strict_dtype))
     return out
 
 
@@ -299,22 +320,16 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
     return tol
 
 
-def _undeclared():
-    from graphpass.passes.framework.pass_base import Promise
-
-    return Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
-                             reason="a pass that declares no promise is held to the default tolerance")
+#: The promise a pass that declares none is held to.
+UNDECLARED = Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                               reason="a pass that declares no promise is held to the default tolerance")
 
 
-def promises_of(pass_names: Iterable[str]) -> list:
-    """The declared promises of these registered passes (a pass without one: :data:`UNDECLARED`)."""
-    from graphpass.passes.framework.registry import all_passes
-
-    known = all_passes()
+def promises_of(pass_names: Iterable[str], known: Mapping[str, object]) -> list[Promise]:
+    """The declared promises of these passes, looked up in ``known`` (name -> pass class, e.g.
+    ``graphpass.all_passes()``: the caller holds the registry, this layer sits below it); a pass
+    not in ``known`` or without a promise: :data:`UNDECLARED`."""
     return [getattr(known[n], "promise", UNDECLARED) if n in known else UNDECLARED for n in pass_names]
-
-
-UNDECLARED = _undeclared()
 
 
 # ------------------------------------------------------------------------------------------
@@ -463,18 +478,18 @@ def reference(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, 
 
     def fed_text(fed) -> str:
         return (f" (inputs fed: {'; '.join(str(f) for f in fed)}; random floats are standard normal, random ints "
-                "0..3: --inputs FILE.npz feeds others)")
+                "0..3: other values can be given as feeds)")
 
     try:
         outputs = runner.run(feeds)
     except BadModelError as e:
         if symbolic_dim == 1 or not any(f.symbolic for f in fed):
-            raise BadModelError(f"{e}{fed_text(fed)}") from e
+            raise BadModelError(f"{e}{fed_text(fed)}", option="feeds") from e
         feeds, fed = make_inputs(model, seed, input_shapes, 1)
         try:
             outputs = runner.run(feeds)
         except BadModelError as e2:
-            raise BadModelError(f"{e2}{fed_text(fed)}") from e2
+            raise BadModelError(f"{e2}{fed_text(fed)}", option="feeds") from e2
         notes.append(f"symbolic dims fed as 1: the original model fails with {symbolic_dim} ({e})")
     return feeds, outputs, fed, runner, notes
 
@@ -502,12 +517,105 @@ def random_inputs(
 
 
 # ------------------------------------------------------------------------------------------
+# the one output check
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """The verdict of :func:`check_outputs`: one comparison per reference output, at ``tolerance``."""
+
+    comparisons: list[OutputComparison]
+    tolerance: Tolerance
+    #: the candidate ran under fp16 emulation
+    emulated: bool = False
+    #: a model compared holds float16 (the tolerance took the fp16 floor unless given)
+    fp16: bool = False
+    #: the candidate's outputs, as run
+    outputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    @property
+    def failures(self) -> list[OutputComparison]:
+        return [c for c in self.comparisons if not c.ok]
+
+    def describe(self) -> str:
+        """'' when every output matches, else the first failure and the tolerance it was judged at."""
+        bad = self.failures
+        return "" if not bad else f"{describe(bad[0])} at {self.tolerance}"
+
+
+def _outputs_of(model, feeds: Mapping[str, np.ndarray], fp16_emulate: bool) -> tuple[dict, bool, bool]:
+    """(outputs, emulated, holds fp16) of a model (ModelProto, path, bytes, Runner, anything with
+    ``to_proto()``) or of outputs given as a mapping."""
+    if isinstance(model, Mapping):
+        return dict(model), False, False
+    if not isinstance(model, Runner):
+        if isinstance(model, (bytes, bytearray)):
+            try:
+                model = onnx.load_model_from_string(bytes(model))
+            except (DecodeError, ValueError) as e:
+                raise BadModelError(f"cannot be read as an ONNX model ({e})") from None
+        elif hasattr(model, "to_proto"):
+            model = model.to_proto()
+        model = Runner(model if isinstance(model, onnx.ModelProto) else str(model), fp16_emulate)
+    return model.run(feeds), model.emulated, model.fp16
+
+
+def check_outputs(
+    reference, candidate, feeds: Mapping[str, np.ndarray], tolerance: Tolerance | None = None, *,
+    promises: Iterable[Promise] | None = None, rtol: float | None = None, atol: float | None = None,
+    fp16_emulate: bool = True, fp16: bool = False, strict_dtype: bool = True, ulp_floor: bool = False,
+    magnitude_atol: bool = False,
+) -> OutputCheck:
+    """Run ``candidate`` (and ``reference``) on ``feeds`` in onnxruntime and judge the outputs.
+
+    The one output check of graphpass: ``graphpass verify``, ``optimize --verify``, the pass
+    manager's verify-each, ``bisect``, :func:`graphpass.testing.assert_equivalent`, the
+    conformance run and the fuzzer all judge a model's outputs here, by :func:`compare_arrays`.
+
+    Args:
+        reference: the original: a model (ModelProto, path or :class:`Runner`, run with
+            ORT_DISABLE_ALL and fp16 emulation as ``fp16_emulate`` says), or its outputs already
+            computed (a mapping name -> value), to run it once and check many candidates.
+        candidate: the model judged, in the same forms.
+        tolerance: the bound; by default :func:`tolerance_for` (``promises``, ``rtol``, ``atol``)
+            when ``promises`` is given, else ``DEFAULT_RTOL``/``DEFAULT_ATOL`` (the float16 floor
+            when a model holds float16) with ``rtol``/``atol`` overriding.
+        fp16: the reference holds float16 (say so when it is given as outputs).
+        strict_dtype, ulp_floor, magnitude_atol: as for :func:`compare_arrays` and :func:`compare`.
+
+    Raises:
+        BadModelError: onnxruntime cannot load or run a model (its reason, one line).
+    """
+    ref, _, ref_fp16 = _outputs_of(reference, feeds, fp16_emulate)
+    got, emulated, got_fp16 = _outputs_of(candidate, feeds, fp16_emulate)
+    any_fp16 = fp16 or ref_fp16 or got_fp16
+    if tolerance is None:
+        if promises is not None:
+            tolerance = tolerance_for(promises, rtol, atol, fp16=any_fp16)
+        else:
+            check_tolerance(rtol, atol)
+            base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if any_fp16
+                    else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
+            tolerance = base if rtol is None and atol is None else Tolerance(
+                base.rtol if rtol is None else rtol, base.atol if atol is None else atol, "given")
+    comps = compare(ref, got, tolerance.rtol, tolerance.atol, strict_dtype=strict_dtype, ulp_floor=ulp_floor,
+                    magnitude_atol=magnitude_atol)
+    return OutputCheck(comps, tolerance, emulated, any_fp16, got)
+
+
+# ------------------------------------------------------------------------------------------
 # whole-model verification (graphpass verify)
 
 
 @dataclasses.dataclass
-class VerifyReport:
+class VerifyReport(Report):
     """Outputs (and optionally every shared intermediate) of two models on the same inputs."""
+
+    SCHEMA = "graphpass.verify_report/2"
 
     outputs: list[OutputComparison]
     tensors: list[OutputComparison] = dataclasses.field(default_factory=list)
@@ -520,14 +628,63 @@ class VerifyReport:
     tolerance: Tolerance | None = None
     fp16_emulated: dict[str, bool] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: every shared intermediate was compared (``all_tensors``)
+    all_tensors: bool = False
+    #: where the inputs came from (a file name) when not generated from the seed
+    inputs_from: str | None = None
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.outputs)
 
+    def _head_lines(self) -> list[str]:
+        src = f"from {self.inputs_from}" if self.inputs_from else f"seeded random, seed {self.seed}"
+        lines = [f"inputs ({src}): " + "; ".join(str(f) for f in self.fed)]
+        by_value: dict[int, set[str]] = {}
+        for f in self.fed:
+            for k, v in f.symbolic.items():
+                by_value.setdefault(f.shape[k], set()).add(v)
+        if by_value:  # the values really fed (a dim bound by input_shapes, or 1 after a retry)
+            fed_as = "; ".join(f"({', '.join(sorted(names))}) fed as {val}" for val, names in sorted(by_value.items()))
+            lines.append(f"symbolic dims {fed_as}: change with --symbolic-dim N or --input-shape NAME:D1,D2,...")
+        lines += [f"note: {note}" for note in self.notes]
+        emulated = [k.upper() for k, v in self.fp16_emulated.items() if v]
+        lines.append(f"comparison: {self.tolerance}; ints, bools, strings exact; NaN/inf positions and signs exact"
+                     + (f"; fp16 emulated in model {' and '.join(emulated)}" if emulated else ""))
+        return lines
+
+    def _tail_lines(self) -> list[str]:
+        if not self.all_tensors:
+            return []
+        bad = sum(not c.ok for c in self.tensors)
+        return [f"{len(self.tensors)} shared tensors compared in topological order, {bad} differ",
+                f"first divergent tensor: {self.first_divergence or 'none'}",
+                f"first NaN/Inf: A {self.first_nonfinite.get('a') or 'none'}, B {self.first_nonfinite.get('b') or 'none'}"]
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [(c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.cosine:.6f}",
+                 ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else "")) for c in self.outputs]
+
+    def to_table(self, width: int = 120) -> str:
+        console, buf = text_console(width)
+        for line in self._head_lines():
+            console.print(line)
+        console.print(rich_table(("output", "max abs", "max rel", "cosine", "result"), self._rows(), title="outputs"))
+        for line in self._tail_lines():
+            console.print(line)
+        return buf.getvalue()
+
+    def to_markdown(self) -> str:
+        verdict = "all outputs match" if self.ok else f"{sum(not c.ok for c in self.outputs)} of {len(self.outputs)} outputs differ"
+        lines = [f"### graphpass verify: {verdict}", ""] + [f"- {x}" for x in self._head_lines() + self._tail_lines()]
+        lines += [""] + markdown_table(["output", ("max abs", "right"), ("max rel", "right"), ("cosine", "right"), "result"],
+                                       self._rows())
+        lines.append("")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {
-            "schema": "graphpass.verify_report/2",
+            "schema": self.SCHEMA,
             "ok": self.ok,
             "inputs": self.inputs,
             "fed": [dataclasses.asdict(f) for f in self.fed],
@@ -547,7 +704,7 @@ class VerifyReport:
 
 def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """Inputs from an .npz: every model input present, with the model's dtype and a fitting shape
-    (and the ``input_shapes`` given, if any: an ``--input-shape`` the file contradicts is refused)."""
+    (and the ``input_shapes`` given, if any: a shape the file contradicts is refused)."""
     from graphpass.errors import UsageError
 
     try:
@@ -568,8 +725,8 @@ def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | Non
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
         given = (input_shapes or {}).get(inp.name)
         if given is not None and [int(d) for d in given] != list(arr.shape):
-            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, --input-shape says "
-                             f"{[int(d) for d in given]}")
+            raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, input_shapes says "
+                             f"{[int(d) for d in given]}", option="input_shapes")
         feeds[inp.name] = arr
     return feeds
 
@@ -792,11 +949,8 @@ def verify_models(
 
         raise VerificationError(f"{e}, where model A gives the same outputs on every run") from e
     notes = notes + branch_notes("model A", a, ra, feeds)
-    fp16_models = ra.fp16 or rb.fp16
-    base = (Tolerance(FP16_RTOL, FP16_ATOL, "default when a model holds float16") if fp16_models
-            else Tolerance(DEFAULT_RTOL, DEFAULT_ATOL, "default"))
-    tol = base if rtol is None and atol is None else Tolerance(
-        base.rtol if rtol is None else rtol, base.atol if atol is None else atol, "given")
+    checked = check_outputs(ref, got, feeds, rtol=rtol, atol=atol, fp16=ra.fp16 or rb.fp16)
+    tol = checked.tolerance
     rtol, atol = tol.rtol, tol.atol
 
     def judged(c: OutputComparison) -> OutputComparison:
@@ -807,9 +961,9 @@ def verify_models(
 
     report = VerifyReport(outputs=[], inputs={k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
                           min_cosine=min_cosine, fed=fed, seed=seed, tolerance=tol,
-                          fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes)
+                          fp16_emulated={"a": ra.emulated, "b": rb.emulated}, notes=notes, all_tensors=all_tensors)
     if not all_tensors:
-        report.outputs = [judged(c) for c in compare(ref, got, rtol, atol)]
+        report.outputs = [judged(c) for c in checked.comparisons]
         return report
     ea, order_a = _expose_all(ra.model)
     eb, order_b = _expose_all(rb.model)
@@ -819,7 +973,7 @@ def verify_models(
     va = Runner(ea, fp16_emulate=False).run(ra._emu.feeds(feeds) if ra.emulated else feeds)
     vb = Runner(eb, fp16_emulate=False).run(rb._emu.feeds(feeds) if rb.emulated else feeds)
     got_outs = rb._emu.outputs(vb) if rb.emulated else vb
-    report.outputs = [judged(c) for c in compare(ref, {k: got_outs[k] for k in outs_a}, rtol, atol)]
+    report.outputs = [judged(c) for c in check_outputs(ref, {k: got_outs[k] for k in outs_a}, feeds, tol).comparisons]
     to_a = _provenance_map(a, b)
     b_for_a = {name: name for name in order_b if name in va}
     for bv, av in to_a.items():

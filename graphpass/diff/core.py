@@ -35,10 +35,13 @@ import onnx
 
 from graphpass.cost_model.target import DEFAULT_TARGET
 from graphpass.diff.match import Matching, match
+from graphpass.reporting import Report
 from graphpass.diff.views import GraphView, function_graph, largest_difference
 
 __all__ = ["GraphDiff", "Rewrite", "diff_graphs", "diff_models", "COST_MAX_NODES"]
 
+#: The schema id of ``GraphDiff.to_dict()`` (documented in ``graphpass.diff.render``).
+SCHEMA = "graphpass.diff/1"
 _FANOUT = 4
 #: Above this many nodes the per-node cost estimates are skipped (each costs a graph import).
 COST_MAX_NODES = 20_000
@@ -60,8 +63,11 @@ class Rewrite:
 
 
 @dataclasses.dataclass
-class GraphDiff:
-    """The difference of two graphs (``subgraphs`` holds the bodies' own diffs)."""
+class GraphDiff(Report):
+    """The difference of two graphs (``subgraphs`` holds the bodies' own diffs); rendered by
+    ``graphpass.diff.render`` (``to_table`` is its plain text)."""
+
+    SCHEMA = SCHEMA
 
     before: GraphView
     after: GraphView
@@ -92,6 +98,21 @@ class GraphDiff:
                     or any(not s["diff"].equivalent for s in self.subgraphs)
                     or self.functions or self.uncompared
                     or (self.opsets and self.opsets["before"] != self.opsets["after"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        from graphpass.diff import render
+
+        return render.to_dict(self)
+
+    def to_markdown(self) -> str:
+        from graphpass.diff import render
+
+        return render.to_markdown(self)
+
+    def to_table(self) -> str:
+        from graphpass.diff import render
+
+        return render.to_text(self)
 
 
 def _op_counts(g: onnx.GraphProto, out: collections.Counter | None = None) -> collections.Counter:

@@ -37,14 +37,12 @@ JSON schema ``graphpass.diff/1`` (stable: fields are only ever added):
 from __future__ import annotations
 
 import io
-import json
 from typing import Any
 
-from graphpass.diff.core import GraphDiff
+from graphpass.diff.core import SCHEMA, GraphDiff
+from graphpass.reporting import to_json as _to_json
 
 __all__ = ["to_dict", "to_json", "to_text", "to_markdown", "SCHEMA"]
-
-SCHEMA = "graphpass.diff/1"
 
 
 def to_dict(d: GraphDiff, top: bool = True) -> dict[str, Any]:
@@ -79,7 +77,7 @@ def to_dict(d: GraphDiff, top: bool = True) -> dict[str, Any]:
 
 
 def to_json(d: GraphDiff) -> str:
-    return json.dumps(to_dict(d), indent=2, ensure_ascii=False, default=str)
+    return _to_json(to_dict(d))
 
 
 def _us(v: float | None) -> str:

@@ -1,4 +1,4 @@
-"""The graphpass IR layer: onnx-graphsurgeon graphs plus what gs lacks (see DESIGN.md)."""
+"""The graphpass IR layer: onnx-graphsurgeon graphs plus what gs lacks (see ARCHITECTURE.md, "Layers")."""
 
 from graphpass.ir import annotations
 from graphpass.ir.graph import (

@@ -2,7 +2,7 @@
 
 A device op (a fused Conv, later TransData) is what the Ascend device will run as one kernel.
 It is emitted with a model-local function that defines it in standard ONNX, so every model
-graphpass writes still runs in onnxruntime and shows in Netron (DESIGN.md, "Device ops").
+graphpass writes still runs in onnxruntime and shows in Netron.
 
 Two forms of output: ``emit="device"`` keeps the device ops as nodes (for review, diff, cost);
 ``emit="portable"`` (what ``graphpass.save`` writes by default) inlines each through its body

@@ -114,14 +114,12 @@ class PassManager:
             ) from e
         # judged like optimize --verify: at the loosest promise of the passes applied so far
         try:
-            runner = _verify.Runner(model)
-            got = runner.run(feeds)
+            checked = _verify.check_outputs(ref, model, feeds, promises=self._promises, fp16=self._fp16_reference)
         except BadModelError as e:  # the input model ran: this pass's output is to blame
             raise VerificationError(f"after pass '{name}': {e}") from e
-        tol = _verify.tolerance_for(self._promises, fp16=self._fp16_reference or runner.fp16)
-        bad = [c for c in _verify.compare(ref, got, tol.rtol, tol.atol) if not c.ok]
-        if bad:
-            raise VerificationError(f"after pass '{name}': {_verify.describe(bad[0])} from the input model at {tol}")
+        if not checked.ok:
+            raise VerificationError(f"after pass '{name}': {_verify.describe(checked.failures[0])} from the input "
+                                    f"model at {checked.tolerance}")
 
     def _dump(self, graph: gs.Graph, name: str) -> None:
         """Write the graph after ``name`` to the dump folder (the CLI passes a staging folder

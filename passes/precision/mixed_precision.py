@@ -29,6 +29,7 @@ from graphpass.passes.framework.pass_base import Promise
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs
+from graphpass.ir.op_facts import FLOAT_OPS, schema_data_slots  # re-exported
 
 __all__ = ["MixedPrecision", "MODES", "WHITE", "BLACK", "CUBE", "FLOAT_OPS", "data_slots", "schema_data_slots"]
 
@@ -43,13 +44,6 @@ WHITE = CUBE | {"PRelu", "Relu", "LSTM", "GRU", "RNN"}
 BLACK = frozenset({"Log", "Exp", "Pow", "Softmax", "LogSoftmax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL2",
                    "ReduceLogSumExp", "ReduceSumSquare", "Sqrt", "Reciprocal", "Div", "Erf", "Softplus",
                    "LayerNormalization", "InstanceNormalization", "CumSum", "TopK"})
-#: ops that compute on floats and run in fp16 (anything else is left as it is)
-FLOAT_OPS = WHITE | BLACK | frozenset({
-    "Add", "Sub", "Mul", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSwish",
-    "HardSigmoid", "Elu", "Selu", "Gelu", "Mish", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
-    "GlobalMaxPool", "LRN", "Concat", "Split", "Slice", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
-    "Identity", "Gather", "Pad", "Resize", "Where", "ReduceMax", "ReduceMin", "Floor", "Ceil", "Round",
-    "DepthToSpace", "SpaceToDepth", "Tile", "Expand"})
 F32, F16 = np.dtype("float32"), np.dtype("float16")
 
 
@@ -81,33 +75,6 @@ def _key(node: gs.Node) -> str:
 
 def data_slots(node: gs.Node, opset: int) -> tuple[set[int], set[int]] | None:
     return schema_data_slots(node.op, len(node.inputs), len(node.outputs), opset)
-
-
-def schema_data_slots(op: str, n_inputs: int, n_outputs: int, opset: int) -> tuple[set[int], set[int]] | None:
-    """Input and output positions that carry the op's float data type, from its ONNX schema.
-
-    The data type is a type parameter (``T``) that an output carries, that some input binds and
-    that admits float16; an input typed by another parameter (Resize's ``roi``: T2, its
-    ``scales``: tensor(float), LayerNormalization's Mean: U) or a fixed type keeps its dtype.
-    None when the op has no schema at this opset.
-    """
-    try:
-        schema = onnx.defs.get_schema(op, opset, "")
-    except onnx.defs.SchemaError:
-        return None
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-
-    def formal(params, i):
-        if i < len(params):
-            return params[i].type_str
-        if params and params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
-            return params[-1].type_str
-        return None
-
-    in_types = [formal(schema.inputs, i) for i in range(n_inputs)]
-    out_types = [formal(schema.outputs, k) for k in range(n_outputs)]
-    data = {t for t in out_types if t in allowed and {"tensor(float16)", "tensor(float)"} <= allowed[t] and t in in_types}
-    return ({i for i, t in enumerate(in_types) if t in data}, {k for k, t in enumerate(out_types) if t in data})
 
 
 @register
@@ -318,3 +285,14 @@ class MixedPrecision(Pass):
             return ""
         ops = sorted({n.op for n in graph.nodes if (info := table.lookup(n.op, n.domain)) is not None and info.fp16_only})
         return ", ".join(ops)
+
+
+def convert_model(model: onnx.ModelProto, mode: str, keep_fp32: list[str]) -> onnx.ModelProto:
+    """``model`` as this pass converts it in ``mode`` with fp16 emulated (fp32 dtypes, every fp16
+    value rounded; converted nodes marked ``graphpass.precision = fp16``): the conversion
+    ``graphpass.precision`` checks its findings on (``graphpass.api`` registers it there)."""
+    from graphpass.ir import load, to_proto
+
+    graph = load(model)
+    MixedPrecision.as_function()(graph, mode=mode, keep_fp32=list(keep_fp32), emulate=True)
+    return to_proto(graph)
