@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import fingerprint
-from graphpass.check.promise import EXACT, REASSOCIATION, Promise  # re-exported: their home is graphpass.promise
+from graphpass.check.promise import EXACT, REASSOCIATION, Promise  # re-exported: their home is graphpass.check.promise
 
 if TYPE_CHECKING:  # pragma: no cover
     from graphpass.passes.framework.context import PassContext

@@ -1,8 +1,6 @@
 """One output check (graphpass.verify.check_outputs) behind verify, optimize --verify, verify-each,
 bisect, graphpass.testing, the conformance run and the fuzzer; and the check layer's imports."""
 
-import ast
-import pathlib
 
 import numpy as np
 import onnx
@@ -15,7 +13,6 @@ from graphpass.check import verify as V
 from graphpass.check.promise import EXACT, REASSOCIATION, Promise
 from graphpass.testing import make_model
 
-ROOT = pathlib.Path(graphpass.__file__).parent
 
 
 def _relu(op: str = "Relu"):
@@ -110,32 +107,7 @@ def test_promises_of_reads_the_registry_the_caller_gives():
     assert V.promises_of(["fold_batchnorm", "nope"], known) == [known["fold_batchnorm"].promise, V.UNDECLARED]
 
 
-def _imports(path: pathlib.Path) -> set[str]:
-    """Every module a file imports, at the top or inside functions."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
-    return out
-
-
-@pytest.mark.parametrize("module,allowed", [
-    ("promise.py", set()),
-    ("reporting.py", {"graphpass.errors"}),
-    ("verify.py", {"graphpass.errors", "graphpass.promise", "graphpass.reporting", "graphpass.runtime",
-                   "graphpass.fp16", "graphpass.ir"}),
-    ("precision.py", {"graphpass.errors", "graphpass.reporting", "graphpass.verify", "graphpass.ir",
-                      "graphpass.cost_model"}),
-])
-def test_the_check_layer_imports_nothing_above_it(module, allowed):
-    """verify and precision sit below the passes (ARCHITECTURE.md): no import of graphpass.infra,
-    graphpass.passes, the API or the CLI, not even inside a function."""
-    mods = {m for m in _imports(ROOT / module) if m.startswith("graphpass.")}  # `from graphpass import x`: x
-    bad = {m for m in mods if not any(m == a or m.startswith(a + ".") for a in allowed)}
-    assert not bad, f"{module} imports {sorted(bad)}"
+# That verify and precision import nothing above the check layer is tests/architecture/test_layers.py's job.
 
 
 def test_precision_checks_on_the_conversion_it_is_given():
