@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["PassContext", "Explanation"]
 
@@ -19,48 +18,34 @@ class Explanation:
     reason: str
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class PassContext:
-    """Settings of one optimization run, shared by the pass manager and every pass.
+    """What every pass may read about the run it is part of.
+
+    How the run is driven (rounds, verification, dumps, progress, the bisect limit, the
+    contract check) belongs to the pass manager and its instruments
+    (:mod:`graphpass.infra.instruments`); pass options are constructor arguments of each pass
+    (``FoldConstants(size_limit=...)``). The pass manager gives its passes a copy of the
+    context whose ``explanations`` are the run's own, so a caller's context is never written.
 
     Attributes:
         target: hardware profile name for the cost model (``ascend910a`` by default).
-        disabled: pass names that must not run.
-        enabled: default-off pass names that should run.
-        max_rounds: cap of the fixed-point loop over the pipeline.
-        verify_each: after each pass that changed the graph, run the ONNX checker and compare
-            onnxruntime outputs against the input model on seeded random inputs.
-        dump_dir: write the graph after each pass that changed it, numbered in order.
         input_shapes: graph input name -> static shape, for static-shape specialization.
-        options: per-pass options, ``{pass_name: {option: value}}``.
         cost_model: the cost model consulted by the pass manager and by passes (None = no model).
         cost_options: keyword arguments of every estimate (precision_mode, iterations_per_loop, loop_trips).
         seed: seed for generated inputs.
-        check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
-            (None: the pass manager decides, on for graphs up to 20k nodes).
-        on_pass: progress callback ``(pass_name, round, index, total)``.
-        max_applications: stop after this many pass applications that changed the graph (like
-            LLVM's -opt-bisect-limit; ``graphpass bisect`` searches over it).
+        explanations: where passes record why a rule did not fire (:meth:`explain`).
         max_memory: bytes of tensors the run may create (``--max-memory``; None: no limit).
         freeze_initializer_inputs: initializers that are also graph inputs may be folded as
             constants (``--freeze-initializers``); by default they stay inputs.
     """
 
     target: str = "ascend910a"
-    disabled: set[str] = dataclasses.field(default_factory=set)
-    enabled: set[str] = dataclasses.field(default_factory=set)
-    max_rounds: int = 4
-    verify_each: bool = False
-    dump_dir: Path | None = None
     input_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     cost_model: Any = None
     cost_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
-    check_contract: bool | None = None
-    on_pass: Callable[[str, int, int, int], None] | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
-    max_applications: int | None = None
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
 

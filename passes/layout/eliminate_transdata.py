@@ -63,6 +63,12 @@ class EliminateTransData(Pass):
     kind = PassKind.LAYOUT
     promise = EXACT
     ascend_name = "TransOpWithoutReshapeFusionPass"
+    runs_after = ("propagate_layout",)  # it cleans up the TransData the layout plan writes
+
+    def __init__(self, *, max_sweeps: int = 8):
+        """Args:
+            max_sweeps: passes over the graph within one application, while one changes something."""
+        self.max_sweeps = int(max_sweeps)
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         stats = {"weights": 0, "inverse_pairs": 0, "chains": 0, "duplicates": 0, "moved_through": 0, "dead": 0}
@@ -70,8 +76,7 @@ class EliminateTransData(Pass):
         cm = ctx.cost_model
         if cm is not None and getattr(cm, "active", False) and hasattr(cm, "format_oracle"):
             oracle = cm.format_oracle(graph, **ctx.cost_options)
-        max_sweeps = int(self.options(ctx).get("max_sweeps", 8))
-        for _ in range(max_sweeps):
+        for _ in range(self.max_sweeps):
             dead: set[int] = set()
             for node in graph.nodes:
                 if id(node) in dead or not is_transdata(node) or len(node.inputs) != 1 or len(node.outputs) != 1:
