@@ -93,7 +93,8 @@ def build(
     """The list of pass names to run.
 
     ``passes`` (an explicit list) wins over ``pipeline``; default-off passes in a pipeline run
-    only when named in ``enable``; ``enable`` also appends passes the pipeline lacks. Every name
+    only when named in ``enable``; ``enable`` also adds passes the pipeline lacks, at the end
+    unless their declared order puts them earlier (the pipeline's own order is kept). Every name
     is checked: an unknown one raises UsageError listing the known passes. Names in ``disable``
     are checked but kept in the list; the pass manager skips them and reports them as disabled.
     The order is checked against what the passes declare (:func:`check_order`).
@@ -107,9 +108,31 @@ def build(
         names = list(passes)
     else:
         names = [n for n in get_pipeline(pipeline or DEFAULT_PIPELINE) if known[n].default_enabled or n in enable]
-        names += [n for n in sorted(enable) if n not in names]
+        extra = [n for n in sorted(enable) if n not in names]
+        if extra:
+            names = _stable_order(names + extra, known)
     check_order(names, known)
     return names  # disabled passes stay in the list: the pass manager skips and reports them
+
+
+def _must_precede(a: type[Pass], b: type[Pass]) -> bool:
+    """``a`` must come before ``b`` by what either declares."""
+    return any(_matches(e, a) for e in b.runs_after) or any(_matches(e, b) for e in a.runs_before)
+
+
+def _stable_order(names: list[str], known: dict[str, type[Pass]]) -> list[str]:
+    """The declared order, otherwise as listed: a stable topological sort (always the earliest
+    listed pass whose predecessors are placed). A list that already obeys the declarations
+    comes back unchanged; one with a cycle too (``check_order`` then names the problem)."""
+    left = list(dict.fromkeys(names))
+    out: list[str] = []
+    while left:
+        ready = next((n for n in left if not any(_must_precede(known[m], known[n]) for m in left if m != n)), None)
+        if ready is None:
+            return names
+        out.append(ready)
+        left.remove(ready)
+    return out
 
 
 def _matches(entry: str | PassKind, cls: type[Pass]) -> bool:
