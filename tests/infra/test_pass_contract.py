@@ -258,3 +258,38 @@ def test_manager_is_a_pass():
     assert [r.name for r in res.records][:2] == ["pass_manager", "eliminate_dead_nodes"]
     assert PassManager(["eliminate_identity", "fold_batchnorm"]).promise.name == "reassociation"
     assert PassManager(["eliminate_identity"]).promise.exact
+
+
+def test_the_readme_pass_example_runs():
+    import pathlib
+    import re
+
+    from graphpass.infra.registry import unregister
+    from graphpass.testing import assert_equivalent
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    code = re.search(r"```python\n(from graphpass import Pass, PassKind.*?)```", readme, re.S).group(1)
+    model = make_model([helper.make_node("Dropout", ["x"], ["a"], name="drop1"), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Dropout", ["b"], ["c"], name="drop3"), helper.make_node("Neg", ["c"], ["y"])],
+                       {"x": [2, 3]}, {"y": [2, 3]})
+    graph = gp.load(model)
+    ns = {"graph": graph}
+    try:
+        exec(code, ns)  # registers drop_dropout and runs it with keep_named=("drop3",)
+        assert ops(graph) == ["Relu", "Dropout", "Neg"]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+        assert pipelines_build_places(ns["DropDropout"].name)
+        with pytest.raises(PassPreconditionError, match="needs opset 12"):
+            ns["DropDropout"]()(gp.load(make_model([helper.make_node("Dropout", ["x"], ["y"])], {"x": [2]}, {"y": [2]},
+                                                  opset=11)))
+        with pytest.raises(TypeError, match="its options: keep_named"):
+            ns["DropDropout"](keep=("a",))
+    finally:
+        unregister("drop_dropout")
+
+
+def pipelines_build_places(name):
+    from graphpass import pipelines
+
+    names = pipelines.build("cleanup", enable={name})
+    return names.index(name) < names.index("eliminate_dead_nodes")
