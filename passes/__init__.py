@@ -1,8 +1,9 @@
 """graphpass.passes: every built-in pass, also callable as a plain function of the same name.
 
-    from graphpass.passes import fold_constants
-    fold_constants(graph)                      # -> PassResult
-    fold_constants(graph, size_limit=4 << 20)  # per-pass options as keywords
+    from graphpass.passes import FoldConstants, fold_constants
+    FoldConstants(size_limit=4 << 20)(model)   # -> PassResult(modified, stats, model)
+    fold_constants(model, size_limit=4 << 20)  # the same; the signature is the pass's own:
+                                               # (model, ctx=None, *, size_limit=..., ...)
 """
 
 from graphpass.passes.cleanup import (

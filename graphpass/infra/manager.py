@@ -106,8 +106,8 @@ class PassManager(Pass):
         self.ensures(model)
         return result
 
-    def run(self, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
-        return self.apply_to(graph, graph, ctx)
+    def run(self, graph: gs.Graph, ctx: PassContext | None = None) -> ManagerResult:
+        return self.apply_to(graph, graph, ctx if ctx is not None else PassContext())
 
     # -- the loop --------------------------------------------------------------------------
 
