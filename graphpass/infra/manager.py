@@ -15,7 +15,7 @@ The caller's :class:`PassContext` is only read: the passes get a copy whose
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import onnx_graphsurgeon as gs
 
