@@ -18,6 +18,10 @@ class Explanation:
     reason: str
 
 
+_NO_OPTIONS = ("PassContext.options is gone: a pass's options are its constructor arguments "
+               "(FoldConstants(size_limit=...)), or graphpass.optimize(options={pass: {option: value}})")
+
+
 @dataclasses.dataclass(slots=True)
 class PassContext:
     """What every pass may read about the run it is part of.
@@ -48,6 +52,14 @@ class PassContext:
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
+
+    @property
+    def options(self) -> Any:
+        raise AttributeError(_NO_OPTIONS)
+
+    @options.setter
+    def options(self, value: Any) -> None:
+        raise AttributeError(_NO_OPTIONS)
 
     def explain(self, pass_name: str, node: Any, reason: str) -> None:
         """Record why ``pass_name`` did not rewrite ``node`` (for ``--explain``)."""

@@ -221,8 +221,12 @@ def test_the_callers_context_is_only_read():
                       instruments=standard_instruments(verify_each=True, seed=3))(gp.load(_chain_model()), ctx)
     assert ctx.explanations == [] and {k: getattr(ctx, k) for k in ctx.__slots__} == before
     assert {e.reason for e in res.explanations} == {"never"} and len(res.explanations) >= 5
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="constructor arguments"):
         ctx.options = {"fold_constants": {}}  # pass options are constructor arguments now
+    with pytest.raises(AttributeError, match="constructor arguments"):
+        ctx.options
+    with pytest.raises(AttributeError):
+        ctx.verify_each = True  # the manager's jobs are instruments: no silent, ignored field
 
 
 def test_optimize_builds_the_standard_instruments():
