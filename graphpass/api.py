@@ -9,13 +9,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import onnx_graphsurgeon as gs
 
-from graphpass import pipelines
+from graphpass.passes import pipelines
 from graphpass.cost_model import create as create_cost_model
-from graphpass.infra.context import PassContext
-from graphpass.infra.instruments import CostVeto, standard_instruments
-from graphpass.infra.manager import PassManager
-from graphpass.infra.pass_base import Pass
-from graphpass.infra.registry import all_passes
+from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.instruments import CostVeto, standard_instruments
+from graphpass.passes.framework.manager import PassManager
+from graphpass.passes.framework.pass_base import Pass
+from graphpass.passes.framework.registry import all_passes
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.report import OptimizeReport

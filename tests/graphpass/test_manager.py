@@ -7,8 +7,8 @@ from onnx import helper
 import graphpass as gp
 from graphpass.cost_model import CostModel, CostReport
 from graphpass.errors import PassError, UsageError, VerificationError
-from graphpass.infra import ContractCheck, CostVeto, DumpIR, Pass, PassContext, PassKind, PassManager, PassResult, VerifyEach
-from graphpass.infra.pass_base import PassContractError
+from graphpass.passes.framework import ContractCheck, CostVeto, DumpIR, Pass, PassContext, PassKind, PassManager, PassResult, VerifyEach
+from graphpass.passes.framework.pass_base import PassContractError
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, make_model, ops
 

@@ -9,7 +9,7 @@ from onnx import helper
 import graphpass as gp
 from graphpass.cost_model import CostModel, CostReport, create
 from graphpass.errors import PassError, VerificationError
-from graphpass.infra import (
+from graphpass.passes.framework import (
     ApplicationLimit,
     ContractCheck,
     CostVeto,
@@ -25,7 +25,7 @@ from graphpass.infra import (
     VerifyEach,
     standard_instruments,
 )
-from graphpass.infra import instruments as I
+from graphpass.passes.framework import instruments as I
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, make_model, ops
 

@@ -11,7 +11,7 @@ from onnx import helper
 
 import graphpass as gp
 from graphpass.errors import PassError, UnsupportedError, UsageError
-from graphpass.infra import (
+from graphpass.passes.framework import (
     Pass,
     PassContext,
     PassContractError,
@@ -264,7 +264,7 @@ def test_the_readme_pass_example_runs():
     import pathlib
     import re
 
-    from graphpass.infra.registry import unregister
+    from graphpass.passes.framework.registry import unregister
     from graphpass.testing import assert_equivalent
 
     readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
@@ -289,7 +289,7 @@ def test_the_readme_pass_example_runs():
 
 
 def pipelines_build_places(name):
-    from graphpass import pipelines
+    from graphpass.passes import pipelines
 
     names = pipelines.build("cleanup", enable={name})
     return names.index(name) < names.index("eliminate_dead_nodes")

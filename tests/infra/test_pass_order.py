@@ -4,9 +4,9 @@ import pytest
 from onnx import helper
 
 import graphpass as gp
-from graphpass import pipelines
+from graphpass.passes import pipelines
 from graphpass.errors import UsageError
-from graphpass.infra import PassKind
+from graphpass.passes.framework import PassKind
 from graphpass.testing import make_model
 
 

@@ -28,13 +28,13 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, VerificationError
-from graphpass.infra.pass_base import Pass, PassContractError, PassResult
+from graphpass.passes.framework.pass_base import Pass, PassContractError, PassResult
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, fingerprint, iter_graphs
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphpass.infra.context import PassContext
-    from graphpass.infra.manager import PassManager, PassRecord
+    from graphpass.passes.framework.context import PassContext
+    from graphpass.passes.framework.manager import PassManager, PassRecord
 
 __all__ = [
     "PassInstrument",
@@ -165,7 +165,7 @@ class VerifyEach(PassInstrument):
         self.input_shapes = dict(input_shapes or {})
 
     def enter(self, manager, graph, ctx):
-        from graphpass import verify as V
+        from graphpass.check import verify as V
 
         model = model_io.to_proto(graph)
         feeds, ref, _, runner, _ = V.reference(model, seed=self.seed, input_shapes=self.input_shapes)
@@ -176,7 +176,7 @@ class VerifyEach(PassInstrument):
     def after(self, pass_, graph, ctx, result, record):
         if not record.modified:
             return
-        from graphpass import verify as V
+        from graphpass.check import verify as V
 
         self._promises.append(getattr(pass_, "promise", V.UNDECLARED))
         name = pass_.name

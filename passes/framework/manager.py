@@ -20,10 +20,10 @@ from typing import Any, Iterable, Sequence
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import GraphpassError, PassError
-from graphpass.infra.context import Explanation, PassContext
-from graphpass.infra.instruments import CONTRACT_CHECK_MAX_NODES, ESTIMATE_EACH_MAX_NODES, PassInstrument
-from graphpass.infra.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
-from graphpass.infra.registry import get_pass
+from graphpass.passes.framework.context import Explanation, PassContext
+from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, ESTIMATE_EACH_MAX_NODES, PassInstrument
+from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
+from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, toposort
 
@@ -89,7 +89,7 @@ class PassManager(Pass):
     @property
     def promise(self):  # type: ignore[override]
         """The loosest promise of the passes it runs (exact when all are)."""
-        from graphpass import verify as V
+        from graphpass.check import verify as V
 
         promises = [getattr(p, "promise", V.UNDECLARED) for p in self.passes]
         loose = [p for p in promises if not p.exact]

@@ -8,8 +8,8 @@ pass names or whole kinds) and :func:`build` checks every list it returns agains
 from __future__ import annotations
 
 from graphpass.errors import UsageError
-from graphpass.infra.pass_base import Pass, PassKind
-from graphpass.infra.registry import all_passes
+from graphpass.passes.framework.pass_base import Pass, PassKind
+from graphpass.passes.framework.registry import all_passes
 
 __all__ = ["PIPELINES", "DEFAULT_PIPELINE", "get_pipeline", "build", "check_order"]
 

@@ -1,8 +1,8 @@
 """Pass infrastructure: the Pass contract, the registry, the context, the pass manager and its
 instruments."""
 
-from graphpass.infra.context import Explanation, PassContext
-from graphpass.infra.instruments import (
+from graphpass.passes.framework.context import Explanation, PassContext
+from graphpass.passes.framework.instruments import (
     ApplicationLimit,
     ContractCheck,
     CostVeto,
@@ -13,8 +13,8 @@ from graphpass.infra.instruments import (
     VerifyEach,
     standard_instruments,
 )
-from graphpass.infra.manager import ManagerResult, PassManager, PassRecord
-from graphpass.infra.pass_base import (
+from graphpass.passes.framework.manager import ManagerResult, PassManager, PassRecord
+from graphpass.passes.framework.pass_base import (
     MatchResult,
     Pass,
     PassContractError,
@@ -23,7 +23,7 @@ from graphpass.infra.pass_base import (
     PassPreconditionError,
     PassResult,
 )
-from graphpass.infra.registry import all_passes, get_pass, register, resolve
+from graphpass.passes.framework.registry import all_passes, get_pass, register, resolve
 
 __all__ = [
     "Explanation",

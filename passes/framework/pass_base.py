@@ -23,7 +23,7 @@ from graphpass.errors import UnsupportedError
 from graphpass.ir.graph import fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphpass.infra.context import PassContext
+    from graphpass.passes.framework.context import PassContext
 
 __all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "PassPreconditionError",
            "PassPostconditionError", "Promise", "EXACT", "REASSOCIATION", "graph_of"]
@@ -284,7 +284,7 @@ class Pass:
         and check the contract: ``requires``, a ``PassResult`` from ``run``, ``ensures``, and
         that ``modified=False`` left the structure unchanged. Returns the result with
         ``result.model`` set to ``model``."""
-        from graphpass.infra.context import PassContext
+        from graphpass.passes.framework.context import PassContext
 
         graph = graph_of(model)
         ctx = ctx if ctx is not None else PassContext()
