@@ -23,19 +23,19 @@ import graphpass as gp  # noqa: E402
 from graphpass.cost_model import DEFAULT_TARGET  # noqa: E402
 from graphpass.passes.framework.context import PassContext  # noqa: E402
 from graphpass.ir.model_io import gc_frozen  # noqa: E402
-from graphpass.passes import eliminate_transdata, propagate_layout  # noqa: E402
+from graphpass.passes import EliminateTransData, PropagateLayout  # noqa: E402
 
 
 def run(size: int, mode: str) -> dict:
     graph = gp.load(residual_stack(size))
-    ctx = PassContext(target=DEFAULT_TARGET, check_contract=False)
-    ctx.options = {"propagate_layout": {"mode": mode}}
+    ctx = PassContext(target=DEFAULT_TARGET)
     nodes = len(graph.nodes)
     with gc_frozen():  # as the pass manager runs passes
         t0 = time.perf_counter()
-        res = propagate_layout(graph, ctx)
+        # apply_to: the checked application without __call__'s fingerprint (as the manager runs it)
+        res = PropagateLayout(mode=mode).apply_to(graph, graph, ctx)
         t1 = time.perf_counter()
-        elim = eliminate_transdata(graph, ctx)
+        elim = EliminateTransData().apply_to(graph, graph, ctx)
         t2 = time.perf_counter()
     return {"size": size, "mode": mode, "nodes": nodes, "choice": res.stats.get("choice_nodes", 0),
             "td": res.stats.get("transdata", 0), "td_us": res.stats.get("transdata_us", 0.0),

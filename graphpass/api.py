@@ -13,7 +13,10 @@ from graphpass.check import precision as _precision
 from graphpass.cost_model.target import DEFAULT_TARGET, Target
 from graphpass.passes import pipelines
 from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.instruments import CostVeto, standard_instruments
 from graphpass.passes.framework.manager import PassManager
+from graphpass.passes.framework.pass_base import Pass
+from graphpass.passes.framework.registry import all_passes
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.report import OptimizeReport
@@ -63,10 +66,15 @@ def optimize(
     ``freeze_initializer_inputs`` lets initializers that are also graph inputs be treated as
     constants. Both reach the passes as ``PassContext.max_memory`` /
     ``PassContext.freeze_initializer_inputs`` and, for a model loaded here, the loader.
+
+    ``options`` holds each pass's constructor arguments, ``{"fold_constants": {"size_limit":
+    1 << 20}}``: an unknown pass name is a UsageError, a misspelled option a TypeError naming
+    the valid ones (checked before the model is loaded).
     """
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
     target = Target.load(target)  # an unknown target fails before the model is read
+    instances = pass_instances(names, options)
     if isinstance(model, gs.Graph):
         graph = model
         label = name or graph.name or "<graph>"
@@ -74,43 +82,41 @@ def optimize(
         label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
         graph = model_io.load(model, input_shapes=shapes or None,
                               max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs)
+    cost_options = {"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips}
     ctx = PassContext(
         target=target,
-        disabled=set(disable),
-        enabled=set(enable),
-        max_rounds=max_rounds,
-        verify_each=verify_each,
-        dump_dir=Path(dump_dir) if dump_dir else None,
         input_shapes=shapes,
-        options={k: dict(v) for k, v in (options or {}).items()},
         cost_model=cost_model,
-        cost_options={"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips},
+        cost_options=cost_options,
         seed=seed,
-        on_pass=on_pass,
-        max_applications=max_applications,
         max_memory=max_memory,
         freeze_initializer_inputs=freeze_initializer_inputs,
     )
+    instruments = standard_instruments(
+        cost_options=cost_options, verify_each=verify_each, seed=seed, input_shapes=shapes,
+        dump_dir=Path(dump_dir) if dump_dir else None, on_pass=on_pass, max_applications=max_applications)
+    veto = next(i for i in instruments if isinstance(i, CostVeto))
     nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
     t0 = time.perf_counter()
-    manager = PassManager(names, ctx)
-    records = manager.run(graph)
+    manager = PassManager(instances, max_rounds=max_rounds, instruments=instruments, disabled=set(disable))
+    run = manager(graph, ctx)
+    records = run.records
     seconds = time.perf_counter() - t0
     report = OptimizeReport(
         model=label,
         target=target.name,
         passes=records,
-        skipped=manager.skipped,
+        skipped=run.skipped,
         nodes_before=nodes_before,
         nodes_after=count_nodes(graph),
         ops_before=ops_before,
         ops_after=op_histogram(graph),
         seconds=seconds,
-        cost_before_us=manager.initial_cost,
-        cost_after_us=manager.final_cost,
-        explanations=list(ctx.explanations),
+        cost_before_us=veto.initial_cost,
+        cost_after_us=veto.final_cost,
+        explanations=list(run.explanations),
     )
-    for pass_name, why in manager.unavailable.items():
+    for pass_name, why in run.unavailable.items():
         report.notes.append(f"{pass_name} skipped: {why}")
     final = None
     cm = ctx.target.cost_model
@@ -122,8 +128,23 @@ def optimize(
         step = final.breakdown_us.get("step", 0.0)
         sinkable = not final.dynamic_regions
         report.iterations_per_loop = {n: final.total_us - step + (step / n if sinkable else step) for n in (1, 10, 100, 1000)}
-    report.layout = layout_summary(graph, records, manager.initial_report, final)
+    report.layout = layout_summary(graph, records, veto.initial_report, final)
     return OptimizeResult(graph, report)
+
+
+def pass_instances(names: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Pass]:
+    """One instance per pass name, built with its options from ``options`` (``{pass: {option:
+    value}}``). Every entry of ``options`` is checked, also for passes not in ``names``: an
+    unknown pass is a UsageError, an unknown option a TypeError naming the valid ones."""
+    from graphpass.errors import UsageError
+
+    known = all_passes()
+    opts = {k: dict(v) for k, v in (options or {}).items()}
+    for name, kw in opts.items():
+        if name not in known:
+            raise UsageError(f"options for unknown pass '{name}'; known passes: {', '.join(known)}")
+        known[name](**kw)  # raises TypeError on a misspelled option
+    return [known[n](**opts.get(n, {})) for n in names]
 
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "UnsupportedError",
     "VerificationError",
     "PassError",
+    "write_error",
 ]
 
 
@@ -73,3 +74,8 @@ class PassError(GraphpassError):
             f"pass '{pass_name}' failed: {type(cause).__name__}: {cause} "
             f"(passes run before it: {before})"
         )
+
+
+def write_error(path, e: OSError) -> "UsageError":
+    """An OSError while writing ``path`` as the one-line exit-2 error the CLI prints."""
+    return UsageError(f"cannot write '{path}': {e.strerror or type(e).__name__}")

@@ -20,7 +20,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from graphpass.errors import UsageError
+from graphpass.errors import UsageError, write_error  # noqa: F401  (write_error: re-exported)
 
 __all__ = ["Outputs", "check_output_file", "check_output_folder", "write_error", "blocked_signals",
            "write_text_atomic"]
@@ -71,11 +71,6 @@ def check_output_file(path: str | os.PathLike, what: str = "output path") -> Pat
                              "graphpass does not write to it")
     check_output_folder(p.parent, f"folder of {what} '{p}'")
     return p
-
-
-def write_error(path: str | os.PathLike, e: OSError) -> UsageError:
-    """An OSError while writing ``path`` as the one-line exit-2 error the CLI prints."""
-    return UsageError(f"cannot write '{path}': {e.strerror or type(e).__name__}")
 
 
 class blocked_signals:

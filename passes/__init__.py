@@ -1,11 +1,12 @@
 """graphpass.passes: every built-in pass, also callable as a plain function of the same name.
 
-    from graphpass.passes import fold_constants
-    fold_constants(graph)                      # -> PassResult
-    fold_constants(graph, size_limit=4 << 20)  # per-pass options as keywords
+    from graphpass.passes import FoldConstants, fold_constants
+    FoldConstants(size_limit=4 << 20)(model)   # -> PassResult(modified, stats, model)
+    fold_constants(model, size_limit=4 << 20)  # the same; the signature is the pass's own:
+                                               # (model, ctx=None, *, size_limit=..., ...)
 
 Users' own rewrites: :class:`Rule`, :class:`RuleSet`, :class:`RulePass` and :func:`rule_pass`
-(from :mod:`graphpass.infra.rewrite`).
+(from :mod:`graphpass.passes.framework.rewrite`).
 """
 
 from graphpass.passes.cleanup import (

@@ -62,10 +62,15 @@ class EliminateDeadNodes(Pass):
     promise = EXACT
     preserves_order = True
 
+    def __init__(self, *, remove_unused_inputs: bool = False):
+        """Args:
+            remove_unused_inputs: also remove main-graph inputs nothing reads (case 4)."""
+        self.remove_unused_inputs = bool(remove_unused_inputs)
+
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         removed = _clean(graph)
         stats = {"removed": removed}
-        if self.options(ctx).get("remove_unused_inputs", False):
+        if self.remove_unused_inputs:
             outs = {id(t) for t in graph.outputs}
             kept = [t for t in graph.inputs if len(t.outputs) or id(t) in outs]
             stats["inputs_removed"] = len(graph.inputs) - len(kept)

@@ -165,7 +165,7 @@ class FoldConstants(Pass):
          a node whose shape operand is computed in the same batch waits for the next round;
       6. a result that would become an invalid shape operand (a Reshape dim below -1, a
          negative Expand/Tile dim: Cast of NaN to int64) is not folded.
-    Options: ``size_limit`` (bytes), ``max_single_retries``.
+    Options (constructor arguments): ``size_limit`` (bytes), ``max_iterations``, ``max_single_retries``.
     """
 
     name = "fold_constants"
@@ -174,6 +174,17 @@ class FoldConstants(Pass):
     promise = EXACT
     preserves_order = True
 
+    def __init__(self, *, size_limit: int = DEFAULT_SIZE_LIMIT, max_iterations: int = 32,
+                 max_single_retries: int = 500):
+        """Args:
+            size_limit: bytes above which a computed constant is not folded (kept as the op).
+            max_iterations: rounds of fold -> re-infer shapes -> fold within one application.
+            max_single_retries: nodes retried one by one after a batch failed to evaluate.
+        """
+        self.size_limit = int(size_limit)
+        self.max_iterations = int(max_iterations)
+        self.max_single_retries = int(max_single_retries)
+
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         """Fold, and while folding made new Shape/Size inputs static, re-infer and fold again.
 
@@ -181,9 +192,8 @@ class FoldConstants(Pass):
         so each dynamic Reshape becomes static only after the chain before it is folded; the
         loop runs at most ``max_iterations`` (default 32) times and only while it progresses.
         """
-        opts = self.options(ctx)
         total: dict[str, int] = {}
-        for _ in range(int(opts.get("max_iterations", 32))):
+        for _ in range(self.max_iterations):
             result = self._fold_once(graph, ctx)
             for k, v in result.stats.items():
                 total[k] = total.get(k, 0) + v
@@ -201,9 +211,8 @@ class FoldConstants(Pass):
         return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
 
     def _fold_once(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        opts = self.options(ctx)
-        limit = int(opts.get("size_limit", DEFAULT_SIZE_LIMIT))
-        retries = int(opts.get("max_single_retries", 500))
+        limit = self.size_limit
+        retries = self.max_single_retries
         opsets = [
             onnx.helper.make_opsetid(d, v)
             for d, v in model_io.model_info(graph).get("opset_import", [("", graph.opset)])

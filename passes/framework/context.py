@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from graphpass.cost_model.target import Target
 
@@ -21,52 +20,42 @@ class Explanation:
     reason: str
 
 
-@dataclasses.dataclass
+_NO_OPTIONS = ("PassContext.options is gone: a pass's options are its constructor arguments "
+               "(FoldConstants(size_limit=...)), or graphpass.optimize(options={pass: {option: value}})")
+
+
+@dataclasses.dataclass(slots=True)
 class PassContext:
-    """Settings of one optimization run, shared by the pass manager and every pass.
+    """What every pass may read about the run it is part of.
+
+    How the run is driven (rounds, verification, dumps, progress, the bisect limit, the
+    contract check) belongs to the pass manager and its instruments
+    (:mod:`graphpass.passes.framework.instruments`); pass options are constructor arguments of each pass
+    (``FoldConstants(size_limit=...)``). The pass manager gives its passes a copy of the
+    context whose ``explanations`` are the run's own, so a caller's context is never written.
 
     Attributes:
         target: the hardware target (:class:`graphpass.Target`); a name or a Target may be
             given and is resolved once, on assignment. None (the default) is the ``none``
             target: no hardware facts, so passes that need them refuse to run
             (``graphpass.optimize`` passes the default target).
-        disabled: pass names that must not run.
-        enabled: default-off pass names that should run.
-        max_rounds: cap of the fixed-point loop over the pipeline.
-        verify_each: after each pass that changed the graph, run the ONNX checker and compare
-            onnxruntime outputs against the input model on seeded random inputs.
-        dump_dir: write the graph after each pass that changed it, numbered in order.
         input_shapes: graph input name -> static shape, for static-shape specialization.
-        options: per-pass options, ``{pass_name: {option: value}}``.
         cost_model: the target's cost model (``ctx.target.cost_model``); giving one replaces the
             target's cost model for estimates (the target's hardware facts stay).
         cost_options: keyword arguments of every estimate (precision_mode, iterations_per_loop, loop_trips).
         seed: seed for generated inputs.
-        check_contract: let :meth:`Pass.apply` fingerprint the graph to check ``modified``
-            (None: the pass manager decides, on for graphs up to 20k nodes).
-        on_pass: progress callback ``(pass_name, round, index, total)``.
-        max_applications: stop after this many pass applications that changed the graph (like
-            LLVM's -opt-bisect-limit; ``graphpass bisect`` searches over it).
+        explanations: where passes record why a rule did not fire (:meth:`explain`).
         max_memory: bytes of tensors the run may create (``--max-memory``; None: no limit).
         freeze_initializer_inputs: initializers that are also graph inputs may be folded as
             constants (``--freeze-initializers``); by default they stay inputs.
     """
 
     target: Any = None  # a name, a Target or None; always a Target once set (see __setattr__)
-    disabled: set[str] = dataclasses.field(default_factory=set)
-    enabled: set[str] = dataclasses.field(default_factory=set)
-    max_rounds: int = 4
-    verify_each: bool = False
-    dump_dir: Path | None = None
     input_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     cost_model: Any = None
     cost_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
-    check_contract: bool | None = None
-    on_pass: Callable[[str, int, int, int], None] | None = None
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
-    max_applications: int | None = None
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
 
@@ -80,6 +69,14 @@ class PassContext:
             object.__setattr__(self, "target", target)
             value = target.cost_model
         object.__setattr__(self, key, value)
+
+    @property
+    def options(self) -> Any:
+        raise AttributeError(_NO_OPTIONS)
+
+    @options.setter
+    def options(self, value: Any) -> None:
+        raise AttributeError(_NO_OPTIONS)
 
     def explain(self, pass_name: str, node: Any, reason: str) -> None:
         """Record why ``pass_name`` did not rewrite ``node`` (for ``--explain``)."""

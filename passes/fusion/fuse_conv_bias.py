@@ -102,6 +102,7 @@ class FuseConvBias(RulePass):
     name = "fuse_conv_bias"
     summary = "Fold a per-channel constant Add after a Conv or inference BN into its bias."
     kind = PassKind.FUSION
+    runs_after = ("fold_batchnorm",)  # a folded BatchNormalization leaves a Conv bias to fold
     promise = REASSOCIATION
     ascend_name = "AABiasaddConvFusion"
     rules = (_ConvAdd(), _BatchNormAdd())

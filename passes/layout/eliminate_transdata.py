@@ -63,14 +63,19 @@ class EliminateTransData(Pass):
     kind = PassKind.LAYOUT
     promise = EXACT
     ascend_name = "TransOpWithoutReshapeFusionPass"
+    runs_after = ("propagate_layout",)  # it cleans up the TransData the layout plan writes
+
+    def __init__(self, *, max_sweeps: int = 8):
+        """Args:
+            max_sweeps: passes over the graph within one application, while one changes something."""
+        self.max_sweeps = int(max_sweeps)
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
         stats = {"weights": 0, "inverse_pairs": 0, "chains": 0, "duplicates": 0, "moved_through": 0, "dead": 0}
         # moving a TransData through an op is priced by the target; without one only the
         # rewrites that never cost more (pairs, chains, duplicates, weights) run
         oracle = ctx.target.format_oracle(graph, **ctx.cost_options) if ctx.target.has_hardware else None
-        max_sweeps = int(self.options(ctx).get("max_sweeps", 8))
-        for _ in range(max_sweeps):
+        for _ in range(self.max_sweeps):
             dead: set[int] = set()
             for node in graph.nodes:
                 if id(node) in dead or not is_transdata(node) or len(node.inputs) != 1 or len(node.outputs) != 1:

@@ -153,14 +153,22 @@ class PropagateLayout(Pass):
     needs_target = True  # every choice is priced by the target's format oracle
     preserves_order = True  # it sorts the TransData in itself: the estimate walks nodes in order
 
-    def scored_in(self, ctx) -> bool:
-        # greedy is kept for comparison even where it costs more than the input's estimate
-        return self.options(ctx).get("mode", "optimal") != "greedy"
+    # formats are chosen for the ops that will actually run: after lowerings and fusions
+    runs_after = (PassKind.LOWERING, PassKind.FUSION)
 
-    def run(self, graph: gs.Graph, ctx) -> PassResult:
-        mode = self.options(ctx).get("mode", "optimal")
+    def __init__(self, *, mode: str = "optimal"):
+        """Args:
+            mode: ``optimal`` (min-cut over the estimated cost) or ``greedy`` (first-input rule)."""
         if mode not in MODES:
             raise UsageError(f"unknown layout mode '{mode}'; known: {', '.join(MODES)}")
+        self.mode = mode
+
+    def scored_in(self, ctx) -> bool:
+        # greedy is kept for comparison even where it costs more than the input's estimate
+        return self.mode != "greedy"
+
+    def run(self, graph: gs.Graph, ctx) -> PassResult:
+        mode = self.mode
         target = ctx.target.require(f"pass '{self.name}'")
         stripped = strip_transdata(graph)
         oracle = target.format_oracle(graph, **ctx.cost_options)

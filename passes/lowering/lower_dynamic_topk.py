@@ -107,6 +107,8 @@ class LowerDynamicTopK(Pass):
     name = "lower_dynamic_topk"
     summary = "TopK with a runtime k feeding reductions -> static TopK + mask (OHEM losses)."
     kind = PassKind.LOWERING
+    # lowerings make the graph compilable, and fusions may then apply to their output
+    runs_before = (PassKind.FUSION,)
     promise = Promise.tolerance("summation-order", rtol=1e-5, atol=1e-6, reason="values reduced in another order after the static TopK")
     required = True
 

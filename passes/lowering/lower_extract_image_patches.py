@@ -98,6 +98,8 @@ class LowerExtractImagePatches(Pass):
     name = "lower_extract_image_patches"
     summary = "ExtractImagePatches (TF semantics) -> Pad + Gather of pixels (or strided Slices): exact data movement."
     kind = PassKind.LOWERING
+    # lowerings make the graph compilable, and fusions may then apply to their output
+    runs_before = (PassKind.FUSION,)
     promise = EXACT
     required = True
 

@@ -66,6 +66,8 @@ class PlaceAndSink(Pass):
     name = "place_and_sink"
     summary = "Annotate each node's engine (AI Core / AI CPU / host); mark device-only loops as sunk."
     kind = PassKind.PLACEMENT
+    # engines and sinking depend on what the graph has become
+    runs_after = (PassKind.LOWERING, PassKind.FUSION, PassKind.LAYOUT)
     promise = EXACT
     scored = False  # annotations the estimate agrees with by construction
     needs_target = True  # engines come from the target's op table and profile

@@ -19,6 +19,8 @@ none under target ``none``).
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -100,13 +102,23 @@ class MixedPrecision(Pass):
     scored = False  # a precision choice the user asked for, not a speed rewrite to veto
     preserves_order = False
 
+    def __init__(self, *, mode: str = "force_fp16", keep_fp32: Iterable[str] = (), emulate: bool = False):
+        """Args:
+            mode: the Ascend precision mode (one of ``MODES``, from cost_model/data/precision_modes.toml).
+            keep_fp32: node names (or first outputs of unnamed nodes) kept in float32.
+            emulate: keep fp32 dtypes and round every fp16 value instead.
+        """
+        if mode not in MODES:
+            raise UsageError(f"mixed_precision: unknown mode '{mode}'; known: {', '.join(MODES)}")
+        if isinstance(keep_fp32, str):
+            raise TypeError("mixed_precision: keep_fp32 is a list of node names, not one string")
+        self.mode = mode
+        self.keep_fp32 = tuple(keep_fp32)
+        self.emulate = bool(emulate)
+
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        opts = self.options(ctx)
-        mode = opts.get("mode", "force_fp16")
-        modes = ctx.target.precision_mode_names(mixed_precision=True)
-        if mode not in modes:
-            raise UsageError(f"mixed_precision: unknown mode '{mode}'; known: {', '.join(modes)}")
-        keep = set(opts.get("keep_fp32", ()))
+        mode = self.mode
+        keep = set(self.keep_fp32)
         stats = {"fp16_nodes": 0, "casts": 0, "constants_converted": 0, "fp16_only_ops": self._fp16_only(graph, ctx.target)}
         if mode == "must_keep_origin_dtype":
             return PassResult(False, stats)
@@ -118,11 +130,11 @@ class MixedPrecision(Pass):
             if not chosen:
                 continue
             modified = True
-            if opts.get("emulate", False):
+            if self.emulate:
                 self._emulate(g, chosen, slots, stats, names)
             else:
                 self._convert(g, chosen, slots, stats, names)
-        if modified and opts.get("emulate", False):
+        if modified and self.emulate:
             stats["emulated"] = 1
         return PassResult(modified, stats)
 

@@ -352,9 +352,10 @@ def test_max_memory_and_freeze_initializers_reach_the_pass_context(tmp_path, mon
     seen = []
     real = graphpass.api.PassManager
 
-    def manager(names, ctx):
-        seen.append((ctx.max_memory, ctx.freeze_initializer_inputs))
-        return real(names, ctx)
+    class manager(real):
+        def __call__(self, model, ctx=None):
+            seen.append((ctx.max_memory, ctx.freeze_initializer_inputs))
+            return super().__call__(model, ctx)
 
     monkeypatch.setattr(graphpass.api, "PassManager", manager)
     src = _add_model(tmp_path)

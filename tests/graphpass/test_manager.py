@@ -7,7 +7,7 @@ from onnx import helper
 import graphpass as gp
 from graphpass.cost_model import CostModel, CostReport
 from graphpass.errors import PassError, UsageError, VerificationError
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult
+from graphpass.passes.framework import ContractCheck, CostVeto, DumpIR, Pass, PassContext, PassKind, PassManager, PassResult, VerifyEach
 from graphpass.passes.framework.pass_base import PassContractError
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, make_model, ops
@@ -57,7 +57,7 @@ class _Crash(Pass):
 
 def test_fixed_point_and_records():
     graph = gp.load(_chain_model())
-    records = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"]).run(graph)
+    records = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"])(graph).records
     assert ops(graph) == ["Relu", "Neg"]
     assert [r.round for r in records][-1] == 2  # round 2 changed nothing, so the loop stopped
     assert all(r.seconds >= 0 for r in records)
@@ -79,15 +79,14 @@ def test_max_rounds_bounds_the_loop():
             return PassResult(True)
 
     graph = gp.load(_chain_model())
-    records = PassManager([Toggle], PassContext(max_rounds=3)).run(graph)
+    records = PassManager([Toggle], max_rounds=3)(graph).records
     assert len(records) == 3
 
 
 def test_disabled_passes_are_skipped():
     graph = gp.load(_chain_model())
-    mgr = PassManager(["eliminate_identity", "merge_transposes"], PassContext(disabled={"merge_transposes"}))
-    mgr.run(graph)
-    assert mgr.skipped == ["merge_transposes"] and ops(graph).count("Transpose") == 2
+    mgr = PassManager(["eliminate_identity", "merge_transposes"], disabled={"merge_transposes"})
+    assert mgr(graph).skipped == ["merge_transposes"] and ops(graph).count("Transpose") == 2
 
 
 def test_unknown_pass_names_the_known_ones():
@@ -98,27 +97,26 @@ def test_unknown_pass_names_the_known_ones():
 def test_exception_names_pass_and_history():
     graph = gp.load(_chain_model())
     with pytest.raises(PassError, match=r"pass 'crash' failed: ValueError: boom .*eliminate_identity"):
-        PassManager(["eliminate_identity", _Crash]).run(graph)
+        PassManager(["eliminate_identity", _Crash])(graph)
 
 
 def test_contract_modified_must_be_honest():
     graph = gp.load(_chain_model())
     with pytest.raises(PassError, match="modified=False"):
-        PassManager([_Liar]).run(graph)
+        PassManager([_Liar], instruments=[ContractCheck()])(graph)
     with pytest.raises(PassContractError):
         _Liar().apply(gp.load(_chain_model()), PassContext())
 
 
 def test_verify_each_names_the_first_bad_pass():
     graph = gp.load(_chain_model())
-    ctx = PassContext(verify_each=True)
     with pytest.raises(VerificationError, match="after pass 'break_relu'"):
-        PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"], ctx).run(graph)
+        PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"], instruments=[VerifyEach()])(graph)
 
 
 def test_dump_dir_numbers_changed_graphs(tmp_path):
     graph = gp.load(_chain_model())
-    PassManager(["eliminate_identity", "fold_constants", "merge_transposes"], PassContext(dump_dir=tmp_path)).run(graph)
+    PassManager(["eliminate_identity", "fold_constants", "merge_transposes"], instruments=[DumpIR(tmp_path)])(graph)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
 
 
@@ -134,8 +132,7 @@ class _CountingModel(CostModel):
 def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
     model = _chain_model()
     graph = gp.load(model)
-    ctx = PassContext(cost_model=_CountingModel())
-    records = PassManager([_BreakRelu, "eliminate_identity"], ctx).run(graph)
+    records = PassManager([_BreakRelu, "eliminate_identity"], instruments=[CostVeto(_CountingModel())])(graph).records
     first = records[0]
     assert first.rolled_back and "rolled back" in first.note and first.cost_after_us > first.cost_before_us
     assert "Relu" in ops(graph)
@@ -146,7 +143,7 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
         required = True
 
     graph = gp.load(model)
-    records = PassManager([RequiredBreak], PassContext(cost_model=_CountingModel())).run(graph)
+    records = PassManager([RequiredBreak], instruments=[CostVeto(_CountingModel())])(graph).records
     assert not records[0].rolled_back and "Relu" not in ops(graph)
 
     class CleanupBreak(_BreakRelu):  # cleanup passes are estimated but never vetoed
@@ -154,7 +151,7 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
         kind = PassKind.CLEANUP
 
     graph = gp.load(model)
-    records = PassManager([CleanupBreak], PassContext(cost_model=_CountingModel())).run(graph)
+    records = PassManager([CleanupBreak], instruments=[CostVeto(_CountingModel())])(graph).records
     assert not records[0].rolled_back and records[0].cost_after_us > records[0].cost_before_us
 
 

@@ -22,11 +22,8 @@ from graphpass.testing import assert_equivalent, make_model
 CM = create("ascend910a")
 
 
-def _ctx(**opts):
-    ctx = PassContext(target="ascend910a")
-    if opts:
-        ctx.options = {"propagate_layout": opts}
-    return ctx
+def _ctx():
+    return PassContext(target="ascend910a")
 
 
 def _plan(graph):
@@ -261,7 +258,7 @@ def test_mixed_inputs_follow_the_cheaper_format_not_the_first_input():
     counts = {}
     for mode in ("greedy", "optimal"):
         graph = gp.load(model)
-        res = propagate_layout(graph, _ctx(mode=mode))
+        res = propagate_layout(graph, _ctx(), mode=mode)
         add = next(n for n in graph.nodes if n.op == "Add")
         counts[mode] = (res.stats["transdata"], A.get_format(add.outputs[0]), CM.estimate(graph).total_us)
         _check(model, graph)
@@ -276,7 +273,7 @@ def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
     inits = {"w1": _w(58, 16, 1), "w2": _w(58, 16, 2), "idx": np.arange(116, dtype=np.int64)[::-1].copy()}
     model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 116, 8, 8]}, initializers=inits)
     graph = gp.load(model)
-    greedy = propagate_layout(graph, _ctx(mode="greedy"))
+    greedy = propagate_layout(graph, _ctx(), mode="greedy")
     pairs = [(t.attrs["src_format"], t.attrs["dst_format"]) for t in _tds(graph)]
     assert pairs.count(("ND", "NC1HWC0")) == 2 and pairs.count(("NC1HWC0", "ND")) == 3  # in, a, b; cat back; to Gather
     assert any("greedy" in A.get(t, A.REASON) for t in _tds(graph))
@@ -397,7 +394,7 @@ def test_greedy_estimate_equals_the_cost_models_default_on_resnet(light_path):
     names = [n for n in pipelines.get_pipeline("default") if n not in ("propagate_layout", "eliminate_transdata")]
     graph = gp.optimize(onnx.load(light_path("light_resnet50.onnx")), passes=names).graph
     before = CM.estimate(graph)
-    propagate_layout(graph, _ctx(mode="greedy"))
+    propagate_layout(graph, _ctx(), mode="greedy")
     after = CM.estimate(graph)
     assert after.total_us == pytest.approx(before.total_us, rel=1e-9)
     assert after.transdata["implicit"] == 0 and after.transdata["explicit"] == before.transdata["implicit"]

@@ -1,0 +1,354 @@
+"""Pass instruments: the side jobs of a pass-manager run, as hooks around every application.
+
+Like TVM's ``PassInstrument``, an instrument has five hooks, all optional:
+
+- ``enter(manager, graph, ctx)``: the run starts (before the first round);
+- ``should_run(pass_, graph, ctx) -> bool``: False skips this application (no record);
+- ``before(pass_, graph, ctx, record)``: just before the pass runs;
+- ``after(pass_, graph, ctx, result, record)``: just after; ``result`` is what the pass
+  returned, ``record`` the :class:`~graphpass.infra.manager.PassRecord` being written (an
+  instrument may annotate it, or veto the application: ``record.modified = False``);
+- ``exit(manager, graph, ctx)``: the run ended without an error.
+
+Instruments nest like context managers: ``before`` hooks run in list order, ``after`` hooks
+in reverse. So the innermost (last) instrument sees the pass first: :class:`PassTiming` goes
+last (it times the pass alone), :class:`CostVeto` before it is seen by everything outside it
+(:class:`VerifyEach` and :class:`DumpIR` only see applications it kept).
+:func:`standard_instruments` builds the list ``graphpass.optimize`` uses, in that order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphpass.cost_model.base import CostModel
+from graphpass.cost_model.target import Target
+from graphpass.errors import BadModelError, VerificationError
+from graphpass.passes.framework.pass_base import Pass, PassContractError, PassResult
+from graphpass.ir import model_io
+from graphpass.ir.graph import count_nodes, fingerprint, iter_graphs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from graphpass.passes.framework.context import PassContext
+    from graphpass.passes.framework.manager import PassManager, PassRecord
+
+__all__ = [
+    "PassInstrument",
+    "CostVeto",
+    "VerifyEach",
+    "DumpIR",
+    "PassTiming",
+    "Progress",
+    "ApplicationLimit",
+    "ContractCheck",
+    "standard_instruments",
+    "CONTRACT_CHECK_MAX_NODES",
+    "ESTIMATE_EACH_MAX_NODES",
+]
+
+#: Above this many nodes (or 4x as many node inputs and outputs) the per-pass fingerprint of
+#: :class:`ContractCheck` is skipped unless asked for explicitly: it is a development aid.
+CONTRACT_CHECK_MAX_NODES = 5_000
+
+#: Up to this many nodes every pass application is estimated (else only the scored ones).
+ESTIMATE_EACH_MAX_NODES = 5_000
+
+log = logging.getLogger(__name__)
+
+
+class PassInstrument:
+    """Base class: every hook does nothing (``should_run`` says yes)."""
+
+    def enter(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
+        pass
+
+    def should_run(self, pass_: Pass, graph: gs.Graph, ctx: "PassContext") -> bool:
+        return True
+
+    def before(self, pass_: Pass, graph: gs.Graph, ctx: "PassContext", record: "PassRecord") -> None:
+        pass
+
+    def after(self, pass_: Pass, graph: gs.Graph, ctx: "PassContext", result: PassResult,
+              record: "PassRecord") -> None:
+        pass
+
+    def exit(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
+        pass
+
+
+class CostVeto(PassInstrument):
+    """Estimates every application and rolls back a scored one that makes the estimate worse.
+
+    A pass is scored when ``pass_.scored_in(ctx)`` and it is not ``required``. Before a scored
+    pass runs, the graph is snapshotted (the snapshot stays valid until an application changes
+    the graph); when the estimate rises, the snapshot is restored into the caller's graph object
+    and the record says ``rolled_back``. Above ``ESTIMATE_EACH_MAX_NODES`` nodes only scored
+    applications are estimated (an estimate of 100k nodes takes ~2 s).
+
+    The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
+    model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
+    when the target has no estimates, e.g. ``none``) and ``initial_report`` (the target's
+    cost report on the input graph).
+    """
+
+    def __init__(self, target: "Target | str | CostModel | None" = None, cost_options: dict[str, Any] | None = None):
+        self._given = target
+        self.target: Target | None = None
+        self.cost_options = dict(cost_options or {})
+        self.initial_cost: float | None = None
+        self.final_cost: float | None = None
+        self.initial_report = None
+
+    @property
+    def active(self) -> bool:
+        return self.target is not None and self.target.estimates
+
+    def _estimate(self, graph: gs.Graph):
+        return self.target.estimate(graph, **self.cost_options) if self.active else None
+
+    def enter(self, manager, graph, ctx):
+        given = self._given
+        if given is None:
+            self.target = ctx.target
+        elif isinstance(given, (Target, str, Path)):
+            self.target = Target.resolve(given)
+        else:  # a cost model of one's own: the run's target with these estimates
+            self.target = ctx.target.with_cost_model(given)
+        report = self._estimate(graph)
+        self.initial_report = report
+        self.initial_cost = self._cost = report.total_us if report is not None else None
+        self.final_cost = None
+        self._snapshot = None
+        self._stale = False
+
+    def before(self, pass_, graph, ctx, record):
+        cost = self._cost
+        record.cost_before_us = cost
+        self._scored = pass_.scored_in(ctx) and not pass_.required
+        self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
+        if cost is not None and self._scored and self._snapshot is None:
+            self._snapshot = model_io.snapshot(graph)
+
+    def after(self, pass_, graph, ctx, result, record):
+        cost = self._cost
+        if not record.modified:
+            record.cost_after_us = cost
+            return
+        report = self._estimate(graph) if self._estimate_after else None
+        new_cost = report.total_us if report is not None else None
+        record.cost_after_us = new_cost
+        if (self._scored and self._snapshot is not None and new_cost is not None and cost is not None
+                and new_cost > cost * (1 + 1e-9) + 1e-9):
+            _replace_graph(graph, model_io.restore(self._snapshot))
+            record.rolled_back = True
+            record.modified = False
+            record.nodes_after = count_nodes(graph)
+            record.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
+            log.info("%s %s", pass_.name, record.note)
+        elif new_cost is not None:
+            self._cost = new_cost
+        elif cost is not None:
+            record.cost_before_us = None
+            self._stale = True
+        self._snapshot = None  # the graph changed (or from_proto consumed it): take a new one
+
+    def exit(self, manager, graph, ctx):
+        if self._stale and self._cost is not None:
+            report = self._estimate(graph)
+            self.final_cost = report.total_us if report is not None else None
+        else:
+            self.final_cost = self._cost
+
+
+class VerifyEach(PassInstrument):
+    """After every kept application, the ONNX checker and an onnxruntime comparison against the
+    input graph on seeded random inputs; names the first pass that broke the model
+    (:class:`~graphpass.errors.VerificationError`). Judged like ``optimize --verify``: at the
+    loosest promise of the passes applied so far."""
+
+    def __init__(self, seed: int = 0, input_shapes: dict[str, list[int]] | None = None):
+        self.seed = seed
+        self.input_shapes = dict(input_shapes or {})
+
+    def enter(self, manager, graph, ctx):
+        from graphpass.check import verify as V
+
+        model = model_io.to_proto(graph)
+        feeds, ref, _, runner, _ = V.reference(model, seed=self.seed, input_shapes=self.input_shapes)
+        V.check_deterministic("the input model", model, runner, feeds, ref)  # else every pass "breaks" it
+        self._feeds, self._ref, self._fp16 = feeds, ref, runner.fp16
+        self._promises: list = []
+
+    def after(self, pass_, graph, ctx, result, record):
+        if not record.modified:
+            return
+        from graphpass.check import verify as V
+
+        self._promises.append(getattr(pass_, "promise", V.UNDECLARED))
+        name = pass_.name
+        model = model_io.to_proto(graph)
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as e:
+            raise VerificationError(
+                f"after pass '{name}': the ONNX checker rejects the model: {str(e).splitlines()[0]}"
+            ) from e
+        try:
+            checked = V.check_outputs(self._ref, model, self._feeds, promises=self._promises, fp16=self._fp16)
+        except BadModelError as e:  # the input model ran: this pass's output is to blame
+            raise VerificationError(f"after pass '{name}': {e}") from e
+        if not checked.ok:
+            raise VerificationError(f"after pass '{name}': {V.describe(checked.failures[0])} from the input "
+                                    f"model at {checked.tolerance}")
+
+
+class DumpIR(PassInstrument):
+    """Writes the graph after every kept application to ``dump_dir`` as
+    ``NNN_<pass>.onnx`` (device form), numbered in order. A write error is exit 2."""
+
+    def __init__(self, dump_dir: str | Path):
+        self.dump_dir = Path(dump_dir)
+        self.count = 0
+
+    def enter(self, manager, graph, ctx):
+        self.count = 0
+
+    def after(self, pass_, graph, ctx, result, record):
+        if not record.modified:
+            return
+        self.count += 1
+        path = self.dump_dir / f"{self.count:03d}_{pass_.name}.onnx"
+        try:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            model_io.save(graph, path, emit="device")
+        except OSError as e:
+            from graphpass.errors import write_error
+
+            raise write_error(path, e) from None
+
+
+class PassTiming(PassInstrument):
+    """Wall time of every application into ``record.seconds``, and per pass in ``totals``."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    def enter(self, manager, graph, ctx):
+        self.totals = {}
+
+    def before(self, pass_, graph, ctx, record):
+        self._t0 = time.perf_counter()
+
+    def after(self, pass_, graph, ctx, result, record):
+        record.seconds = time.perf_counter() - self._t0
+        self.totals[pass_.name] = self.totals.get(pass_.name, 0.0) + record.seconds
+
+
+class Progress(PassInstrument):
+    """Calls ``on_pass(pass_name, round, index, total)`` before every application (``index``:
+    the pass's position in the pipeline, ``total``: the pipeline's length)."""
+
+    def __init__(self, on_pass: Callable[[str, int, int, int], None]):
+        self.on_pass = on_pass
+
+    def enter(self, manager, graph, ctx):
+        self._passes = list(manager.passes)
+
+    def before(self, pass_, graph, ctx, record):
+        index = next(k for k, p in enumerate(self._passes) if p is pass_)
+        self.on_pass(pass_.name, record.round, index, len(self._passes))
+
+
+class ApplicationLimit(PassInstrument):
+    """Stops the run after ``max_applications`` applications that changed the graph (LLVM's
+    ``-opt-bisect-limit``; ``graphpass bisect`` searches over it). Rolled-back applications do
+    not count."""
+
+    def __init__(self, max_applications: int | None):
+        self.max_applications = max_applications
+        self.applied = 0
+
+    def enter(self, manager, graph, ctx):
+        self.applied = 0
+        self._last = None
+
+    def should_run(self, pass_, graph, ctx):
+        if self._last is not None:  # the previous application's record is final now
+            self.applied += bool(self._last.modified)
+            self._last = None
+        return self.max_applications is None or self.applied < self.max_applications
+
+    def before(self, pass_, graph, ctx, record):
+        self._last = record
+
+
+class ContractCheck(PassInstrument):
+    """Checks that an application that returned ``modified=False`` left the graph's structure
+    unchanged (a fingerprint before and after; :class:`PassContractError` otherwise).
+
+    ``enabled``: None decides at the start of the run: on for graphs up to
+    ``CONTRACT_CHECK_MAX_NODES`` nodes (and 4x as many node inputs and outputs)."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = enabled
+
+    def enter(self, manager, graph, ctx):
+        on = self.enabled
+        if on is None:  # counted in node inputs and outputs too: one Split of 100,000 outputs is no small graph
+            nodes = count_nodes(graph)
+            edges = sum(len(n.inputs) + len(n.outputs) for g in iter_graphs(graph) for n in g.nodes)
+            on = nodes <= CONTRACT_CHECK_MAX_NODES and edges <= 4 * CONTRACT_CHECK_MAX_NODES
+        self.on = on
+
+    def before(self, pass_, graph, ctx, record):
+        self._before = fingerprint(graph) if self.on else None
+
+    def after(self, pass_, graph, ctx, result, record):
+        if self._before is not None and not result.modified and fingerprint(graph) != self._before:
+            raise PassContractError(f"pass '{pass_.name}' changed the graph but returned modified=False")
+
+
+def standard_instruments(
+    *,
+    target: "Target | str | None" = None,
+    cost_options: dict[str, Any] | None = None,
+    verify_each: bool = False,
+    seed: int = 0,
+    input_shapes: dict[str, list[int]] | None = None,
+    dump_dir: str | Path | None = None,
+    on_pass: Callable[[str, int, int, int], None] | None = None,
+    max_applications: int | None = None,
+    check_contract: bool | None = None,
+) -> list[PassInstrument]:
+    """The instruments ``graphpass.optimize`` runs with, in nesting order (outermost first)."""
+    out: list[PassInstrument] = []
+    if on_pass is not None:
+        out.append(Progress(on_pass))
+    if max_applications is not None:
+        out.append(ApplicationLimit(max_applications))
+    if dump_dir is not None:
+        out.append(DumpIR(dump_dir))
+    if verify_each:
+        out.append(VerifyEach(seed=seed, input_shapes=input_shapes))
+    out.append(CostVeto(target, cost_options))
+    if check_contract is not False:
+        out.append(ContractCheck(check_contract))
+    out.append(PassTiming())
+    return out
+
+
+def _replace_graph(graph: gs.Graph, other: gs.Graph) -> None:
+    """Make ``graph`` (the caller's object) hold the contents of ``other``."""
+    graph.nodes = other.nodes
+    graph.inputs = other.inputs
+    graph.outputs = other.outputs
+    graph.functions = other.functions
+    for key in ("_gp_model",):
+        if key in other.__dict__:
+            graph.__dict__[key] = other.__dict__[key]
