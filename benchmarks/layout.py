@@ -27,7 +27,7 @@ from graphpass.passes import eliminate_transdata, propagate_layout  # noqa: E402
 
 
 def run(size: int, mode: str) -> dict:
-    graph = gp.load(residual_stack(size))
+    graph = gp.load(residual_stack(size)).graph
     ctx = PassContext(cost_model=create("ascend910a"), check_contract=False)
     ctx.options = {"propagate_layout": {"mode": mode}}
     nodes = len(graph.nodes)

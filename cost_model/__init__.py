@@ -30,6 +30,7 @@ __all__ = [
     "PRECISION_MODES",
     "SCHEMA",
     "create",
+    "estimate",
     "known_targets",
     "load_op_table",
     "load_profile",
@@ -50,3 +51,17 @@ def create(target: str = "ascend910a") -> CostModel:
     if target not in KNOWN_TARGETS:
         raise UsageError(f"unknown target '{target}'; known targets: {', '.join(KNOWN_TARGETS)}")
     return AscendCostModel(target)
+
+
+def estimate(model, target: str | None = None, **options) -> CostReport:
+    """The estimate of ``model`` on ``target`` (default: :func:`create`'s default target).
+
+    ``model`` is any form :func:`graphpass.ir.model.as_model` takes: a path, bytes, an
+    ``onnx.ModelProto``, a :class:`graphpass.Model` or a ``gs.Graph``; it is not changed.
+    ``options`` go to the cost model's ``estimate`` (``precision_mode``,
+    ``iterations_per_loop``, ``loop_trips``, ``input_shapes``).
+    """
+    from graphpass.ir.model import as_model
+
+    cm = create() if target is None else create(target)
+    return cm.estimate(as_model(model).graph, **options)

@@ -60,7 +60,7 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
 
     def attempt(limit: int | None):
         result = optimize(original, max_applications=limit, seed=seed, **optimize_kwargs)
-        proto = model_io.to_proto(result.graph)
+        proto = model_io.to_proto(result.graph, emit="device")
         applied = [r.name for r in result.report.passes if r.application]
         try:
             cand = V.Runner(proto, fp16_emulate)

@@ -127,23 +127,14 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temp file beside ``path``, then rename; a write error is exit 2."""
-    import tempfile
-
+    from graphpass.ir.files import write_text_atomic
     from graphpass.outputs import check_output_file, write_error
 
     check_output_file(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
     except OSError as e:
         raise write_error(path, e) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
@@ -229,7 +220,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
                     max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     from graphpass.ir.graph import count_nodes
 
-    progress, on_pass = _progress(count_nodes(graph), args.quiet)
+    progress, on_pass = _progress(count_nodes(graph.graph), args.quiet)
     staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
     try:
         if progress:
@@ -358,7 +349,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from graphpass.outputs import check_output_file
 
         check_output_file(args.output)
-    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None)
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None).graph
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
     text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()

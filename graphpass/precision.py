@@ -674,9 +674,9 @@ def _emulated(model: onnx.ModelProto, mode: str, keep: Sequence[str]) -> tuple[o
         for n in g.node:
             if not n.name and n.output:
                 n.name = n.output[0]
-    graph = gp.load(named)
+    graph = gp.load(named).graph
     mixed_precision(graph, mode=mode, keep_fp32=list(keep), emulate=True)
-    out = gp.to_proto(graph)
+    out = gp.to_proto(graph, emit="device")
     half = {_key(n) for g in graph_protos(out.graph) for n in g.node
             if any(p.key == "graphpass.precision" and p.value == "fp16" for p in n.metadata_props)}
     return out, half

@@ -3,9 +3,9 @@
 Used by graphpass's own tests and available to anyone writing a pass:
 
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
-    graph = graphpass.load(model)
-    result = my_pass(graph)
-    assert_equivalent(model, graphpass.to_proto(graph))
+    m = graphpass.load(model)              # a graphpass.Model
+    result = my_pass(m.graph)
+    assert_equivalent(model, m.to_proto())
 """
 
 from __future__ import annotations

@@ -95,14 +95,14 @@ class PassManager:
         return report.total_us
 
     def _reference(self, graph: gs.Graph):
-        model = model_io.to_proto(graph)
+        model = model_io.to_proto(graph, emit="device")
         feeds, ref, _, runner, _ = _verify.reference(model, seed=self.ctx.seed, input_shapes=self.ctx.input_shapes)
         _verify.check_deterministic("the input model", model, runner, feeds, ref)  # else every pass "breaks" it
         self._fp16_reference = runner.fp16
         return feeds, ref
 
     def _verify(self, graph: gs.Graph, name: str, feeds, ref) -> None:
-        model = model_io.to_proto(graph)
+        model = model_io.to_proto(graph, emit="device")
         try:
             onnx.checker.check_model(model, full_check=True)
         except Exception as e:
@@ -242,7 +242,4 @@ def _replace_graph(graph: gs.Graph, other: gs.Graph) -> None:
     graph.nodes = other.nodes
     graph.inputs = other.inputs
     graph.outputs = other.outputs
-    graph.functions = other.functions
-    for key in ("_gp_model",):
-        if key in other.__dict__:
-            graph.__dict__[key] = other.__dict__[key]
+    graph.functions = other.functions  # the model facts stay with the caller's Model (graphpass.ir.model)
