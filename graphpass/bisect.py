@@ -19,6 +19,7 @@ from graphpass import verify as V
 from graphpass.api import optimize
 from graphpass.infra.manager import PassRecord
 from graphpass.ir import model_io
+from graphpass.ir.model import ModelLike, as_proto
 
 __all__ = ["BisectResult", "bisect"]
 
@@ -44,15 +45,18 @@ def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
     return {(n.name or (n.output[0] if n.output else "?")): n.op_type for n in model.graph.node}
 
 
-def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None = None, atol: float | None = None,
+def bisect(model: ModelLike, out_dir: str | Path, rtol: float | None = None, atol: float | None = None,
            seed: int = 0, fp16_emulate: bool = True, **optimize_kwargs: Any) -> BisectResult:
     """Binary-search the first failing application; ``optimize_kwargs`` as for :func:`optimize`.
 
     Each run is judged like ``optimize --verify``: at ``rtol``/``atol`` when given, else at the
     tolerance the applied passes promise (exact when only exact passes ran); models holding
     float16 run with fp16 emulation unless ``fp16_emulate`` is False.
+
+    ``model`` is a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model` (coerced by
+    :func:`graphpass.ir.model.as_proto`); it is not changed: every run optimizes a fresh copy.
     """
-    original = model_io.load_proto(model)
+    original = as_proto(model)
     shapes = optimize_kwargs.get("input_shapes")
     feeds, reference, _, runner, _ = V.reference(original, seed=seed, input_shapes=shapes, fp16_emulate=fp16_emulate)
     V.check_deterministic("the model", original, runner, feeds, reference)

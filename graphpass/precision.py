@@ -38,13 +38,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphpass import verify as V
+
+if TYPE_CHECKING:
+    from graphpass.ir.model import ModelLike
 
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_FLUSH", "TensorRange", "Finding", "PrecisionReport", "analyze"]
 
@@ -562,10 +565,13 @@ def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
     return out
 
 
-def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
+def analyze(model: "ModelLike", feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
             input_shapes: Mapping[str, Sequence[int]] | None = None, underflow_share: float = 0.01,
             absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16") -> PrecisionReport:
     """Run ``model`` in fp32 with every float32 tensor exposed and judge activations, constants and sums.
+
+    ``model`` is a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model` (coerced by
+    :func:`graphpass.ir.model.as_proto`: validated as ``load`` validates); it is not changed.
 
     Args:
         underflow_share: risky when more than this share of a tensor's nonzero values flush to zero.
@@ -574,6 +580,9 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         check: run the model as mixed_precision(``mode``) converts it, with fp16 emulated, without
             and with the keep-list, and record per finding whether the hazard shows and is fixed.
     """
+    from graphpass.ir.model import as_proto
+
+    model = as_proto(model)
     if feeds is None:
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
     info = _walk(model)

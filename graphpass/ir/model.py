@@ -39,7 +39,8 @@ from graphpass.ir import limits
 if TYPE_CHECKING:
     from graphpass.ir.serialize import ModelSource
 
-__all__ = ["DEFAULT_EMIT", "EMIT_FORMS", "Model", "ModelLike", "as_model", "budget", "model_info", "model_of", "opset_of"]
+__all__ = ["DEFAULT_EMIT", "EMIT_FORMS", "Model", "ModelLike", "as_model", "as_proto", "budget", "model_info", "model_of",
+           "opset_of"]
 
 #: The output form of :meth:`Model.to_proto` and :meth:`Model.save` unless ``emit`` says otherwise.
 DEFAULT_EMIT = "portable"
@@ -231,6 +232,38 @@ def as_model(source: ModelLike, **load_options) -> Model:
         return model_of(source)
     if isinstance(source, (str, os.PathLike, bytes, bytearray, onnx.ModelProto)):
         return Model.load(source, **load_options)
+    raise TypeError(
+        f"expected a model: a path, bytes, an onnx.ModelProto or a graphpass.Model, got {type(source).__name__}"
+    )
+
+
+def as_proto(source: ModelLike, *, emit: str = DEFAULT_EMIT, stored: bool = False, where: str | None = None,
+             max_memory: int | str | None = None) -> onnx.ModelProto:
+    """The coercion point for readers that run or compare protos (verify, precision, diff, bisect).
+
+    A path, bytes or ModelProto is read and validated exactly as :func:`as_model` does it (the
+    same :func:`~graphpass.ir.validate.validate`); a ModelProto is copied, never changed. With
+    ``stored`` the model is taken as stored (no opset upgrade, external data left on disk:
+    :func:`~graphpass.ir.serialize.read_as_stored`, for ``diff``); ``where`` names it in errors.
+    A Model (or gs.Graph) is exported with ``emit`` (default: portable, what ``save`` writes);
+    it is not changed.
+
+    Raises:
+        TypeError: ``source`` is none of those forms.
+        BadModelError: ``source`` is not a valid model (one line saying why).
+    """
+    from graphpass.ir import serialize
+
+    if isinstance(source, (Model, gs.Graph)):
+        return serialize.to_proto(source.graph if isinstance(source, Model) else source, emit=emit)
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, onnx.ModelProto)):
+        if stored:
+            if isinstance(source, onnx.ModelProto):
+                copy = onnx.ModelProto()
+                copy.CopyFrom(source)
+                source = copy
+            return serialize.read_as_stored(source, where=where)
+        return serialize.load_proto(source, max_memory=max_memory)
     raise TypeError(
         f"expected a model: a path, bytes, an onnx.ModelProto or a graphpass.Model, got {type(source).__name__}"
     )
