@@ -135,6 +135,7 @@ def test_readers_never_change_what_they_read(form, reader, tmp_path):
         twin = gp.as_model(src).copy()
         assert twin.graph is not graph and fingerprint(twin.graph) != fingerprint(graph)
         assert twin.metadata_props == gp.as_model(src).metadata_props
+        assert twin.to_proto().SerializeToString() == gp.to_proto(src).SerializeToString()
         twin.graph.nodes.clear()
     elif reader == "load":
         gp.load(src)
@@ -236,3 +237,17 @@ def test_to_proto_and_save_share_the_portable_default(tmp_path):
     assert [n.op_type for n in saved.graph.node] == [n.op_type for n in portable.graph.node]
     with pytest.raises(gp.UsageError, match="emit must be 'portable' or 'device'"):
         model.to_proto(emit="npu")
+
+
+def test_annotations_land_on_their_nodes_when_an_unsorted_graph_is_exported():
+    """Regression (of this change): export sorts a copy of the order, and the annotations written
+    after gs's export must pair proto nodes with gs nodes in that same sorted order."""
+    from graphpass.ir import annotations as A
+
+    model = gp.load(_model())
+    for n in model.graph.nodes:
+        A.set_engine(n, "AICORE" if n.name == "relu" else "AICPU")
+    model.graph.nodes.reverse()
+    out = model.to_proto(emit="device")
+    engines = {n.name: {p.key: p.value for p in n.metadata_props}.get("graphpass.engine") for n in out.graph.node}
+    assert engines == {"id": "AICPU", "conv": "AICPU", "relu": "AICORE", "add": "AICPU"}

@@ -559,14 +559,12 @@ def _sorted_for_export(graph: gs.Graph):
 def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     if emit not in EMIT_FORMS:
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
-    try:
-        with _sorted_for_export(graph):
+    with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
+        try:
             model, originals = _export_weightless(graph)
-    except BadModelError:
-        raise
-    except Exception as e:
-        raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-    model = _finish(graph, model, originals)
+        except Exception as e:
+            raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
+        model = _finish(graph, model, originals)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable
 
