@@ -251,3 +251,12 @@ def test_annotations_land_on_their_nodes_when_an_unsorted_graph_is_exported():
     out = model.to_proto(emit="device")
     engines = {n.name: {p.key: p.value for p in n.metadata_props}.get("graphpass.engine") for n in out.graph.node}
     assert engines == {"id": "AICPU", "conv": "AICPU", "relu": "AICORE", "add": "AICPU"}
+
+
+@pytest.mark.parametrize("option", [{"input_shapes": {"x": [1, 3, 8, 8]}}, {"max_memory": "1G"},
+                                    {"shape_inference": False}, {"freeze_initializer_inputs": True}])
+def test_load_options_with_a_loaded_model_are_refused_not_ignored(option):
+    model = gp.load(_model())
+    assert gp.load(model) is model and gp.as_model(model.graph) is model
+    with pytest.raises(gp.UsageError, match="load options apply when a model is read"):
+        gp.load(model, **option)

@@ -213,6 +213,10 @@ def model_of(graph: gs.Graph, attach: bool = True) -> Model:
     return model
 
 
+#: The load options and their defaults (see :func:`graphpass.ir.serialize.load`).
+_LOAD_DEFAULTS = {"input_shapes": None, "shape_inference": True, "max_memory": None, "freeze_initializer_inputs": False}
+
+
 def as_model(source: ModelLike, **load_options) -> Model:
     """The one coercion point of the public API: any model form to a :class:`Model`.
 
@@ -220,16 +224,22 @@ def as_model(source: ModelLike, **load_options) -> Model:
     external data checked; a ModelProto is copied, never changed); ``load_options`` are its
     keyword arguments (``input_shapes``, ``shape_inference``, ``max_memory``,
     ``freeze_initializer_inputs``). A Model is returned as it is, and a ``gs.Graph`` (accepted
-    for compatibility) as its Model (:func:`model_of`); load options cannot apply to them.
+    for compatibility) as its Model (:func:`model_of`); a load option other than its default
+    cannot apply to them and is a UsageError, never silently ignored.
 
     Raises:
         TypeError: ``source`` is none of those forms.
+        UsageError: load options given with a Model or gs.Graph.
         BadModelError: ``source`` is not a valid model (one line saying why).
     """
-    if isinstance(source, Model):
-        return source
-    if isinstance(source, gs.Graph):
-        return model_of(source)
+    if isinstance(source, (Model, gs.Graph)):
+        given = sorted(k for k, v in load_options.items() if v != _LOAD_DEFAULTS.get(k, None))
+        if given:
+            from graphpass.errors import UsageError
+
+            raise UsageError(f"{', '.join(given)}: load options apply when a model is read (a path, bytes or a "
+                             "ModelProto), not to a model already loaded")
+        return source if isinstance(source, Model) else model_of(source)
     if isinstance(source, (str, os.PathLike, bytes, bytearray, onnx.ModelProto)):
         return Model.load(source, **load_options)
     raise TypeError(
