@@ -252,7 +252,8 @@ def as_proto(source: ModelLike, *, emit: str = DEFAULT_EMIT, stored: bool = Fals
     """The coercion point for readers that run or compare protos (verify, precision, diff, bisect).
 
     A path, bytes or ModelProto is read and validated exactly as :func:`as_model` does it (the
-    same :func:`~graphpass.ir.validate.validate`); a ModelProto is copied, never changed. With
+    same :func:`~graphpass.ir.validate.validate`); a ModelProto is never changed (returned as it
+    is when loading would not change it, else a changed copy: the callers only read it). With
     ``stored`` the model is taken as stored (no opset upgrade, external data left on disk:
     :func:`~graphpass.ir.serialize.read_as_stored`, for ``diff``); ``where`` names it in errors.
     A Model (or gs.Graph) is exported with ``emit`` (default: portable, what ``save`` writes);
@@ -273,10 +274,32 @@ def as_proto(source: ModelLike, *, emit: str = DEFAULT_EMIT, stored: bool = Fals
                 copy.CopyFrom(source)
                 source = copy
             return serialize.read_as_stored(source, where=where)
+        if isinstance(source, onnx.ModelProto) and _ready(source):
+            from graphpass.ir.validate import validate
+
+            validate(source, "<model>")  # the checks load_proto runs, without copying the proto
+            return source
         return serialize.load_proto(source, max_memory=max_memory)
     raise TypeError(
         f"expected a model: a path, bytes, an onnx.ModelProto or a graphpass.Model, got {type(source).__name__}"
     )
+
+
+def _ready(proto: onnx.ModelProto) -> bool:
+    """Whether :func:`~graphpass.ir.serialize.load_proto` would return ``proto`` as it is, once
+    validated: no external data, no sparse initializers, an opset it does not convert. Readers
+    of such a proto (verify, precision) then read it without a copy: they never change it."""
+    from graphpass.ir.graph import graph_protos
+    from graphpass.ir.serialize import MIN_OPSET
+
+    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is not None and version < MIN_OPSET:
+        return False
+    from graphpass.ir.external import _external_tensors
+
+    if any(len(g.sparse_initializer) for g in graph_protos(proto.graph)):
+        return False
+    return next(_external_tensors(proto), None) is None
 
 
 def model_info(graph: gs.Graph) -> dict:
