@@ -53,8 +53,10 @@ class Model:
     """One ONNX model in graphpass: a graph to rewrite plus its model-level facts.
 
     Build one with :func:`graphpass.load` / :func:`as_model` (from a path, bytes or a
-    ModelProto), or ``Model(graph)`` around a ``gs.Graph``. See the module docstring for what
-    it holds.
+    ModelProto), or ``Model(graph, ...)`` around a ``gs.Graph`` with the facts given (defaults:
+    what gs knows, the default memory budget); the new Model becomes the graph's back-reference
+    (:func:`model_of` finds the one a graph already has). See the module docstring for what it
+    holds.
     """
 
     def __init__(
