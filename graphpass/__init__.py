@@ -23,7 +23,7 @@ from graphpass.errors import (
     UsageError,
     VerificationError,
 )
-from graphpass.infra import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
 from graphpass.ir.model import Model, as_model
 
 __version__ = "0.1.0"

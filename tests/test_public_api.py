@@ -14,8 +14,8 @@ import pytest
 from onnx import helper
 
 import graphpass as gp
-from graphpass import precision as P
-from graphpass import verify as V
+from graphpass.check import precision as P
+from graphpass.check import verify as V
 from graphpass.bisect import bisect
 from graphpass.diff import diff_models
 from graphpass.ir import model_io

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 
 if TYPE_CHECKING:
     from graphpass.ir.model import ModelLike
