@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         t.add_column(col, justify="left" if col == "graph" else "right")
     for kind, build in (("residual", lambda n: residual_stack(n, channels=16)), ("fanout", wide_fanout)):
         for n in args.sizes:
-            graph = gp.load(build(n))
+            graph = gp.load(build(n)).graph
             best, report = float("inf"), None
             for _ in range(3):
                 t0 = time.perf_counter()

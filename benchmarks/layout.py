@@ -27,7 +27,7 @@ from graphpass.passes import EliminateTransData, PropagateLayout  # noqa: E402
 
 
 def run(size: int, mode: str) -> dict:
-    graph = gp.load(residual_stack(size))
+    graph = gp.load(residual_stack(size)).graph
     ctx = PassContext(target=DEFAULT_TARGET)
     nodes = len(graph.nodes)
     with gc_frozen():  # as the pass manager runs passes

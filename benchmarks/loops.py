@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     for col in ("nodes", "loops", "hoist s", "hoisted", "place+sink s", "sunk", "not sunk"):
         t.add_column(col, justify="right")
     for n in args.sizes:
-        graph = gp.load(build(n))
+        graph = gp.load(build(n)).graph
         ctx = PassContext(target=gp.cost_model.DEFAULT_TARGET)  # placement needs a hardware target
         t0 = time.perf_counter()
         h = hoist_loop_invariants(graph, ctx)

@@ -50,7 +50,7 @@ def measure(kind: str, n: int, folder: Path, channels: int = 44, pipeline: str |
     m, t_load = _timed(lambda: onnx.load(path))
     _, t_save = _timed(lambda: onnx.save(m, folder / "copy.onnx"))
     del m
-    graph, gp_load = _timed(lambda: gp.load(path))
+    graph, gp_load = _timed(lambda: gp.load(path).graph)
     nodes = count_nodes(graph)
     result, gp_opt = _timed(lambda: gp.optimize(graph, pipeline=pipeline, target=target))
     _, gp_save = _timed(lambda: gp.save(result.graph, folder / "out.onnx"))

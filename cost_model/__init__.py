@@ -39,6 +39,7 @@ __all__ = [
     "Target",
     "create",
     "get_target",
+    "estimate",
     "known_targets",
     "load_op_table",
     "load_precision_modes",
@@ -55,3 +56,16 @@ def create(target: "str | Target" = DEFAULT_TARGET) -> CostModel:
         UsageError: ``target`` is not a known profile (the message lists the known ones).
     """
     return get_target(target).cost_model
+
+
+def estimate(model, target: "str | Target | None" = None, **options) -> CostReport:
+    """The estimate of ``model`` on ``target`` (default: the default target).
+
+    ``model`` is any form :func:`graphpass.ir.model.as_model` takes: a path, bytes, an
+    ``onnx.ModelProto``, a :class:`graphpass.Model` or a ``gs.Graph``; it is not changed.
+    ``options`` go to the cost model's ``estimate`` (``precision_mode``,
+    ``iterations_per_loop``, ``loop_trips``, ``input_shapes``).
+    """
+    from graphpass.ir.model import as_model
+
+    return get_target(DEFAULT_TARGET if target is None else target).estimate(as_model(model).graph, **options)

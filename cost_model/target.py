@@ -149,9 +149,15 @@ class Target:
         self.require("placement")
         return self._hardware.placement(graph, precision_mode=precision_mode)
 
-    def estimate(self, graph: gs.Graph, **kwargs: Any):
-        """The cost model's report on ``graph`` (``total_us`` None when the model estimates nothing)."""
-        return self.cost_model.estimate(graph, **kwargs)
+    def estimate(self, model: Any, **kwargs: Any):
+        """The cost model's report on ``model`` (a gs.Graph, or any form
+        :func:`graphpass.ir.model.as_model` takes; ``total_us`` None when the model estimates
+        nothing)."""
+        if not isinstance(model, gs.Graph):
+            from graphpass.ir.model import as_model
+
+            model = as_model(model).graph
+        return self.cost_model.estimate(model, **kwargs)
 
     def __str__(self) -> str:
         return self.name

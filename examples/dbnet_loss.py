@@ -93,13 +93,13 @@ def main() -> int:
 
     model = build()
     cm = create()
-    before = cm.estimate(gp.load(model))
+    before = cm.estimate(gp.load(model).graph)
     result = gp.optimize(model)
     after = cm.estimate(result.graph)
     print(f"dynamic regions: {len(before.dynamic_regions)} before ({', '.join(r['reason'] for r in before.dynamic_regions)}), "
           f"{len(after.dynamic_regions)} after")
     print(f"estimate (cost model): {before.total_us:,.0f} us -> {after.total_us:,.0f} us")
-    sa, sb = V.session(model), V.session(gp.to_proto(result.graph))
+    sa, sb = V.session(model), V.session(gp.to_proto(result.graph, emit="device"))
     worst, failures = 0.0, []
     for i, feeds in enumerate(batches()):
         a, b2 = V.run(sa, feeds), V.run(sb, feeds)

@@ -90,7 +90,7 @@ def check_bit_for_bit(lowered: onnx.ModelProto, seeds: int = 5) -> list[str]:
     alone = helper.make_model(helper.make_graph([node], "patches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 9, 9, C])],
                                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 9, 9, 9 * C])]),
                               opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("tf", 1)], ir_version=8)
-    sess = V.session(gp.to_proto(gp.optimize(alone).graph))
+    sess = V.session(gp.to_proto(gp.optimize(alone).graph, emit="device"))
     for seed in range(seeds):
         x = _special_values((1, 9, 9, C), seed)
         got = V.run(sess, {"x": x})["y"]
@@ -107,7 +107,7 @@ def main() -> int:
     from graphpass.ir import annotations as A
 
     model = build()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     for n in graph.nodes:
         if n.op == "ExtractImagePatches":
             A.set_engine(n, "HOST")  # the py_func fallback of the TF port
@@ -119,7 +119,7 @@ def main() -> int:
         engines = sorted({n["engine"] for n in r.nodes if n["engine"] not in ("compile-time",)})
         print(f"{label:6s}: {len(r.crossings)} host/device crossings ({sum(c['bytes'] for c in r.crossings):,} bytes), "
               f"engines {', '.join(engines)}, dynamic regions {len(r.dynamic_regions)}, estimate {r.total_us:,.0f} us")
-    lowered = gp.to_proto(result.graph)
+    lowered = gp.to_proto(result.graph, emit="device")
     V.session(lowered)  # runs in onnxruntime now; the original's tf op does not
     problems = check_bit_for_bit(lowered)
     if problems:

@@ -69,7 +69,7 @@ def main() -> int:
     from graphpass.ir import annotations as A
 
     model = build()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     for g in gp.ir.iter_graphs(graph):
         for n in g.nodes:
             if n.op == "ExtractImagePatches":

@@ -1,17 +1,24 @@
 """graphpass: graph-level compiler passes for ONNX models headed for Huawei Ascend NPUs.
 
     import graphpass as gp
-    graph = gp.load("model.onnx", input_shapes={"x": [1, 3, 640, 640]})
-    result = gp.optimize(graph)
-    gp.save(result.graph, "model.opt.onnx")
+    model = gp.load("model.onnx", input_shapes={"x": [1, 3, 640, 640]})   # a graphpass.Model
+    result = gp.optimize(model)          # optimized in place; result.model is model
+    model.save("model.opt.onnx")         # or gp.save(model, ...); portable ONNX by default
     print(result.report.to_markdown())
+    print(gp.estimate(model, target="ascend910b2").to_table())
+
+Every entry point (``load``, ``optimize``, ``save``, ``to_proto``, ``estimate``,
+``graphpass.verify.verify_models``, ``graphpass.diff.diff_models``,
+``graphpass.precision.analyze``, ``graphpass.bisect.bisect``) takes a model as a path, bytes,
+an ``onnx.ModelProto`` or a :class:`Model`, coerced by :func:`as_model`; the ones that only
+read a model never change it.
 """
 
 from graphpass import _compat
 
 _compat.install()  # old import paths (graphpass.infra, graphpass.verify, ...) keep working
 
-from graphpass.api import OptimizeResult, optimize  # noqa: E402
+from graphpass.api import OptimizeResult, estimate, load, optimize, save, to_proto  # noqa: E402
 from graphpass.cost_model.target import Target  # noqa: E402
 from graphpass.errors import (
     BadModelError,
@@ -22,12 +29,15 @@ from graphpass.errors import (
     VerificationError,
 )
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
-from graphpass.ir import load, save, to_proto
+from graphpass.ir.model import Model, as_model
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Model",
     "OptimizeResult",
+    "as_model",
+    "estimate",
     "optimize",
     "BadModelError",
     "GraphpassError",

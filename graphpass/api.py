@@ -1,4 +1,9 @@
-"""The Python API the CLI is a thin layer over: load, optimize, save."""
+"""The Python API the CLI is a thin layer over: load, optimize, save, to_proto, estimate.
+
+Every entry point takes a model in any form - a path, bytes, an ``onnx.ModelProto`` or a
+:class:`graphpass.Model` (a ``gs.Graph`` too, for compatibility) - and turns it into a Model
+in one place, :func:`graphpass.ir.model.as_model`, which validates the first three the same way.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.check import precision as _precision
@@ -17,21 +23,80 @@ from graphpass.passes.framework.instruments import CostVeto, standard_instrument
 from graphpass.passes.framework.manager import PassManager
 from graphpass.passes.framework.pass_base import Pass
 from graphpass.passes.framework.registry import all_passes
-from graphpass.ir import model_io
+from graphpass.ir import model_io, serialize
 from graphpass.ir.graph import count_nodes, op_histogram
+from graphpass.ir.model import DEFAULT_EMIT, Model, ModelLike, as_model
 from graphpass.report import OptimizeReport
 
-__all__ = ["OptimizeResult", "optimize"]
+__all__ = ["OptimizeResult", "estimate", "load", "optimize", "save", "to_proto"]
+
+
+def load(
+    source: ModelLike,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    shape_inference: bool = True,
+    *,
+    max_memory: int | str | None = None,
+    freeze_initializer_inputs: bool = False,
+) -> Model:
+    """Load a model into a :class:`graphpass.Model`.
+
+    Args:
+        source: a path, the serialized bytes, or a ModelProto (copied, never changed); a Model
+            is returned as it is.
+        input_shapes: fixes graph input dims before shape inference (static-shape specialization).
+        shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
+        max_memory: bytes (or "8G") graphpass may hold for this model: the file, its external
+            data and every tensor a pass folds (see :mod:`graphpass.ir.limits`).
+        freeze_initializer_inputs: an initializer that is also a graph input (IR >= 4) is a
+            default the caller may override; by default it stays an input. True treats it as a
+            constant (and drops the input), so passes can fold it.
+
+    Raises:
+        BadModelError: ``source`` is not a valid model (one line saying why).
+    """
+    return as_model(source, input_shapes=input_shapes, shape_inference=shape_inference, max_memory=max_memory,
+                    freeze_initializer_inputs=freeze_initializer_inputs)
+
+
+def save(model: ModelLike, path: str | Path, external_data: bool | None = None, emit: str = DEFAULT_EMIT) -> Path:
+    """Write ``model`` (any form) to ``path`` atomically; see :meth:`graphpass.Model.save`.
+    ``emit`` defaults to ``"portable"``, as for :func:`to_proto`."""
+    return serialize.save(as_model(model).graph, path, external_data=external_data, emit=emit)
+
+
+def to_proto(model: ModelLike, emit: str = DEFAULT_EMIT) -> onnx.ModelProto:
+    """``model`` (any form) as a complete ModelProto; see :meth:`graphpass.Model.to_proto`.
+    ``emit`` defaults to ``"portable"``, as for :func:`save`."""
+    return serialize.to_proto(as_model(model).graph, emit=emit)
+
+
+def estimate(model: ModelLike, target: str | None = None, **options: Any):
+    """The cost model's estimate of ``model`` (any form) on ``target`` (default: the default
+    target); ``options`` as for the cost model (``precision_mode``, ``iterations_per_loop``,
+    ``loop_trips``, ``input_shapes``). Returns a :class:`graphpass.cost_model.CostReport`.
+    ``model`` is not changed."""
+    from graphpass.cost_model import estimate as cost_estimate
+
+    return cost_estimate(model, target, **options)
 
 
 @dataclasses.dataclass
 class OptimizeResult:
-    graph: gs.Graph
+    """What :func:`optimize` returns: the optimized :class:`Model` and the report.
+
+    ``graph`` is ``model.graph`` (the old field, kept for one release)."""
+
+    model: Model
     report: OptimizeReport
+
+    @property
+    def graph(self) -> gs.Graph:
+        return self.model.graph
 
 
 def optimize(
-    model: model_io.ModelSource | gs.Graph,
+    model: ModelLike,
     *,
     pipeline: str | None = None,
     passes: Sequence[str] | None = None,
@@ -54,9 +119,12 @@ def optimize(
     max_memory: int | None = None,
     freeze_initializer_inputs: bool = False,
 ) -> OptimizeResult:
-    """Run a pipeline over ``model`` (a path, bytes, ModelProto, or an already loaded graph).
+    """Run a pipeline over ``model``: a path, bytes, a ModelProto, or a :class:`graphpass.Model`
+    (a ``gs.Graph``, for compatibility).
 
-    A graph passed in is optimized in place and returned. Unknown pass, pipeline or target
+    A Model (or graph) passed in is optimized in place and returned as ``result.model``; a
+    path, bytes or ModelProto is loaded first (with ``input_shapes``, ``max_memory`` and
+    ``freeze_initializer_inputs``) and never changed. Unknown pass, pipeline or target
     names raise :class:`graphpass.UsageError`; a malformed model raises
     :class:`graphpass.BadModelError`; ``verify_each`` failures raise
     :class:`graphpass.VerificationError`.
@@ -75,13 +143,14 @@ def optimize(
     names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
     target = Target.load(target)  # an unknown target fails before the model is read
     instances = pass_instances(names, options)
-    if isinstance(model, gs.Graph):
-        graph = model
-        label = name or graph.name or "<graph>"
+    if isinstance(model, (Model, gs.Graph)):
+        m = as_model(model)
+        label = name or m.graph.name or "<graph>"
     else:
         label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
-        graph = model_io.load(model, input_shapes=shapes or None,
-                              max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs)
+        m = as_model(model, input_shapes=shapes or None,
+                     max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs)
+    graph = m.graph
     cost_options = {"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips}
     ctx = PassContext(
         target=target,
@@ -129,7 +198,7 @@ def optimize(
         sinkable = not final.dynamic_regions
         report.iterations_per_loop = {n: final.total_us - step + (step / n if sinkable else step) for n in (1, 10, 100, 1000)}
     report.layout = layout_summary(graph, records, veto.initial_report, final)
-    return OptimizeResult(graph, report)
+    return OptimizeResult(m, report)
 
 
 def pass_instances(names: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Pass]:

@@ -20,6 +20,7 @@ from graphpass.api import optimize
 from graphpass.passes.framework.manager import PassRecord
 from graphpass.passes.framework.registry import all_passes
 from graphpass.ir import model_io
+from graphpass.ir.model import ModelLike, as_proto
 from graphpass.reporting import Report
 
 __all__ = ["BisectResult", "bisect"]
@@ -89,15 +90,18 @@ def _node_ids(model: onnx.ModelProto) -> dict[str, str]:
     return {(n.name or (n.output[0] if n.output else "?")): n.op_type for n in model.graph.node}
 
 
-def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None = None, atol: float | None = None,
+def bisect(model: ModelLike, out_dir: str | Path, rtol: float | None = None, atol: float | None = None,
            seed: int = 0, fp16_emulate: bool = True, **optimize_kwargs: Any) -> BisectResult:
     """Binary-search the first failing application; ``optimize_kwargs`` as for :func:`optimize`.
 
     Each run is judged like ``optimize --verify``: at ``rtol``/``atol`` when given, else at the
     tolerance the applied passes promise (exact when only exact passes ran); models holding
     float16 run with fp16 emulation unless ``fp16_emulate`` is False.
+
+    ``model`` is a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model` (coerced by
+    :func:`graphpass.ir.model.as_proto`); it is not changed: every run optimizes a fresh copy.
     """
-    original = model_io.load_proto(model)
+    original = as_proto(model)
     shapes = optimize_kwargs.get("input_shapes")
     feeds, reference, _, runner, _ = V.reference(original, seed=seed, input_shapes=shapes, fp16_emulate=fp16_emulate)
     V.check_deterministic("the model", original, runner, feeds, reference)
@@ -105,7 +109,7 @@ def bisect(model: model_io.ModelSource, out_dir: str | Path, rtol: float | None 
 
     def attempt(limit: int | None):
         result = optimize(original, max_applications=limit, seed=seed, **optimize_kwargs)
-        proto = model_io.to_proto(result.graph)
+        proto = model_io.to_proto(result.graph, emit="device")
         applied = [r.name for r in result.report.passes if r.application]
         try:
             checked = V.check_outputs(reference, proto, feeds, promises=V.promises_of(applied, all_passes()),

@@ -242,7 +242,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
                     max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     from graphpass.ir.graph import count_nodes
 
-    progress, on_pass = _progress(count_nodes(graph), args.quiet)
+    progress, on_pass = _progress(count_nodes(graph.graph), args.quiet)
     staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
     try:
         if progress:
@@ -370,7 +370,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from graphpass.outputs import check_output_file
 
         check_output_file(args.output)
-    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None)
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None).graph
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
     text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()

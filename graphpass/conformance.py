@@ -95,7 +95,7 @@ def run_case(case, pipeline: str | None = None, rtol: float | None = None, atol:
             return CaseOutcome(case.name, op, "ort-mismatch", "onnxruntime does not reproduce the expected outputs")
         try:
             result = gp.optimize(model, pipeline=pipeline)
-            optimized = gp.to_proto(result.graph)
+            optimized = gp.to_proto(result.graph, emit="device")
         except BadModelError as e:
             return CaseOutcome(case.name, op, "rejected", str(e))
         except GraphpassError as e:
@@ -151,7 +151,7 @@ def run_light_model(path: str, pipeline: str | None = None, rtol: float = 1e-3, 
         return CaseOutcome(name, "model", "ort-mismatch", "onnxruntime does not reproduce the expected outputs")
     try:
         result = gp.optimize(model, pipeline=pipeline)
-        forms = [gp.to_proto(result.graph), gp.to_proto(result.graph, emit="portable")]
+        forms = [gp.to_proto(result.graph, emit="device"), gp.to_proto(result.graph, emit="portable")]
     except GraphpassError as e:
         return CaseOutcome(name, "model", "crash", str(e))
     except Exception as e:  # noqa: BLE001

@@ -176,26 +176,20 @@ class Outputs:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to a temp file beside ``path``, then rename it into place.
 
-    The one atomic text writer of graphpass (reports, switch files): a reader never sees half a
+    Over the one atomic writer of graphpass (:func:`graphpass.ir.files.atomic_output`): a reader never sees half a
     file, and a failed write leaves the old file as it was.
 
     Raises:
         UsageError: the path is not a writable regular file, or the write failed (exit 2).
     """
+    from graphpass.ir.files import write_text_atomic as write
+
     path = Path(path)
     check_output_file(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write(path, text)
     except OSError as e:
         raise write_error(path, e) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def _nearest_existing(p: Path) -> Path:

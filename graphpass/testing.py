@@ -3,9 +3,9 @@
 Used by graphpass's own tests and available to anyone writing a pass:
 
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
-    graph = graphpass.load(model)
-    result = my_pass(graph)
-    assert_equivalent(model, graphpass.to_proto(graph))
+    m = graphpass.load(model)              # a graphpass.Model
+    result = my_pass(m.graph)
+    assert_equivalent(model, m.to_proto())
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def assert_equivalent(
 
 
 def ops(model_or_graph) -> list[str]:
-    """Op types of the main graph, in order."""
+    """Op types of the main graph, in order (a ModelProto, a graphpass Model or a gs.Graph)."""
     if isinstance(model_or_graph, onnx.ModelProto):
         return [n.op_type for n in model_or_graph.graph.node]
-    return [n.op for n in model_or_graph.nodes]
+    return [n.op for n in getattr(model_or_graph, "graph", model_or_graph).nodes]

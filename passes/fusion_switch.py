@@ -28,7 +28,8 @@ from graphpass.cost_model.target import Target
 from graphpass.errors import UsageError
 from graphpass.passes.framework.pass_base import PassKind
 from graphpass.passes.framework.registry import all_passes
-from graphpass.outputs import write_text_atomic
+from graphpass.errors import write_error
+from graphpass.ir.files import write_text_atomic
 
 __all__ = ["fusion_passes", "read_switch_file", "write_switch_file", "UB_FUSION"]
 
@@ -137,5 +138,8 @@ def write_switch_file(path: str | Path, enabled: dict[str, bool], target: "str |
         text = json.dumps(doc, indent=2) + "\n"
     else:
         text = "".join(f"{name}:{'on' if on else 'off'}\n" for name, _, on in entries)
-    write_text_atomic(p, text)
+    try:
+        write_text_atomic(p, text)
+    except OSError as e:
+        raise write_error(p, e) from None
     return p

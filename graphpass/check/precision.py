@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -46,6 +46,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphpass.check import verify as V
 from graphpass.reporting import Report, markdown_table, rich_table, text_console
+
+if TYPE_CHECKING:
+    from graphpass.ir.model import ModelLike
 
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_FLUSH", "TensorRange", "Finding", "PrecisionReport", "analyze"]
 
@@ -634,11 +637,14 @@ def register_converter(convert: Converter) -> Converter:
     return convert
 
 
-def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
+def analyze(model: "ModelLike", feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0,
             input_shapes: Mapping[str, Sequence[int]] | None = None, underflow_share: float = 0.01,
             absorption_share: float = 0.5, check: bool = True, mode: str = "force_fp16",
             convert: Converter | None = None) -> PrecisionReport:
     """Run ``model`` in fp32 with every float32 tensor exposed and judge activations, constants and sums.
+
+    ``model`` is a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model` (coerced by
+    :func:`graphpass.ir.model.as_proto`: validated as ``load`` validates); it is not changed.
 
     Args:
         underflow_share: risky when more than this share of a tensor's nonzero values flush to zero.
@@ -649,6 +655,9 @@ def analyze(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = Non
         convert: the conversion the check runs (:data:`Converter`); by default the registered one:
             the mixed_precision pass's (``import graphpass`` registers it).
     """
+    from graphpass.ir.model import as_proto
+
+    model = as_proto(model)
     if feeds is None:
         feeds = V.random_inputs(V.session(model), seed=seed, input_shapes=input_shapes)
     info = _walk(model)

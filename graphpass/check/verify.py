@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -31,6 +31,9 @@ from google.protobuf.message import DecodeError
 from graphpass.errors import BadModelError
 from graphpass.check.promise import Promise
 from graphpass.reporting import Report, markdown_table, rich_table, text_console
+
+if TYPE_CHECKING:
+    from graphpass.ir.model import ModelLike
 
 __all__ = ["OutputComparison", "OutputCheck", "check_outputs", "VerifyReport", "FedInput", "Tolerance", "Runner", "session", "random_inputs",
            "make_inputs", "check_input_shapes", "check_deterministic", "random_nodes", "branch_notes",
@@ -891,8 +894,8 @@ def _provenance_map(a: onnx.ModelProto, b: onnx.ModelProto) -> dict[str, str]:
 
 
 def verify_models(
-    a: onnx.ModelProto,
-    b: onnx.ModelProto,
+    a: "ModelLike",
+    b: "ModelLike",
     feeds: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -905,6 +908,10 @@ def verify_models(
 ) -> VerifyReport:
     """Run ``a`` (the original) and ``b`` on the same inputs in onnxruntime and compare.
 
+    ``a`` and ``b`` are each a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model`
+    (coerced by :func:`graphpass.ir.model.as_proto`: validated as ``load`` validates; a Model
+    is run in the form ``save`` writes, portable). Neither is changed.
+
     ``rtol``/``atol`` default to ``DEFAULT_RTOL``/``DEFAULT_ATOL``, or to the fp16 promise
     when either model holds float16 tensors; give 0 and 0 for bitwise comparison.
 
@@ -913,7 +920,16 @@ def verify_models(
         BadModelError: onnxruntime cannot run one of them (its reason, one line).
     """
     from graphpass.errors import UsageError
+    from graphpass.ir.model import as_proto
 
+    try:
+        a = as_proto(a)
+    except BadModelError as e:
+        raise BadModelError(f"model A: {e}") from e
+    try:
+        b = as_proto(b)
+    except BadModelError as e:
+        raise BadModelError(f"model B: {e}") from e
     ins_a, ins_b = {i.name for i in _graph_inputs(a)}, {i.name for i in _graph_inputs(b)}
     if ins_a != ins_b:
         raise UsageError(f"the models have different inputs: {sorted(ins_a ^ ins_b)}")

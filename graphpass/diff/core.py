@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
 from typing import Any
 
 import onnx
@@ -427,15 +428,16 @@ def _rewrites(a: GraphView, b: GraphView, m: Matching, groups, costs) -> list[Re
 
 # -- models ------------------------------------------------------------------------------------
 
-def _load(path_or_model, label: str) -> onnx.ModelProto:
+def _load(source, label: str) -> onnx.ModelProto:
     """The model as stored, checked as ``graphpass load`` checks it (external data files must exist
-    and lie in the model's folder; they stay on disk and are hashed in chunks)."""
+    and lie in the model's folder; they stay on disk and are hashed in chunks). A ModelProto is
+    copied and a Model exported (portable, as ``save`` writes it): neither is changed."""
     from graphpass.errors import BadModelError
-    from graphpass.ir import model_io
+    from graphpass.ir.model import as_proto
 
-    where = "<model>" if isinstance(path_or_model, onnx.ModelProto) else f"'{path_or_model}'"
+    where = f"'{source}'" if isinstance(source, (str, os.PathLike)) else "<model>"
     try:
-        return model_io.read_as_stored(path_or_model, where=where)
+        return as_proto(source, stored=True, where=where)
     except BadModelError as e:
         raise BadModelError(f"{label} model {e}") from None
 
@@ -448,8 +450,10 @@ def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], 
     if not t.estimates:
         return None
     cm = t.cost_model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # from_proto changes the proto it imports
     try:
-        graph = model_io.from_proto(model)
+        graph = model_io.from_proto(copy)
     except Exception:  # noqa: BLE001 - a model the IR cannot take is still diffed, without costs
         return None
     per_node, report = cm.node_costs(graph)
@@ -457,7 +461,9 @@ def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], 
 
 
 def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, str] | None = None) -> GraphDiff:
-    """Diff two models (paths or ModelProtos). Unreadable files raise BadModelError naming them."""
+    """Diff two models, each a path, bytes, an ``onnx.ModelProto`` or a :class:`graphpass.Model`
+    (a Model is compared in the form ``save`` writes, portable); neither is changed. Unreadable
+    or invalid models raise BadModelError naming them."""
     ma, mb = _load(before, "before"), _load(after, "after")
     n_nodes = max(len(ma.graph.node), len(mb.graph.node))
     costs = None
@@ -485,8 +491,8 @@ def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, s
         d.transdata.update({"implicit_before": ta.get("implicit", 0), "implicit_after": tb.get("implicit", 0),
                             "us_before": round(ta.get("us", 0.0), 3), "us_after": round(tb.get("us", 0.0), 3)})
     d.opsets = {"before": oa, "after": ob}
-    d.names = {"before": names[0] if names else str(before if not isinstance(before, onnx.ModelProto) else "before"),
-               "after": names[1] if names else str(after if not isinstance(after, onnx.ModelProto) else "after")}
+    d.names = {"before": names[0] if names else str(before if isinstance(before, (str, os.PathLike)) else "before"),
+               "after": names[1] if names else str(after if isinstance(after, (str, os.PathLike)) else "after")}
     return d
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.ir import model_io
+from graphpass.ir import inference, serialize
 from graphpass.ir.graph import subgraph_pairs
 
 __all__ = ["refresh_shapes", "static_shape", "numel", "tensor_elem_type", "ONNX_TO_NP"]
@@ -109,8 +109,8 @@ def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
 
 def refresh_shapes(graph: gs.Graph) -> int:
     """Re-run shape inference on ``graph`` and update its tensors; returns how many changed."""
-    model = model_io.snapshot(graph)[0]  # weightless: inference needs dims and dtypes, not bytes
-    inferred = model_io.infer_shapes(model)
+    model = serialize.snapshot(graph)[0]  # weightless: inference needs dims and dtypes, not bytes
+    inferred = inference.infer_shapes(model)
     if inferred is model:
         return 0
     return _apply(inferred.graph, graph)

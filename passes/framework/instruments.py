@@ -179,7 +179,7 @@ class VerifyEach(PassInstrument):
     def enter(self, manager, graph, ctx):
         from graphpass.check import verify as V
 
-        model = model_io.to_proto(graph)
+        model = model_io.to_proto(graph, emit="device")
         feeds, ref, _, runner, _ = V.reference(model, seed=self.seed, input_shapes=self.input_shapes)
         V.check_deterministic("the input model", model, runner, feeds, ref)  # else every pass "breaks" it
         self._feeds, self._ref, self._fp16 = feeds, ref, runner.fp16
@@ -192,7 +192,7 @@ class VerifyEach(PassInstrument):
 
         self._promises.append(getattr(pass_, "promise", V.UNDECLARED))
         name = pass_.name
-        model = model_io.to_proto(graph)
+        model = model_io.to_proto(graph, emit="device")
         try:
             onnx.checker.check_model(model, full_check=True)
         except Exception as e:
@@ -348,7 +348,4 @@ def _replace_graph(graph: gs.Graph, other: gs.Graph) -> None:
     graph.nodes = other.nodes
     graph.inputs = other.inputs
     graph.outputs = other.outputs
-    graph.functions = other.functions
-    for key in ("_gp_model",):
-        if key in other.__dict__:
-            graph.__dict__[key] = other.__dict__[key]
+    graph.functions = other.functions  # the model facts stay with the caller's Model (graphpass.ir.model)

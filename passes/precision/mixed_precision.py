@@ -307,4 +307,4 @@ def convert_model(model: onnx.ModelProto, mode: str, keep_fp32: list[str]) -> on
 
     graph = load(model)
     MixedPrecision.as_function()(graph, mode=mode, keep_fp32=list(keep_fp32), emulate=True)
-    return to_proto(graph)
+    return to_proto(graph, emit="device")

@@ -47,19 +47,19 @@ def test_model_uses_those_cycles_on_one_core():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
                        {"x": (F16, [1, 64, 56, 56])}, {"y": (F16, [1, 64, 56, 56])},
                        initializers={"w": np.zeros((64, 64, 3, 3), np.float16)})
-    r = _one_core().estimate(gp.load(model))
+    r = _one_core().estimate(gp.load(model).graph)
     conv = _node(r, "Conv")
     assert conv["cube_us"] == pytest.approx(28224 / 1000.0)  # cycles / 1000 MHz
     mm = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])], {"a": (F16, [128, 256]), "b": (F16, [256, 512])},
                     {"c": (F16, [128, 512])})
-    assert _node(_one_core().estimate(gp.load(mm)), "MatMul")["cube_us"] == pytest.approx(4096 / 1000.0)
+    assert _node(_one_core().estimate(gp.load(mm).graph), "MatMul")["cube_us"] == pytest.approx(4096 / 1000.0)
 
 
 # -- formats and padding -----------------------------------------------------------------------
 
 def _relu_5hd(c):
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (F16, [1, c, 64, 64])}, {"y": (F16, [1, c, 64, 64])})
-    g = gp.load(model)
+    g = gp.load(model).graph
     A.set_format(g.inputs[0], "NC1HWC0")
     return AscendCostModel().estimate(g)
 
@@ -77,7 +77,7 @@ def test_fp32_conv_costs_more_than_fp16_on_910a():
         m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
                        {"x": (dtype, [1, 64, 56, 56])}, {"y": (dtype, [1, 64, 56, 56])},
                        initializers={"w": np.zeros((64, 64, 3, 3), np_t)})
-        return gp.load(m)
+        return gp.load(m).graph
 
     cm = AscendCostModel("ascend910a")
     f16 = cm.estimate(conv(F16)).total_us
@@ -92,7 +92,7 @@ def test_fp32_conv_costs_more_than_fp16_on_910a():
 def test_cube_bound_graph_is_faster_on_910b2():
     m = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])], {"a": (F16, [4096, 4096]), "b": (F16, [4096, 4096])},
                    {"c": (F16, [4096, 4096])})
-    g = gp.load(m)
+    g = gp.load(m).graph
     a, b = AscendCostModel("ascend910a").estimate(g), AscendCostModel("ascend910b2").estimate(g)
     assert _node(a, "MatMul")["bound"] == "cube"
     assert _node(b, "MatMul")["us"] < _node(a, "MatMul")["us"]
@@ -106,7 +106,7 @@ def test_aicpu_node_between_ai_core_nodes_adds_two_crossings():
                     helper.make_node("Relu", ["b"], ["y"])],
                    {"x": (F16, [1, 16, 32, 32])}, {"y": (F16, [1, 16, 64, 64])},
                    initializers={"scales": np.array([1, 1, 2, 2], np.float32)})
-    r = AscendCostModel().estimate(gp.load(m))
+    r = AscendCostModel().estimate(gp.load(m).graph)
     assert _node(r, "Resize")["engine"] == "AICPU"
     assert [(c["from"], c["to"]) for c in r.crossings] == [("AICORE", "AICPU"), ("AICPU", "AICORE")]
 
@@ -121,7 +121,7 @@ def _topk_model(k_const: bool):
         inits["k"] = np.array([16], np.int64)
     else:
         inputs["k"] = (TensorProto.INT64, [1])
-    return gp.load(make_model(nodes, inputs, {"y": (F16, [])}, initializers=inits, opset=13))
+    return gp.load(make_model(nodes, inputs, {"y": (F16, [])}, initializers=inits, opset=13)).graph
 
 
 def test_topk_with_runtime_k_makes_its_region_host_scheduled():
@@ -141,7 +141,7 @@ def _loop_graph(sunk: bool):
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", F16, [1, 16, 32, 32])],
     )
     g = gp.load(make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], {"x": (F16, [1, 16, 32, 32])},
-                           {"y": (F16, [1, 16, 32, 32])}, initializers={"n": np.array(10, np.int64)}))
+                           {"y": (F16, [1, 16, 32, 32])}, initializers={"n": np.array(10, np.int64)})).graph
     if sunk:
         A.set(g.nodes[0], A.SINK, "device")
     return g
@@ -166,7 +166,7 @@ def test_extract_image_patches_on_host_costs_more_than_a_conv():
     eip = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", ksizes=[1, 3, 3, 1],
                                        strides=[1, 1, 1, 1], rates=[1, 1, 1, 1], padding="VALID")],
                      {"x": [1, 64, 64, 16]}, {"y": [1, 62, 62, 144]}, extra_opsets={"tf": 1})
-    host = gp.load(eip)
+    host = gp.load(eip).graph
     A.set_engine(host.nodes[0], "HOST")  # the py_func fallback of seed 000
     conv = make_model([helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
                        helper.make_node("Conv", ["xt", "w"], ["c"]),
@@ -174,7 +174,7 @@ def test_extract_image_patches_on_host_costs_more_than_a_conv():
                       {"x": [1, 64, 64, 16]}, {"y": [1, 62, 62, 144]},
                       initializers={"w": np.zeros((144, 16, 3, 3), np.float32)})
     cm = AscendCostModel()
-    on_host, by_conv = cm.estimate(host), cm.estimate(gp.load(conv))
+    on_host, by_conv = cm.estimate(host), cm.estimate(gp.load(conv).graph)
     assert on_host.total_us > by_conv.total_us
     assert on_host.crossings and not by_conv.crossings
 
@@ -194,7 +194,7 @@ def _shuffle_between_convs(use_gather: bool):
                   helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
                   helper.make_node("Reshape", ["t", "s4"], ["s"])]
     nodes.append(helper.make_node("Conv", ["s", "w2"], ["y"]))
-    return gp.load(make_model(nodes, {"x": (F16, [1, c, 28, 28])}, {"y": (F16, [1, c, 28, 28])}, initializers=inits))
+    return gp.load(make_model(nodes, {"x": (F16, [1, c, 28, 28])}, {"y": (F16, [1, c, 28, 28])}, initializers=inits)).graph
 
 
 def test_channel_shuffle_by_transpose_costs_more_than_by_gather():
@@ -210,7 +210,7 @@ def _concat_of(c):
              helper.make_node("Concat", ["a", "b"], ["cat"], axis=1), helper.make_node("Conv", ["cat", "w3"], ["y"])]
     inits = {"w1": np.zeros((c, 16, 1, 1), np.float16), "w2": np.zeros((c, 16, 1, 1), np.float16),
              "w3": np.zeros((16, 2 * c, 1, 1), np.float16)}
-    return gp.load(make_model(nodes, {"x": (F16, [1, 16, 28, 28])}, {"y": (F16, [1, 16, 28, 28])}, initializers=inits))
+    return gp.load(make_model(nodes, {"x": (F16, [1, 16, 28, 28])}, {"y": (F16, [1, 16, 28, 28])}, initializers=inits)).graph
 
 
 def test_concat_of_unaligned_channels_in_5hd_costs_more():
@@ -227,7 +227,7 @@ def test_concat_of_unaligned_channels_in_5hd_costs_more():
 def test_unknown_ops_dtypes_and_symbolic_shapes_are_costed_with_assumptions():
     m = make_model([helper.make_node("Mystery", ["x"], ["a"], domain="com.vendor"), helper.make_node("Relu", ["a"], ["y"])],
                    {"x": ["N", 3, "H", "W"]}, {"y": ["N", 3, "H", "W"]}, extra_opsets={"com.vendor": 1})
-    r = AscendCostModel().estimate(gp.load(m))
+    r = AscendCostModel().estimate(gp.load(m).graph)
     assert r.unknown_ops == ["com.vendor::Mystery"]
     assert _node(r, "com.vendor::Mystery")["engine"] == "AICPU"
     assert any("symbolic dim 'N'" in a for a in r.assumptions)
@@ -241,7 +241,7 @@ NODE_KEYS = {"name", "op", "engine", "formats_in", "formats_out", "us", "bound",
 
 
 def test_json_follows_the_documented_schema(light_path):
-    r = create().estimate(gp.load(light_path("light_resnet50.onnx")))
+    r = create().estimate(gp.load(light_path("light_resnet50.onnx")).graph)
     d = json.loads(r.to_json())
     for k, kind in REQUIRED.items():
         assert isinstance(d[k], kind), k
@@ -253,7 +253,7 @@ def test_json_follows_the_documented_schema(light_path):
 
 @pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")) if f.endswith(".onnx")))
 def test_every_light_model_gets_a_plausible_breakdown(name, light_path):
-    r = create().estimate(gp.load(light_path(name)))
+    r = create().estimate(gp.load(light_path(name)).graph)
     assert r.total_us > 0 and not r.unknown_ops
     ops = sorted(r.per_op_us.items(), key=lambda kv: -kv[1])
     assert ops[0][0] in ("Conv", "Gemm", "BatchNormalization", "TransData (implicit)")

@@ -101,7 +101,7 @@ def test_the_none_target_is_explicit_and_has_no_hardware_facts():
     assert t is Target.none() is Target.resolve(None) is PassContext().target
     assert (t.name, t.profile, t.op_table, t.default_precision_mode) == ("none", None, None, None)
     assert not t.has_hardware and not t.estimates and isinstance(t.cost_model, NullCostModel)
-    graph = gp.load(_conv_relu())
+    graph = gp.load(_conv_relu()).graph
     assert t.estimate(graph).total_us is None
     for ask in (lambda: t.format_oracle(graph), lambda: t.placement(graph)):
         with pytest.raises(gp.UsageError, match=r"needs a hardware target and the target is 'none'"):
@@ -150,7 +150,7 @@ def test_a_cost_model_given_to_the_context_replaces_only_the_estimates():
     assert ctx.cost_model is null and ctx.target.cost_model is null and not ctx.target.estimates
     assert ctx.target.profile is get_target("ascend910b2").profile and ctx.target.has_hardware
     assert get_target("ascend910b2").estimates  # the cached target is untouched
-    graph = gp.load(_conv_relu())
+    graph = gp.load(_conv_relu()).graph
     assert ctx.target.placement(graph)[0]  # placement still comes from the hardware facts
 
 
@@ -238,7 +238,7 @@ class _CountEngines(gp.Pass):
 
 
 def test_a_users_pass_that_needs_a_target_raises_without_one_and_is_skipped_by_the_manager():
-    graph = gp.load(_conv_relu())
+    graph = gp.load(_conv_relu()).graph
     with pytest.raises(gp.UsageError, match="^pass 'test_count_engines' needs a hardware target"):
         _CountEngines().apply(graph, PassContext())
     assert _CountEngines().apply(graph, PassContext(target="ascend910b2")).stats == {"aicpu": 0}

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from graphpass.cli import main, parse_input_shapes
-from graphpass.ir import model_io
+from graphpass.ir import external, model_io
 from graphpass.testing import make_model
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "shufflenet_v2_x0_5.onnx")
@@ -238,7 +238,7 @@ def test_no_space_while_saving_is_exit_2_and_leaves_nothing(tmp_path, monkeypatc
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(model_io, "_write_streaming", full)
+    monkeypatch.setattr(external, "_write_streaming", full)
     code = main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-q"])
     err = capsys.readouterr().err
     assert code == 2 and "No space left on device" in err and "o.onnx" in err
@@ -247,13 +247,13 @@ def test_no_space_while_saving_is_exit_2_and_leaves_nothing(tmp_path, monkeypatc
 
 _SLOW_SAVE = """
 import sys, time
-from graphpass.ir import model_io
-real = model_io._write_streaming
+from graphpass.ir import external
+real = external._write_streaming
 def slow(model, originals, dst):
     real(model, originals, dst)
     print("saving", flush=True)
     time.sleep(60)
-model_io._write_streaming = slow
+external._write_streaming = slow
 from graphpass.cli import main
 sys.exit(main(sys.argv[1:]))
 """

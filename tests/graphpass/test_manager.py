@@ -56,7 +56,7 @@ class _Crash(Pass):
 
 
 def test_fixed_point_and_records():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     records = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"])(graph).records
     assert ops(graph) == ["Relu", "Neg"]
     assert [r.round for r in records][-1] == 2  # round 2 changed nothing, so the loop stopped
@@ -78,13 +78,13 @@ def test_max_rounds_bounds_the_loop():
             graph.nodes = list(reversed(graph.nodes)) if len(graph.nodes) > 1 else graph.nodes
             return PassResult(True)
 
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     records = PassManager([Toggle], max_rounds=3)(graph).records
     assert len(records) == 3
 
 
 def test_disabled_passes_are_skipped():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     mgr = PassManager(["eliminate_identity", "merge_transposes"], disabled={"merge_transposes"})
     assert mgr(graph).skipped == ["merge_transposes"] and ops(graph).count("Transpose") == 2
 
@@ -95,27 +95,27 @@ def test_unknown_pass_names_the_known_ones():
 
 
 def test_exception_names_pass_and_history():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     with pytest.raises(PassError, match=r"pass 'crash' failed: ValueError: boom .*eliminate_identity"):
         PassManager(["eliminate_identity", _Crash])(graph)
 
 
 def test_contract_modified_must_be_honest():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     with pytest.raises(PassError, match="modified=False"):
         PassManager([_Liar], instruments=[ContractCheck()])(graph)
     with pytest.raises(PassContractError):
-        _Liar().apply(gp.load(_chain_model()), PassContext())
+        _Liar().apply(gp.load(_chain_model()).graph, PassContext())
 
 
 def test_verify_each_names_the_first_bad_pass():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     with pytest.raises(VerificationError, match="after pass 'break_relu'"):
         PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"], instruments=[VerifyEach()])(graph)
 
 
 def test_dump_dir_numbers_changed_graphs(tmp_path):
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     PassManager(["eliminate_identity", "fold_constants", "merge_transposes"], instruments=[DumpIR(tmp_path)])(graph)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
 
@@ -131,7 +131,7 @@ class _CountingModel(CostModel):
 
 def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
     model = _chain_model()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     records = PassManager([_BreakRelu, "eliminate_identity"], instruments=[CostVeto(_CountingModel())])(graph).records
     first = records[0]
     assert first.rolled_back and "rolled back" in first.note and first.cost_after_us > first.cost_before_us
@@ -142,7 +142,7 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
         name = "required_break"
         required = True
 
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     records = PassManager([RequiredBreak], instruments=[CostVeto(_CountingModel())])(graph).records
     assert not records[0].rolled_back and "Relu" not in ops(graph)
 
@@ -150,7 +150,7 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
         name = "cleanup_break"
         kind = PassKind.CLEANUP
 
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     records = PassManager([CleanupBreak], instruments=[CostVeto(_CountingModel())])(graph).records
     assert not records[0].rolled_back and records[0].cost_after_us > records[0].cost_before_us
 
@@ -170,9 +170,9 @@ def test_optimize_report_carries_ascend_estimates():
 def test_choose_picks_the_cheaper_alternative():
     from graphpass.cost_model import create
 
-    cheap = gp.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}))
+    cheap = gp.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]})).graph
     dear = gp.load(make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
-                              {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}))
+                              {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]})).graph
     assert create("ascend910a").choose([dear, cheap]) == 1
     assert create("none").choose([dear, cheap]) == 0
 
@@ -228,7 +228,7 @@ def _random_graph(draw):
 @settings(max_examples=60, deadline=None)
 @given(_random_graph())
 def test_cleanup_pipeline_preserves_outputs(model):
-    before = count_nodes(gp.load(model))
+    before = count_nodes(gp.load(model).graph)
     result = gp.optimize(model)
     after = gp.to_proto(result.graph)
     assert count_nodes(result.graph) <= before

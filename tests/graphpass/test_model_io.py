@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 import graphpass as gp
 from graphpass.errors import BadModelError
 from graphpass.ir import annotations as A
-from graphpass.ir import model_io
+from graphpass.ir import external, model_io
 from graphpass.testing import assert_equivalent, make_model
 
 
@@ -25,7 +25,7 @@ def test_round_trip_keeps_model_data_and_annotations(tmp_path):
     model.doc_string = "doc"
     model.model_version = 7
     model.graph.node[0].metadata_props.add(key="user.key", value="kept")
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     A.set_engine(graph.nodes[0], "AICORE")
     A.set_format(graph.nodes[0].outputs[0], "NC1HWC0")
     A.set_format(graph.nodes[0].inputs[1], "ND")  # an initializer
@@ -36,7 +36,7 @@ def test_round_trip_keeps_model_data_and_annotations(tmp_path):
     onnx.checker.check_model(back, full_check=True)
     assert {p.key: p.value for p in back.metadata_props} == {"author": "me"}
     assert back.doc_string == "doc" and back.model_version == 7
-    g2 = gp.load(tmp_path / "m.onnx")
+    g2 = gp.load(tmp_path / "m.onnx").graph
     add, relu = g2.nodes
     assert A.get_engine(add) == "AICORE" and A.get(add, "user.key") == "kept"
     assert A.get_format(add.outputs[0]) == "NC1HWC0"
@@ -56,7 +56,7 @@ def test_local_functions_and_custom_opsets_survive(tmp_path):
                         helper.make_node("TransData", ["r"], ["y"], domain="graphpass.ascend",
                                          src_format="NC1HWC0", dst_format="NCHW")],
                        {"x": [1, 2]}, {"y": [1, 2]}, functions=[body], extra_opsets={"graphpass.ascend": 1})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     A.set_engine(graph.nodes[2], "AICORE")
     gp.save(graph, tmp_path / "f.onnx", emit="device")
     back = onnx.load(tmp_path / "f.onnx")
@@ -76,7 +76,7 @@ def test_local_functions_and_custom_opsets_survive(tmp_path):
 
 
 def test_ir3_model_saved_as_valid_ir4(light_path, tmp_path):
-    graph = gp.load(light_path("light_squeezenet.onnx"))
+    graph = gp.load(light_path("light_squeezenet.onnx")).graph
     gp.save(graph, tmp_path / "s.onnx")
     back = onnx.load(tmp_path / "s.onnx")
     assert back.ir_version == 4
@@ -87,7 +87,7 @@ def test_external_data_loads_and_saves(tmp_path):
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [2, 256]}, {"y": [2, 256]},
                        initializers={"w": np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)})
     onnx.save_model(model, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.weights", size_threshold=0)
-    graph = gp.load(tmp_path / "ext.onnx")
+    graph = gp.load(tmp_path / "ext.onnx").graph
     out = tmp_path / "out"
     out.mkdir()
     gp.save(graph, out / "m.onnx", external_data=True)
@@ -95,13 +95,13 @@ def test_external_data_loads_and_saves(tmp_path):
     assert sorted(os.listdir(out)) == ["m.onnx", "m.onnx.data"]  # no temp files left behind
     gp.save(graph, out / "m.onnx", external_data=True)  # saving twice does not append to the data
     assert (out / "m.onnx.data").stat().st_size < 2 * 256 * 256 * 4
-    back = gp.load(out / "m.onnx")
+    back = gp.load(out / "m.onnx").graph
     np.testing.assert_array_equal(back.nodes[0].inputs[1].values, graph.nodes[0].inputs[1].values)
 
 
 def test_models_past_the_threshold_are_saved_with_external_data(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD", 1000)
-    graph = gp.load(_small_model().SerializeToString())
+    monkeypatch.setattr(external, "EXTERNAL_DATA_THRESHOLD", 1000)
+    graph = gp.load(_small_model().SerializeToString()).graph
     big = np.ones((64, 64), np.float32)
     graph.nodes[0].inputs[1].values = big[:4, :8].copy()
     model = gp.to_proto(graph)
@@ -129,7 +129,7 @@ def test_external_data_locations_are_confined(tmp_path, location, message):
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     with pytest.raises(BadModelError, match=message):
-        gp.load(path)
+        gp.load(path).graph
 
 
 def test_caller_proto_is_not_mutated():
@@ -157,7 +157,7 @@ def test_streamed_save_writes_one_valid_model_with_every_weight(tmp_path):
              helper.make_node("MatMul", ["a1", "w2"], ["a2"]),
              helper.make_node("Loop", ["n", "", "a2"], ["y"], body=body)]
     model = make_model(nodes, {"x": [1, 64]}, {"y": [1, 64]}, initializers={**weights, "n": np.array(2, np.int64)})
-    gp.save(gp.load(model), tmp_path / "s.onnx")
+    gp.save(gp.load(model).graph, tmp_path / "s.onnx")
     back = onnx.load(tmp_path / "s.onnx")
     onnx.checker.check_model(back, full_check=True)
     got = {t.name: onnx.numpy_helper.to_array(t) for t in back.graph.initializer}

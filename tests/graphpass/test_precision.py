@@ -111,7 +111,7 @@ PLANTED = {  # case -> (hazard kind, hazard, the tensor, nodes the keep-list mus
 
 
 def _emulated_error(model, feeds, keep):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     mixed_precision(graph, mode="force_fp16", keep_fp32=list(keep), emulate=True)
     out = gp.to_proto(graph)
     onnx.checker.check_model(out, full_check=True)

@@ -101,7 +101,7 @@ class _Log(PassInstrument):
 
 def test_hooks_nest_like_context_managers():
     log = []
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     res = PassManager(["eliminate_identity", "merge_transposes"], max_rounds=1,
                       instruments=[_Log("a", log), _Log("b", log, skip={"merge_transposes"})])(graph)
     assert log == [("a", "enter"), ("b", "enter"),
@@ -121,7 +121,7 @@ def test_exit_is_not_called_when_the_run_raises():
 
 def test_cost_veto_rolls_back_into_the_callers_graph_and_reports_costs():
     model = _chain_model()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     veto = CostVeto(_NegCost())
     res = PassManager([_BreakRelu, "eliminate_identity"], instruments=[veto])(graph)
     first = res.records[0]
@@ -134,7 +134,7 @@ def test_cost_veto_rolls_back_into_the_callers_graph_and_reports_costs():
 
 
 def test_cost_veto_without_an_active_cost_model_does_nothing():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     veto = CostVeto(create("none"))
     res = PassManager([_BreakRelu], instruments=[veto])(graph)
     assert res.records[0].modified and veto.initial_cost is None and veto.final_cost is None
@@ -143,7 +143,7 @@ def test_cost_veto_without_an_active_cost_model_does_nothing():
 
 def test_verify_each_only_sees_applications_the_veto_kept():
     # outside CostVeto (earlier in the list), VerifyEach never sees the rolled-back Relu -> Neg
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     res = PassManager([_BreakRelu, "eliminate_identity"],
                       instruments=[VerifyEach(), CostVeto(_NegCost())])(graph)
     assert res.records[0].rolled_back and res.records[1].modified
@@ -152,7 +152,7 @@ def test_verify_each_only_sees_applications_the_veto_kept():
 
 
 def test_dump_ir_writes_kept_applications_only(tmp_path):
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"],
                 instruments=[DumpIR(tmp_path), CostVeto(_NegCost())])(graph)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
@@ -188,14 +188,14 @@ def test_progress_reports_name_round_index_total():
 
 
 def test_application_limit_stops_after_n_changes_and_ignores_rollbacks():
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     res = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"],
                       instruments=[ApplicationLimit(1)])(graph)
     assert [(r.name, r.application) for r in res.records] == [("eliminate_identity", 1)]
     assert ops(graph).count("Transpose") == 2
     assert PassManager(["eliminate_identity"], instruments=[ApplicationLimit(0)])(gp.load(_chain_model())).records == []
     # a rolled-back application does not count towards the limit
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     res = PassManager([_BreakRelu, "eliminate_identity", "merge_transposes"],
                       instruments=[ApplicationLimit(1), CostVeto(_NegCost())])(graph)
     assert [(r.name, r.rolled_back, r.application) for r in res.records] == [
@@ -205,7 +205,7 @@ def test_application_limit_stops_after_n_changes_and_ignores_rollbacks():
 def test_contract_check_catches_a_liar_and_can_be_switched_off(monkeypatch):
     with pytest.raises(PassError, match="modified=False"):
         PassManager([_Liar], instruments=[ContractCheck()])(gp.load(_chain_model()))
-    graph = gp.load(_chain_model())
+    graph = gp.load(_chain_model()).graph
     PassManager([_Liar], max_rounds=1, instruments=[ContractCheck(enabled=False)])(graph)
     assert count_nodes(graph) == 4  # not checked: the lie goes through
     monkeypatch.setattr(I, "CONTRACT_CHECK_MAX_NODES", 3)  # auto: off above the size limit

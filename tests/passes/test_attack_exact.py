@@ -97,13 +97,13 @@ def test_small_external_weight_read_by_a_pass_is_written_inline(tmp_path, emit):
     convert_model_to_external_data(model, all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
     src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(model, src)
-    graph = gp.load(str(src))
+    graph = gp.load(str(src)).graph
     gp.optimize(graph)
     gp.save(graph, dst, emit=emit)
     onnx.checker.check_model(str(dst), full_check=True)
     out = onnx.load(str(dst))
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 4, 5, 5)).astype(np.float32)}
     np.testing.assert_allclose(ort_run(out, feeds)["y"], ort_run(onnx.load(str(src)), feeds)["y"], rtol=1e-6, atol=1e-6)
-    gp_graph = gp.load(str(src))
+    gp_graph = gp.load(str(src)).graph
     gp.optimize(gp_graph)
     check_full(gp.to_proto(gp_graph, emit=emit))

@@ -103,7 +103,7 @@ def _fused_ops(model):
 @pytest.mark.parametrize("emit", ["portable", "device"])
 def test_conv_relu6_of_every_float_type_comes_out_valid_and_bit_equal(elem, opset, bias, emit, tmp_path):
     model = conv_relu6(elem, opset, bias)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_conv_activation(graph).stats["fired"] == 1
     out = _optimize(model, emit, tmp_path)
     if emit == "device":
@@ -122,7 +122,7 @@ def test_conv_relu6_of_every_float_type_comes_out_valid_and_bit_equal(elem, opse
 @pytest.mark.parametrize("emit", ["portable", "device"])
 def test_float64_gelu_fuses_with_double_constants(elem, opset, emit, tmp_path):
     model = gelu(elem, opset)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_gelu(graph).stats["fired"] == 1
     out = _optimize(model, emit, tmp_path)
     if emit == "device" and opset < 20:
@@ -136,7 +136,7 @@ def test_float64_gelu_fuses_with_double_constants(elem, opset, emit, tmp_path):
 @pytest.mark.parametrize("emit", ["portable", "device"])
 def test_float64_layer_norm_fuses_with_its_eps_in_the_body_type(elem, opset, emit, tmp_path):
     model = layer_norm(elem, opset)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_layer_norm(graph).stats["fired"] == 1
     assert graph.nodes[0].attrs["epsilon"] == 2.0 ** -17
     out = _optimize(model, emit, tmp_path)
@@ -146,7 +146,7 @@ def test_float64_layer_norm_fuses_with_its_eps_in_the_body_type(elem, opset, emi
 
 def test_float64_layer_norm_with_an_eps_a_float_cannot_hold_is_not_fused():
     # 1e-5 as a double is not a float32: the epsilon attribute would round it
-    assert not fuse_layer_norm(gp.load(layer_norm(F64, 17, eps=1e-5))).modified
+    assert not fuse_layer_norm(gp.load(layer_norm(F64, 17, eps=1e-5)).graph).modified
 
 
 @pytest.mark.parametrize("elem, opset", [(F16, 17), (F16, 20), (BF16, 22)])
@@ -157,7 +157,7 @@ def test_half_precision_gelu_and_layer_norm_are_left_and_come_out_valid(elem, op
     # than the promised 1e-5: not fused. The model still comes out valid and equal.
     model = build(elem, opset)
     ctx = PassContext()
-    assert not fuse(gp.load(model), ctx).modified
+    assert not fuse(gp.load(model).graph, ctx).modified
     assert "more than the promised tolerance" in ctx.explanations[0].reason
     out = _optimize(model, emit, tmp_path)
     if elem == BF16:
@@ -179,7 +179,7 @@ def test_relu6_conv_of_a_second_type_in_one_model_is_refused_with_the_reason():
                           [helper.make_tensor_value_info("y16", F16, [1, 3, 5, 5])], initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     stats = fuse_conv_activation(graph, ctx).stats
     assert (stats["fired"], stats["refused"]) == (1, 1)
@@ -200,7 +200,7 @@ def test_an_unmarked_body_from_an_earlier_graphpass_counts_as_float32():
     old.doc_string = ""
     model.functions.append(old)
     model.opset_import.append(helper.make_opsetid("graphpass.ascend", 1))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert "typed for FLOAT" in function_type_conflict(graph, "FusedConvRelu6", F16)
     assert function_type_conflict(graph, "FusedConvRelu6", F32) is None
     assert function_type_conflict(graph, "FusedConvRelu", F16) is None  # no constants: any type

@@ -11,7 +11,7 @@ def test_duplicate_chains_merge():
                         helper.make_node("Exp", ["a1"], ["b1"]), helper.make_node("Exp", ["a2"], ["b2"]),
                         helper.make_node("Add", ["b1", "b2"], ["y"])],
                        {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_common_subexpressions(graph)
     assert result.modified and result.stats["nodes_merged"] == 2
     assert ops(graph) == ["Relu", "Exp", "Add"]
@@ -25,7 +25,7 @@ def test_different_attributes_do_not_merge():
                         helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.2),
                         helper.make_node("Add", ["a", "b"], ["y"])],
                        {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not eliminate_common_subexpressions(graph).modified
 
 
@@ -34,7 +34,7 @@ def test_random_ops_and_graph_outputs_never_merge():
                         helper.make_node("RandomUniformLike", ["x"], ["r2"], seed=1.0),
                         helper.make_node("Neg", ["x"], ["y1"]), helper.make_node("Neg", ["x"], ["y2"])],
                        {"x": [3]}, {"r1": [3], "r2": [3], "y1": [3], "y2": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not eliminate_common_subexpressions(graph).modified
     assert ops(graph).count("RandomUniformLike") == 2 and ops(graph).count("Neg") == 2
 
@@ -44,7 +44,7 @@ def test_equal_constants_merge_then_nodes_merge():
                         helper.make_node("Mul", ["a", "b"], ["y"])],
                        {"x": [3]}, {"y": [3]},
                        initializers={"c1": np.array([1, 2, 3], np.float32), "c2": np.array([1, 2, 3], np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_common_subexpressions(graph)
     assert result.stats["constants_merged"] == 1 and result.stats["nodes_merged"] == 1
     assert ops(graph) == ["Add", "Mul"]

@@ -13,7 +13,7 @@ def test_removes_unused_chain_and_keeps_outputs():
          helper.make_node("Tanh", ["dead1"], ["dead2"])],
         {"x": [3]}, {"y": [3]},
     )
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_dead_nodes(graph)
     assert result.modified and result.stats["removed"] == 2
     assert ops(graph) == ["Relu"]
@@ -22,13 +22,13 @@ def test_removes_unused_chain_and_keeps_outputs():
 
 def test_nothing_dead_means_no_change():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not eliminate_dead_nodes(graph).modified
 
 
 def test_keeps_unused_graph_inputs_unless_asked():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [3], "unused": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     eliminate_dead_nodes(graph)
     assert [t.name for t in graph.inputs] == ["x", "unused"]
     result = eliminate_dead_nodes(graph, remove_unused_inputs=True)
@@ -57,7 +57,7 @@ def test_outer_producer_used_only_by_a_loop_body_is_live():
          helper.make_node("Loop", ["n", "", "x"], ["y"], body=_loop_reading("outer", dead_in_body=True))],
         {"x": [2]}, {"y": [2]}, initializers={"n": np.array(2, np.int64)},
     )
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_dead_nodes(graph)
     assert result.stats["removed"] == 1  # only the Neg inside the body
     assert ops(graph) == ["Exp", "Loop"]

@@ -11,7 +11,7 @@ from graphpass.testing import assert_equivalent, make_model, ops, ort_run
 def test_internal_identity_removed():
     model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"]),
                         helper.make_node("Neg", ["b"], ["y"])], {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_identity(graph)
     assert result.modified and result.stats["identity"] == 1
     assert ops(graph) == ["Relu", "Neg"]
@@ -22,7 +22,7 @@ def test_internal_identity_removed():
 def test_identity_at_graph_output_renames_producer_output():
     model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["y"])],
                        {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     eliminate_identity(graph)
     assert ops(graph) == ["Relu"]
     assert graph.nodes[0].outputs[0].name == "y"
@@ -32,7 +32,7 @@ def test_identity_at_graph_output_renames_producer_output():
 
 def test_identity_from_graph_input_to_output_is_kept():
     model = make_model([helper.make_node("Identity", ["x"], ["y"])], {"x": [3]}, {"y": [3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_identity(graph)
     assert not result.modified and result.stats["kept_at_output"] == 1
     assert ops(graph) == ["Identity"]
@@ -46,7 +46,7 @@ def test_inference_dropout_removed_training_dropout_kept():
         initializers={"ratio": np.array(0.0, np.float32), "train": np.array(True)},
         opset=13,
     )
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = eliminate_identity(graph)
     assert result.stats["dropout"] == 1
     assert ops(graph).count("Dropout") == 1
@@ -58,7 +58,7 @@ def test_inference_dropout_removed_training_dropout_kept():
 def test_dropout_with_used_mask_is_kept():
     model = make_model([helper.make_node("Dropout", ["x"], ["d", "mask"])], {"x": [3]},
                        {"d": [3], "mask": (TensorProto.BOOL, [3])}, opset=13)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not eliminate_identity(graph).modified
 
 
@@ -69,7 +69,7 @@ def test_neutral_elements_are_removed():
              helper.make_node("Add", ["neg_zero", "a"], ["b"]), helper.make_node("Div", ["b", "one_s"], ["c"]),
              helper.make_node("Sub", ["c", "zero"], ["y"])]
     model = make_model(nodes, {"x": [2, 3, 4]}, {"y": [2, 3, 4]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = eliminate_identity(graph)
     assert res.stats["neutral"] == 4 and ops(graph) == ["Relu"]
     assert graph.nodes[0].outputs[0].name == "y"
@@ -82,7 +82,7 @@ def test_neutral_element_that_broadcasts_or_is_not_neutral_is_kept():
              helper.make_node("Mul", ["a", "two"], ["b"]),      # not a neutral element
              helper.make_node("Sub", ["zero", "b"], ["y"])]     # 0 - b is a negation
     model = make_model(nodes, {"x": [3, 4]}, {"y": [2, 3, 4]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not eliminate_identity(graph).modified
     assert ops(graph) == ["Mul", "Mul", "Sub"]
 
@@ -107,7 +107,7 @@ def test_float_neutral_elements_follow_the_sign_of_zero(op, value, removed, cons
     ins = ["c", "r"] if const_first else ["r", "c"]
     nodes = [helper.make_node("Neg", ["x"], ["r"]), helper.make_node(op, ins, ["y"])]
     model = make_model(nodes, {"x": [12]}, {"y": [12]}, initializers={"c": np.array(value, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     eliminate_identity(graph)
     assert (op in ops(graph)) != removed
     after = gp.to_proto(graph)
@@ -123,7 +123,7 @@ def test_float_neutral_elements_follow_the_sign_of_zero(op, value, removed, cons
 def test_integer_neutral_elements_are_all_removed(op, value, dtype, elem):
     nodes = [helper.make_node("Neg", ["x"], ["r"]), helper.make_node(op, ["r", "c"], ["y"])]
     model = make_model(nodes, {"x": (elem, [5])}, {"y": (elem, [5])}, initializers={"c": np.array(value, dtype)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert eliminate_identity(graph).stats["neutral"] == 1
     feeds = {"x": np.array([0, -1, 7, np.iinfo(dtype).max, np.iinfo(dtype).min + 1], dtype)}
     assert _bits_equal(ort_run(gp.to_proto(graph), feeds)["y"], ort_run(model, feeds)["y"])

@@ -24,7 +24,7 @@ def _model(nodes, inputs, outputs, inits=None):
 
 
 def _run(model):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = eliminate_transdata(graph, PassContext(target="ascend910a"))
     assert_equivalent(model, gp.to_proto(graph), exact=True)
     assert_equivalent(model, gp.to_proto(graph, emit="portable"), exact=True)

@@ -35,7 +35,7 @@ def _conv_bn(group=1, bias=True, dtype=np.float32):
 def test_folds_into_conv_with_and_without_bias_and_groups():
     for group, bias in ((1, True), (1, False), (4, True), (8, False)):
         model = _conv_bn(group, bias)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         result = fold_batchnorm(graph)
         assert result.modified and result.stats["fired"] == 1
         assert ops(graph) == ["Conv"]
@@ -54,13 +54,13 @@ def test_folds_into_conv_transpose_and_gemm():
                       initializers={"w": RNG.standard_normal((7, 5)).astype(np.float32), "c0": RNG.standard_normal(7).astype(np.float32),
                                     **_bn_params(7)})
     for model, op in ((ct, "ConvTranspose"), (gemm, "Gemm")):
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         assert fold_batchnorm(graph).modified and ops(graph) == [op]
         assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
 
 
 def _refusal(model):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     result = fold_batchnorm(graph, ctx)
     assert not result.modified and "BatchNormalization" in ops(graph)
@@ -94,7 +94,7 @@ def _fp16_model():
 def test_bn_after_non_conv_is_not_matched():
     model = make_model([helper.make_node("Relu", ["x"], ["r"]), _bn("r", "y")], {"x": [1, 8, 4, 4]}, {"y": [1, 8, 4, 4]},
                        initializers=_bn_params(8))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not fold_batchnorm(graph).modified
 
 
@@ -138,7 +138,7 @@ def test_zero_gamma_is_folded_and_keeps_nan_and_inf():
     gamma = RNG.uniform(0.5, 1.5, 8).astype(np.float32)
     gamma[[0, 3]] = [0.0, -0.0]
     model = _conv_bn_with(bn_s=gamma)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fold_batchnorm(graph).modified
     from graphpass.testing import ort_run
     x = RNG.standard_normal((2, 8, 6, 6)).astype(np.float32)

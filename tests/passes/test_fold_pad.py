@@ -22,7 +22,7 @@ def _model(op_node, pads=(0, 0, 1, 2, 0, 0, 1, 0), value=None, opset=17, out_sha
 def test_zero_pad_folds_into_conv():
     conv = helper.make_node("Conv", ["p", "w"], ["y"], pads=[1, 1, 1, 1])
     model = _model(conv, out_shape=(1, 4, 9, 9))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fold_pad(graph).stats["fired"] == 1
     assert ops(graph) == ["Conv"]
     assert list(graph.nodes[0].attrs["pads"]) == [2, 3, 2, 1]
@@ -33,7 +33,7 @@ def test_average_pool_is_refused():
     """Its own padding stays out of the sum: a window of -0.0 would average to -0.0, not +0.0."""
     for attrs in ({}, {"pads": [1, 1, 1, 1], "count_include_pad": 1}):
         pool = helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3], **attrs)
-        graph = gp.load(_model(pool, out_shape=(1, 3, 9, 9) if attrs else (1, 3, 7, 7)))
+        graph = gp.load(_model(pool, out_shape=(1, 3, 9, 9) if attrs else (1, 3, 7, 7))).graph
         ctx = PassContext()
         assert not fold_pad(graph, ctx).modified
         assert "AveragePool leaves its own padding out of the sum" in ctx.explanations[0].reason
@@ -49,7 +49,7 @@ def test_refusals_say_why():
         (_model(helper.make_node("Conv", ["p", "w"], ["y"]), pads=(0, 1, 0, 0, 0, 0, 0, 0), out_shape=(1, 4, 5, 5)),
          "batch or channel"),
     ):
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         ctx = PassContext()
         assert not fold_pad(graph, ctx).modified
         assert reason in ctx.explanations[0].reason

@@ -31,7 +31,7 @@ def test_permutation_matches_the_reshape_transpose_reshape_definition():
 def test_shuffle_becomes_gather():
     for zeros in (False, True):
         model = _shuffle_model(zeros=zeros)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         assert fuse_channel_shuffle(graph).stats["fired"] == 1
         assert ops(graph) == ["Gather"]
         gather = graph.nodes[0]
@@ -40,7 +40,7 @@ def test_shuffle_becomes_gather():
 
 
 def test_not_a_shuffle_is_refused_with_reason():
-    graph = gp.load(_shuffle_model(perm=(0, 1, 2, 4, 3)))
+    graph = gp.load(_shuffle_model(perm=(0, 1, 2, 4, 3))).graph
     ctx = PassContext()
     assert not fuse_channel_shuffle(graph, ctx).modified
     assert "perm [0, 1, 2, 4, 3]" in ctx.explanations[0].reason
@@ -54,7 +54,7 @@ class _PreferTranspose(CostModel):
 
 
 def test_cost_model_can_keep_the_transpose():
-    graph = gp.load(_shuffle_model())
+    graph = gp.load(_shuffle_model()).graph
     ctx = PassContext(cost_model=_PreferTranspose())
     assert not fuse_channel_shuffle(graph, ctx).modified
     assert "prefers the Transpose" in ctx.explanations[0].reason

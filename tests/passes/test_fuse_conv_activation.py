@@ -39,7 +39,7 @@ def test_fuses_each_activation_and_runs_in_both_forms(act, tmp_path):
     if act == "Relu6":
         model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
                                         onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = fuse_conv_activation(graph)
     assert result.stats["fired"] == 1
     fused = graph.nodes[-1]
@@ -62,7 +62,7 @@ def test_clip_that_is_not_relu6_is_refused_with_reason():
     model = _model([helper.make_node("Clip", ["c", "lo", "hi"], ["y"])])
     model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
                                     onnx.numpy_helper.from_array(np.array(5, np.float32), "hi")])
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_activation(graph, ctx).modified
     assert "Clip(0.0, 5.0) is not Relu6" in ctx.explanations[0].reason
@@ -73,14 +73,14 @@ def test_conv_output_read_elsewhere_is_not_fused():
                         helper.make_node("Neg", ["c"], ["z"])],
                        {"x": [1, 3, 8, 8]}, {"y": [1, 4, 6, 6], "z": [1, 4, 6, 6]},
                        initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not fuse_conv_activation(graph).modified
 
 
 def test_fusion_lowers_the_estimate():
     model = _model(CASES["Relu"][0])
-    before = create().estimate(gp.load(model)).total_us
-    graph = gp.load(model)
+    before = create().estimate(gp.load(model).graph).total_us
+    graph = gp.load(model).graph
     fuse_conv_activation(graph)
     assert create().estimate(graph).total_us < before
 
@@ -98,7 +98,7 @@ def test_fusion_inside_a_loop_body_puts_the_function_on_the_model():
     )
     model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], {"x": [1, 3, 6, 6]}, {"y": [1, 3, 6, 6]},
                        initializers={"n": np.array(2, np.int64), "w": (RNG.standard_normal((3, 3, 3, 3)) * 0.3).astype(np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_conv_activation(graph).stats["fired"] == 1
     device = gp.to_proto(graph, emit="device")
     assert [f.name for f in device.functions] == ["FusedConvRelu"]
@@ -110,7 +110,7 @@ def test_clip_from_negative_zero_is_not_relu6():
     model = _model(CASES["Relu6"][0])
     model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(-0.0, np.float32), "lo"),
                                     onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_activation(graph, ctx).modified
     assert "-0.0" in ctx.explanations[0].reason

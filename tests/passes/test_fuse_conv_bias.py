@@ -24,7 +24,7 @@ def test_per_channel_and_scalar_addends_become_the_bias():
     cases = [RNG.standard_normal((1, 6, 1, 1)), RNG.standard_normal((6, 1, 1)), np.array([0.5])]
     for addend, conv_bias, add_first in zip(cases, (False, True, False), (False, True, True)):
         model = _model(addend.astype(np.float32), conv_bias, add_first)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         result = fuse_conv_bias(graph)
         assert result.stats["fired"] == 1 and ops(graph) == ["Conv"]
         assert graph.nodes[0].outputs[0].name == "y" and len(graph.nodes[0].inputs) == 3
@@ -33,7 +33,7 @@ def test_per_channel_and_scalar_addends_become_the_bias():
 
 def test_spatial_addend_is_refused_with_reason():
     model = _model(RNG.standard_normal((1, 6, 6, 6)).astype(np.float32))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_bias(graph, ctx).modified
     assert "not per output channel" in ctx.explanations[0].reason
@@ -43,13 +43,13 @@ def test_runtime_addend_is_refused():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["conv"]), helper.make_node("Add", ["conv", "z"], ["y"])],
                        {"x": [1, 3, 8, 8], "z": [1, 6, 6, 6]}, {"y": [1, 6, 6, 6]},
                        initializers={"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_bias(graph, ctx).modified and "not a constant" in ctx.explanations[0].reason
 
 
 def _refusal(model):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_bias(graph, ctx).modified
     return ctx.explanations[0].reason
@@ -94,7 +94,7 @@ def test_addend_that_would_move_inf_or_nan_is_refused_with_reason():
 def test_conv_without_bias_gets_the_addend_exactly():
     # the missing bias is -0.0, the additive identity: a -0.0 addend stays -0.0
     addend = np.array([-0.0, 0.0, 1.5, -2.0, -0.0, 3.0], np.float32).reshape(6, 1, 1)
-    graph = gp.load(_model(addend))
+    graph = gp.load(_model(addend)).graph
     assert fuse_conv_bias(graph).modified
     bias = np.asarray(graph.nodes[0].inputs[2].values)
     assert np.array_equal(bias.view(np.uint32), addend.ravel().view(np.uint32))

@@ -29,7 +29,7 @@ def test_per_channel_and_scalar_scales_go_into_the_weights():
     cases = [RNG.uniform(0.5, 2, (1, 6, 1, 1)), RNG.uniform(0.5, 2, (6, 1, 1)), np.array([0.5])]
     for scale, conv_bias, mul_first, group in zip(cases, (False, True, False), (False, True, True), (1, 2, 1)):
         model = _model(scale.astype(np.float32), conv_bias, mul_first, group)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         result = fuse_conv_scale(graph)
         assert result.stats["fired"] == 1 and ops(graph) == ["Conv"]
         assert graph.nodes[0].outputs[0].name == "y"
@@ -39,7 +39,7 @@ def test_per_channel_and_scalar_scales_go_into_the_weights():
 
 def test_caffe_scale_layer_conv_mul_add_becomes_one_conv():
     model = _model(RNG.uniform(0.5, 2, (1, 6, 1, 1)).astype(np.float32), then_add=True)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
     assert ops(graph) == ["Conv"]
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
@@ -47,7 +47,7 @@ def test_caffe_scale_layer_conv_mul_add_becomes_one_conv():
 
 def test_spatial_scale_or_shared_weights_are_refused_with_reason():
     model = _model(RNG.standard_normal((1, 6, 6, 6)).astype(np.float32))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_scale(graph, ctx).modified
     assert "not per output channel" in ctx.explanations[0].reason
@@ -56,7 +56,7 @@ def test_spatial_scale_or_shared_weights_are_refused_with_reason():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["c1"]), helper.make_node("Mul", ["c1", "s"], ["y"]),
                         helper.make_node("Conv", ["x", "w"], ["z"])], {"x": [1, 3, 8, 8]},
                        {"y": [1, 6, 6, 6], "z": [1, 6, 6, 6]}, initializers={"w": w, "s": np.float32(2.0)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_scale(graph, ctx).modified
     assert "shared" in ctx.explanations[0].reason
@@ -71,7 +71,7 @@ def test_batchnorm_then_scale_and_shift_fold_into_the_batchnorm():
     model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]),
                         helper.make_node("Mul", ["n", "k"], ["p"]), helper.make_node("Add", ["d", "p"], ["r"]),
                         helper.make_node("Relu", ["r"], ["y"])], {"x": [2, c, 5, 5]}, {"y": [2, c, 5, 5]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_conv_scale(graph).stats["fired"] == 1 and fuse_conv_bias(graph).stats["fired"] == 1
     assert ops(graph) == ["BatchNormalization", "Relu"]
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
@@ -83,7 +83,7 @@ def test_scale_of_higher_rank_than_the_output_is_refused():
                        {"x": [1, 3, 8, 8]}, {"y": [1, 1, 6, 6, 6]},
                        initializers={"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32),
                                      "s": RNG.uniform(0.5, 2, (1, 1, 6, 1, 1)).astype(np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_conv_scale(graph, ctx).modified
     assert "would broadcast the rank-4 output up" in ctx.explanations[0].reason
@@ -97,7 +97,7 @@ def test_scale_that_would_move_inf_or_nan_is_refused_with_reason():
                           (3e38, "overflows float32")):
         scale = np.ones((1, 6, 1, 1), np.float32)
         scale[0, 2] = value
-        graph = gp.load(_model(scale))
+        graph = gp.load(_model(scale)).graph
         ctx = PassContext()
         assert not fuse_conv_scale(graph, ctx).modified
         assert reason in ctx.explanations[0].reason, value

@@ -26,7 +26,7 @@ def _model(sizes=(3, 3), split_axis=1, idx=None, opset=13):
 def test_split_of_gather_becomes_gathers():
     for sizes, opset in (((3, 3), 13), ((2, 4), 11), ((1, 2, 3), 13)):
         model = _model(sizes, opset=opset)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         assert fuse_gather_split(graph).stats["fired"] == 1
         assert ops(graph) == ["Gather"] * len(sizes)
         assert [n.outputs[0].name for n in graph.nodes] == [f"y{k}" for k in range(len(sizes))]
@@ -38,7 +38,7 @@ def test_split_along_another_axis_is_refused():
                         helper.make_node("Split", ["g", "sizes"], ["a", "b"], axis=2)],
                        {"x": [2, 6, 4, 3]}, {"a": [2, 6, 2, 3], "b": [2, 6, 2, 3]},
                        initializers={"idx": np.arange(6)[::-1].astype(np.int64), "sizes": np.array([2, 2], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_gather_split(graph, ctx).modified
     assert "Split along axis 2, Gather along axis 1" in ctx.explanations[0].reason

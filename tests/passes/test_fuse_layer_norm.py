@@ -34,7 +34,7 @@ def _ln_model(opset, affine=True, axis=-1):
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_subgraph_becomes_one_op(opset, op, domain, affine, tmp_path):
     model = _ln_model(opset, affine)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_layer_norm(graph).stats["fired"] == 1
     assert ops(graph) == [op] and (graph.nodes[0].domain or "") == domain
     assert graph.nodes[0].attrs["epsilon"] == pytest.approx(1e-5)
@@ -44,7 +44,7 @@ def test_layer_norm_subgraph_becomes_one_op(opset, op, domain, affine, tmp_path)
 
 
 def test_normalizing_another_axis_is_not_fused():
-    graph = gp.load(_ln_model(13, axis=1))
+    graph = gp.load(_ln_model(13, axis=1)).graph
     assert not fuse_layer_norm(graph).modified
 
 
@@ -56,14 +56,14 @@ def _set(model, name, value):
 
 
 def test_epsilon_is_taken_from_the_graph_exactly():
-    graph = gp.load(_ln_model(17))
+    graph = gp.load(_ln_model(17)).graph
     fuse_layer_norm(graph)
     assert graph.nodes[0].attrs["epsilon"] == float(np.float32(1e-5))
 
 
 def test_near_miss_exponent_is_not_layer_norm():
     for two in (2.0001, np.nextafter(np.float32(2), np.float32(3))):
-        assert not fuse_layer_norm(gp.load(_set(_ln_model(17), "two", two))).modified
+        assert not fuse_layer_norm(gp.load(_set(_ln_model(17), "two", two)).graph).modified
 
 
 @pytest.mark.parametrize("name, shape, left", [("gamma", (1, 8), []), ("beta", (1, 1, 8), []), ("gamma", (), []),
@@ -72,7 +72,7 @@ def test_scale_and_bias_must_broadcast_along_the_last_axis_only(name, shape, lef
     model = _set(_ln_model(17), name, RNG.uniform(0.5, 1.5, shape))
     if len(shape) == 4:  # a rank-4 bias makes the output 4-D
         model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 5, 8]))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert fuse_layer_norm(graph).modified
     if not left:
         assert ops(graph) == ["LayerNormalization"]

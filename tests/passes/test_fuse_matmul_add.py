@@ -15,7 +15,7 @@ def test_2d_matmul_add_becomes_gemm_for_each_broadcast():
         model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"), add], {"x": [4, 5]}, {"y": [4, 7]},
                            initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32),
                                          "c": RNG.standard_normal(c_shape).astype(np.float32)})
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         assert fuse_matmul_add(graph).stats["fired"] == 1
         assert ops(graph) == ["Gemm"] and graph.nodes[0].outputs[0].name == "y"
         assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
@@ -25,7 +25,7 @@ def test_batched_matmul_is_refused_with_reason():
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "c"], ["y"])],
                        {"x": [2, 4, 5]}, {"y": [2, 4, 7]},
                        initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32), "c": np.zeros(7, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not fuse_matmul_add(graph, ctx).modified
     assert "ranks 3 and 2" in ctx.explanations[0].reason
@@ -38,7 +38,7 @@ def test_addend_that_would_change_the_output_shape_is_refused():
                            {"x": [4, 5]}, {"y": list(c_shape)},
                            initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32),
                                          "c": RNG.standard_normal(c_shape).astype(np.float32)})
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         ctx = PassContext()
         assert not fuse_matmul_add(graph, ctx).modified
         assert "does not broadcast to [4, 7]" in ctx.explanations[0].reason

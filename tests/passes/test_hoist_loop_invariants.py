@@ -42,7 +42,7 @@ def _invariant_body():
 
 def test_invariant_chain_leaves_the_body():
     model = _loop_model(_invariant_body())
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = hoist_loop_invariants(graph)
     assert result.stats["hoisted"] >= 2
     assert ops(graph)[-1] == "Loop" and {"Exp", "Mul"} <= set(ops(graph))
@@ -55,7 +55,7 @@ def test_loop_carried_and_random_values_stay():
     body = _body([helper.make_node("RandomUniformLike", ["w"], ["r"], seed=1.0),
                   helper.make_node("Mul", ["acc_in", "w"], ["m"]),
                   helper.make_node("Add", ["m", "r"], ["acc_out"])])
-    graph = gp.load(_loop_model(body))
+    graph = gp.load(_loop_model(body)).graph
     assert not hoist_loop_invariants(graph).modified
 
 
@@ -65,7 +65,7 @@ def test_nested_loops_hoist_through_both_levels():
     outer = _body([helper.make_node("Loop", ["n2", "", "acc_in"], ["acc_out"], body=inner, name="inner")], carried="acc")
     model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=outer, name="outer")], {"x": [4], "w": [4]},
                        {"y": [4]}, initializers={"n": np.array(3, np.int64), "n2": np.array(2, np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert "Neg" in ops(graph)  # out of both loops
     assert_equivalent(model, gp.to_proto(graph), exact=True)
@@ -78,7 +78,7 @@ def test_dynamic_trip_count_keeps_what_could_fail():
                   helper.make_node("Add", ["a", "g"], ["acc_out"])])
     model = _loop_model(body, dynamic_trips=True)
     model.graph.initializer.append(__import__("onnx").numpy_helper.from_array(np.array([0, 1, 2, 3], np.int64), "idx"))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     hoist_loop_invariants(graph, ctx)
     assert "Exp" in ops(graph) and "Gather" not in ops(graph)  # Exp cannot fail; Gather could
@@ -91,7 +91,7 @@ def test_body_outputs_and_scan_outputs_stay():
     body = _body([helper.make_node("Exp", ["w"], ["e"]), helper.make_node("Add", ["acc_in", "e"], ["acc_out"])],
                  extra_outputs=("e",))
     model = _loop_model(body, scan_outputs=("es",))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not hoist_loop_invariants(graph).modified  # e is a scan output: the body must produce it
     assert_equivalent(model, gp.to_proto(graph), exact=True)
 
@@ -151,7 +151,7 @@ def _body_op_names(graph):
 def test_cond_false_at_entry_keeps_what_could_fail_in_the_body(cond):
     # M = 3 is constant, but cond is false (or unknown) at entry: zero trips, the Gather must not run
     model = _general_loop(_gather_body(), m=3, cond=cond, extra_inputs={"idx": (I64, [4])})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     hoist_loop_invariants(graph, ctx)
     assert "Gather" in _body_op_names(graph) and "Gather" not in ops(graph)
@@ -166,7 +166,7 @@ def test_cond_false_at_entry_keeps_what_could_fail_in_the_body(cond):
 
 def test_cond_true_constant_and_trip_count_hoist_everything():
     model = _general_loop(_gather_body(), m=2, cond=True, extra_inputs={"idx": (I64, [4])})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert "Gather" in ops(graph) and "Gather" not in _body_op_names(graph)
     feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.arange(4, dtype=np.float32),
@@ -181,7 +181,7 @@ def test_trip_count_only_cond_only_and_zero_trips_keep_a_gather(m, cond):
         cond_out = [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", I64, [], [1])),
                     helper.make_node("Less", ["i", "two"], ["cond_out"])]
     model = _general_loop(_gather_body(), m=m, cond=cond, extra_inputs={"idx": (I64, [4])}, cond_out=cond_out)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert "Gather" in _body_op_names(graph)
     out = gp.to_proto(graph)
@@ -204,7 +204,7 @@ def test_integer_div_stays_when_the_loop_may_not_run():
             helper.make_node("Cast", ["q"], ["qf"], to=F),
             helper.make_node("Add", ["acc_in", "qf"], ["acc_out"])]
     model = _general_loop(body, m="input", cond=None, extra_inputs={"a": (I64, [4]), "b": (I64, [4])})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     hoist_loop_invariants(graph, ctx)
     assert "Div" in _body_op_names(graph) and "Div" not in ops(graph)  # checked before anything runs
@@ -218,7 +218,7 @@ def test_cast_from_string_stays_when_the_loop_may_not_run():
     body = [helper.make_node("Cast", ["s"], ["sf"], to=F, name="parse"),
             helper.make_node("Add", ["acc_in", "sf"], ["acc_out"])]
     model = _general_loop(body, m="input", cond=None, extra_inputs={"s": (S, [4])})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     hoist_loop_invariants(graph, ctx)
     assert "Cast" in _body_op_names(graph) and "Cast" not in ops(graph)
@@ -236,7 +236,7 @@ def test_broadcasting_ops_need_static_broadcastable_shapes_when_the_loop_may_not
             helper.make_node("Add", ["acc_in", "ww"], ["t0"]), helper.make_node("Add", ["t0", "wd"], ["t1"]),
             helper.make_node("Add", ["t1", "r"], ["acc_out"])]
     model = _general_loop(body, m="input", cond=None, extra_inputs={"u": ["A"], "v": ["B"]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     body_ops = _body_op_names(graph)
     assert "Mul" in ops(graph) and "Div" in ops(graph) and "Mul" not in body_ops
@@ -252,7 +252,7 @@ def test_special_values_bit_for_bit_with_scan_outputs_and_zero_trips(trips, go):
     body = [helper.make_node("Exp", ["w"], ["e"]), helper.make_node("Div", ["e", "w"], ["d"]),
             helper.make_node("Neg", ["d"], ["nd"]), helper.make_node("Mul", ["acc_in", "nd"], ["acc_out"])]
     model = _general_loop(body, m="input", cond="input", scan_output=True)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert hoist_loop_invariants(graph).stats["hoisted"] == 3
     out = gp.to_proto(graph)
     check_full(out)
@@ -281,7 +281,7 @@ def _scan_model(length, gather=True):
 @pytest.mark.parametrize("length", ["L", 0])
 def test_scan_that_may_run_zero_times_keeps_a_gather(length):
     model = _scan_model(length)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     scan = next(n for n in graph.nodes if n.op == "Scan")
     assert "Gather" in [n.op for n in scan.attrs["body"].nodes] and "Gather" not in ops(graph)
@@ -293,7 +293,7 @@ def test_scan_that_may_run_zero_times_keeps_a_gather(length):
 
 def test_scan_with_a_static_length_hoists_and_stays_bitwise():
     model = _scan_model(3)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert "Gather" in ops(graph)
     feeds = {"x": np.array([np.nan, -np.inf, -0.0, 1], np.float32), "w": np.array([np.inf, -0.0, 1e-45, 3e38], np.float32),
@@ -308,7 +308,7 @@ def test_m_and_cond_from_constant_nodes(cond_value, hoisted):
     loop.input[0], loop.input[1] = "m_const", "c_const"
     model.graph.node.insert(0, helper.make_node("Constant", [], ["m_const"], value=helper.make_tensor("m", I64, [], [2])))
     model.graph.node.insert(0, helper.make_node("Constant", [], ["c_const"], value=helper.make_tensor("c", B, [], [cond_value])))
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert ("Gather" in ops(graph)) == hoisted
     feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.arange(4, dtype=np.float32),
@@ -318,7 +318,7 @@ def test_m_and_cond_from_constant_nodes(cond_value, hoisted):
 
 def test_constants_and_elementwise_chains_leave_a_loop_that_may_not_run():
     model = _loop_model(_invariant_body(), dynamic_trips=True)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     hoist_loop_invariants(graph)
     assert sorted(_body_op_names(graph)) == ["Add", "Identity"]  # Constant, Exp and Mul([4] x []) left
     f = np.finfo(np.float32)

@@ -42,7 +42,7 @@ def _run_k(model, k, seed=0):
 @pytest.mark.parametrize("reducer", ["ReduceSum", "ReduceMean"])
 def test_runtime_k_reduction_becomes_static_topk_and_mask(reducer):
     model = _model(reducer)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = lower_dynamic_topk(graph)
     assert result.stats["lowered"] == 1
     topk = next(n for n in graph.nodes if n.op == "TopK")
@@ -61,7 +61,7 @@ def test_runtime_k_reduction_becomes_static_topk_and_mask(reducer):
     ({"reducer": None}, "feed Relu"),
 ])
 def test_other_consumers_are_refused_with_reason(kwargs, reason):
-    graph = gp.load(_model(**kwargs))
+    graph = gp.load(_model(**kwargs)).graph
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
     assert reason in ctx.explanations[0].reason
@@ -71,7 +71,7 @@ def test_other_consumers_are_refused_with_reason(kwargs, reason):
 def test_constant_k_is_already_static():
     model = make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"]), helper.make_node("ReduceSum", ["v"], ["y"], keepdims=0)],
                        {"x": [2, 10]}, {"y": []}, initializers={"k": np.array([3], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = lower_dynamic_topk(graph)
     assert not result.modified and result.stats["static_k"] == 1
 
@@ -102,7 +102,7 @@ def _topk_model(sorted_=1, largest=1, reducer="ReduceSum", elem=TensorProto.FLOA
 
 
 def _lowered(model):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert lower_dynamic_topk(graph).stats["lowered"] == 1
     out = gp.to_proto(graph)
     check_full(out)
@@ -221,7 +221,7 @@ def test_every_dtype_topk_takes(elem, reducer):
 def test_integer_mean_is_refused(elem):
     # onnxruntime's mean of [max, max, max] is max; a wrapped integer sum divided by 3 is not
     model = _topk_model(1, 1, "ReduceMean", elem=elem)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
     assert "integer mean" in ctx.explanations[0].reason
@@ -230,7 +230,7 @@ def test_integer_mean_is_refused(elem):
 @pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.UNDEFINED])
 def test_unknown_or_non_numpy_dtypes_are_refused(elem):
     model = _topk_model(1, 1, "ReduceSum", elem=TensorProto.FLOAT)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     graph.nodes[0].inputs[0].dtype = None if elem == TensorProto.UNDEFINED else elem  # as gs holds them
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
@@ -274,7 +274,7 @@ def test_float16_mean_with_a_count_float16_cannot_hold_is_refused():
     nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
              helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
     model = make_model(nodes, {"x": (TensorProto.FLOAT16, [3, 700]), "k": (I64, [1])}, {"y": (TensorProto.FLOAT16, [])})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
     assert "counts up to 2100 values: not exact in float16" in ctx.explanations[0].reason

@@ -29,7 +29,7 @@ def _model(h, w, c, k, s, r, padding, domain="tf"):
 @pytest.mark.parametrize("hw", [(9, 9), (10, 8)])
 def test_lowered_conv_matches_tf_exactly(padding, s, r, c, hw):
     h, w = hw
-    graph = gp.load(_model(h, w, c, 3, s, r, padding))
+    graph = gp.load(_model(h, w, c, 3, s, r, padding)).graph
     result = lower_extract_image_patches(graph)
     assert result.stats["fired"] == 1 and "Conv" not in ops(graph) and ops(graph).count("Gather") == 1
     out = gp.to_proto(graph)
@@ -47,7 +47,7 @@ def test_unlowerable_attributes_are_left_with_a_reason(attrs, reason):
     base = {"ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "VALID", **attrs}
     model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", **base)],
                        {"x": [1, 8, 8, 3]}, {"y": [1, 6, 6, 27]}, extra_opsets={"tf": 1})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not lower_extract_image_patches(graph, ctx).modified
     assert ops(graph) == ["ExtractImagePatches"] and reason in ctx.explanations[0].reason
@@ -57,7 +57,7 @@ def test_symbolic_size_with_same_padding_is_refused():
     model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", ksizes=[1, 3, 3, 1],
                                          strides=[1, 1, 1, 1], rates=[1, 1, 1, 1], padding="SAME")],
                        {"x": [1, "H", "W", 3]}, {"y": [1, "H", "W", 27]}, extra_opsets={"tf": 1})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not lower_extract_image_patches(graph, ctx).modified
     assert "symbolic spatial size" in ctx.explanations[0].reason
@@ -73,7 +73,7 @@ def test_siammask_example_loses_its_host_crossings_and_cost():
     from graphpass.cost_model import create
     from graphpass.ir import annotations as A
 
-    graph = gp.load(siammask_patches.build())
+    graph = gp.load(siammask_patches.build()).graph
     for n in graph.nodes:
         if n.op == "ExtractImagePatches":
             A.set_engine(n, "HOST")  # the py_func fallback
@@ -106,7 +106,7 @@ def _special_input(shape, dtype, seed):
 
 
 def _lower_proto(model):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert lower_extract_image_patches(graph).stats["fired"] == 1
     out = gp.to_proto(graph)
     check_full(out)
@@ -178,7 +178,7 @@ def test_opsets_with_attribute_and_input_pads(opset):
 def test_opset_9_is_refused():
     model = _model(5, 6, 2, 3, 1, 1, "VALID")
     model.opset_import[0].version = 9
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
     assert not lower_extract_image_patches(graph, ctx).modified
     assert "no steps below opset 10" in ctx.explanations[0].reason

@@ -10,7 +10,7 @@ def test_same_axis_concat_chain_is_flattened():
     model = make_model([helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
                         helper.make_node("Concat", ["ab", "c"], ["y"], axis=1)],
                        {"a": [1, 2, 3], "b": [1, 3, 3], "c": [1, 1, 3]}, {"y": [1, 6, 3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert merge_concats(graph).stats["concats_merged"] == 1
     assert ops(graph) == ["Concat"] and [t.name for t in graph.nodes[0].inputs] == ["a", "b", "c"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
@@ -20,7 +20,7 @@ def test_other_axis_or_shared_inner_concat_is_kept():
     model = make_model([helper.make_node("Concat", ["a", "b"], ["ab"], axis=2),
                         helper.make_node("Concat", ["ab", "c"], ["y"], axis=1)],
                        {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2, 6]}, {"y": [1, 4, 6]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not merge_concats(graph).modified
 
 
@@ -29,7 +29,7 @@ def test_split_then_concat_of_all_parts_is_removed():
                         helper.make_node("Concat", ["p0", "p1", "p2"], ["c"], axis=1),
                         helper.make_node("Relu", ["c"], ["y"])],
                        {"x": [2, 6, 3]}, {"y": [2, 6, 3]}, initializers={"s": np.array([1, 2, 3], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert merge_concats(graph).stats["split_concat_removed"] == 1
     assert ops(graph) == ["Relu"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
@@ -42,7 +42,7 @@ def test_slice_chain_is_composed():
                        initializers={"s1": np.array([2], np.int64), "e1": np.array([-1], np.int64), "a1": np.array([0], np.int64),
                                      "s2": np.array([1, 4], np.int64), "e2": np.array([4, 100], np.int64),
                                      "a2": np.array([0, 1], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert merge_concats(graph).stats["slices_composed"] == 1
     assert ops(graph) == ["Slice"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
@@ -56,7 +56,7 @@ def test_inner_concat_read_twice_by_the_chain_is_kept():
                         helper.make_node("Concat", ["a", "t"], ["u"], axis=1),
                         helper.make_node("Concat", ["u", "t"], ["y"], axis=1)],
                        {"x": [1, 2, 3], "a": [1, 1, 3]}, {"y": [1, 9, 3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert merge_concats(graph).stats["concats_merged"] == 1
     assert sorted(ops(graph)) == ["Concat", "Concat"]
     final = next(n for n in graph.nodes if n.outputs[0].name == "y")

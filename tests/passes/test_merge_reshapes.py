@@ -12,7 +12,7 @@ def test_reshape_chain_collapses():
                         helper.make_node("Reshape", ["b", "s2"], ["y"])],
                        {"x": [2, 3, 4]}, {"y": [4, 6]},
                        initializers={"s1": np.array([6, 4], np.int64), "s2": np.array([4, -1], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = merge_reshapes(graph)
     assert result.modified and result.stats["merged"] == 2
     assert ops(graph) == ["Reshape"]
@@ -29,7 +29,7 @@ def test_zero_entries_resolved_from_static_intermediate_shape():
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1
     model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 12
     model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 2
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     merge_reshapes(graph)
     assert ops(graph) == ["Reshape"]
     np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [1, 2, -1])
@@ -42,7 +42,7 @@ def test_noop_reshape_removed_but_not_a_real_one():
                         helper.make_node("Reshape", ["r", "other"], ["y"])],
                        {"x": [2, 3]}, {"y": [3, 2]},
                        initializers={"same": np.array([2, 3], np.int64), "other": np.array([3, 2], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = merge_reshapes(graph)
     assert result.stats["noop_removed"] == 1
     assert ops(graph) == ["Relu", "Reshape"]
@@ -54,5 +54,5 @@ def test_dynamic_shape_input_not_merged():
                         helper.make_node("Reshape", ["a", "s2"], ["y"])],
                        {"x": [2, 3], "s2": (7, [2])}, {"y": [3, 2]},
                        initializers={"s1": np.array([6], np.int64)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not merge_reshapes(graph).modified

@@ -10,7 +10,7 @@ def test_inverse_pair_cancels():
                         helper.make_node("Transpose", ["t"], ["u"], perm=[0, 3, 1, 2]),
                         helper.make_node("Relu", ["u"], ["y"])],
                        {"x": [1, 2, 3, 4]}, {"y": [1, 2, 3, 4]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = merge_transposes(graph)
     assert result.modified and result.stats["identity_removed"] == 1
     assert ops(graph) == ["Relu"]
@@ -22,7 +22,7 @@ def test_composes_into_one_transpose():
     model = make_model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
                         helper.make_node("Transpose", ["t"], ["y"], perm=[0, 2, 1])],
                        {"x": [2, 3, 4]}, {"y": [3, 4, 2]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     merge_transposes(graph)
     assert ops(graph) == ["Transpose"]
     assert list(graph.nodes[0].attrs["perm"]) == [1, 2, 0]
@@ -36,7 +36,7 @@ def test_first_transpose_kept_when_read_elsewhere():
                         helper.make_node("Add", ["u", "x"], ["y"]),
                         helper.make_node("Relu", ["t"], ["z"])],
                        {"x": [2, 3]}, {"y": [2, 3], "z": [3, 2]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     merge_transposes(graph)
     assert sorted(ops(graph)) == ["Add", "Relu", "Transpose"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
@@ -44,7 +44,7 @@ def test_first_transpose_kept_when_read_elsewhere():
 
 def test_single_non_identity_transpose_untouched():
     model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], {"x": [2, 3]}, {"y": [3, 2]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert not merge_transposes(graph).modified
 
 
@@ -55,7 +55,7 @@ def test_default_perm_reverses_the_axes():
                         helper.make_node("Transpose", ["t"], ["u"], perm=[2, 1, 0]),
                         helper.make_node("Relu", ["u"], ["y"])],
                        {"x": [2, 3, 4]}, {"y": [2, 3, 4]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = merge_transposes(graph)
     assert result.modified and result.stats["identity_removed"] == 1
     assert ops(graph) == ["Relu"]

@@ -41,7 +41,7 @@ def _fp16_nodes(graph):
 ])
 def test_modes_choose_the_fp16_nodes_and_cast_only_at_boundaries(mode, expected):
     model = _net()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = mixed_precision(graph, gp.PassContext(target="ascend910a"), mode=mode)
     assert result.modified and _fp16_nodes(graph) == expected
     out = gp.to_proto(graph)
@@ -64,10 +64,10 @@ def test_fp16_only_ops_come_from_the_target_and_none_has_no_op_table():
 
 
 def test_keep_fp32_and_must_keep_origin_dtype():
-    graph = gp.load(_net())
+    graph = gp.load(_net()).graph
     mixed_precision(graph, mode="force_fp16", keep_fp32=["exp"])
     assert "exp" not in _fp16_nodes(graph)
-    graph = gp.load(_net())
+    graph = gp.load(_net()).graph
     assert not mixed_precision(graph, mode="must_keep_origin_dtype").modified
 
 
@@ -114,7 +114,7 @@ def test_cli_precision_and_optimize_keep_fp32_auto(tmp_path, capsys):
 # Issue 16 item 5: only the inputs that share the op's data type (schema type parameter) become fp16.
 
 def _convert_and_run(model, feeds, rtol=2e-2, atol=2e-2, emulate=False):
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     result = mixed_precision(graph, mode="force_fp16", emulate=emulate)
     out = gp.to_proto(graph)
     onnx.checker.check_model(out, full_check=True)
@@ -226,7 +226,7 @@ def test_keep_fp32_names_an_unnamed_node_by_its_first_output():
     nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Mul", ["a", "a"], ["sq"]),
              helper.make_node("Sqrt", ["sq"], ["y"])]
     model = make_model(nodes, {"x": [8]}, {"y": [8]}, initializers={"k": np.array(400, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     mixed_precision(graph, mode="force_fp16", keep_fp32=["sq", "y"])
     half = [n.outputs[0].name for n in graph.nodes if A.get(n, "graphpass.precision") == "fp16"]
     assert half == ["a"]

@@ -36,7 +36,7 @@ def _tracking(host_op_reads_state: bool):
 
 def test_invariant_host_op_leaves_and_the_loop_sinks():
     model = _tracking(host_op_reads_state=False)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     before = create().estimate(graph).total_us
     assert hoist_loop_invariants(graph).stats["hoisted"] >= 2  # Resize of the template, and its pooling
     ctx = PassContext(target="ascend910a")
@@ -51,7 +51,7 @@ def test_invariant_host_op_leaves_and_the_loop_sinks():
 
 
 def test_host_op_on_the_loop_state_blocks_sinking_and_is_named():
-    graph = gp.load(_tracking(host_op_reads_state=True))
+    graph = gp.load(_tracking(host_op_reads_state=True)).graph
     hoist_loop_invariants(graph)
     ctx = PassContext(target="ascend910a")
     result = place_and_sink(graph, ctx)
@@ -103,7 +103,7 @@ def _topk_loop(state_shape=(8,)):
 
 def test_a_data_dependent_shape_in_the_body_blocks_sinking():
     model = _topk_loop()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     topk = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "TopK")
     ctx = PassContext(target="ascend910a")
     result = place_and_sink(graph, ctx)
@@ -122,7 +122,7 @@ def test_a_symbolic_loop_carried_shape_blocks_sinking():
     next(n for n in body.node if n.name == "update").input[1] = "state_in"
     body.input[2].type.tensor_type.shape.dim[0].dim_param = "L"
     body.output[1].type.tensor_type.shape.dim[0].dim_param = "L"
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext(target="ascend910a")
     assert place_and_sink(graph, ctx).stats["sunk"] == 0
     assert any("the shape of 'state_in' is not static" in e.reason for e in ctx.explanations)
@@ -130,7 +130,7 @@ def test_a_symbolic_loop_carried_shape_blocks_sinking():
 
 def test_annotations_only_outputs_bit_for_bit_on_special_values():
     model = _tracking(host_op_reads_state=False)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     place_and_sink(graph, PassContext(target="ascend910a"))
     f = np.finfo(np.float32)
     pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, f.smallest_subnormal, f.max, -f.max, 1.0], np.float32)

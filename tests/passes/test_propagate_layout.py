@@ -152,7 +152,7 @@ def test_optimal_plan_is_the_minimum_on_200_random_graphs():
     """On the cost model's own terms: the min-cut plan equals brute force over every assignment."""
     checked = 0
     for seed in range(200):
-        graph = gp.load(random_layout_model(seed))
+        graph = gp.load(random_layout_model(seed)).graph
         plan = _plan(graph)
         assert 0 < plan.energy.n <= 15
         x, _ = plan.assign("optimal")
@@ -170,14 +170,14 @@ def test_energy_is_exactly_what_the_cost_model_charges():
     seen = 0
     for seed in range(300, 340):
         model = random_layout_model(seed, max_choice=4)
-        plan = _plan(gp.load(model))
+        plan = _plan(gp.load(model).graph)
         n = plan.energy.n
         if not 1 <= n <= 5:
             continue
         gaps = []
         for bits in range(1 << n):
             x = [(bits >> v) & 1 for v in range(n)]
-            graph = gp.load(model)
+            graph = gp.load(model).graph
             fresh = _plan(graph)
             materialize(graph, fresh, x, "optimal", "propagate_layout", fresh.conversions(x))
             toposort(graph)
@@ -196,7 +196,7 @@ def test_conv_relu_add_conv_stays_in_5hd():
              helper.make_node("Add", ["c2", "r"], ["a"]), _conv("a", "y", "w3")]
     model = make_model(nodes, {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]},
                        initializers={"w1": _w(32, 32, 1), "w2": _w(32, 32, 2), "w3": _w(32, 32, 3)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = propagate_layout(graph, _ctx())
     assert res.modified and res.stats["nc1hwc0_nodes"] == 2
     tds = _tds(graph)
@@ -217,7 +217,7 @@ def test_nd_island_gets_transdata_with_its_reason_and_region_between_islands_sta
              helper.make_node("Reshape", ["r", "s1"], ["y"])]
     inits = {"w": _w(24, 16), "s1": np.array([1, 24, 64], np.int64), "s2": np.array([1, 24, 8, 8], np.int64)}
     model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 24, 64]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     propagate_layout(graph, _ctx())
     tds = _tds(graph)
     assert len(tds) == 2  # into the Conv, out of it for the Reshape; the Relu between islands stays ND
@@ -235,7 +235,7 @@ def test_concat_of_unaligned_c_goes_to_nd_aligned_stays(c, in_5hd):
              helper.make_node("Reshape", ["cat", "s"], ["y"])]
     inits = {"w1": _w(c, 16, 1), "w2": _w(c, 16, 2), "s": np.array([1, 2 * c, hw * hw], np.int64)}
     model = make_model(nodes, {"x": [1, 16, hw, hw]}, {"y": [1, 2 * c, hw * hw]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = propagate_layout(graph, _ctx())
     cat = next(n for n in graph.nodes if n.op == "Concat")
     assert (A.get_format(cat.outputs[0]) == "NC1HWC0") is in_5hd
@@ -257,7 +257,7 @@ def test_mixed_inputs_follow_the_cheaper_format_not_the_first_input():
     model = make_model(nodes, {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]}, initializers=inits)
     counts = {}
     for mode in ("greedy", "optimal"):
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         res = propagate_layout(graph, _ctx(), mode=mode)
         add = next(n for n in graph.nodes if n.op == "Add")
         counts[mode] = (res.stats["transdata"], A.get_format(add.outputs[0]), CM.estimate(graph).total_us)
@@ -272,13 +272,13 @@ def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
              helper.make_node("Gather", ["cat", "idx"], ["y"], axis=1)]
     inits = {"w1": _w(58, 16, 1), "w2": _w(58, 16, 2), "idx": np.arange(116, dtype=np.int64)[::-1].copy()}
     model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 116, 8, 8]}, initializers=inits)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     greedy = propagate_layout(graph, _ctx(), mode="greedy")
     pairs = [(t.attrs["src_format"], t.attrs["dst_format"]) for t in _tds(graph)]
     assert pairs.count(("ND", "NC1HWC0")) == 2 and pairs.count(("NC1HWC0", "ND")) == 3  # in, a, b; cat back; to Gather
     assert any("greedy" in A.get(t, A.REASON) for t in _tds(graph))
     _check(model, graph)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     optimal = propagate_layout(graph, _ctx())
     assert optimal.stats["transdata"] < greedy.stats["transdata"]
     _check(model, graph)
@@ -309,7 +309,7 @@ def test_a_pipeline_under_target_none_skips_it_and_says_why():
 
 def test_does_not_fire_without_format_agnostic_work():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = propagate_layout(graph, _ctx())
     assert res.stats["transdata"] == 0 and not _tds(graph)
     _check(model, graph)
@@ -318,7 +318,7 @@ def test_does_not_fire_without_format_agnostic_work():
 def test_runs_on_its_own_output_and_plans_the_same():
     for seed in range(20):
         model = random_layout_model(seed)
-        graph = gp.load(model)
+        graph = gp.load(model).graph
         first = propagate_layout(graph, _ctx())
         if first.stats["transdata"] >= 3:
             break
@@ -342,7 +342,7 @@ def test_symbolic_shape_unknown_op_and_subgraph_stay_in_origin_format():
     model = make_model(nodes, {"x": [1, 16, 8, 8], "cond": (TensorProto.BOOL, []), "d": ["N", 16, 8, 8]},
                        {"y": [1, 16, 8, 8], "z": ["N", 16, 8, 8], "r2": [1, 16, 8, 8]},
                        initializers={"w": _w(16, 16, 1), "w2": _w(16, 16, 2)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     res = propagate_layout(graph, _ctx())
     assert any("symbolic shape" in why for why in res.stats["origin_format"])
     # the Relu read inside the If body gets its input in ND
@@ -361,7 +361,7 @@ def test_symbolic_shape_unknown_op_and_subgraph_stay_in_origin_format():
 def test_op_missing_from_the_op_info_table_stays_nd():
     nodes = [_conv("x", "c", "w"), helper.make_node("Celu", ["c"], ["y"])]
     model = make_model(nodes, {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]}, initializers={"w": _w(16, 16)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     propagate_layout(graph, _ctx())
     td = [t for t in _tds(graph) if t.attrs["dst_format"] == "ND"]
     assert len(td) == 1 and "not in the op-info table" in A.get(td[0], A.REASON)

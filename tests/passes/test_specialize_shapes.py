@@ -23,7 +23,7 @@ def _dynamic_flatten_model():
 
 def test_fixes_dynamic_dims_and_lets_folding_remove_the_shape_chain():
     model = _dynamic_flatten_model()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert graph.inputs[0].shape[0] == "N"  # symbolic dims keep their names
     result = gp.optimize(graph, passes=["specialize_shapes", "fold_constants", "eliminate_dead_nodes"],
                          input_shapes={"x": [2, 3, 4]})
@@ -36,7 +36,7 @@ def test_fixes_dynamic_dims_and_lets_folding_remove_the_shape_chain():
 
 
 def test_no_input_shapes_means_no_change():
-    graph = gp.load(_dynamic_flatten_model())
+    graph = gp.load(_dynamic_flatten_model()).graph
     result = gp.optimize(graph, passes=["specialize_shapes"])
     assert not result.report.passes[0].modified
     assert ops(graph)[0] == "Shape"
@@ -51,8 +51,8 @@ def test_no_input_shapes_means_no_change():
 )
 def test_bad_input_shapes_are_usage_errors(shapes, message):
     with pytest.raises(UsageError, match=message):
-        gp.load(_dynamic_flatten_model(), input_shapes=shapes)
-    graph = gp.load(_dynamic_flatten_model())
+        gp.load(_dynamic_flatten_model(), input_shapes=shapes).graph
+    graph = gp.load(_dynamic_flatten_model()).graph
     with pytest.raises(UsageError, match=message):
         gp.optimize(graph, passes=["specialize_shapes"], input_shapes=shapes)
 
@@ -60,7 +60,7 @@ def test_bad_input_shapes_are_usage_errors(shapes, message):
 def test_batch_of_one_is_specialized_and_downstream_shapes_follow():
     """A dim fixed to 1 is a valid specialization; the Reshape's output shape is re-inferred
     (found by benchmarks/mutation.py: no test fixed a dim to 1 or looked past the input)."""
-    graph = gp.load(_dynamic_flatten_model())
+    graph = gp.load(_dynamic_flatten_model()).graph
     result = gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [1, 3, 4]})
     first = result.report.passes[0]
     assert first.modified and first.stats["inputs_fixed"] == 1 and first.stats["shapes_updated"] >= 1
@@ -69,7 +69,7 @@ def test_batch_of_one_is_specialized_and_downstream_shapes_follow():
 
 
 def test_an_equal_shape_is_left_alone():
-    graph = gp.load(_dynamic_flatten_model())
+    graph = gp.load(_dynamic_flatten_model()).graph
     gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [2, 3, 4]})
     result = gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [2, 3, 4]})
     assert not result.report.passes[0].modified and result.report.passes[0].stats["inputs_fixed"] == 0

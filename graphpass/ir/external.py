@@ -1,0 +1,318 @@
+"""External data: checking and reading weights kept beside the model, lazy weight values, and
+writing weights (streamed into the model file, or to ``<name>.data`` past 2 GB).
+
+Reading: every external tensor's location must lie in the model's folder and name a byte
+range its file holds (:func:`load_external_data`); a model loaded lazily keeps its weights on
+disk (locations made absolute) and reads them one at a time (:class:`ExternalValues`,
+:func:`read_on_disk`, :func:`iter_external_bytes`).
+
+Writing: the exporter leaves big weights out of the proto (see
+:func:`graphpass.ir.serialize.save`); :func:`write_streaming` appends them one record at a
+time, :func:`write_external` puts them in a 64-byte-aligned data file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import external_data_helper
+
+from graphpass.errors import BadModelError, ResourceLimitError
+from graphpass.ir.validate import _expected_bytes, _has_typed_data, _itemsize, _numel
+
+__all__ = [
+    "EXTERNAL_DATA_THRESHOLD",
+    "ExternalValues",
+    "is_on_disk",
+    "iter_external_bytes",
+    "load_external_data",
+    "read_on_disk",
+]
+
+log = logging.getLogger(__name__)
+
+#: Serialized size beyond which a model is saved with external data (protobuf's limit is 2 GiB).
+EXTERNAL_DATA_THRESHOLD = 2_000_000_000 - 64 * 1024 * 1024
+
+
+def _external_tensors(model: onnx.ModelProto):
+    for t in external_data_helper._get_all_tensors(model):
+        if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
+            yield t
+
+
+_MAX_LOCATION = 4096  # PATH_MAX; a longer location cannot name a file
+
+
+def _external_info(t: onnx.TensorProto, where: str) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of an external tensor, each checked."""
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    if not location:
+        raise BadModelError(f"{where}: tensor '{t.name}' has external data without a location")
+    if "\0" in location:
+        raise BadModelError(f"{where}: tensor '{t.name}' has an external data location holding a NUL byte")
+    if len(location) > _MAX_LOCATION or any(len(part.encode("utf-8", "replace")) > 255 for part in location.replace("\\", "/").split("/")):
+        raise BadModelError(f"{where}: tensor '{t.name}' has an over-long external data location ({len(location)} characters)")
+    numbers = {}
+    for key in ("offset", "length"):
+        text = info.get(key)
+        if text is None or text == "":
+            numbers[key] = None
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise BadModelError(f"{where}: tensor '{t.name}' has external data {key} '{text[:40]}', not a number") from None
+        if value < 0:
+            raise BadModelError(f"{where}: tensor '{t.name}' has a negative external data {key} ({value})")
+        numbers[key] = value
+    return location, numbers["offset"] or 0, numbers["length"]
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str, lazy: bool = False,
+                        limit: int | None = None) -> int:
+    """Check (and unless ``lazy`` load) every external tensor; returns the bytes they declare."""
+    tensors = list(_external_tensors(model))
+    if not tensors:
+        return 0
+    if base_dir is None:
+        raise BadModelError(
+            f"{where}: the model refers to external data; load it from its file so the data can be found"
+        )
+    base = base_dir.resolve()
+    sizes: dict[Path, int] = {}
+    total = 0
+    for t in tensors:
+        location, offset, length = _external_info(t, where)
+        if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' has external data at an absolute path '{location}'; "
+                "external data must lie in the model's folder"
+            )
+        try:
+            target = (base / location).resolve()
+        except (OSError, RuntimeError, ValueError) as e:
+            raise BadModelError(f"{where}: tensor '{t.name}' has an unusable external data location: {e}") from e
+        if base not in target.parents and target != base:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' has external data '{location}' outside the model's folder"
+            )
+        size = sizes.get(target)
+        if size is None:
+            try:
+                st = os.stat(target)
+            except OSError:
+                raise BadModelError(f"{where}: external data file '{location}' of tensor '{t.name}' is missing") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise BadModelError(f"{where}: external data '{location}' of tensor '{t.name}' is not a regular file")
+            size = sizes[target] = st.st_size
+        expected = _expected_bytes(t)
+        if length is None:  # optional: the tensor's own size (never "the rest of the file")
+            length = expected if expected is not None else max(0, size - offset)
+            t.external_data.add(key="length", value=str(length))
+        if offset + length > size:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' reads bytes {offset}..{offset + length} of '{location}', "
+                f"which has only {size}"
+            )
+        if expected is not None and expected != length:
+            raise BadModelError(
+                f"{where}: tensor '{t.name}' of shape {list(t.dims)} needs {expected} bytes, "
+                f"its external data holds {length}"
+            )
+        total += length
+    if limit is not None and total > limit:
+        raise ResourceLimitError(
+            f"{where}: the external data declares {total} bytes, over the memory limit "
+            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
+        )
+    if lazy:
+        for t in tensors:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = str((base / e.value).resolve())
+        return total
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base_dir))
+    except Exception as e:
+        raise BadModelError(f"{where}: cannot load external data: {e}") from e
+    return total
+
+
+class ExternalValues(gs.ir.tensor.LazyValues):
+    """Values of a weight that stays in its external data file until a pass reads it.
+
+    Unlike gs's LazyValues (whose ``onnx.numpy_helper.to_array`` would copy the bytes into the
+    TensorProto for good) each ``load`` reads the tensor's byte range into a fresh array, so a
+    model over 2 GB is never resident as a whole: only the weights a pass changes are.
+    """
+
+    def load(self):
+        info = {e.key: e.value for e in self.tensor.external_data}
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(self.tensor.data_type)
+        except Exception:  # noqa: BLE001 - exotic types: onnx's own loader, on a copy
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf" or dtype.itemsize * int(np.prod(self.shape)) != int(info.get("length", -1)):
+            return np.array(onnx.numpy_helper.to_array(_read_on_disk(self.tensor)))
+        buf = bytearray(int(info["length"]))
+        with open(info["location"], "rb") as f:
+            f.seek(int(info.get("offset", 0) or 0))
+            f.readinto(buf)
+        return np.frombuffer(buf, dtype=dtype.newbyteorder("<")).reshape(self.shape)
+
+
+def _is_on_disk(t: onnx.TensorProto) -> bool:
+    """An external tensor :func:`load_proto` left on disk (its location made absolute)."""
+    if not (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+        return False
+    loc = next((e.value for e in t.external_data if e.key == "location"), "")
+    return os.path.isabs(loc)
+
+
+def _read_on_disk(t: onnx.TensorProto) -> onnx.TensorProto:
+    """``t`` with its bytes read in (a new TensorProto; ``t`` is left as it is)."""
+    info = {e.key: e.value for e in t.external_data}
+    with open(info["location"], "rb") as f:
+        f.seek(int(info.get("offset", 0) or 0))
+        raw = f.read(int(info["length"])) if info.get("length") else f.read()
+    copy = onnx.TensorProto()
+    copy.CopyFrom(t)
+    del copy.external_data[:]
+    copy.data_location = onnx.TensorProto.DEFAULT
+    copy.raw_data = raw
+    return copy
+
+
+def iter_external_bytes(t: onnx.TensorProto, chunk: int = 1 << 22):
+    """The bytes of an external tensor that :func:`read_as_stored` (or ``load_proto(...,
+    lazy_external=True)``) checked, in chunks of at most ``chunk`` bytes; never the whole file."""
+    info = {e.key: e.value for e in t.external_data}
+    offset = int(info.get("offset", 0) or 0)
+    left = int(info["length"]) if info.get("length") else None
+    with open(info["location"], "rb") as f:
+        f.seek(offset)
+        while left is None or left > 0:
+            block = f.read(chunk if left is None else min(chunk, left))
+            if not block:
+                break
+            if left is not None:
+                left -= len(block)
+            yield block
+
+
+def _header(t: onnx.TensorProto) -> onnx.TensorProto:
+    """A TensorProto with ``t``'s name, type and dims but none of its data."""
+    h = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=t.dims, doc_string=t.doc_string)
+    if t.HasField("segment"):
+        h.segment.CopyFrom(t.segment)
+    h.metadata_props.extend(t.metadata_props)
+    return h
+
+
+def _as_proto(name: str, original: "onnx.TensorProto | np.ndarray") -> onnx.TensorProto:
+    if isinstance(original, np.ndarray):
+        return onnx.numpy_helper.from_array(original, name)
+    return original
+
+
+def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
+    if isinstance(original, np.ndarray):
+        return int(original.nbytes)
+    return _numel(original) * _itemsize(original)
+
+
+def _payload_bytes(model: onnx.ModelProto) -> int:
+    total = 0
+    for t in external_data_helper._get_all_tensors(model):
+        total += len(t.raw_data)
+        if not t.raw_data:
+            total += 8 * _numel(t) if _has_typed_data(t) else 0
+    return total
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(field: int, payload_len: int) -> bytes:
+    return _varint((field << 3) | 2) + _varint(payload_len)
+
+
+_GRAPH_FIELD = 7  # ModelProto.graph
+
+
+_INITIALIZER_FIELD = 5  # GraphProto.initializer
+
+
+def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None:
+    disk = [i for i in model.graph.initializer if i.name not in originals and _is_on_disk(i)]
+    keep = [i for i in model.graph.initializer if i.name not in originals and not _is_on_disk(i)]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    records = [(name, lambda name=name, o=o: _as_proto(name, o)) for name, o in originals.items()]
+    records += [(t.name, lambda t=t: _read_on_disk(t)) for t in disk]
+    with open(dst, "wb") as f:
+        f.write(model.SerializeToString())
+        for _, make in records:  # one weight in memory at a time
+            body = make().SerializeToString()
+            inner = _len_field(_INITIALIZER_FIELD, len(body))
+            f.write(_len_field(_GRAPH_FIELD, len(inner) + len(body)))
+            f.write(inner)
+            f.write(body)
+
+
+def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name: str) -> None:
+    from onnx import numpy_helper
+
+    data_name = name + ".data"
+    offset = 0
+    with open(folder / data_name, "wb") as data:
+        for init in model.graph.initializer:
+            original = originals.get(init.name)
+            if isinstance(original, np.ndarray):
+                raw = np.ascontiguousarray(original).reshape(-1).view(np.uint8).data  # len() = bytes
+            elif original is not None:
+                raw = original.raw_data if original.HasField("raw_data") else numpy_helper.to_array(original).tobytes()
+            elif _is_on_disk(init):
+                raw = _read_on_disk(init).raw_data
+            elif init.ByteSize() > 1024 and (init.HasField("raw_data") or _has_typed_data(init)):
+                raw = init.raw_data if init.HasField("raw_data") else numpy_helper.to_array(init).tobytes()
+            else:
+                continue
+            pad = (-offset) % 64  # keep every tensor 64-byte aligned, as onnx does for mmap
+            data.write(b"\0" * pad)
+            offset += pad
+            data.write(raw)
+            for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                init.ClearField(field)
+            init.data_location = onnx.TensorProto.EXTERNAL
+            del init.external_data[:]
+            init.external_data.add(key="location", value=data_name)
+            init.external_data.add(key="offset", value=str(offset))
+            init.external_data.add(key="length", value=str(len(raw)))
+            offset += len(raw)
+    with open(folder / name, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+
+# public names for the helpers the rest of graphpass uses
+load_external_data = _load_external_data
+is_on_disk = _is_on_disk
+read_on_disk = _read_on_disk

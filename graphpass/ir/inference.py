@@ -1,0 +1,266 @@
+"""Shape inference on load: fixed input shapes, onnx shape inference on a weightless copy, and
+merging what it found into the model's own value_info (inferred over declared)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import onnx
+
+from graphpass.errors import UsageError
+from graphpass.ir import limits
+from graphpass.ir.graph import graph_protos
+from graphpass.ir.validate import _itemsize, _numel
+
+__all__ = ["apply_input_shapes", "infer_shapes"]
+
+log = logging.getLogger(__name__)
+
+
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    for name, shape in input_shapes.items():
+        if name not in inputs:
+            raise UsageError(
+                f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
+            )
+        vi = inputs[name]
+        tt = vi.type.tensor_type
+        dims = tt.shape.dim if tt.HasField("shape") else None
+        if dims is not None and len(dims) and len(dims) != len(shape):
+            raise UsageError(
+                f"--input-shape {name}: rank {len(shape)} given, the model's input has rank {len(dims)}"
+            )
+        for k, v in enumerate(shape):
+            if int(v) <= 0:
+                raise UsageError(f"--input-shape {name}: dimension {k} must be positive, got {v}")
+            if int(v) > limits.MAX_DIM:
+                raise UsageError(f"--input-shape {name}: dimension {k} is {v}, above the limit of 2^31")
+            if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
+                raise UsageError(
+                    f"--input-shape {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
+                )
+        tt.ClearField("shape")
+        for v in shape:
+            tt.shape.dim.add().dim_value = int(v)
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx shape inference (with data propagation) on a copy whose big weights are left out.
+
+    The copy lists each initializer over 1 KiB as a typed graph input instead (a header, no
+    bytes), so inference sees its shape without serializing or copying the weights; this also
+    keeps models over 2 GB inferable. Symbolic dims keep their names. The model's own
+    value_info for outputs of default-domain nodes of the main graph is left out, so inference
+    derives those shapes itself instead of trusting them. Inference runs without data
+    propagation first; only if that leaves a shape unknown, and data propagation is safe (see
+    :func:`_data_prop_safe`: it allocates per element of the 1-D tensors it follows), it runs
+    again with it. Returns the inferred copy; on failure logs a warning and returns ``model``
+    unchanged.
+    """
+    light = _light_copy(model)
+    try:
+        first = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=False)
+    except Exception as e:  # inference is advisory: passes fall back to unknown shapes
+        log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
+        return model
+    if not _has_unknown_shapes(first.graph):
+        return first
+    if not _data_prop_safe(model, first.graph):
+        log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
+        return first
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
+        log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
+        return first
+
+
+def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
+    """Some node output of the main graph has no shape, a dim with neither value nor name, or a
+    dim named by a symbol no graph input carries (unbound: e.g. the ``N`` a declared output kept
+    after ``--input-shape`` fixed the input's ``N`` to 1)."""
+    known = {}
+    for vi in list(graph.value_info) + list(graph.output):
+        known[vi.name] = vi
+    bound = {d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
+             for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+    for n in graph.node:
+        for o in n.output:
+            if not o:
+                continue
+            vi = known.get(o)
+            if vi is None or not vi.type.HasField("tensor_type"):
+                if vi is None:
+                    return True
+                continue
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape") or any(
+                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__")
+                                                 or d.dim_param not in bound)
+                for d in tt.shape.dim
+            ):
+                return True  # onnx names the dims it could not infer unk__N
+    return False
+
+
+#: Data propagation is skipped when a Constant holds more integers than this (see infer_shapes).
+_DATA_PROP_MAX_ELEMS = 4096
+
+
+#: ... or when the 1-D node outputs hold more elements than this together (~40 MB of messages).
+_DATA_PROP_MAX_TOTAL = 1 << 18
+
+
+def _data_prop_safe(model: onnx.ModelProto, inferred: onnx.GraphProto) -> bool:
+    """Data propagation allocates per element of every 1-D node output it computes (one protobuf
+    message each, ~150 bytes measured: 50 Adds of 65,536 elements took 500 MB): safe only while
+    the 1-D node outputs hold at most :data:`_DATA_PROP_MAX_TOTAL` elements together and no
+    Constant holds more than :data:`_DATA_PROP_MAX_ELEMS` integers."""
+    produced = {o for n in inferred.node for o in n.output}
+    total = 0
+    for vi in list(inferred.value_info) + list(inferred.output):
+        if vi.name not in produced:
+            continue
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.HasField("shape") and len(tt.shape.dim) == 1:
+            d = tt.shape.dim[0]
+            total += d.dim_value if d.HasField("dim_value") else 1
+            if total > _DATA_PROP_MAX_TOTAL:
+                return False
+    nodes = [n for g in graph_protos(model.graph) for n in g.node]
+    nodes += [n for f in model.functions for n in f.node]
+    for n in nodes:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in (
+                onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING,
+            ) and _numel(a.t) > _DATA_PROP_MAX_ELEMS:
+                return False
+            if len(a.ints) > _DATA_PROP_MAX_ELEMS:
+                return False
+    return True
+
+
+def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    light = onnx.ModelProto(ir_version=max(model.ir_version, 4), producer_name=model.producer_name)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    src, dst = model.graph, light.graph
+    dst.name = src.name
+    for n in src.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            copy = dst.node.add()
+            copy.CopyFrom(n)  # subgraph bodies: their declared value_info is dropped too
+            for a in copy.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _drop_inferable_value_info(g)
+        else:
+            dst.node.append(n)
+    dst.input.extend(src.input)
+    dst.output.extend(src.output)
+    inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
+    dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
+    dst.sparse_initializer.extend(src.sparse_initializer)
+    inputs = {i.name for i in src.input}
+    for t in src.initializer:
+        if _numel(t) * _itemsize(t) > 1024 or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+            if t.name not in inputs:
+                dst.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            dst.initializer.append(t)
+    return light
+
+
+def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
+    """Remove the value_info of outputs of default-domain nodes in ``g`` and its subgraphs."""
+    inferable = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output}
+    keep = [vi for vi in g.value_info if vi.name not in inferable]
+    if len(keep) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(keep)
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                _drop_inferable_value_info(sub)
+
+
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
+    """Put the inferred value_info of ``src`` into ``dst`` (same structure); returns how many of
+    dst's own entries contradicted inference (a concrete dim, the rank or the dtype differs) and
+    were replaced. Dims inference left unknown keep dst's value."""
+    inferred = {vi.name: vi for vi in src.value_info}
+    contradicted = 0
+    first = None
+    for vi in dst.value_info:
+        new = inferred.pop(vi.name, None)
+        if new is None or new == vi:
+            continue
+        merged, conflict = _merge_value_info(vi, new)
+        if conflict:
+            contradicted += 1
+            first = first or (vi.name, _dims_text(vi), _dims_text(new))
+        vi.CopyFrom(merged)
+    dst.value_info.extend(inferred.values())
+    outputs = {o.name: o for o in dst.output}
+    for o in src.output:
+        d = outputs.get(o.name)
+        if d is not None and (not d.type.HasField("tensor_type") or not d.type.tensor_type.HasField("shape")):
+            if o.type.HasField("tensor_type") and o.type.tensor_type.HasField("shape"):
+                d.type.CopyFrom(o.type)
+    if first:
+        log.warning("value_info of %d tensor(s) contradicted shape inference (first: '%s' declared %s, inferred %s); "
+                    "the inferred shapes are used", contradicted, *first)
+    for n_src, n_dst in zip(src.node, dst.node):
+        for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
+            if a_src.type == onnx.AttributeProto.GRAPH:
+                contradicted += _copy_value_info(a_src.g, a_dst.g)
+            elif a_src.type == onnx.AttributeProto.GRAPHS:
+                for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
+                    contradicted += _copy_value_info(g_src, g_dst)
+    return contradicted
+
+
+def _dims_text(vi: onnx.ValueInfoProto) -> str:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return "?"
+    return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim) + "]"
+
+
+def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tuple[onnx.ValueInfoProto, bool]:
+    """Inferred ``new`` over declared ``old``: (merged, whether they contradicted)."""
+    if not (old.type.HasField("tensor_type") and new.type.HasField("tensor_type")):
+        return new, old.type.WhichOneof("value") != new.type.WhichOneof("value")
+    ot, nt = old.type.tensor_type, new.type.tensor_type
+    merged = onnx.ValueInfoProto()
+    merged.CopyFrom(new)
+    conflict = bool(ot.elem_type and nt.elem_type and ot.elem_type != nt.elem_type)
+    if not nt.elem_type and ot.elem_type:
+        merged.type.tensor_type.elem_type = ot.elem_type
+    if not ot.HasField("shape"):
+        return merged, conflict
+    if not nt.HasField("shape"):
+        if not conflict:
+            merged.type.tensor_type.shape.CopyFrom(ot.shape)
+        return merged, conflict
+    if len(ot.shape.dim) != len(nt.shape.dim):
+        return merged, True
+    for od, md in zip(ot.shape.dim, merged.type.tensor_type.shape.dim):
+        if md.HasField("dim_value"):
+            if od.HasField("dim_value") and od.dim_value != md.dim_value:
+                conflict = True
+        elif od.HasField("dim_value") or (od.HasField("dim_param") and not md.HasField("dim_param")):
+            md.CopyFrom(od)
+    if not old.metadata_props or merged.metadata_props:
+        return merged, conflict
+    merged.metadata_props.extend(old.metadata_props)
+    return merged, conflict
+
+
+
+apply_input_shapes = _apply_input_shapes  # public name (verify checks --input-shape the same way)

@@ -1,0 +1,323 @@
+"""Validation: the structural and content checks every model passes before graphpass reads it,
+and the full ONNX checker on what graphpass writes.
+
+:func:`validate` is linear in the model size and gives one :class:`BadModelError` line per
+problem (a node input nothing produces, duplicate producers, bad attribute types, tensor data
+that does not match its shape, ...). :func:`check_written` runs ``onnx.checker`` on a written
+model and tells an input at fault (exit 2) from a graphpass bug (exit 3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from graphpass.errors import BadModelError, ResourceLimitError
+from graphpass.ir import limits
+
+if TYPE_CHECKING:
+    from graphpass.ir.serialize import ModelSource
+
+__all__ = ["InvalidOutputError", "check_written", "parse", "validate"]
+
+
+def parse(data: bytes, where: str) -> onnx.ModelProto:
+    """``data`` parsed as a ModelProto; one BadModelError line when it is not one."""
+    if not data:
+        raise BadModelError(f"{where}: empty file, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError, or RuntimeError from upb
+        raise BadModelError(f"{where}: not an ONNX model (protobuf parse failed: {e})") from e
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise BadModelError(f"{where}: not an ONNX model (no ir_version or no graph)")
+    return model
+
+
+def validate(model: onnx.ModelProto, where: str = "model") -> None:
+    """Structural checks that make the rest of graphpass safe; linear in the model size.
+
+    Beyond the graph structure: every default-domain node needs a default-domain opset import;
+    main-graph inputs need a type; a Constant needs exactly one value; an attribute of a known
+    default-domain op must have the type the op declares; initializer names are unique per
+    graph; concrete dims lie in 0..2^31; an initializer's data matches its shape.
+    """
+    if model.ir_version > onnx.IR_VERSION:
+        raise BadModelError(
+            f"model IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) supports "
+            f"(max {onnx.IR_VERSION})"
+        )
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    default = opsets.get("", opsets.get("ai.onnx"))
+    newest = onnx.defs.onnx_opset_version()
+    if default is not None:
+        if default < 1:
+            raise BadModelError(f"model declares default-domain opset {default}, which does not exist")
+        if default > newest:
+            raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
+    _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")
+    for vi in model.graph.input:
+        if not vi.HasField("type") or vi.type.WhichOneof("value") is None:
+            raise BadModelError(f"{where}: graph input '{vi.name}' has no type")
+    _check_content(model, default)
+
+
+_VALUE_ATTRS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                          "value_strings", "sparse_value"})
+
+
+def _check_content(model: onnx.ModelProto, default_opset: int | None) -> None:
+    """Opset imports, attribute types, Constant values, tensor data vs shape; linear."""
+    schemas: dict[str, object] = {}
+
+    def schema(op: str):
+        if op not in schemas:
+            try:
+                schemas[op] = onnx.defs.get_schema(op, default_opset or 1, "")
+            except Exception:  # noqa: BLE001 - unknown op: its checks are the runtime's
+                schemas[op] = None
+        return schemas[op]
+
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    for path, g in _graphs_with_paths(model.graph, model.graph.name or "main"):
+        seen: set[str] = set()
+        for t in g.initializer:
+            if t.name in seen:
+                raise BadModelError(
+                    f"{path}: two initializers are named '{t.name}' (runtimes disagree on which one wins)"
+                )
+            seen.add(t.name)
+            _check_tensor(t, f"{path}: initializer '{t.name}'")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is not None and tt.HasField("shape"):
+                for d in tt.shape.dim:
+                    if d.HasField("dim_value") and not 0 <= d.dim_value <= limits.MAX_DIM:
+                        raise ResourceLimitError(
+                            f"{path}: tensor '{vi.name}' has dimension {d.dim_value}, outside 0..2^31"
+                        )
+        for node in g.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            name = node.name or node.op_type
+            if default_opset is None and (node.domain, node.op_type) not in local_functions:
+                raise BadModelError(
+                    f"{path}: node '{name}' ({node.op_type}) uses the default ONNX domain, "
+                    "which the model does not import (no opset_import for '')"
+                )
+            if node.op_type == "Constant":
+                values = [a for a in node.attribute if a.name in _VALUE_ATTRS]
+                if len(values) != 1:
+                    raise BadModelError(
+                        f"{path}: Constant node '{name}' has {len(values)} values (it needs exactly one)"
+                    )
+            sch = schema(node.op_type)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    _check_tensor(a.t, f"{path}: node '{name}' attribute '{a.name}'")
+                if sch is None or a.ref_attr_name:
+                    continue
+                decl = sch.attributes.get(a.name)
+                if decl is not None and a.type != 0 and int(decl.type) != int(a.type):
+                    raise BadModelError(
+                        f"{path}: node '{name}' ({node.op_type}) has attribute '{a.name}' of type "
+                        f"{onnx.AttributeProto.AttributeType.Name(a.type)}; the operator takes "
+                        f"{onnx.AttributeProto.AttributeType.Name(int(decl.type))}"
+                    )
+
+
+def _graphs_with_paths(graph: onnx.GraphProto, path: str):
+    yield path, graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs_with_paths(a.g, f"{path}/{node.name or node.op_type}.{a.name}")
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(a.graphs):
+                    yield from _graphs_with_paths(sub, f"{path}/{node.name or node.op_type}.{a.name}[{k}]")
+
+
+_TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+
+
+def _check_tensor(t: onnx.TensorProto, what: str) -> None:
+    """Dims in 0..2^31; data (inline) of exactly the size the shape needs."""
+    for d in t.dims:
+        if not 0 <= d <= limits.MAX_DIM:
+            raise ResourceLimitError(f"{what} has dimension {d}, outside 0..2^31")
+    if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
+        return  # checked against its file by external.load_external_data
+    n = _numel(t)
+    if t.HasField("raw_data"):
+        expected = _expected_bytes(t)
+        if expected is not None and expected != len(t.raw_data):
+            raise BadModelError(
+                f"{what} of shape {list(t.dims)} needs {expected} bytes, its raw_data holds {len(t.raw_data)}"
+            )
+        return
+    have = [f for f in _TYPED_FIELDS if len(getattr(t, f))]
+    if not have:
+        if n:
+            raise BadModelError(f"{what} of shape {list(t.dims)} holds no data")
+        return
+    count = len(getattr(t, have[0]))
+    if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+        count //= 2
+    elif limits.elem_size(t.data_type) in (0.5, 0.25) and have[0] == "int32_data":
+        count *= int(1 / limits.elem_size(t.data_type))  # packed: ceil(n / per_byte) int32 entries
+        if count - n >= int(1 / limits.elem_size(t.data_type)):
+            count = -1
+        else:
+            count = n
+    if count != n:
+        raise BadModelError(f"{what} of shape {list(t.dims)} holds {len(getattr(t, have[0]))} values in {have[0]}, not {n}")
+
+
+def _check_names(graph: onnx.GraphProto, path: str) -> None:
+    """Every name in ``graph`` is text (protobuf hands back bytes for invalid UTF-8)."""
+    def bad(what: str, value) -> BadModelError:
+        return BadModelError(f"{path}: {what} {bytes(value)[:40]!r} is not valid UTF-8")
+
+    for holder, what in ((graph.input, "graph input"), (graph.output, "graph output"),
+                         (graph.initializer, "initializer"), (graph.value_info, "value_info")):
+        for t in holder:
+            if not isinstance(t.name, str):
+                raise bad(what + " name", t.name)
+    for node in graph.node:
+        if not isinstance(node.name, str):
+            raise bad("node name", node.name)
+        for t in list(node.input) + list(node.output):
+            if not isinstance(t, str):
+                raise bad(f"tensor name of node '{node.name}'", t)
+        for a in node.attribute:
+            if not isinstance(a.name, str):
+                raise bad(f"attribute name of node '{node.name}'", a.name)
+
+
+def _check_graph(graph: onnx.GraphProto, outer: frozenset, path: str) -> None:
+    _check_names(graph, path)
+    defined: set[str] = set(outer)
+    defined.update(i.name for i in graph.input)
+    defined.update(i.name for i in graph.initializer)
+    defined.update(i.values.name for i in graph.sparse_initializer)
+    produced: dict[str, str] = {}
+    for node in graph.node:
+        op = node.op_type
+        if not isinstance(op, str) or not op.isidentifier():
+            raise BadModelError(f"{path}: node '{node.name if isinstance(node.name, str) else '?'}' has an invalid op_type {op!r}")
+        if not isinstance(node.domain, str):
+            raise BadModelError(f"{path}: node '{node.name}' ({op}) has an invalid domain")
+        for o in node.output:
+            if not o:
+                continue
+            if o in produced:
+                raise BadModelError(
+                    f"{path}: tensor '{o}' is produced twice (by '{produced[o]}' and '{node.name or node.op_type}')"
+                )
+            produced[o] = node.name or node.op_type
+    defined.update(produced)
+    for node in graph.node:
+        for i in node.input:
+            if i and i not in defined:
+                raise BadModelError(
+                    f"{path}: node '{node.name or '?'}' ({node.op_type}) reads '{i}', "
+                    "which no node, graph input or initializer produces"
+                )
+    for out in graph.output:
+        if out.name not in defined:
+            raise BadModelError(f"{path}: graph output '{out.name}' is produced by nothing")
+    scope = frozenset(defined)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _check_graph(attr.g, scope, f"{path}/{node.name or node.op_type}.{attr.name}")
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, g in enumerate(attr.graphs):
+                    _check_graph(g, scope, f"{path}/{node.name or node.op_type}.{attr.name}[{k}]")
+
+
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _has_typed_data(t: onnx.TensorProto) -> bool:
+    return bool(
+        len(t.float_data) or len(t.int32_data) or len(t.int64_data) or len(t.double_data)
+        or len(t.uint64_data) or len(t.string_data)
+    )
+
+
+def _itemsize(t: onnx.TensorProto) -> int:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except Exception:  # noqa: BLE001 - unusual types: a rough size is enough for the 2 GB choice
+        return 4
+
+
+def _expected_bytes(t: onnx.TensorProto) -> int | None:
+    """Bytes of ``t``'s data as ``raw_data`` (sub-byte types packed); None for strings/unknown."""
+    size = limits.elem_size(t.data_type)
+    if size is None:
+        return None
+    n = _numel(t)
+    if size < 1:
+        per_byte = int(round(1 / size))
+        return -(-n // per_byte)
+    return n * int(size)
+
+
+def _validate_at(model: onnx.ModelProto, where: str) -> None:
+    """:func:`validate`, its message prefixed with where the model came from."""
+    try:
+        validate(model)
+    except BadModelError as e:
+        raise BadModelError(f"{where}: {e}") from None
+
+
+class InvalidOutputError(RuntimeError):
+    """graphpass wrote a model the ONNX checker refuses from an input it accepts: a graphpass bug
+    (exit 3), never the user's."""
+
+
+def _checker_problem(model: str | onnx.ModelProto) -> str | None:
+    """The full ONNX checker's first complaint about ``model`` (a path or a proto), or None."""
+    try:
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as e:  # noqa: BLE001
+            if "Cannot parse data from external tensors" not in str(e):
+                raise
+            # onnx's shape inference cannot read a shape operand kept in external data: that is
+            # the checker's limit, not the model's; the structural checks still run
+            onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001 - ValidationError, InferenceError and C++ errors alike
+        text = str(e).strip().splitlines()
+        return (text[0] if text else type(e).__name__)[:400]
+    return None
+
+
+def check_written(path: str | Path, source: "ModelSource") -> None:
+    """Refuse to hand on an invalid model: run the full ONNX checker on the model graphpass wrote
+    at ``path``; if it fails and the input ``source`` fails it too, the input is at fault
+    (:class:`BadModelError`, exit 2, naming the checker's complaint); if the input passes, graphpass
+    broke it (:class:`InvalidOutputError`, exit 3). Only on failure is the input checked."""
+    problem = _checker_problem(str(path))
+    if problem is None:
+        return
+    original = str(source) if isinstance(source, (str, Path)) else (
+        source if isinstance(source, onnx.ModelProto) else parse(bytes(source), "<bytes>"))
+    where = str(source) if isinstance(source, (str, Path)) else "<model>"
+    input_problem = _checker_problem(original)
+    if input_problem is not None:
+        raise BadModelError(f"{where}: not a valid ONNX model, and graphpass does not repair this: {input_problem}")
+    raise InvalidOutputError(f"graphpass wrote a model the ONNX checker refuses (a graphpass bug): {problem}")
+
+
+
+_parse = parse  # the old private name
