@@ -4,8 +4,8 @@
     fold_constants(graph)                      # -> PassResult
     fold_constants(graph, size_limit=4 << 20)  # per-pass options as keywords
 
-Users' own rewrites: :class:`Rule`, :class:`RuleSet`, :class:`RulePass` and :func:`rule_pass`
-(from :mod:`graphpass.infra.rewrite`).
+Users' own rewrites: :class:`Rule`, :class:`RuleSet` and :func:`rule_pass` (the pass class they
+build, ``RulePass``, lives in :mod:`graphpass.infra.rewrite`: every class exported here is a pass).
 """
 
 from graphpass.passes.cleanup import (
@@ -22,7 +22,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
-from graphpass.infra.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, rule, rule_pass
+from graphpass.infra.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
@@ -109,7 +109,6 @@ __all__ = [
     "Match",
     "MatchResult",
     "Rule",
-    "RulePass",
     "RuleSet",
     "rule",
     "rule_pass",
