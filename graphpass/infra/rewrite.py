@@ -7,9 +7,10 @@ One convention, for the built-in fusions, the cleanup passes and users' rules al
     rule.check(match, ctx)    -> MatchResult      success, or fail("the reason") for --explain
     rule.rewrite(match, ctx)  -> tensor(s)        the new value of each output of the anchor
 
-``rewrite`` does not touch the graph. It returns, for the anchor's outputs in order, either an
-existing tensor (``x * 1 -> x``: return ``x``) or a tensor built with ``match.op(...)`` /
-``match.copy(...)`` (new nodes, recorded on the match). The engine then
+``rewrite`` does not touch the graph (model-level additions it needs, such as a device op's
+function body, aside). It returns, for the anchor's outputs in order, either an existing tensor
+(``x * 1 -> x``: return ``x``) or a tensor built with ``match.op(...)`` / ``match.copy(...)``
+(new nodes, recorded on the match; None keeps that output). The engine then
 
 1. places the new nodes where the anchor was (``graph.nodes`` stays topologically sorted);
 2. rewires: a new node writes the anchor's old output tensor itself (its name, type and shape
@@ -52,7 +53,7 @@ from graphpass.infra.pass_base import Pass, PassKind, PassResult, Promise
 from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
 
 __all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
-           "apply_rules", "single_reader", "RewriteRule"]
+           "apply_rules", "single_reader"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,12 +243,15 @@ class _FunctionRule(Rule):
         self._check = check
 
     def check(self, m: Match, ctx: PassContext) -> MatchResult:
-        if self._check is None:
+        verdict = None if self._check is None else self._check(m)
+        if verdict is None or verdict is True:
             return MatchResult.success()
-        verdict = self._check(m)
         if isinstance(verdict, str):
             return MatchResult.fail(verdict)
-        return verdict if isinstance(verdict, MatchResult) else MatchResult.success()
+        if isinstance(verdict, MatchResult):
+            return verdict
+        raise TypeError(f"the check of rule '{self.label}' returned {verdict!r}: return None to accept, "
+                        "or a reason string / MatchResult.fail(reason) to refuse")
 
     def rewrite(self, m: Match, ctx: PassContext):
         return self._rewrite(m)
@@ -522,6 +526,3 @@ def rule_pass(name: str, rules: RuleSet | Rule | Sequence[Rule], *, summary: str
 def _camel(name: str) -> str:
     return "".join(p.capitalize() for p in name.split("_")) or "RulePass"
 
-
-#: The old name of :class:`Rule` (one release).
-RewriteRule = Rule

@@ -266,11 +266,11 @@ def test_rule_pass_registers_like_any_pass_and_runs_in_optimize():
         unregister("t_user_relu_relu")
 
 
-def test_a_rule_pass_subclass_and_the_old_names_still_work():
+def test_a_rule_pass_subclass_works_and_match_result_keeps_its_old_import_paths():
+    from graphpass.infra import MatchResult as FromInfra
     from graphpass.infra.pass_base import MatchResult as FromPassBase
-    from graphpass.infra.rewrite import RewriteRule
 
-    assert FromPassBase is MatchResult and RewriteRule is Rule
+    assert FromPassBase is MatchResult and FromInfra is MatchResult
 
     class Mine(RulePass):
         name = "t_mine"
@@ -315,3 +315,13 @@ def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
 
     apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
     assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Add", "Neg", "Sub"]
+
+
+def test_a_function_check_must_say_why_it_refuses():
+    graph = gp.load(_relu_chain(2))
+    with pytest.raises(TypeError, match="reason string"):
+        apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: False, name="mute")], PassContext(), "t")
+    ctx = PassContext()
+    counts = apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: MatchResult.fail("no"), name="r")],
+                         ctx, "t")
+    assert counts["r"]["refused"] == 1 and ctx.explanations[0].reason == "no" and ops(graph) == ["Relu", "Relu"]
