@@ -325,3 +325,22 @@ def test_a_function_check_must_say_why_it_refuses():
     counts = apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: MatchResult.fail("no"), name="r")],
                          ctx, "t")
     assert counts["r"]["refused"] == 1 and ctx.explanations[0].reason == "no" and ops(graph) == ["Relu", "Relu"]
+
+
+def test_a_tensor_read_inside_an_if_body_is_not_exclusive_to_the_match():
+    then = helper.make_graph([helper.make_node("Neg", ["a"], ["q"])], "then", [], [helper.make_tensor_value_info("q", F, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [], [helper.make_tensor_value_info("n", F, [4])])
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("If", ["flag"], ["c"], then_branch=then, else_branch=other),
+                        helper.make_node("Add", ["b", "c"], ["y"])], {"x": [4], "flag": (TensorProto.BOOL, [])}, {"y": [4]})
+    graph = gp.load(model)
+    assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0
+    assert ops(graph) == ["Relu", "Relu", "If", "Add"]
+
+    class Shared(ReluRelu):
+        exclusive = False
+
+    assert apply_rules(graph, [Shared()], PassContext(), "t")["shared"]["removed"] == 1  # the outer Relu only
+    assert ops(graph) == ["Relu", "Relu", "If", "Add"] and _sorted(graph)
+    for flag in (True, False):
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
