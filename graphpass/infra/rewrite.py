@@ -346,45 +346,51 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
         dead: set[int] = set()
         placed: dict[int, list[gs.Node]] = {}
         unsorted = False
-        for node in (reversed(order) if reverse else order):
-            if id(node) in dead:
-                continue
-            candidates = by_op.get(node.op, [])
-            if anywhere:
-                candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
-            for r in candidates:
-                m = r.match(node, scope)
-                if m is None or any(id(n) in dead for n in m.nodes):
+        try:
+            for node in (reversed(order) if reverse else order):
+                if id(node) in dead:
                     continue
-                m.root = graph
-                entry = counts.entry(r.label)
-                entry["matched"] += 1
-                verdict = r.check(m, ctx)
-                if verdict:
-                    verdict = _commit(m, r.rewrite(m, ctx), scope, dead)
-                if not verdict:
-                    entry["refused"] += 1
-                    ctx.explain(pass_name, m.anchor, verdict.reason)
-                    continue
-                entry["rewritten"] += 1
-                entry["created"] += len(m.created)
-                entry["removed"] += sum(id(n) in dead for n in m.nodes)
-                for k, v in m.counts.items():
-                    entry[k] = entry.get(k, 0) + v
-                placed.setdefault(id(m.anchor), []).extend(m.created)
-                unsorted = unsorted or _reads_later(m, pos)
-                for n in m.created:
-                    A.mark_created(n, pass_name, replaced=m.nodes)
-                break
-        if dead or placed:
-            nodes = []
-            for n in order:
-                nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
-                if id(n) not in dead:
-                    nodes.append(n)
-            g.nodes = nodes
-            if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
-                toposort(g, recurse=False)
+                candidates = by_op.get(node.op, [])
+                if anywhere:
+                    candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
+                for r in candidates:
+                    m = r.match(node, scope)
+                    if m is None or any(id(n) in dead for n in m.nodes):
+                        continue
+                    m.root = graph
+                    entry = counts.entry(r.label)
+                    entry["matched"] += 1
+                    verdict = r.check(m, ctx)
+                    if verdict:
+                        try:
+                            verdict = _commit(m, r.rewrite(m, ctx), scope, dead)
+                        except BaseException:
+                            _discard(m)  # a rule's bug: its half-built nodes must not stay readers
+                            raise
+                    if not verdict:
+                        entry["refused"] += 1
+                        ctx.explain(pass_name, m.anchor, verdict.reason)
+                        continue
+                    entry["rewritten"] += 1
+                    entry["created"] += len(m.created)
+                    entry["removed"] += sum(id(n) in dead for n in m.nodes)
+                    for k, v in m.counts.items():
+                        entry[k] = entry.get(k, 0) + v
+                    placed.setdefault(id(m.anchor), []).extend(m.created)
+                    unsorted = unsorted or _reads_later(m, pos)
+                    for n in m.created:
+                        A.mark_created(n, pass_name, replaced=m.nodes)
+                    break
+        finally:  # also when a rule raises: the graph keeps what was rewritten so far, consistently
+            if dead or placed:
+                nodes = []
+                for n in order:
+                    nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
+                    if id(n) not in dead:
+                        nodes.append(n)
+                g.nodes = nodes
+                if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
+                    toposort(g, recurse=False)
     return counts
 
 

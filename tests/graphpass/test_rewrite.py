@@ -283,10 +283,16 @@ def test_a_rule_pass_subclass_works_and_match_result_keeps_its_old_import_paths(
     assert Mine().apply(graph, PassContext()).stats["fired"] == 1 and ops(graph) == ["Relu"]
 
 
-def test_a_rewrite_returning_too_many_values_is_a_rule_bug():
+def test_a_rewrite_returning_too_many_values_is_a_rule_bug_and_leaves_no_half_built_node():
     graph = gp.load(_relu_chain(1))
+
+    def two(m):
+        m.op("Neg", [m.anchor.inputs[0]])
+        return [m.anchor.inputs[0]] * 2
+
     with pytest.raises(TypeError, match="2 values for 1 outputs"):
-        apply_rules(graph, [rule(("Relu",), lambda m: [m.anchor.inputs[0]] * 2)], PassContext(), "t")
+        apply_rules(graph, [rule(("Relu",), two)], PassContext(), "t")
+    assert ops(graph) == ["Relu"] and [n.op for n in graph.inputs[0].outputs] == ["Relu"]
 
 
 def test_match_is_a_plain_record_of_the_nodes():
