@@ -22,7 +22,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
-from graphpass.infra.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()

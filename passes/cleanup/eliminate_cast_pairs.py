@@ -13,9 +13,9 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassKind, register
-from graphpass.infra.pass_base import EXACT
-from graphpass.infra.rewrite import Match, Rule, RuleCounts, RulePass, Scope
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 from graphpass.ir.shapes import tensor_elem_type
 
 __all__ = ["EliminateCastPairs", "EXACT_CASTS"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassKind, register
-from graphpass.infra.pass_base import EXACT
-from graphpass.infra.rewrite import Match, Rule, RuleCounts, RulePass, Scope
+from graphpass.passes.framework import PassKind, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
 from graphpass.ir.shapes import static_shape
 
 __all__ = ["MergeReshapes"]

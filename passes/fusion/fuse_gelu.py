@@ -17,9 +17,9 @@ import math
 
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassKind, register
-from graphpass.infra.pass_base import Promise
-from graphpass.infra.rewrite import Match, Rule, RulePass, Scope, single_reader
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import Promise
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, gelu_function
 from graphpass.passes.fusion._match import is_const, operands, producer_of, fused_kernel_refusal

@@ -21,9 +21,9 @@ import dataclasses
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassKind, register
-from graphpass.infra.pass_base import Promise
-from graphpass.infra.rewrite import Match, Rule, RulePass, Scope, single_reader
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import Promise
+from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, layer_norm_function
 from graphpass.ir.shapes import static_shape

@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass.infra import PassContext, PassKind
-from graphpass.infra.registry import get_pass, unregister
-from graphpass.infra.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, apply_rules, rule, rule_pass
+from graphpass.passes.framework import PassContext, PassKind
+from graphpass.passes.framework.registry import get_pass, unregister
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, apply_rules, rule, rule_pass
 from graphpass.testing import assert_equivalent, make_model, ops
 
 F = TensorProto.FLOAT
@@ -267,8 +267,8 @@ def test_rule_pass_registers_like_any_pass_and_runs_in_optimize():
 
 
 def test_a_rule_pass_subclass_works_and_match_result_keeps_its_old_import_paths():
-    from graphpass.infra import MatchResult as FromInfra
-    from graphpass.infra.pass_base import MatchResult as FromPassBase
+    from graphpass.passes.framework import MatchResult as FromInfra
+    from graphpass.passes.framework.pass_base import MatchResult as FromPassBase
 
     assert FromPassBase is MatchResult and FromInfra is MatchResult
 
@@ -297,7 +297,7 @@ def test_a_rewrite_returning_too_many_values_is_a_rule_bug_and_leaves_no_half_bu
 
 def test_match_is_a_plain_record_of_the_nodes():
     graph = gp.load(_relu_chain(2))
-    from graphpass.infra.rewrite import Scope
+    from graphpass.passes.framework.rewrite import Scope
     from graphpass.ir.graph import NameGen
 
     scope = Scope(graph, graph, NameGen(graph))

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from graphpass.infra.registry import unregister
+from graphpass.passes.framework.registry import unregister
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = "<!-- rewrite-rule-example"

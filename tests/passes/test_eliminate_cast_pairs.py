@@ -67,7 +67,7 @@ def test_pair_merged_while_the_first_cast_is_read_elsewhere():
 
 
 def test_a_pair_that_is_not_a_round_trip_says_why():
-    from graphpass.infra import PassContext
+    from graphpass.passes.framework import PassContext
 
     model = make_model([helper.make_node("Cast", ["x"], ["a"], to=F16), helper.make_node("Cast", ["a"], ["y"], to=F32)],
                        {"x": [4]}, {"y": [4]})

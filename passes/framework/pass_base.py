@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 from graphpass.ir.graph import fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphpass.infra.context import PassContext
+    from graphpass.passes.framework.context import PassContext
 
 __all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "Promise", "EXACT", "REASSOCIATION"]
 
@@ -43,7 +43,7 @@ class PassResult:
 def __getattr__(name: str) -> Any:
     """``MatchResult`` moved to :mod:`graphpass.infra.rewrite` (the rewrite API); re-exported here."""
     if name == "MatchResult":
-        from graphpass.infra.rewrite import MatchResult
+        from graphpass.passes.framework.rewrite import MatchResult
 
         return MatchResult
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -181,7 +181,7 @@ class Pass:
         """The pass as a plain function ``fn(graph, ctx=None, **options) -> PassResult``."""
 
         def fn(graph: gs.Graph, ctx: "PassContext | None" = None, **options: Any) -> PassResult:
-            from graphpass.infra.context import PassContext
+            from graphpass.passes.framework.context import PassContext
 
             ctx = ctx or PassContext()
             if options:

@@ -48,8 +48,8 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra.context import PassContext
-from graphpass.infra.pass_base import Pass, PassKind, PassResult, Promise
+from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.pass_base import Pass, PassKind, PassResult, Promise
 from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
 
 __all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
@@ -518,8 +518,8 @@ def rule_pass(name: str, rules: RuleSet | Rule | Sequence[Rule], *, summary: str
     """A :class:`RulePass` subclass named ``name`` applying ``rules``; ``register=True`` adds it to
     the pass registry (so ``optimize(passes=[name])`` and the CLI find it). ``promise`` defaults
     to exact: declare a tolerance if a rule can change a value by rounding."""
-    from graphpass.infra.pass_base import EXACT
-    from graphpass.infra.registry import register as _register
+    from graphpass.passes.framework.pass_base import EXACT
+    from graphpass.passes.framework.registry import register as _register
 
     rules = RuleSet(rules)
     cls = type(_camel(name), (RulePass,), {
