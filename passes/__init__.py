@@ -5,8 +5,8 @@
     fold_constants(model, size_limit=4 << 20)  # the same; the signature is the pass's own:
                                                # (model, ctx=None, *, size_limit=..., ...)
 
-Users' own rewrites: :class:`Rule`, :class:`RuleSet`, :class:`RulePass` and :func:`rule_pass`
-(from :mod:`graphpass.passes.framework.rewrite`).
+Users' own rewrites: :class:`Rule`, :class:`RuleSet` and :func:`rule_pass` (the pass class they
+build, ``RulePass``, lives in :mod:`graphpass.passes.framework.rewrite`: every class exported here is a pass).
 """
 
 from graphpass.passes.cleanup import (
@@ -23,7 +23,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.precision import MixedPrecision
-from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, rule, rule_pass
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
@@ -110,7 +110,6 @@ __all__ = [
     "Match",
     "MatchResult",
     "Rule",
-    "RulePass",
     "RuleSet",
     "rule",
     "rule_pass",

@@ -7,9 +7,10 @@ One convention, for the built-in fusions, the cleanup passes and users' rules al
     rule.check(match, ctx)    -> MatchResult      success, or fail("the reason") for --explain
     rule.rewrite(match, ctx)  -> tensor(s)        the new value of each output of the anchor
 
-``rewrite`` does not touch the graph. It returns, for the anchor's outputs in order, either an
-existing tensor (``x * 1 -> x``: return ``x``) or a tensor built with ``match.op(...)`` /
-``match.copy(...)`` (new nodes, recorded on the match). The engine then
+``rewrite`` does not touch the graph (model-level additions it needs, such as a device op's
+function body, aside). It returns, for the anchor's outputs in order, either an existing tensor
+(``x * 1 -> x``: return ``x``) or a tensor built with ``match.op(...)`` / ``match.copy(...)``
+(new nodes, recorded on the match; None keeps that output). The engine then
 
 1. places the new nodes where the anchor was (``graph.nodes`` stays topologically sorted);
 2. rewires: a new node writes the anchor's old output tensor itself (its name, type and shape
@@ -52,7 +53,7 @@ from graphpass.passes.framework.pass_base import Pass, PassKind, PassResult, Pro
 from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
 
 __all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
-           "apply_rules", "single_reader", "RewriteRule"]
+           "apply_rules", "single_reader"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,12 +243,15 @@ class _FunctionRule(Rule):
         self._check = check
 
     def check(self, m: Match, ctx: PassContext) -> MatchResult:
-        if self._check is None:
+        verdict = None if self._check is None else self._check(m)
+        if verdict is None or verdict is True:
             return MatchResult.success()
-        verdict = self._check(m)
         if isinstance(verdict, str):
             return MatchResult.fail(verdict)
-        return verdict if isinstance(verdict, MatchResult) else MatchResult.success()
+        if isinstance(verdict, MatchResult):
+            return verdict
+        raise TypeError(f"the check of rule '{self.label}' returned {verdict!r}: return None to accept, "
+                        "or a reason string / MatchResult.fail(reason) to refuse")
 
     def rewrite(self, m: Match, ctx: PassContext):
         return self._rewrite(m)
@@ -342,45 +346,51 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
         dead: set[int] = set()
         placed: dict[int, list[gs.Node]] = {}
         unsorted = False
-        for node in (reversed(order) if reverse else order):
-            if id(node) in dead:
-                continue
-            candidates = by_op.get(node.op, [])
-            if anywhere:
-                candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
-            for r in candidates:
-                m = r.match(node, scope)
-                if m is None or any(id(n) in dead for n in m.nodes):
+        try:
+            for node in (reversed(order) if reverse else order):
+                if id(node) in dead:
                     continue
-                m.root = graph
-                entry = counts.entry(r.label)
-                entry["matched"] += 1
-                verdict = r.check(m, ctx)
-                if verdict:
-                    verdict = _commit(m, r.rewrite(m, ctx), scope, dead)
-                if not verdict:
-                    entry["refused"] += 1
-                    ctx.explain(pass_name, m.anchor, verdict.reason)
-                    continue
-                entry["rewritten"] += 1
-                entry["created"] += len(m.created)
-                entry["removed"] += sum(id(n) in dead for n in m.nodes)
-                for k, v in m.counts.items():
-                    entry[k] = entry.get(k, 0) + v
-                placed.setdefault(id(m.anchor), []).extend(m.created)
-                unsorted = unsorted or _reads_later(m, pos)
-                for n in m.created:
-                    A.mark_created(n, pass_name, replaced=m.nodes)
-                break
-        if dead or placed:
-            nodes = []
-            for n in order:
-                nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
-                if id(n) not in dead:
-                    nodes.append(n)
-            g.nodes = nodes
-            if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
-                toposort(g, recurse=False)
+                candidates = by_op.get(node.op, [])
+                if anywhere:
+                    candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
+                for r in candidates:
+                    m = r.match(node, scope)
+                    if m is None or any(id(n) in dead for n in m.nodes):
+                        continue
+                    m.root = graph
+                    entry = counts.entry(r.label)
+                    entry["matched"] += 1
+                    verdict = r.check(m, ctx)
+                    if verdict:
+                        try:
+                            verdict = _commit(m, r.rewrite(m, ctx), scope, dead)
+                        except BaseException:
+                            _discard(m)  # a rule's bug: its half-built nodes must not stay readers
+                            raise
+                    if not verdict:
+                        entry["refused"] += 1
+                        ctx.explain(pass_name, m.anchor, verdict.reason)
+                        continue
+                    entry["rewritten"] += 1
+                    entry["created"] += len(m.created)
+                    entry["removed"] += sum(id(n) in dead for n in m.nodes)
+                    for k, v in m.counts.items():
+                        entry[k] = entry.get(k, 0) + v
+                    placed.setdefault(id(m.anchor), []).extend(m.created)
+                    unsorted = unsorted or _reads_later(m, pos)
+                    for n in m.created:
+                        A.mark_created(n, pass_name, replaced=m.nodes)
+                    break
+        finally:  # also when a rule raises: the graph keeps what was rewritten so far, consistently
+            if dead or placed:
+                nodes = []
+                for n in order:
+                    nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
+                    if id(n) not in dead:
+                        nodes.append(n)
+                g.nodes = nodes
+                if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
+                    toposort(g, recurse=False)
     return counts
 
 
@@ -522,6 +532,3 @@ def rule_pass(name: str, rules: RuleSet | Rule | Sequence[Rule], *, summary: str
 def _camel(name: str) -> str:
     return "".join(p.capitalize() for p in name.split("_")) or "RulePass"
 
-
-#: The old name of :class:`Rule` (one release).
-RewriteRule = Rule

@@ -9,7 +9,7 @@ from onnx import TensorProto
 from graphpass.passes.framework.pass_base import MatchResult
 from graphpass.ir.device_ops import elem_type
 
-__all__ = ["constant_param", "require_constants", "other_input", "set_bias", "with_bias", "absorb", "per_output_channel",
+__all__ = ["constant_param", "require_constants", "other_input", "with_bias", "per_output_channel",
            "channel_operand", "keeps_specials"]
 
 
@@ -41,25 +41,10 @@ def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor:
     return node.inputs[1] if node.inputs[0] is t else node.inputs[0]
 
 
-def set_bias(node: gs.Node, bias: gs.Tensor) -> None:
-    """Make ``bias`` the third input of a Conv/ConvTranspose/Gemm, replacing or appending it."""
-    if len(node.inputs) > 2:
-        node.inputs[2] = bias
-    else:
-        node.inputs.append(bias)
-
-
 def with_bias(node: gs.Node, bias: gs.Tensor, inputs: list[gs.Tensor] | None = None) -> list[gs.Tensor]:
     """``node``'s inputs (or ``inputs``) with ``bias`` as the third (Conv/ConvTranspose/Gemm), replaced or appended."""
     inputs = list(node.inputs if inputs is None else inputs)
     return inputs[:2] + [bias] + inputs[3:]
-
-
-def absorb(producer: gs.Node, consumer: gs.Node) -> None:
-    """``producer`` writes ``consumer``'s output tensor (names downstream stay); consumer is dead."""
-    out = consumer.outputs[0]
-    consumer.outputs.clear()
-    producer.outputs[0] = out
 
 
 def per_output_channel(conv: gs.Node, c: gs.Tensor) -> MatchResult:

@@ -266,11 +266,11 @@ def test_rule_pass_registers_like_any_pass_and_runs_in_optimize():
         unregister("t_user_relu_relu")
 
 
-def test_a_rule_pass_subclass_and_the_old_names_still_work():
+def test_a_rule_pass_subclass_works_and_match_result_keeps_its_old_import_paths():
+    from graphpass.passes.framework import MatchResult as FromInfra
     from graphpass.passes.framework.pass_base import MatchResult as FromPassBase
-    from graphpass.passes.framework.rewrite import RewriteRule
 
-    assert FromPassBase is MatchResult and RewriteRule is Rule
+    assert FromPassBase is MatchResult and FromInfra is MatchResult
 
     class Mine(RulePass):
         name = "t_mine"
@@ -283,10 +283,16 @@ def test_a_rule_pass_subclass_and_the_old_names_still_work():
     assert Mine().apply(graph, PassContext()).stats["fired"] == 1 and ops(graph) == ["Relu"]
 
 
-def test_a_rewrite_returning_too_many_values_is_a_rule_bug():
+def test_a_rewrite_returning_too_many_values_is_a_rule_bug_and_leaves_no_half_built_node():
     graph = gp.load(_relu_chain(1))
+
+    def two(m):
+        m.op("Neg", [m.anchor.inputs[0]])
+        return [m.anchor.inputs[0]] * 2
+
     with pytest.raises(TypeError, match="2 values for 1 outputs"):
-        apply_rules(graph, [rule(("Relu",), lambda m: [m.anchor.inputs[0]] * 2)], PassContext(), "t")
+        apply_rules(graph, [rule(("Relu",), two)], PassContext(), "t")
+    assert ops(graph) == ["Relu"] and [n.op for n in graph.inputs[0].outputs] == ["Relu"]
 
 
 def test_match_is_a_plain_record_of_the_nodes():
@@ -315,3 +321,32 @@ def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
 
     apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
     assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Add", "Neg", "Sub"]
+
+
+def test_a_function_check_must_say_why_it_refuses():
+    graph = gp.load(_relu_chain(2))
+    with pytest.raises(TypeError, match="reason string"):
+        apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: False, name="mute")], PassContext(), "t")
+    ctx = PassContext()
+    counts = apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: MatchResult.fail("no"), name="r")],
+                         ctx, "t")
+    assert counts["r"]["refused"] == 1 and ctx.explanations[0].reason == "no" and ops(graph) == ["Relu", "Relu"]
+
+
+def test_a_tensor_read_inside_an_if_body_is_not_exclusive_to_the_match():
+    then = helper.make_graph([helper.make_node("Neg", ["a"], ["q"])], "then", [], [helper.make_tensor_value_info("q", F, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [], [helper.make_tensor_value_info("n", F, [4])])
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("If", ["flag"], ["c"], then_branch=then, else_branch=other),
+                        helper.make_node("Add", ["b", "c"], ["y"])], {"x": [4], "flag": (TensorProto.BOOL, [])}, {"y": [4]})
+    graph = gp.load(model)
+    assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0
+    assert ops(graph) == ["Relu", "Relu", "If", "Add"]
+
+    class Shared(ReluRelu):
+        exclusive = False
+
+    assert apply_rules(graph, [Shared()], PassContext(), "t")["shared"]["removed"] == 1  # the outer Relu only
+    assert ops(graph) == ["Relu", "Relu", "If", "Add"] and _sorted(graph)
+    for flag in (True, False):
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)

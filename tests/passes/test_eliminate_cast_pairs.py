@@ -64,3 +64,17 @@ def test_pair_merged_while_the_first_cast_is_read_elsewhere():
     second = next(n for n in graph.nodes if n.outputs[0].name == "y")
     assert second.inputs[0] is graph.inputs[0]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_pair_that_is_not_a_round_trip_says_why():
+    from graphpass.passes.framework import PassContext
+
+    model = make_model([helper.make_node("Cast", ["x"], ["a"], to=F16), helper.make_node("Cast", ["a"], ["y"], to=F32)],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model)
+    ctx = PassContext()
+    result = eliminate_cast_pairs(graph, ctx)
+    assert not result.modified and result.stats["rules"]["pair"] == {"matched": 1, "refused": 1, "rewritten": 0,
+                                                                      "removed": 0, "created": 0}
+    assert [(e.pass_name, e.reason) for e in ctx.explanations] == [
+        ("eliminate_cast_pairs", "Cast FLOAT -> FLOAT16 is not exact (it rounds or wraps): the pair is not a round trip")]
