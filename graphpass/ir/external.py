@@ -131,8 +131,8 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: st
     if limit is not None and total > limit:
         raise ResourceLimitError(
             f"{where}: the external data declares {total} bytes, over the memory limit "
-            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-        )
+            "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
+        , option="max_memory")
     if lazy:
         for t in tensors:
             for e in t.external_data:

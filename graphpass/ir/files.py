@@ -57,8 +57,8 @@ def read_npz(path: str | os.PathLike, max_memory: int | str | None = None) -> di
             if total > limit:
                 raise ResourceLimitError(
                     f"{p}: the arrays take {total} bytes uncompressed, over the memory limit of {limit} "
-                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-                )
+                    "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
+                , option="max_memory")
     except zipfile.BadZipFile as e:
         raise BadModelError(f"{p}: not a valid .npz file ({e})") from e
     except OSError as e:
@@ -99,8 +99,8 @@ def read_regular_file_check(path: Path, limit: int, what: str) -> os.stat_result
     if st.st_size > limit:
         raise ResourceLimitError(
             f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit} "
-            "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-        )
+            "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
+        , option="max_memory")
     return st
 
 

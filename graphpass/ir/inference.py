@@ -24,24 +24,24 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
     for name, shape in input_shapes.items():
         if name not in inputs:
             raise UsageError(
-                f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
-            )
+                f"input_shapes names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
+            , option="input_shapes")
         vi = inputs[name]
         tt = vi.type.tensor_type
         dims = tt.shape.dim if tt.HasField("shape") else None
         if dims is not None and len(dims) and len(dims) != len(shape):
             raise UsageError(
-                f"--input-shape {name}: rank {len(shape)} given, the model's input has rank {len(dims)}"
-            )
+                f"input_shapes {name}: rank {len(shape)} given, the model's input has rank {len(dims)}"
+            , option="input_shapes")
         for k, v in enumerate(shape):
             if int(v) <= 0:
-                raise UsageError(f"--input-shape {name}: dimension {k} must be positive, got {v}")
+                raise UsageError(f"input_shapes {name}: dimension {k} must be positive, got {v}", option="input_shapes")
             if int(v) > limits.MAX_DIM:
-                raise UsageError(f"--input-shape {name}: dimension {k} is {v}, above the limit of 2^31")
+                raise UsageError(f"input_shapes {name}: dimension {k} is {v}, above the limit of 2^31", option="input_shapes")
             if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
                 raise UsageError(
-                    f"--input-shape {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
-                )
+                    f"input_shapes {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
+                , option="input_shapes")
         tt.ClearField("shape")
         for v in shape:
             tt.shape.dim.add().dim_value = int(v)

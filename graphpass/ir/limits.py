@@ -122,8 +122,8 @@ class Budget:
         if not self.fits(nbytes):
             raise ResourceLimitError(
                 f"{what} needs {_fmt(self.held + nbytes)}, over the memory limit of {_fmt(self.limit)} "
-                "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-            )
+                "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
+            , option="max_memory")
 
 
 def _fmt(n: int) -> str:

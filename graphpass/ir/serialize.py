@@ -182,8 +182,8 @@ def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
             if added + nbytes > room:
                 raise ResourceLimitError(
                     f"{where}: sparse initializer '{name}' would take {nbytes} bytes dense, over the memory limit "
-                    "(raise it with --max-memory or GRAPHPASS_MAX_MEMORY)"
-                )
+                    "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
+                , option="max_memory")
             values = values.reshape(-1)
             if indices.ndim == 2 and indices.shape[1] == len(dims) and len(dims) > 0:
                 if ((indices < 0) | (indices >= np.array(dims))).any():

@@ -31,21 +31,21 @@ def apply_input_shapes(graph: gs.Graph, input_shapes: dict[str, list[int]]) -> i
     for name, shape in input_shapes.items():
         if name not in inputs:
             raise UsageError(
-                f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
-            )
+                f"input_shapes names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
+            , option="input_shapes")
         t = inputs[name]
         shape = [int(d) for d in shape]
         if any(d <= 0 for d in shape):
-            raise UsageError(f"--input-shape {name}: dimensions must be positive, got {shape}")
+            raise UsageError(f"input_shapes {name}: dimensions must be positive, got {shape}", option="input_shapes")
         if any(d > MAX_DIM for d in shape):
-            raise UsageError(f"--input-shape {name}: a dimension is above the limit of 2^31, got {shape}")
+            raise UsageError(f"input_shapes {name}: a dimension is above the limit of 2^31, got {shape}", option="input_shapes")
         old = t.shape
         if old is not None and len(old) != len(shape):
-            raise UsageError(f"--input-shape {name}: rank {len(shape)} given, the model's input has rank {len(old)}")
+            raise UsageError(f"input_shapes {name}: rank {len(shape)} given, the model's input has rank {len(old)}", option="input_shapes")
         if old is not None:
             for k, (a, b) in enumerate(zip(old, shape)):
                 if isinstance(a, int) and a > 0 and a != b:
-                    raise UsageError(f"--input-shape {name}: dimension {k} is fixed to {a} in the model, got {b}")
+                    raise UsageError(f"input_shapes {name}: dimension {k} is fixed to {a} in the model, got {b}", option="input_shapes")
         if old is None or list(old) != shape:
             t.shape = shape
             changed += 1
