@@ -291,6 +291,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own shadow copy)")
     ap.add_argument("--kinds", nargs="+", default=["compare", "constant", "negate", "guard", "boolop"])
     ap.add_argument("--list", action="store_true", help="only list the mutation sites")
+    ap.add_argument("--lines", type=int, nargs="+", help="only the sites on these lines (one pass: re-check survivors)")
+    ap.add_argument("--progress", type=int, default=0, help="print a progress line every N mutants")
     args = ap.parse_args(argv)
     files = pass_files(args.passes)
     t_all = time.perf_counter()
@@ -303,7 +305,7 @@ def main(argv=None) -> int:
             targets = [s / "graphpass" / "passes" / rel for s in srcs]
             original = path.read_text()
             tree = ast.parse(original)
-            found = [s for s in sites(tree) if s[1] in args.kinds]
+            found = [s for s in sites(tree) if s[1] in args.kinds and (not args.lines or s[2] in args.lines)]
             n_all = len(found)
             if args.max_mutants and len(found) > args.max_mutants:
                 step = len(found) / args.max_mutants
@@ -372,8 +374,12 @@ def main(argv=None) -> int:
                             pyc.unlink()
                         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
                             survivors.append(label)
+                            print(f"  .. survived: {label}", flush=True)
                         else:
                             killed += 1
+                        if args.progress and (killed + len(survivors)) % args.progress == 0:
+                            print(f"  {name}: {killed + len(survivors)} of {len(found)} done, "
+                                  f"{time.perf_counter() - t0:.0f} s", flush=True)
                 time.sleep(0.05)
             took = time.perf_counter() - t0
             n = len(found)
