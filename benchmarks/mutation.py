@@ -289,6 +289,8 @@ def main(argv=None) -> int:
                     help="seconds per mutant (default: 4x the selected tests' clean time + 30)")
     ap.add_argument("--max-mutants", type=int, default=0, help="at most this many mutants per pass (evenly spread)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own shadow copy)")
+    ap.add_argument("--sample-offset", type=float, default=0.0,
+                    help="with --max-mutants: where in each stride to take the site (0 <= f < 1; another f, other sites)")
     ap.add_argument("--kinds", nargs="+", default=["compare", "constant", "negate", "guard", "boolop"])
     ap.add_argument("--list", action="store_true", help="only list the mutation sites")
     ap.add_argument("--lines", type=int, nargs="+", help="only the sites on these lines (one pass: re-check survivors)")
@@ -309,7 +311,7 @@ def main(argv=None) -> int:
             n_all = len(found)
             if args.max_mutants and len(found) > args.max_mutants:
                 step = len(found) / args.max_mutants
-                found = [found[int(i * step)] for i in range(args.max_mutants)]
+                found = [found[int((i + args.sample_offset) * step)] for i in range(args.max_mutants)]
             if args.list:
                 for i, kind, line in found:
                     print(f"{rel}:{line}: {kind}: {mutate(tree, i, kind)[1]}")

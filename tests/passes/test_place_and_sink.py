@@ -139,3 +139,35 @@ def test_annotations_only_outputs_bit_for_bit_on_special_values():
     feeds = {"x": rng.choice(pool, (1, 4, 8, 8)), "template": rng.choice(pool, (1, 4, 8, 8))}
     ref, got = ort_run(model, feeds), ort_run(gp.to_proto(graph), feeds)
     assert ref["y"].tobytes() == got["y"].tobytes() and np.isnan(ref["y"]).any()
+
+
+def test_modified_and_counts_follow_what_the_pass_changed():
+    # first run: engines and the sink are new (modified); a second run changes nothing
+    model = _tracking(host_op_reads_state=False)
+    graph = gp.load(model)
+    hoist_loop_invariants(graph)
+    first = place_and_sink(graph, PassContext())
+    assert first.modified
+    n_nodes = sum(1 for g in gp.ir.graph.iter_graphs(graph) for n in g.nodes
+                  if A.get_engine(n) is not None)
+    assert first.stats["AICORE"] + first.stats["AICPU"] + first.stats.get("HOST", 0) == n_nodes
+    assert first.stats["AICPU"] == 1 and first.stats["HOST"] == 0  # the hoisted Resize
+    assert first.stats["sunk"] == 1 and first.stats["not_sunk"] == 0
+    assert first.stats["crossings"] == len(create().placement(graph)[1].crossings)
+    second = place_and_sink(graph, PassContext())
+    assert not second.modified and second.stats["sunk"] == 1
+    # only the sink annotation lost: setting it again is a change
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    A.set(loop, A.SINK, None)
+    third = place_and_sink(graph, PassContext())
+    assert third.modified and A.get(loop, A.SINK) == "device"
+
+
+def test_a_graph_without_loops_is_modified_by_its_engines_alone():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": [1, 4]}, {"y": [1, 4]})
+    graph = gp.load(model)
+    result = place_and_sink(graph, PassContext())
+    assert result.modified and result.stats["AICORE"] == 1 and result.stats["sunk"] == 0
+    assert A.get_engine(graph.nodes[0]) == "AICORE"
+    assert not place_and_sink(graph, PassContext()).modified
+
