@@ -196,3 +196,33 @@ def test_a_deep_chain_of_nodes_reading_their_producer_twice_folds_quickly():
     assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
     np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [2.0 ** 40])
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_when_the_batch_fails_each_node_is_folded_alone():
+    # Cast of a non-numeric string fails when evaluated, so the batch evaluation fails; the
+    # node-by-node retry still folds the Add -> Mul chain and leaves the Cast, counted as failed
+    nodes = [_const("c1", [1.0]), _const("c2", [2.0]), _const("c3", [4.0]),
+             helper.make_node("Add", ["c1", "c2"], ["a"]), helper.make_node("Mul", ["a", "c3"], ["b"]),
+             helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "b"], ["y"]), helper.make_node("Add", ["x", "f"], ["z"])]
+    model = make_model(nodes, {"x": [1]}, {"y": [1], "z": [1]}, initializers={"s": np.array(["abc"], dtype=object)})
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.stats["failed"] == 1 and result.stats["folded"] == 1
+    assert sorted(ops(graph)) == ["Add", "Add", "Cast"]
+    add_y = next(n for n in graph.nodes if n.outputs[0].name == "y")
+    np.testing.assert_array_equal(add_y.inputs[1].values, [12.0])
+    onnx.checker.check_model(gp.to_proto(graph), full_check=True)
+
+
+def test_a_computed_constant_that_is_a_graph_output_and_read_at_run_time_keeps_its_node():
+    # c = a + b is a graph output and Add(x, c) reads it: the graph output keeps its producer
+    nodes = [_const("a", [1.0, 2.0]), _const("b", [3.0, 4.0]), helper.make_node("Add", ["a", "b"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    model = make_model(nodes, {"x": [2]}, {"y": [2], "c": [2]})
+    graph = gp.load(model)
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 0
+    c = next(t for t in graph.outputs if t.name == "c")
+    assert len(c.inputs) == 1 and c.inputs[0].op == "Add"
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
