@@ -131,3 +131,16 @@ def test_only_nd_and_5hd_conversions_move_through():
                     _td("r", "r5", "ND", "FRACTAL_NZ"), helper.make_node("Neg", ["r5"], ["y"])], X, Y)
     graph, res = _run(model)
     assert res.stats["moved_through"] == 0 and len(_pairs(graph)) == 2
+
+
+def test_a_weight_two_readers_want_in_different_formats_gets_neither():
+    # one weight, converted to 5HD for one reader and to NHWC for another: stored once, it can
+    # take neither format (each conversion still happens at compile time)
+    w = np.random.default_rng(0).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    model = _model([_td("w", "w5", "ND", "NC1HWC0"), _td("w", "wh", "ND", "NHWC"),
+                    helper.make_node("Add", ["x", "w5"], ["s"]), helper.make_node("Add", ["s", "wh"], ["y"])],
+                   X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["weights"] == 2 and not _pairs(graph)
+    weight = graph.nodes[0].inputs[1]
+    assert weight.name == "w" and A.get_format(weight) in (None, "ND")
