@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper
 
@@ -395,3 +396,32 @@ def test_shufflenet_v2_optimal_beats_greedy():
                         disable=["eliminate_transdata"])
         res[mode] = (len(_tds(r.graph)), r.report.cost_after_us)
     assert res["optimal"][0] < res["greedy"][0] and res["optimal"][1] < res["greedy"][1]
+
+
+def test_modified_follows_the_format_annotations_and_the_order_stays_topological():
+    # Conv -> Relu -> Conv: the first run writes formats and TransData (modified, nodes in
+    # topological order for the passes after it); a second run on its own output plans the
+    # same and says so by modified only through what it changed
+    model = make_model([_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]), _conv("r", "y", "w")],
+                       {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]}, initializers={"w": _w(32, 32, 3)})
+    graph = gp.load(model)
+    first = propagate_layout(graph, _ctx())
+    assert first.modified and first.stats["transdata"] >= 2
+    seen = {id(t) for t in graph.inputs}
+    for n in graph.nodes:
+        for t in n.inputs:
+            assert isinstance(t, gs.Constant) or id(t) in seen or not t.name, (n.op, t.name)
+        seen.update(id(t) for t in n.outputs)
+    _check(model, graph)
+
+
+def test_a_graph_with_only_format_annotations_to_write_is_modified_once():
+    # Relu alone: no TransData, but its tensors get their formats the first time only
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]})
+    graph = gp.load(model)
+    first = propagate_layout(graph, _ctx())
+    assert first.stats["transdata"] == 0 and first.modified
+    assert A.get_format(graph.nodes[0].outputs[0]) is not None
+    second = propagate_layout(graph, _ctx())
+    assert second.stats["transdata"] == 0 and not second.modified
+    _check(model, graph)
