@@ -425,3 +425,25 @@ def test_a_graph_with_only_format_annotations_to_write_is_modified_once():
     second = propagate_layout(graph, _ctx())
     assert second.stats["transdata"] == 0 and not second.modified
     _check(model, graph)
+
+
+def test_a_subgraph_node_reading_the_converted_tensor_and_another_keeps_the_other():
+    # inside the If, Add(r, k) reads the 5HD tensor r (converted to ND for the body) and k:
+    # only the r operand is rewired to the conversion
+    then_g = helper.make_graph([helper.make_node("Add", ["r", "k"], ["o1"])], "then", [],
+                               [helper.make_tensor_value_info("o1", TensorProto.FLOAT, [1, 16, 8, 8])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["k", "r"], ["o2"])], "else", [],
+                               [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [1, 16, 8, 8])])
+    nodes = [_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]), _conv("r", "r2", "w"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = make_model(nodes, {"x": [1, 16, 8, 8], "k": [1, 16, 8, 8], "cond": (TensorProto.BOOL, [])},
+                       {"y": [1, 16, 8, 8], "r2": [1, 16, 8, 8]}, initializers={"w": _w(16, 16, 4)})
+    graph = gp.load(model)
+    res = propagate_layout(graph, _ctx())
+    assert res.stats["transdata"] >= 1
+    rng = np.random.default_rng(4)
+    for cond in (True, False):
+        feeds = {"x": rng.standard_normal((1, 16, 8, 8)).astype(np.float32),
+                 "k": rng.standard_normal((1, 16, 8, 8)).astype(np.float32), "cond": np.array(cond)}
+        assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+        assert_equivalent(model, gp.to_proto(graph, emit="portable"), feeds=feeds, exact=True)
