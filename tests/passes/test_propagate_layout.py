@@ -281,6 +281,9 @@ def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
     pairs = [(t.attrs["src_format"], t.attrs["dst_format"]) for t in _tds(graph)]
     assert pairs.count(("ND", "NC1HWC0")) == 2 and pairs.count(("NC1HWC0", "ND")) == 3  # in, a, b; cat back; to Gather
     assert any("greedy" in A.get(t, A.REASON) for t in _tds(graph))
+    for t in _tds(graph):  # every conversion reads its source format and writes its target format
+        assert (A.get_format(t.inputs[0]) or "ND") == t.attrs["src_format"]
+        assert (A.get_format(t.outputs[0]) or "ND") == t.attrs["dst_format"]
     _check(model, graph)
     graph = gp.load(model)
     optimal = propagate_layout(graph, _ctx())
