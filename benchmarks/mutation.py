@@ -3,6 +3,7 @@
     python benchmarks/mutation.py --jobs 2                      # every pass (about 2 h on 2 cores)
     python benchmarks/mutation.py --passes merge_transposes fold_pad --timeout 120
     python benchmarks/mutation.py --passes fuse_gelu --max-mutants 40 --list
+    python benchmarks/mutation.py --passes fold_constants --lines 193 315     # re-check survivors
 
 Our own equivalent of mutmut. For each pass ``passes/**/<name>.py``, every function body is
 parsed and mutated one site at a time:
@@ -19,7 +20,7 @@ file ``tests/passes/test_<name>.py`` runs against it with ``pytest -x`` and a ti
 timed-out run kills the mutant; a passing run means it survived. Prints, per pass, mutants,
 killed, survived, and each survivor with its line and the mutation.
 
-What keeps it cheap (about 4x the mutants a minute of one fresh pytest per mutant):
+What keeps it cheap (about 3x the mutants a minute of one fresh pytest of the file per mutant):
 
   * one clean run per pass, under a line tracer, records which lines of the pass each test
     executes and how long it takes; it must pass, or the pass is skipped;
