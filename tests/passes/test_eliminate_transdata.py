@@ -144,3 +144,14 @@ def test_a_weight_two_readers_want_in_different_formats_gets_neither():
     assert res.stats["weights"] == 2 and not _pairs(graph)
     weight = graph.nodes[0].inputs[1]
     assert weight.name == "w" and A.get_format(weight) in (None, "ND")
+
+
+def test_a_weight_every_reader_wants_in_one_format_takes_it():
+    # two conversions of one weight, both to 5HD: the weight is stored in 5HD once
+    w = np.random.default_rng(0).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    model = _model([_td("w", "w5", "ND", "NC1HWC0"), _td("w", "w6", "ND", "NC1HWC0"),
+                    helper.make_node("Add", ["x", "w5"], ["s"]), helper.make_node("Add", ["s", "w6"], ["y"])],
+                   X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["weights"] == 2 and not _pairs(graph)
+    assert A.get_format(graph.nodes[0].inputs[1]) == "NC1HWC0"

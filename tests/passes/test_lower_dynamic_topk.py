@@ -385,3 +385,15 @@ def test_float16_mean_of_up_to_2048_values_is_lowered():
     for k in (0, 1, 1000, 1500):
         feeds = {"x": x, "k": np.array([k], np.int64)}
         np.testing.assert_array_equal(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_an_omitted_axes_input_reduces_everything_and_is_lowered():
+    # ReduceSum(v, "") at opset 13: the axes input is given but empty-named, i.e. absent
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceSum", ["v", ""], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, 12], "k": (I64, [1])}, {"y": []}, opset=13)
+    out = _lowered(model)
+    rng = np.random.default_rng(6)
+    for k in (0, 4, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
