@@ -185,3 +185,14 @@ def test_gemm_with_beta_zero_folds_only_without_a_c_input():
     graph = gp.load(without_c)
     assert fold_batchnorm(graph).modified and ops(graph) == ["Gemm"]
     assert_equivalent(without_c, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_named_but_unused_running_statistics_do_not_stop_the_fold():
+    # an opset-9 BN naming its running-mean output that nothing reads: inference, it folds
+    params = _bn_params(8)
+    w = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    bn = helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["y", "rm"], epsilon=1e-3)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), bn], {"x": [2, 8, 6, 6]},
+                       {"y": [2, 8, 6, 6]}, initializers={"w": w, **params}, opset=9)
+    graph = gp.load(model)
+    assert fold_batchnorm(graph).stats["fired"] == 1 and ops(graph) == ["Conv"]

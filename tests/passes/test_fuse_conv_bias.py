@@ -115,3 +115,16 @@ def test_batchnorm_then_per_channel_add_joins_the_bn_bias():
         np.testing.assert_array_equal(bias, (bn_in["b"] + np.broadcast_to(d.reshape(-1), (6,))).astype(np.float32))
         assert graph.nodes[0].outputs[0].name == "y"
         assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_bias_and_addend_that_cancel_fold_to_zero():
+    # B + d = 0 exactly (1 + -1): a sum that is 0 is exact, nothing to refuse
+    bn_in = {k: RNG.uniform(0.5, 1.5, 6).astype(np.float32) for k in ("s", "m", "v")}
+    bn_in["b"] = np.ones(6, np.float32)
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+                        helper.make_node("Add", ["bn", "d"], ["y"])],
+                       {"x": [2, 6, 5, 5]}, {"y": [2, 6, 5, 5]}, initializers={**bn_in, "d": -np.ones((6, 1, 1), np.float32)})
+    graph = gp.load(model)
+    assert fuse_conv_bias(graph).stats["fired"] == 1
+    np.testing.assert_array_equal(graph.nodes[0].inputs[2].values, np.zeros(6, np.float32))
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)

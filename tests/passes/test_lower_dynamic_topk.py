@@ -397,3 +397,12 @@ def test_an_omitted_axes_input_reduces_everything_and_is_lowered():
     for k in (0, 4, 12):
         feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
         _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_topk_without_axis_attribute_reduced_over_its_last_axis_alone_is_lowered():
+    model = _axes_model("ReduceSum", [1], "attr", 11, topk_axis=None, keepdims=0)
+    out = _lowered(model)
+    rng = np.random.default_rng(8)
+    for k in (0, 2, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
