@@ -21,7 +21,7 @@ from _synthetic import residual_stack  # noqa: E402
 
 import graphpass as gp  # noqa: E402
 from graphpass.cost_model import create  # noqa: E402
-from graphpass.infra.context import PassContext  # noqa: E402
+from graphpass.passes.framework.context import PassContext  # noqa: E402
 from graphpass.ir.model_io import gc_frozen  # noqa: E402
 from graphpass.passes import eliminate_transdata, propagate_layout  # noqa: E402
 

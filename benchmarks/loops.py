@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.ir.graph import count_nodes
 from graphpass.passes import hoist_loop_invariants, place_and_sink
 

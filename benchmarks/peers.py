@@ -73,7 +73,7 @@ def _models(names: list[str] | None, folder: Path) -> list[tuple[str, Path]]:
 
 
 def _latency(path: Path, feeds: dict, level, repeat: int) -> float:
-    from graphpass import runtime
+    from graphpass.check import runtime
 
     sess = runtime.session(str(path), optimize=True, graph_optimization_level=level, intra_op_num_threads=1)
     sess.run(None, feeds)
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import onnxruntime as ort
 
-    from graphpass import verify as V
+    from graphpass.check import verify as V
 
     print("| model | tool | seconds | nodes | ORT ms (ENABLE_ALL) | ORT ms (DISABLE_ALL) | max diff / max abs output |")
     print("|---|---|---:|---:|---:|---:|---:|")

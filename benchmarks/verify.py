@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import residual_stack  # noqa: E402
 
 import graphpass as gp  # noqa: E402
-from graphpass import verify as V  # noqa: E402
+from graphpass.check import verify as V  # noqa: E402
 
 
 def _optimized(model: onnx.ModelProto) -> onnx.ModelProto:

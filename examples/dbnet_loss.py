@@ -88,7 +88,7 @@ def batches(n: int = 20, seed: int = 0):
 
 def main() -> int:
     import graphpass as gp
-    from graphpass import verify as V
+    from graphpass.check import verify as V
     from graphpass.cost_model import create
 
     model = build()

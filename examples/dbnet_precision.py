@@ -40,8 +40,8 @@ def build(seed: int = 0) -> onnx.ModelProto:
 
 def main() -> int:
     import graphpass as gp
-    from graphpass import precision as P
-    from graphpass import verify as V
+    from graphpass.check import precision as P
+    from graphpass.check import verify as V
 
     model = build()
     report = P.analyze(model)

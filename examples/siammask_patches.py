@@ -70,7 +70,7 @@ def check_bit_for_bit(lowered: onnx.ModelProto, seeds: int = 5) -> list[str]:
     as outputs; a second, patch-only model is lowered and fed special values directly.
     """
     import graphpass as gp
-    from graphpass import verify as V
+    from graphpass.check import verify as V
 
     problems = []
     probe = onnx.ModelProto()
@@ -102,7 +102,7 @@ def check_bit_for_bit(lowered: onnx.ModelProto, seeds: int = 5) -> list[str]:
 
 def main() -> int:
     import graphpass as gp
-    from graphpass import verify as V
+    from graphpass.check import verify as V
     from graphpass.cost_model import create
     from graphpass.ir import annotations as A
 

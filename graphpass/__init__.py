@@ -16,7 +16,7 @@ from graphpass.errors import (
     UsageError,
     VerificationError,
 )
-from graphpass.infra import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
 from graphpass.ir import load, save, to_proto
 
 __version__ = "0.1.0"

@@ -9,10 +9,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import onnx_graphsurgeon as gs
 
-from graphpass import pipelines
+from graphpass.passes import pipelines
 from graphpass.cost_model import create as create_cost_model
-from graphpass.infra.context import PassContext
-from graphpass.infra.manager import PassManager
+from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.manager import PassManager
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.report import OptimizeReport

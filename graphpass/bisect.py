@@ -15,9 +15,9 @@ from typing import Any
 
 import onnx
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.api import optimize
-from graphpass.infra.manager import PassRecord
+from graphpass.passes.framework.manager import PassRecord
 from graphpass.ir import model_io
 
 __all__ = ["BisectResult", "bisect"]

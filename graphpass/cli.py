@@ -61,7 +61,7 @@ def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: st
     (symbolic dims count as verify feeds them)."""
     from onnx import helper
 
-    from graphpass.verify import SYMBOLIC_DIM
+    from graphpass.check.verify import SYMBOLIC_DIM
 
     inits = {t.name for t in model.graph.initializer}
     total = 0
@@ -215,13 +215,13 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     if args.mixed_precision or args.keep_fp32:
         keep = _split_names([args.keep_fp32]) if args.keep_fp32 and args.keep_fp32 != "auto" else []
         if args.keep_fp32 == "auto":
-            from graphpass import precision as P
+            from graphpass.check import precision as P
 
             keep = P.analyze(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes).keep_fp32
         options["mixed_precision"] = {"mode": args.mixed_precision or "force_fp16", "keep_fp32": keep}
         args.enable = [",".join(_split_names(args.enable) + ["mixed_precision"])]
     # Check pass names before loading the model: usage errors come first.
-    from graphpass import pipelines
+    from graphpass.passes import pipelines
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
@@ -288,7 +288,7 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
     The input model not running is bad input (exit 2); the output not loading or not running
     where the input does, or differing, is a failed verification (exit 1).
     """
-    from graphpass import verify as V
+    from graphpass.check import verify as V
     from graphpass.errors import BadModelError
     from graphpass.ir import model_io
 
@@ -326,7 +326,7 @@ def _apply_fusion_switches(args: argparse.Namespace) -> None:
     Precedence, broad to specific: --fusion-off, then the switch file, then the explicit
     --enable and --disable (a name given to both stays disabled).
     """
-    from graphpass.fusion_switch import fusion_passes, read_switch_file
+    from graphpass.passes.fusion_switch import fusion_passes, read_switch_file
 
     disable: set[str] = set(fusion_passes()) if getattr(args, "fusion_off", False) else set()
     enable: set[str] = set()
@@ -399,10 +399,10 @@ def cmd_passes(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     import graphpass as gp
-    from graphpass import pipelines
+    from graphpass.passes import pipelines
 
     if args.write_fusion_switch:
-        from graphpass.fusion_switch import fusion_passes, write_switch_file
+        from graphpass.passes.fusion_switch import fusion_passes, write_switch_file
 
         _apply_fusion_switches(args)
         disable, enable = set(_split_names(args.disable)), set(_split_names(args.enable))
@@ -526,7 +526,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from graphpass import verify as V
+    from graphpass.check import verify as V
     from graphpass.ir import model_io
 
     a = model_io.load_proto(args.model_a)
@@ -581,8 +581,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from graphpass import precision as P
-    from graphpass import verify as V
+    from graphpass.check import precision as P
+    from graphpass.check import verify as V
     from graphpass.ir import model_io
 
     for flag, share in (("--underflow-share", args.underflow_share), ("--absorption-share", args.absorption_share)):
@@ -634,7 +634,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from graphpass import pipelines
+    from graphpass.passes import pipelines
     from graphpass.bisect import bisect
 
     _apply_fusion_switches(args)
@@ -841,7 +841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args.verbose, args.quiet)
-    from graphpass import runtime
+    from graphpass.check import runtime
 
     runtime.set_verbosity(args.verbose)
     previous = _catch_termination()

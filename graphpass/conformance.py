@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 import graphpass as gp
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.errors import BadModelError, GraphpassError
 
 __all__ = ["CaseOutcome", "run_case", "run_light_model", "light_models"]

@@ -207,7 +207,7 @@ def check(model: onnx.ModelProto, seed: int = 0) -> bool:
     give onnxruntime's outputs of the input model. Raises AssertionError with the reason;
     returns False (nothing checked) when the input itself is invalid or onnxruntime cannot run it."""
     import graphpass as gp
-    from graphpass import verify as V
+    from graphpass.check import verify as V
 
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -250,7 +250,7 @@ class Outcome:
 def cases(family: str, pass_names: list[str] | None = None):
     """The hypothesis strategy of :class:`Case` for ``family`` (one of :data:`FAMILIES`)."""
     from graphpass._fuzz_cases import cases as _cases
-    from graphpass.infra.registry import all_passes
+    from graphpass.passes.framework.registry import all_passes
 
     return _cases(family, pass_names or sorted(all_passes()))
 
@@ -278,7 +278,7 @@ def _ort_reason(e: Exception) -> str:
 
 def _session(model_or_path):
     """An onnxruntime session with its optimizations off and its logs quiet (graphpass.runtime)."""
-    from graphpass import runtime
+    from graphpass.check import runtime
 
     src = model_or_path.SerializeToString() if isinstance(model_or_path, onnx.ModelProto) else str(model_or_path)
     return runtime.session(src)
@@ -295,8 +295,8 @@ def _outputs(model_or_path, feeds):
     original and the optimized one: onnxruntime's CPU provider computes float16 ops without a
     float16 kernel in float32 between casts it places itself, so where nodes are moved, added or
     removed its bits depend on the graph's structure, not on the values the spec defines."""
-    from graphpass import fp16
-    from graphpass.verify import Runner
+    from graphpass.check import fp16
+    from graphpass.check.verify import Runner
 
     head = model_or_path if isinstance(model_or_path, onnx.ModelProto) else onnx.load(str(model_or_path),
                                                                                         load_external_data=False)
@@ -345,7 +345,7 @@ def compare(ref: np.ndarray, got: np.ndarray, exact: bool, rtol: float, atol: fl
 
 def _loosest(records) -> tuple[bool, float, float, list[str]]:
     """(exact, rtol, atol, names): the promise that applies to a run, from the passes that changed the graph."""
-    from graphpass.infra.registry import all_passes
+    from graphpass.passes.framework.registry import all_passes
 
     reg = all_passes()
     changed = sorted({r.name for r in records if r.modified and not r.rolled_back})
@@ -368,7 +368,7 @@ def _overflowed(model, feeds) -> str:
     A tolerance promise covers float rounding; an intermediate that overflows in one form and
     not the other is its stated limit (Promise), which this finds in the run itself, position by
     position, so NaN or inf fed elsewhere neither hides it nor stands in for it."""
-    from graphpass.verify import _expose_all
+    from graphpass.check.verify import _expose_all
 
     try:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))

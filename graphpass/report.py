@@ -12,8 +12,8 @@ import io
 import json
 from typing import Any
 
-from graphpass.infra.context import Explanation
-from graphpass.infra.manager import PassRecord
+from graphpass.passes.framework.context import Explanation
+from graphpass.passes.framework.manager import PassRecord
 
 __all__ = ["OptimizeReport"]
 

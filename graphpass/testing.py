@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from graphpass import verify as _verify
+from graphpass.check import verify as _verify
 
 __all__ = ["make_model", "ort_run", "assert_equivalent", "ops", "check_full"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import EXACT
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
 from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import EXACT
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
 from graphpass.ir.graph import node_dependencies, remove_nodes, subgraphs_of
 
 __all__ = ["EliminateDeadNodes"]

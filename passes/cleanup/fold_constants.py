@@ -24,10 +24,10 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from graphpass import verify as _verify
-from graphpass.infra.pass_base import EXACT
+from graphpass.check import verify as _verify
+from graphpass.passes.framework.pass_base import EXACT
 from graphpass.errors import BadModelError
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.shapes import numel, refresh_shapes, static_shape, tensor_elem_type

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import EXACT
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import static_shape
 from graphpass.passes.cleanup._common import is_onnx_op, local_producer, outputs_free

@@ -12,8 +12,8 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
-from graphpass.infra.pass_base import EXACT
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir.limits import MAX_DIM
 from graphpass.ir.shapes import refresh_shapes
 

@@ -6,7 +6,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto
 
-from graphpass.infra.pass_base import MatchResult
+from graphpass.passes.framework.pass_base import MatchResult
 from graphpass.ir.device_ops import elem_type
 
 __all__ = ["constant_param", "require_constants", "other_input", "set_bias", "absorb", "per_output_channel",

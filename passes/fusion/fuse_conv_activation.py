@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassKind, register
-from graphpass.infra.pass_base import EXACT
-from graphpass.infra.rewrite import Match, RewriteRule, RulePass, single_reader
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass, single_reader
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import (CONV_ATTRS, DOMAIN, FLOAT_TYPES, FUSED_CONV, elem_type, ensure_function,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassKind, register
-from graphpass.infra.pass_base import EXACT
-from graphpass.infra.rewrite import Match, RewriteRule, RulePass
+from graphpass.passes.framework import MatchResult, PassKind, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, RewriteRule, RulePass
 from graphpass.ir import annotations as A
 from graphpass.ir.shapes import static_shape
 

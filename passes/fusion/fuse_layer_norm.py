@@ -21,9 +21,9 @@ import dataclasses
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, Promise
-from graphpass.infra.rewrite import single_reader
+from graphpass.passes.framework import PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, Promise
+from graphpass.passes.framework.rewrite import single_reader
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, layer_norm_function
 from graphpass.ir.graph import NameGen

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassKind, register
-from graphpass.infra.pass_base import PassResult, EXACT
-from graphpass.infra.rewrite import RulePass, single_reader
+from graphpass.passes.framework import PassKind, register
+from graphpass.passes.framework.pass_base import PassResult, EXACT
+from graphpass.passes.framework.rewrite import RulePass, single_reader
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes, replace_uses
 from graphpass.ir.shapes import static_shape

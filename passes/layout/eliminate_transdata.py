@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, EXACT
+from graphpass.passes.framework import PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import is_graph_output, replace_uses
 from graphpass.passes.layout._common import is_transdata

@@ -30,8 +30,8 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
-from graphpass.infra import PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, EXACT
+from graphpass.passes.framework import PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, producer, toposort
 from graphpass.passes.layout._common import bypass_transdata, is_transdata, make_transdata

@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import MatchResult, PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, Promise
+from graphpass.passes.framework import MatchResult, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, Promise
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes

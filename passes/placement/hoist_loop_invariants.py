@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, EXACT
+from graphpass.passes.framework import PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir import model_io
 from graphpass.ir.graph import subgraphs_of

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.infra import PassContext, PassKind, PassResult, register
-from graphpass.infra.pass_base import Pass, EXACT
+from graphpass.passes.framework import PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Pass, EXACT
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import iter_graphs
 from graphpass.ir.shapes import refresh_shapes, static_shape

@@ -23,8 +23,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import UsageError
-from graphpass.infra.pass_base import Promise
-from graphpass.infra import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import Promise
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs
 

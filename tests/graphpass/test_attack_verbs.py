@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.cli import main
 from graphpass.testing import make_model
 
@@ -212,7 +212,7 @@ def test_inputs_of_another_dtype_in_model_b_are_a_usage_error():
 
 
 def test_an_emulated_float16_input_holds_float16_values():
-    from graphpass import fp16
+    from graphpass.check import fp16
 
     m = make_model([helper.make_node("Identity", ["x"], ["y"])], {"x": (T.FLOAT16, [1])}, {"y": (T.FLOAT16, [1])})
     emu = fp16.Emulated(m, V.session)

@@ -7,8 +7,8 @@ from onnx import helper
 import graphpass as gp
 from graphpass.bisect import bisect
 from graphpass.cli import main
-from graphpass.infra import Pass, PassKind, PassResult, register
-from graphpass.infra.registry import unregister
+from graphpass.passes.framework import Pass, PassKind, PassResult, register
+from graphpass.passes.framework.registry import unregister
 from graphpass.testing import make_model
 
 

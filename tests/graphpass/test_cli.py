@@ -381,7 +381,7 @@ def test_cost_and_diff_refuse_a_fifo_as_output(tmp_path, capsys):
 def test_passes_lists_each_pass_promise(capsys):
     import re
 
-    from graphpass.infra.registry import all_passes
+    from graphpass.passes.framework.registry import all_passes
 
     assert main(["passes"]) == 0
     out = capsys.readouterr().out

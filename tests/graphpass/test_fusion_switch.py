@@ -5,7 +5,7 @@ import pytest
 
 from graphpass.cli import main
 from graphpass.errors import UsageError
-from graphpass.fusion_switch import fusion_passes, read_switch_file, write_switch_file
+from graphpass.passes.fusion_switch import fusion_passes, read_switch_file, write_switch_file
 
 
 def test_both_formats_round_trip(tmp_path):

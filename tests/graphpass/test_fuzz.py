@@ -72,8 +72,8 @@ def test_differential_catches_a_pass_that_breaks_exactness(monkeypatch):
     """The tester can fail: an 'exact' pass that turns x + 0 into x is caught on -0.0 + 0."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from graphpass.infra.pass_base import EXACT, Pass, PassKind, PassResult
-    from graphpass.infra.registry import register, unregister
+    from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult
+    from graphpass.passes.framework.registry import register, unregister
 
     class DropAddZero(Pass):
         name = "test_drop_add_zero"

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import graphpass as gp
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.ir.graph import count_nodes
 
 from conftest import LIGHT_MODELS, randomize_light_weights, LIGHT_DIR

@@ -7,8 +7,8 @@ from onnx import helper
 import graphpass as gp
 from graphpass.cost_model import CostModel, CostReport
 from graphpass.errors import PassError, UsageError, VerificationError
-from graphpass.infra import Pass, PassContext, PassKind, PassManager, PassResult
-from graphpass.infra.pass_base import PassContractError
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult
+from graphpass.passes.framework.pass_base import PassContractError
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, make_model, ops
 

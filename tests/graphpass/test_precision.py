@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass import precision as P
-from graphpass import verify as V
+from graphpass.check import precision as P
+from graphpass.check import verify as V
 from graphpass.cli import main
 from graphpass.ir.graph import graph_protos
 from graphpass.passes import mixed_precision

@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 import graphpass as gp
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.cli import main
 from graphpass.testing import make_model
 
@@ -144,7 +144,7 @@ def test_all_tensors_finds_a_planted_divergence_at_the_right_tensor(tmp_path):
 
 def test_all_tensors_maps_a_fused_tensor_whose_name_changed():
     """A fused node whose output got a new name stands for the last node it replaced."""
-    from graphpass.verify import _provenance_map
+    from graphpass.check.verify import _provenance_map
 
     a = _conv_bn_relu()
     b = onnx.ModelProto()

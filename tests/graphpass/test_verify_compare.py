@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 
 
 def _ok(ref, got, rtol=V.DEFAULT_RTOL, atol=V.DEFAULT_ATOL, **kw):

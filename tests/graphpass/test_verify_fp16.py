@@ -8,8 +8,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import graphpass as gp
-from graphpass import fp16
-from graphpass import verify as V
+from graphpass.check import fp16
+from graphpass.check import verify as V
 from graphpass.bisect import bisect
 from graphpass.cli import main
 from graphpass.errors import VerificationError

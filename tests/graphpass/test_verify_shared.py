@@ -8,13 +8,13 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import graphpass as gp
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.bisect import bisect
 from graphpass.cli import main
 from graphpass.errors import VerificationError
-from graphpass.infra import Pass, PassKind, PassResult, register
-from graphpass.infra.pass_base import EXACT, REASSOCIATION
-from graphpass.infra.registry import unregister
+from graphpass.passes.framework import Pass, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT, REASSOCIATION
+from graphpass.passes.framework.registry import unregister
 from graphpass.testing import make_model
 
 

@@ -58,7 +58,7 @@ def check_output(argv: list[str], compare: bool) -> str:
     import numpy as np
     import onnx
 
-    from graphpass import verify as V
+    from graphpass.check import verify as V
     from graphpass.cli import parse_input_shapes
 
     out = _option(argv, "-o")

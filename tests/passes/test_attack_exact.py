@@ -45,7 +45,7 @@ def test_zero_pad_before_average_pool_keeps_the_sign_of_zero():
                    "keeps NaN/inf positions only where no product overflows (open, see report)")
 @pytest.mark.parametrize("scale_op", ["Mul", "BatchNormalization"])
 def test_zero_scale_after_overflowing_conv_keeps_nan(scale_op):
-    from graphpass.verify import compare_arrays
+    from graphpass.check.verify import compare_arrays
 
     w = np.array([[[[3e38]]]], np.float32)
     inits = {"w": w, "s": np.zeros((1, 1, 1, 1), np.float32)}
@@ -68,7 +68,7 @@ def test_zero_scale_after_overflowing_conv_keeps_nan(scale_op):
                    "the tolerance promise does not hold for values near the dtype's max (open, see report)")
 @pytest.mark.parametrize("row", [[3e38, -3e38, 1.0, 1.0], [3e38, 3e38, 3e38, 3e38]])
 def test_layer_norm_near_float_max_keeps_nan_positions(row):
-    from graphpass.verify import compare_arrays
+    from graphpass.check.verify import compare_arrays
 
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
              helper.make_node("Pow", ["d", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["v"], axes=[-1]),

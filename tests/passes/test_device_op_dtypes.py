@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass as gp
 from graphpass.cli import main
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fuse_conv_activation, fuse_gelu, fuse_layer_norm
 from graphpass.testing import check_full, ort_run
 

@@ -5,7 +5,7 @@ from onnx import helper
 
 import graphpass as gp
 from graphpass.cost_model import create
-from graphpass.infra.context import PassContext
+from graphpass.passes.framework.context import PassContext
 from graphpass.ir import annotations as A
 from graphpass.ir.device_ops import DOMAIN, is_transdata, transdata_function
 from graphpass.passes import eliminate_transdata

@@ -3,7 +3,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.ir import annotations as A
 from graphpass.passes import fold_batchnorm
 from graphpass.testing import assert_equivalent, make_model, ops

@@ -2,7 +2,7 @@ import numpy as np
 from onnx import helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fold_pad
 from graphpass.testing import assert_equivalent, make_model, ops
 

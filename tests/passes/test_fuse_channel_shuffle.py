@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 import graphpass as gp
 from graphpass.cost_model import CostModel
 from graphpass.cost_model.report import CostReport
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fuse_channel_shuffle
 from graphpass.passes.fusion.fuse_channel_shuffle import shuffle_permutation
 from graphpass.testing import assert_equivalent, make_model, ops

@@ -5,7 +5,7 @@ from onnx import helper
 
 import graphpass as gp
 from graphpass.cost_model import create
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.ir import annotations as A
 from graphpass.passes import fuse_conv_activation
 from graphpass.testing import assert_equivalent, make_model, ops

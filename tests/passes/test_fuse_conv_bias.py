@@ -3,7 +3,7 @@ import onnx
 from onnx import helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fuse_conv_bias
 from graphpass.testing import assert_equivalent, make_model, ops
 

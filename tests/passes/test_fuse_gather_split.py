@@ -2,7 +2,7 @@ import numpy as np
 from onnx import helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fuse_gather_split
 from graphpass.testing import assert_equivalent, make_model, ops
 
@@ -58,7 +58,7 @@ def test_shufflenet_v2_stride1_blocks_become_concat_and_two_gathers():
     assert after.get("Transpose", 0) == 0 and after.get("Split", 0) == 0
     assert after["Gather"] == 13 * 2 + 3
     # BN folding reorders fp32 arithmetic: compare relative to the output's scale (1e-4, as the issues ask)
-    from graphpass import verify as V
+    from graphpass.check import verify as V
 
     s0 = V.session(model)
     feeds = V.random_inputs(s0, seed=0)

@@ -2,7 +2,7 @@ import numpy as np
 from onnx import helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import fuse_matmul_add
 from graphpass.testing import assert_equivalent, make_model, ops
 

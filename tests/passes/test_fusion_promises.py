@@ -14,7 +14,7 @@ from onnx import helper
 
 import graphpass as gp
 from graphpass import passes
-from graphpass.infra.pass_base import Promise
+from graphpass.passes.framework.pass_base import Promise
 from graphpass.testing import check_full, make_model, ort_run
 
 RNG = np.random.default_rng(16)
@@ -153,7 +153,7 @@ def gather_split():
 
 
 def _pass_class(name):
-    from graphpass.infra.pass_base import Pass
+    from graphpass.passes.framework.pass_base import Pass
     return next(c for c in vars(passes).values() if isinstance(c, type) and issubclass(c, Pass) and c.name == name)
 
 

@@ -3,7 +3,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import hoist_loop_invariants
 from graphpass.testing import assert_equivalent, check_full, make_model, ops, ort_run
 

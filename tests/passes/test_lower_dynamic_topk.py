@@ -6,9 +6,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass import verify as V
+from graphpass.check import verify as V
 from graphpass.cost_model import create
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import lower_dynamic_topk
 from graphpass.testing import check_full, make_model, ops, ort_run
 

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass as gp
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.passes import lower_extract_image_patches
 from graphpass.passes.lowering.lower_extract_image_patches import tf_extract_image_patches
 from graphpass.testing import make_model, ops, ort_run, check_full

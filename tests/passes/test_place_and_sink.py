@@ -3,7 +3,7 @@ from onnx import TensorProto, helper
 
 import graphpass as gp
 from graphpass.cost_model import create
-from graphpass.infra import PassContext
+from graphpass.passes.framework import PassContext
 from graphpass.ir import annotations as A
 from graphpass.passes import hoist_loop_invariants, place_and_sink
 from graphpass.testing import assert_equivalent, make_model
@@ -66,7 +66,7 @@ def test_siammask_tracking_example_hoists_sinks_and_stays_equal():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
     import siammask_tracking
 
-    from graphpass import verify as V
+    from graphpass.check import verify as V
 
     model = siammask_tracking.build()
     result = gp.optimize(model)

@@ -1,7 +1,7 @@
 """Every pass declares what it promises about outputs: exact, or a named float-rounding tolerance."""
 
 import graphpass.passes as passes
-from graphpass.infra.pass_base import Pass, Promise
+from graphpass.passes.framework.pass_base import Pass, Promise
 
 
 def _pass_classes():

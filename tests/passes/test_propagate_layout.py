@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import graphpass as gp
 from graphpass.cost_model import create
-from graphpass.infra.context import PassContext
+from graphpass.passes.framework.context import PassContext
 from graphpass.ir import annotations as A
 from graphpass.ir.device_ops import is_transdata
 from graphpass.ir.graph import toposort
@@ -374,7 +374,7 @@ def test_light_resnet50_transdata_only_at_input_output_and_before_gemm(light_pat
 
 def test_greedy_estimate_equals_the_cost_models_default_on_resnet(light_path):
     """The cost model's implicit formats are GE's greedy rule: made explicit, the estimate is unchanged."""
-    from graphpass import pipelines
+    from graphpass.passes import pipelines
 
     names = [n for n in pipelines.get_pipeline("default") if n not in ("propagate_layout", "eliminate_transdata")]
     graph = gp.optimize(onnx.load(light_path("light_resnet50.onnx")), passes=names).graph

@@ -61,7 +61,7 @@ class OutputComparison:
 
 def session(model: onnx.ModelProto | bytes | str):
     """An onnxruntime CPU session with every graph optimization disabled."""
-    from graphpass import runtime
+    from graphpass.check import runtime
 
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
@@ -300,7 +300,7 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
 
 
 def _undeclared():
-    from graphpass.infra.pass_base import Promise
+    from graphpass.passes.framework.pass_base import Promise
 
     return Promise.tolerance("undeclared", rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
                              reason="a pass that declares no promise is held to the default tolerance")
@@ -308,7 +308,7 @@ def _undeclared():
 
 def promises_of(pass_names: Iterable[str]) -> list:
     """The declared promises of these registered passes (a pass without one: :data:`UNDECLARED`)."""
-    from graphpass.infra.registry import all_passes
+    from graphpass.passes.framework.registry import all_passes
 
     known = all_passes()
     return [getattr(known[n], "promise", UNDECLARED) if n in known else UNDECLARED for n in pass_names]
@@ -414,7 +414,7 @@ class Runner:
     """A model ready to run: an onnxruntime session, with fp16 emulation when the model holds float16."""
 
     def __init__(self, model: onnx.ModelProto | str, fp16_emulate: bool = True):
-        from graphpass import fp16
+        from graphpass.check import fp16
 
         if isinstance(model, str):  # a path: onnxruntime reads it (and its external data) itself
             try:

@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 from graphpass.ir.graph import fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphpass.infra.context import PassContext
+    from graphpass.passes.framework.context import PassContext
 
 __all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "Promise", "EXACT", "REASSOCIATION"]
 
@@ -191,7 +191,7 @@ class Pass:
         """The pass as a plain function ``fn(graph, ctx=None, **options) -> PassResult``."""
 
         def fn(graph: gs.Graph, ctx: "PassContext | None" = None, **options: Any) -> PassResult:
-            from graphpass.infra.context import PassContext
+            from graphpass.passes.framework.context import PassContext
 
             ctx = ctx or PassContext()
             if options:

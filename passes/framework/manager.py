@@ -20,11 +20,11 @@ from typing import Any, Sequence
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass import verify as _verify
+from graphpass.check import verify as _verify
 from graphpass.errors import BadModelError, GraphpassError, PassError, VerificationError
-from graphpass.infra.context import PassContext
-from graphpass.infra.pass_base import Pass
-from graphpass.infra.registry import get_pass
+from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.pass_base import Pass
+from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, iter_graphs, toposort
 

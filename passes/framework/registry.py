@@ -6,7 +6,7 @@ import re
 from typing import Iterable
 
 from graphpass.errors import UsageError
-from graphpass.infra.pass_base import Pass
+from graphpass.passes.framework.pass_base import Pass
 
 __all__ = ["register", "unregister", "get_pass", "all_passes", "resolve"]
 

@@ -6,7 +6,7 @@ A pipeline is an ordered tuple of pass names; the pass manager repeats it to a f
 from __future__ import annotations
 
 from graphpass.errors import UsageError
-from graphpass.infra.registry import all_passes
+from graphpass.passes.framework.registry import all_passes
 
 __all__ = ["PIPELINES", "DEFAULT_PIPELINE", "get_pipeline", "build"]
 

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphpass import verify as V
+from graphpass.check import verify as V
 
 __all__ = ["FP16_MAX", "FP16_MIN_NORMAL", "FP16_FLUSH", "TensorRange", "Finding", "PrecisionReport", "analyze"]
 

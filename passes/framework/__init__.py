@@ -1,9 +1,9 @@
 """Pass infrastructure: the Pass contract, the registry, the context and the pass manager."""
 
-from graphpass.infra.context import Explanation, PassContext
-from graphpass.infra.manager import PassManager, PassRecord
-from graphpass.infra.pass_base import MatchResult, Pass, PassContractError, PassKind, PassResult
-from graphpass.infra.registry import all_passes, get_pass, register, resolve
+from graphpass.passes.framework.context import Explanation, PassContext
+from graphpass.passes.framework.manager import PassManager, PassRecord
+from graphpass.passes.framework.pass_base import MatchResult, Pass, PassContractError, PassKind, PassResult
+from graphpass.passes.framework.registry import all_passes, get_pass, register, resolve
 
 __all__ = [
     "Explanation",

@@ -14,8 +14,8 @@ from typing import ClassVar, Sequence
 
 import onnx_graphsurgeon as gs
 
-from graphpass.infra.context import PassContext
-from graphpass.infra.pass_base import MatchResult, Pass, PassResult
+from graphpass.passes.framework.context import PassContext
+from graphpass.passes.framework.pass_base import MatchResult, Pass, PassResult
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 
 __all__ = ["Match", "RewriteRule", "RulePass", "single_reader"]

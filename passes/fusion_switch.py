@@ -25,8 +25,8 @@ import re
 from pathlib import Path
 
 from graphpass.errors import UsageError
-from graphpass.infra.pass_base import PassKind
-from graphpass.infra.registry import all_passes
+from graphpass.passes.framework.pass_base import PassKind
+from graphpass.passes.framework.registry import all_passes
 
 __all__ = ["fusion_passes", "read_switch_file", "write_switch_file", "UB_FUSION"]
 
