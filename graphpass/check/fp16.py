@@ -12,7 +12,7 @@ Vector units accumulate in fp32 and store fp16):
 
     y16 = Op(a16, b16)   =>   y_raw = Op(a32, b32); y = Cast(Cast(y_raw, FLOAT16), FLOAT)
 
-Rules: float16 initializers, Constant/ConstantOfShape values and ``to``/``dtype`` attributes
+Rules: float16 initializers (sparse ones too), Constant/ConstantOfShape values and ``to``/``dtype`` attributes
 become float32 (exact: every fp16 value is a float32 value); graph inputs and outputs typed
 float16 become float32 (:class:`Emulated` feeds and returns them as float16, so the caller sees
 the original interface); subgraphs (If/Loop/Scan bodies) are rewritten the same way; model-local
@@ -50,6 +50,8 @@ def has_fp16(model: onnx.ModelProto) -> bool:
             if any(_elem(v) == F16 for v in list(sub.input) + list(sub.output) + list(sub.value_info)):
                 return True
             if any(t.data_type == F16 for t in sub.initializer):
+                return True
+            if any(t.values.data_type == F16 for t in sub.sparse_initializer):
                 return True
             if any(_node_has(n) for n in sub.node):
                 return True
@@ -95,6 +97,9 @@ def _rewrite(graph: onnx.GraphProto, types: Mapping[str, int], names: _Names, st
     for k, t in enumerate(graph.initializer):
         if t.data_type == F16:
             graph.initializer[k].CopyFrom(_to_f32_tensor(t))
+    for sp in graph.sparse_initializer:
+        if sp.values.data_type == F16:
+            sp.values.CopyFrom(_to_f32_tensor(sp.values))
     for vi in list(graph.input) + list(graph.output):
         if _elem(vi) == F16:
             vi.type.tensor_type.elem_type = F32

@@ -49,3 +49,36 @@ def test_equal_constants_merge_then_nodes_merge():
     assert result.stats["constants_merged"] == 1 and result.stats["nodes_merged"] == 1
     assert ops(graph) == ["Add", "Mul"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_duplicates_with_list_attributes_merge():
+    model = make_model([helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]),
+                        helper.make_node("Transpose", ["x"], ["b"], perm=[1, 0]),
+                        helper.make_node("Add", ["a", "b"], ["y"])],
+                       {"x": [2, 3]}, {"y": [3, 2]})
+    graph = gp.load(model).graph
+    assert eliminate_common_subexpressions(graph).stats["nodes_merged"] == 1
+    assert ops(graph) == ["Transpose", "Add"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_float_attributes_differing_only_in_the_sign_of_zero_do_not_merge():
+    # LeakyRelu(alpha=0.0) of a negative x is -0.0, with alpha=-0.0 it is +0.0: not the same node
+    model = make_model([helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.0),
+                        helper.make_node("LeakyRelu", ["x"], ["b"], alpha=-0.0),
+                        helper.make_node("Concat", ["a", "b"], ["y"], axis=0)],
+                       {"x": [3]}, {"y": [6]})
+    graph = gp.load(model).graph
+    assert not eliminate_common_subexpressions(graph).modified
+    out = assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([-1.0, 2.0, -0.0], np.float32)}, exact=True)
+    assert np.signbit(out["y"][0]) != np.signbit(out["y"][3])
+
+
+def test_random_ops_never_merge():
+    model = make_model([helper.make_node("RandomUniformLike", ["x"], ["a"]),
+                        helper.make_node("RandomUniformLike", ["x"], ["b"]),
+                        helper.make_node("Sub", ["a", "b"], ["y"])],
+                       {"x": [64]}, {"y": [64]})
+    graph = gp.load(model).graph
+    assert not eliminate_common_subexpressions(graph).modified
+    assert ops(graph).count("RandomUniformLike") == 2

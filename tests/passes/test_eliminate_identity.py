@@ -127,3 +127,20 @@ def test_integer_neutral_elements_are_all_removed(op, value, dtype, elem):
     assert eliminate_identity(graph).stats["neutral"] == 1
     feeds = {"x": np.array([0, -1, 7, np.iinfo(dtype).max, np.iinfo(dtype).min + 1], dtype)}
     assert _bits_equal(ort_run(gp.to_proto(graph), feeds)["y"], ort_run(model, feeds)["y"])
+
+
+@pytest.mark.parametrize("mask_use", ["read", "output"])
+def test_dropout_whose_mask_is_used_is_kept_even_when_its_output_could_be_bypassed(mask_use):
+    # d is internal (Neg reads it), so only the used mask keeps the Dropout
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"]), helper.make_node("Neg", ["d"], ["y"])]
+    outputs = {"y": [3]}
+    if mask_use == "read":
+        nodes.append(helper.make_node("Not", ["mask"], ["m"]))
+        outputs["m"] = (TensorProto.BOOL, [3])
+    else:
+        outputs["mask"] = (TensorProto.BOOL, [3])
+    model = make_model(nodes, {"x": [3]}, outputs, opset=13)
+    graph = gp.load(model).graph
+    assert not eliminate_identity(graph).modified
+    assert ops(graph).count("Dropout") == 1
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

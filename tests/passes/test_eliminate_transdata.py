@@ -92,3 +92,66 @@ def test_does_not_fire_on_needed_conversions_or_graph_outputs():
     graph, res = _run(model)
     assert res.stats["inverse_pairs"] == 1 and res.stats["moved_through"] == 0
     assert any(n.op == "Reshape" for n in graph.nodes)
+
+
+def _move_through_model():
+    w = np.random.default_rng(1).standard_normal((32, 32, 1, 1)).astype(np.float32) * 0.1
+    return _model([_td("x", "x5", "ND", "NC1HWC0"), helper.make_node("Conv", ["x5", "w"], ["c"], kernel_shape=[1, 1]),
+                   _td("c", "cn", "NC1HWC0", "ND"), helper.make_node("Relu", ["cn"], ["r"]),
+                   _td("r", "r5", "ND", "NC1HWC0"), helper.make_node("Conv", ["r5", "w"], ["c2"], kernel_shape=[1, 1]),
+                   _td("c2", "y", "NC1HWC0", "ND")], X, Y, {"w": w})
+
+
+def test_without_an_active_cost_model_nothing_moves_through():
+    # moving a conversion through an op is a cost decision: with no model (or target none) the
+    # other rules still run, this one does not
+    from graphpass.cost_model.base import NullCostModel
+
+    model = _move_through_model()
+    for ctx in (PassContext(), PassContext(cost_model=NullCostModel())):
+        graph = gp.load(model).graph
+        res = eliminate_transdata(graph, ctx)
+        assert res.stats["moved_through"] == 0 and len(_pairs(graph)) == 4
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_duplicate_conversion_that_is_a_graph_output_is_kept():
+    # two ND->NHWC conversions of r; one of them is the graph output y2: it keeps its TransData
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), _td("r", "a", "ND", "NHWC"), helper.make_node("Neg", ["a"], ["y"]),
+                    _td("r", "y2", "ND", "NHWC")], X, {**Y, "y2": [1, 32, 8, 8]})
+    graph, res = _run(model)
+    assert res.stats["duplicates"] == 0 and len(_pairs(graph)) == 2
+    assert [t.name for t in graph.outputs] == ["y", "y2"] and is_transdata(graph.outputs[1].inputs[0])
+
+
+def test_only_nd_and_5hd_conversions_move_through():
+    # the same sandwich with FRACTAL_NZ instead of NC1HWC0 stays as it is
+    model = _model([helper.make_node("Relu", ["x"], ["c"]),
+                    _td("c", "cn", "FRACTAL_NZ", "ND"), helper.make_node("Relu", ["cn"], ["r"]),
+                    _td("r", "r5", "ND", "FRACTAL_NZ"), helper.make_node("Neg", ["r5"], ["y"])], X, Y)
+    graph, res = _run(model)
+    assert res.stats["moved_through"] == 0 and len(_pairs(graph)) == 2
+
+
+def test_a_weight_two_readers_want_in_different_formats_gets_neither():
+    # one weight, converted to 5HD for one reader and to NHWC for another: stored once, it can
+    # take neither format (each conversion still happens at compile time)
+    w = np.random.default_rng(0).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    model = _model([_td("w", "w5", "ND", "NC1HWC0"), _td("w", "wh", "ND", "NHWC"),
+                    helper.make_node("Add", ["x", "w5"], ["s"]), helper.make_node("Add", ["s", "wh"], ["y"])],
+                   X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["weights"] == 2 and not _pairs(graph)
+    weight = graph.nodes[0].inputs[1]
+    assert weight.name == "w" and A.get_format(weight) in (None, "ND")
+
+
+def test_a_weight_every_reader_wants_in_one_format_takes_it():
+    # two conversions of one weight, both to 5HD: the weight is stored in 5HD once
+    w = np.random.default_rng(0).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    model = _model([_td("w", "w5", "ND", "NC1HWC0"), _td("w", "w6", "ND", "NC1HWC0"),
+                    helper.make_node("Add", ["x", "w5"], ["s"]), helper.make_node("Add", ["s", "w6"], ["y"])],
+                   X, Y, {"w": w})
+    graph, res = _run(model)
+    assert res.stats["weights"] == 2 and not _pairs(graph)
+    assert A.get_format(graph.nodes[0].inputs[1]) == "NC1HWC0"

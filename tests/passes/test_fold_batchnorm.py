@@ -159,3 +159,40 @@ def test_bfloat16_conv_bn_is_refused_with_reason_not_a_crash():
                           initializer=[t("w", [4, 3, 3, 3])] + [t(f"bn_{k}", [4]) for k in "sbmv"])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
     assert "is bfloat16: folding in bfloat16 would round" in _refusal(model)
+
+
+def test_training_mode_or_used_running_statistics_are_refused():
+    # opset 15 training_mode=1, and an opset-9 BN whose running mean is a graph output
+    params = _bn_params(8)
+    w = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    for opset, attrs, outs in ((15, {"training_mode": 1}, ["y", "rm", "rv"]), (9, {}, ["y", "rm"])):
+        bn = helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], outs, epsilon=1e-3, **attrs)
+        outputs = {"y": [2, 8, 6, 6], **{o: [8] for o in outs[1:]}}
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), bn], {"x": [2, 8, 6, 6]}, outputs,
+                           initializers={"w": w, **params}, opset=opset)
+        assert "training mode" in _refusal(model), opset
+
+
+def test_gemm_with_beta_zero_folds_only_without_a_c_input():
+    # beta=0 with a C input: C is multiplied by 0 (an inf in C would be NaN); without C it folds
+    w = RNG.standard_normal((7, 5)).astype(np.float32)
+    c0 = RNG.standard_normal(7).astype(np.float32)
+    with_c = make_model([helper.make_node("Gemm", ["x", "w", "c0"], ["g"], transB=1, beta=0.0), _bn("g", "y")],
+                        {"x": [3, 5]}, {"y": [3, 7]}, initializers={"w": w, "c0": c0, **_bn_params(7)})
+    assert "beta=0 and a C input" in _refusal(with_c)
+    without_c = make_model([helper.make_node("Gemm", ["x", "w"], ["g"], transB=1, beta=0.0), _bn("g", "y")],
+                           {"x": [3, 5]}, {"y": [3, 7]}, initializers={"w": w, **_bn_params(7)})
+    graph = gp.load(without_c).graph
+    assert fold_batchnorm(graph).modified and ops(graph) == ["Gemm"]
+    assert_equivalent(without_c, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_named_but_unused_running_statistics_do_not_stop_the_fold():
+    # an opset-9 BN naming its running-mean output that nothing reads: inference, it folds
+    params = _bn_params(8)
+    w = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    bn = helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["y", "rm"], epsilon=1e-3)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), bn], {"x": [2, 8, 6, 6]},
+                       {"y": [2, 8, 6, 6]}, initializers={"w": w, **params}, opset=9)
+    graph = gp.load(model).graph
+    assert fold_batchnorm(graph).stats["fired"] == 1 and ops(graph) == ["Conv"]

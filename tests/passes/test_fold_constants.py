@@ -149,3 +149,80 @@ def test_folds_inside_loop_body():
     body_ops = sorted(n.op for n in graph.nodes[0].attrs["body"].nodes)
     assert body_ops == ["Add", "Identity"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_shape_known_only_after_the_first_round_is_folded_in_the_next():
+    # y1's shape is known only once the first chain is folded and shapes are re-inferred; the
+    # second Shape reads y1, so it folds in round two (the loop must not stop after round one)
+    model = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+         helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+         helper.make_node("Slice", ["s", "one1", "three1"], ["rest"]),
+         helper.make_node("ReduceProd", ["rest"], ["prod"], keepdims=1),  # onnx's data propagation stops here
+         helper.make_node("Concat", ["n1", "prod"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["y1"]),
+         helper.make_node("Shape", ["y1"], ["s2"]),
+         helper.make_node("Gather", ["s2", "one"], ["m"], axis=0),
+         helper.make_node("Unsqueeze", ["m", "zero1"], ["m1"]),
+         helper.make_node("Concat", ["minus1", "m1"], ["shape2"], axis=0),
+         helper.make_node("Reshape", ["y1", "shape2"], ["y"])],
+        {"x": [2, 3, 4]}, {"y": [2, 12]},
+        initializers={"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "zero1": np.array([0], np.int64),
+                      "minus1": np.array([-1], np.int64), "one1": np.array([1], np.int64), "three1": np.array([3], np.int64)},
+    )
+    graph = gp.load(model).graph
+    y1 = next(n for n in graph.nodes if n.op == "Reshape").outputs[0]
+    assert y1.shape is None or not all(isinstance(d, int) for d in y1.shape)  # unknown before folding
+    result = fold_constants(graph)
+    assert result.stats["shapes"] == 2, result.stats
+    assert ops(graph) == ["Reshape", "Reshape"]
+    np.testing.assert_array_equal(graph.nodes[1].inputs[1].values, [-1, 12])
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_deep_chain_of_nodes_reading_their_producer_twice_folds_quickly():
+    # a_k = a_{k-1} + a_{k-1}: each producer is reached twice; walking it again every time would
+    # take 2**40 steps
+    import time
+
+    nodes = [_const("a0", [1.0])] + [helper.make_node("Add", [f"a{k - 1}", f"a{k - 1}"], [f"a{k}"]) for k in range(1, 41)]
+    nodes.append(helper.make_node("Add", ["x", "a40"], ["y"]))
+    model = make_model(nodes, {"x": [1]}, {"y": [1]})
+    graph = gp.load(model).graph
+    t0 = time.perf_counter()
+    result = fold_constants(graph)
+    assert time.perf_counter() - t0 < 20
+    assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [2.0 ** 40])
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_when_the_batch_fails_each_node_is_folded_alone():
+    # Cast of a non-numeric string fails when evaluated, so the batch evaluation fails; the
+    # node-by-node retry still folds the Add -> Mul chain and leaves the Cast, counted as failed
+    nodes = [_const("c1", [1.0]), _const("c2", [2.0]), _const("c3", [4.0]),
+             helper.make_node("Add", ["c1", "c2"], ["a"]), helper.make_node("Mul", ["a", "c3"], ["b"]),
+             helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "b"], ["y"]), helper.make_node("Add", ["x", "f"], ["z"])]
+    model = make_model(nodes, {"x": [1]}, {"y": [1], "z": [1]}, initializers={"s": np.array(["abc"], dtype=object)})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["failed"] == 1 and result.stats["folded"] == 1
+    assert sorted(ops(graph)) == ["Add", "Add", "Cast"]
+    add_y = next(n for n in graph.nodes if n.outputs[0].name == "y")
+    np.testing.assert_array_equal(add_y.inputs[1].values, [12.0])
+    onnx.checker.check_model(gp.to_proto(graph), full_check=True)
+
+
+def test_a_computed_constant_that_is_a_graph_output_and_read_at_run_time_keeps_its_node():
+    # c = a + b is a graph output and Add(x, c) reads it: the graph output keeps its producer
+    nodes = [_const("a", [1.0, 2.0]), _const("b", [3.0, 4.0]), helper.make_node("Add", ["a", "b"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    model = make_model(nodes, {"x": [2]}, {"y": [2], "c": [2]})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 0
+    c = next(t for t in graph.outputs if t.name == "c")
+    assert len(c.inputs) == 1 and c.inputs[0].op == "Add"
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

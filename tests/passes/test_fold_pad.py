@@ -53,3 +53,14 @@ def test_refusals_say_why():
         ctx = PassContext()
         assert not fold_pad(graph, ctx).modified
         assert reason in ctx.explanations[0].reason
+
+
+def test_reflect_and_edge_pads_are_refused():
+    for mode in ("reflect", "edge"):
+        conv = helper.make_node("Conv", ["p", "w"], ["y"])
+        model = _model(conv, out_shape=(1, 4, 7, 6))
+        model.graph.node[0].attribute.append(helper.make_attribute("mode", mode))
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        assert not fold_pad(graph, ctx).modified and ops(graph) == ["Pad", "Conv"]
+        assert f"Pad mode '{mode}'" in ctx.explanations[0].reason

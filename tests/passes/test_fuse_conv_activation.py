@@ -114,3 +114,12 @@ def test_clip_from_negative_zero_is_not_relu6():
     ctx = PassContext()
     assert not fuse_conv_activation(graph, ctx).modified
     assert "-0.0" in ctx.explanations[0].reason
+
+
+def test_swish_without_a_conv_is_not_matched():
+    # Relu -> Sigmoid -> Mul(Relu output, Sigmoid): the Swish shape, but no Conv to fuse into
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+                        helper.make_node("Mul", ["r", "s"], ["y"])], {"x": [1, 4, 5, 5]}, {"y": [1, 4, 5, 5]})
+    graph = gp.load(model).graph
+    assert not fuse_conv_activation(graph).modified
+    assert ops(graph) == ["Relu", "Sigmoid", "Mul"]

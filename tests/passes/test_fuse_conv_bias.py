@@ -98,3 +98,33 @@ def test_conv_without_bias_gets_the_addend_exactly():
     assert fuse_conv_bias(graph).modified
     bias = np.asarray(graph.nodes[0].inputs[2].values)
     assert np.array_equal(bias.view(np.uint32), addend.ravel().view(np.uint32))
+
+
+def test_batchnorm_then_per_channel_add_joins_the_bn_bias():
+    # case 4: BatchNormalization(x, s, B, m, v) -> Add(d) is one BatchNormalization with bias B + d
+    bn_in = {k: RNG.uniform(0.5, 1.5, 6).astype(np.float32) for k in ("s", "b", "m", "v")}
+    for shape, add_first in (((1, 6, 1, 1), False), ((6, 1, 1), True), ((1,), False)):
+        d = RNG.standard_normal(shape).astype(np.float32)
+        add = helper.make_node("Add", ["d", "bn"] if add_first else ["bn", "d"], ["y"])
+        model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]), add],
+                           {"x": [2, 6, 5, 5]}, {"y": [2, 6, 5, 5]}, initializers={**bn_in, "d": d})
+        graph = gp.load(model).graph
+        result = fuse_conv_bias(graph)
+        assert result.stats["fired"] == 1 and ops(graph) == ["BatchNormalization"], shape
+        bias = np.asarray(graph.nodes[0].inputs[2].values)
+        np.testing.assert_array_equal(bias, (bn_in["b"] + np.broadcast_to(d.reshape(-1), (6,))).astype(np.float32))
+        assert graph.nodes[0].outputs[0].name == "y"
+        assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_bias_and_addend_that_cancel_fold_to_zero():
+    # B + d = 0 exactly (1 + -1): a sum that is 0 is exact, nothing to refuse
+    bn_in = {k: RNG.uniform(0.5, 1.5, 6).astype(np.float32) for k in ("s", "m", "v")}
+    bn_in["b"] = np.ones(6, np.float32)
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+                        helper.make_node("Add", ["bn", "d"], ["y"])],
+                       {"x": [2, 6, 5, 5]}, {"y": [2, 6, 5, 5]}, initializers={**bn_in, "d": -np.ones((6, 1, 1), np.float32)})
+    graph = gp.load(model).graph
+    assert fuse_conv_bias(graph).stats["fired"] == 1
+    np.testing.assert_array_equal(graph.nodes[0].inputs[2].values, np.zeros(6, np.float32))
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)

@@ -101,3 +101,21 @@ def test_scale_that_would_move_inf_or_nan_is_refused_with_reason():
         ctx = PassContext()
         assert not fuse_conv_scale(graph, ctx).modified
         assert reason in ctx.explanations[0].reason, value
+
+
+def test_batchnorm_scale_that_would_move_inf_or_nan_is_refused_with_reason():
+    # BN -> Mul(k): the same guards as for a Conv (k folds into the BN's scale and bias)
+    c = 6
+    inits = {"s": RNG.uniform(0.5, 1.5, c).astype(np.float32), "b": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+             "m": RNG.standard_normal(c).astype(np.float32), "v": RNG.uniform(0.5, 1.5, c).astype(np.float32)}
+    inits["s"][2] = 0.25  # 0.25 * 1e-45 rounds to 0 in float32
+    for value, reason in ((np.inf, "holds inf or NaN"), (1e-45, "rounds a nonzero")):
+        k = np.ones((c, 1, 1), np.float32)
+        k[2] = value
+        model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]),
+                            helper.make_node("Mul", ["n", "k"], ["y"])], {"x": [2, c, 5, 5]}, {"y": [2, c, 5, 5]},
+                           initializers={**inits, "k": k})
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        assert not fuse_conv_scale(graph, ctx).modified and ops(graph) == ["BatchNormalization", "Mul"]
+        assert reason in ctx.explanations[0].reason, value

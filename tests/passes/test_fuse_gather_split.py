@@ -64,3 +64,24 @@ def test_shufflenet_v2_stride1_blocks_become_concat_and_two_gathers():
     feeds = V.random_inputs(s0, seed=0)
     comps = V.compare(V.run(s0, feeds), V.run(V.session(gp.to_proto(result.graph)), feeds), rtol=1e-4, atol=V.DEFAULT_ATOL)  # elementwise: atol for cancellation
     assert all(c.ok for c in comps), comps
+
+
+def test_gather_and_split_on_axis_0_fuse():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=0),
+                        helper.make_node("Split", ["g", "sizes"], ["a", "b"], axis=0)],
+                       {"x": [6, 3]}, {"a": [2, 3], "b": [4, 3]},
+                       initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64), "sizes": np.array([2, 4], np.int64)})
+    graph = gp.load(model).graph
+    assert fuse_gather_split(graph).stats["fired"] == 1 and ops(graph) == ["Gather", "Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_runtime_indices_are_refused():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                        helper.make_node("Split", ["g", "sizes"], ["y0", "y1"], axis=1)],
+                       {"x": [2, 6, 3, 3], "idx": (7, [6])}, {"y0": [2, 3, 3, 3], "y1": [2, 3, 3, 3]},
+                       initializers={"sizes": np.array([3, 3], np.int64)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_gather_split(graph, ctx).modified
+    assert "not a constant 1-D tensor" in ctx.explanations[0].reason

@@ -80,3 +80,16 @@ def test_scale_and_bias_must_broadcast_along_the_last_axis_only(name, shape, lef
     else:  # the normalization fuses without the operand that does not fit, which stays as it was
         assert sorted(ops(graph)) == sorted(left + ["LayerNormalization"])
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-4, atol=1e-5)
+
+
+def test_a_runtime_gamma_is_not_folded_into_the_layer_norm():
+    # gamma is a graph input: the normalization may fuse, the runtime Mul/Add stays outside
+    model = _ln_model(17)
+    init = next(t for t in model.graph.initializer if t.name == "gamma")
+    model.graph.initializer.remove(init)
+    model.graph.input.append(helper.make_tensor_value_info("gamma", onnx.TensorProto.FLOAT, [8]))
+    graph = gp.load(model).graph
+    fuse_layer_norm(graph)
+    assert "Mul" in ops(graph)
+    feeds = {"x": RNG.standard_normal((2, 5, 8)).astype(np.float32), "gamma": RNG.uniform(0.5, 1.5, 8).astype(np.float32)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, rtol=1e-4, atol=1e-5)

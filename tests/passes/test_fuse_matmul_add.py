@@ -42,3 +42,15 @@ def test_addend_that_would_change_the_output_shape_is_refused():
         ctx = PassContext()
         assert not fuse_matmul_add(graph, ctx).modified
         assert "does not broadcast to [4, 7]" in ctx.explanations[0].reason
+
+
+def test_integer_matmul_add_is_refused_with_reason():
+    from onnx import TensorProto
+
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])],
+                       {"a": (TensorProto.INT32, [3, 4])}, {"y": (TensorProto.INT32, [3, 5])},
+                       initializers={"b": np.arange(20, dtype=np.int32).reshape(4, 5), "c": np.arange(5, dtype=np.int32)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_matmul_add(graph, ctx).modified and ops(graph) == ["MatMul", "Add"]
+    assert "float types only" in ctx.explanations[0].reason

@@ -326,3 +326,82 @@ def test_constants_and_elementwise_chains_leave_a_loop_that_may_not_run():
         feeds = {"x": np.array([np.nan, -0.0, f.max, f.smallest_subnormal], np.float32),
                  "w": np.array([88.8, -np.inf, -0.0, np.nan], np.float32), "n": np.array(trips, np.int64)}
         _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("rank_known", [True, False])
+def test_transpose_moves_out_of_a_loop_that_may_not_run_only_on_a_known_rank(rank_known):
+    # Transpose's perm must fit the input's rank: on an unknown rank it could fail, so it stays
+    # in a Loop whose trip count is a runtime input; on a known rank it cannot fail and moves
+    body = [helper.make_node("Transpose", ["u"], ["ut"], perm=[0]), helper.make_node("Add", ["acc_in", "ut"], ["acc_out"])]
+    model = _general_loop(body, m="input", cond=None, extra_inputs={"u": [4] if rank_known else (F, None)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    assert ("Transpose" in ops(graph)) == rank_known
+    assert ("Transpose" in _body_op_names(graph)) != rank_known
+    if not rank_known:
+        assert any("unknown rank" in e.reason for e in ctx.explanations)
+    out = gp.to_proto(graph)
+    for trips in (0, 2):
+        feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.ones(4, np.float32),
+                 "u": np.array([-0.0, 2, -np.inf, 1e-45], np.float32), "m": np.array(trips, np.int64)}
+        _bitwise(ort_run(out, feeds), ort_run(model, feeds))
+
+
+def _scan_on_axis_1(length):
+    # rows [4, length] scanned over axis 1 (scan_input_axes): `length` iterations
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["w", "idx"], ["g"], axis=0), helper.make_node("Add", ["s_in", "g"], ["t"]),
+         helper.make_node("Mul", ["t", "row"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["row_out"])],
+        "scan_body", [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("row", F, [4])],
+        [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("row_out", F, [4])])
+    return make_model([helper.make_node("Scan", ["x", "rows"], ["y", "ys"], body=body, num_scan_inputs=1,
+                                        scan_input_axes=[1], name="scan")],
+                      {"x": [4], "w": [4], "idx": (I64, [4]), "rows": [4, length]}, {"y": [4], "ys": [length, 4]})
+
+
+@pytest.mark.parametrize("length", [0, 3])
+def test_scan_length_is_read_on_the_scan_input_axis(length):
+    # the scan axis is 1: a [4, 0] input runs zero times (the Gather stays), a [4, 3] one runs 3 times
+    model = _scan_on_axis_1(length)
+    graph = gp.load(model).graph
+    hoist_loop_invariants(graph)
+    scan = next(n for n in graph.nodes if n.op == "Scan")
+    assert ("Gather" in ops(graph)) == (length > 0)
+    assert ("Gather" in [n.op for n in scan.attrs["body"].nodes]) == (length == 0)
+    if length:
+        feeds = {"x": np.array([np.nan, -np.inf, -0.0, 1], np.float32), "w": np.array([np.inf, -0.0, 1e-45, 3e38], np.float32),
+                 "idx": np.array([3, 2, 1, 0], np.int64), "rows": np.array([[-0.0, 1, np.inf]] * 4, np.float32)}
+        _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+def test_a_loop_op_of_another_domain_is_not_touched():
+    # a custom op that happens to be called Loop, with a `body` attribute: not ONNX's Loop
+    body = _body([helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", F, [], [2.0])),
+                  helper.make_node("Mul", ["acc_in", "two"], ["acc_out"])])
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, domain="custom.ops", name="loop")],
+                       {"x": [4], "n": (I64, [])}, {"y": [4]}, extra_opsets={"custom.ops": 1})
+    graph = gp.load(model).graph
+    assert not hoist_loop_invariants(graph).modified
+    assert ops(graph) == ["Loop"] and "Constant" in _body_op_names(graph)
+
+
+def test_scan_8_keeps_what_could_fail():
+    # Scan-8 (batch axis, optional sequence_lens): its trip count is not proven, the Gather stays
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["w", "idx"], ["g"], axis=0), helper.make_node("Add", ["s_in", "g"], ["t"]),
+         helper.make_node("Mul", ["t", "row"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["row_out"])],
+        "scan_body", [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("row", F, [4])],
+        [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("row_out", F, [4])])
+    model = make_model([helper.make_node("Scan", ["", "x", "rows"], ["y", "ys"], body=body, num_scan_inputs=1, name="scan")],
+                       {"x": [1, 4], "w": [4], "idx": (I64, [4]), "rows": [1, 3, 4]}, {"y": [1, 4], "ys": [1, 3, 4]},
+                       opset=8)
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    scan = next(n for n in graph.nodes if n.op == "Scan")
+    assert "Gather" in [n.op for n in scan.attrs["body"].nodes] and "Gather" not in ops(graph)
+    assert any("trip count is not provably >= 1" in e.reason for e in ctx.explanations)
+    feeds = {"x": np.array([[np.nan, -np.inf, -0.0, 1]], np.float32), "w": np.array([np.inf, -0.0, 1e-45, 3e38], np.float32),
+             "idx": np.array([3, 2, 1, 0], np.int64), "rows": np.array([[[-0.0, 1, np.inf, 2]] * 3], np.float32)}
+    _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))

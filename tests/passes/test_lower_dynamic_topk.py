@@ -184,7 +184,7 @@ def test_unselected_minus_inf_is_not_nan():
     assert "Mul" not in ops(out) and "Gather" in ops(out)
 
 
-@pytest.mark.parametrize("k, expect_sign", [(0, False), (2, True)])
+@pytest.mark.parametrize("k, expect_sign", [(0, False), (1, True), (2, True)])
 def test_zero_sums_keep_their_sign(k, expect_sign):
     # a sum of -0.0 values is -0.0; the sum of nothing (k = 0) is +0.0
     model = _topk_model(1, 1, "ReduceSum")
@@ -278,3 +278,131 @@ def test_float16_mean_with_a_count_float16_cannot_hold_is_refused():
     ctx = PassContext()
     assert not lower_dynamic_topk(graph, ctx).modified
     assert "counts up to 2100 values: not exact in float16" in ctx.explanations[0].reason
+
+
+def _axes_model(reducer, axes, how, opset, topk_axis=1, keepdims=None, noop=None):
+    """TopK over ``topk_axis`` of a [3, 12] input, then ``reducer`` with ``axes`` given as an
+    attribute (``how="attr"``), a constant input (``"const"``), a runtime input (``"input"``), or
+    not at all (``None``); keepdims left to its default (1) unless given."""
+    attrs = {} if keepdims is None else {"keepdims": keepdims}
+    if noop is not None:
+        attrs["noop_with_empty_axes"] = noop
+    inputs, inits, graph_inputs = ["v"], {}, {"x": [3, 12], "k": (I64, [1])}
+    if how == "attr":
+        attrs["axes"] = axes
+    elif how == "const":
+        inputs.append("axes")
+        inits["axes"] = np.array(axes, np.int64)
+    elif how == "input":
+        inputs.append("axes")
+        graph_inputs["axes"] = (I64, [len(axes)])
+    topk_attrs = {} if topk_axis is None else {"axis": topk_axis}
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], **topk_attrs),
+             helper.make_node(reducer, inputs, ["y"], **attrs)]
+    return make_model(nodes, graph_inputs, {"y": (TensorProto.FLOAT, None)}, initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("reducer, how, opset", [("ReduceSum", "attr", 11), ("ReduceSum", "const", 13),
+                                                 ("ReduceMean", "attr", 13), ("ReduceMean", "const", 18)])
+def test_reduction_over_the_topk_axis_alone_with_axes_given(reducer, how, opset):
+    # axes=[1] (the TopK axis only): a mean divides by k alone, and the default keepdims=1 is kept
+    model = _axes_model(reducer, [1], how, opset)
+    out = _lowered(model)
+    rng = np.random.default_rng(opset)
+    for k in range(13):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        ref, got = ort_run(model, feeds)["y"], ort_run(out, feeds)["y"]
+        assert ref.shape == (3, 1)
+        _assert_within_promise(got, ref)
+
+
+def test_topk_without_axis_attribute_works_on_the_last_axis():
+    # TopK's axis defaults to -1: the last axis (12 values), not axis 0 (3 values)
+    model = _axes_model("ReduceSum", None, None, 17, topk_axis=None, keepdims=0)
+    graph = gp.load(model).graph
+    assert lower_dynamic_topk(graph).stats["lowered"] == 1
+    topk = next(n for n in graph.nodes if n.op == "TopK")
+    assert np.asarray(topk.inputs[1].values).tolist() == [12]
+    out = gp.to_proto(graph)
+    rng = np.random.default_rng(3)
+    for k in (0, 1, 5, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+@pytest.mark.parametrize("build, reason", [
+    (lambda: _axes_model("ReduceSum", [0], "attr", 11), "does not reduce over the TopK axis"),
+    (lambda: _axes_model("ReduceSum", [0], "const", 13), "does not reduce over the TopK axis"),
+    (lambda: _axes_model("ReduceSum", [1], "input", 13), "does not reduce over the TopK axis"),
+    (lambda: _axes_model("ReduceSum", [], "const", 13, noop=1), "does not reduce over the TopK axis"),
+])
+def test_reductions_not_over_the_topk_axis_are_refused(build, reason):
+    graph = gp.load(build()).graph
+    ctx = PassContext()
+    result = lower_dynamic_topk(graph, ctx)
+    assert not result.modified and result.stats["refused"] == 1
+    assert reason in ctx.explanations[0].reason
+
+
+def test_reduction_with_empty_axes_reduces_everything_and_is_lowered():
+    # an empty axes input without noop_with_empty_axes reduces over all axes
+    model = _axes_model("ReduceSum", [], "const", 13, keepdims=0)
+    out = _lowered(model)
+    rng = np.random.default_rng(5)
+    for k in (0, 3, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_values_that_are_also_a_graph_output_are_refused():
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceSum", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, 12], "k": (I64, [1])}, {"y": [], "v": [3, None]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not lower_dynamic_topk(graph, ctx).modified
+    assert "selected values are a graph output" in ctx.explanations[0].reason
+
+
+def test_dynamic_input_shape_is_refused():
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceSum", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, "N"], "k": (I64, [1])}, {"y": []})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not lower_dynamic_topk(graph, ctx).modified
+    assert "shape is not static" in ctx.explanations[0].reason
+
+
+def test_float16_mean_of_up_to_2048_values_is_lowered():
+    # 1,500 is exact in float16 (every integer up to 2048 is): the mean is lowered; values of
+    # 0 and 1 keep every partial sum exact, so both forms give the same bits
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceMean", ["v"], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT16, [1, 1500]), "k": (I64, [1])}, {"y": (TensorProto.FLOAT16, [])})
+    out = _lowered(model)
+    x = (np.random.default_rng(7).random((1, 1500)) < 0.7).astype(np.float16)
+    for k in (0, 1, 1000, 1500):
+        feeds = {"x": x, "k": np.array([k], np.int64)}
+        np.testing.assert_array_equal(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_an_omitted_axes_input_reduces_everything_and_is_lowered():
+    # ReduceSum(v, "") at opset 13: the axes input is given but empty-named, i.e. absent
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("ReduceSum", ["v", ""], ["y"], keepdims=0)]
+    model = make_model(nodes, {"x": [3, 12], "k": (I64, [1])}, {"y": []}, opset=13)
+    out = _lowered(model)
+    rng = np.random.default_rng(6)
+    for k in (0, 4, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_topk_without_axis_attribute_reduced_over_its_last_axis_alone_is_lowered():
+    model = _axes_model("ReduceSum", [1], "attr", 11, topk_axis=None, keepdims=0)
+    out = _lowered(model)
+    rng = np.random.default_rng(8)
+    for k in (0, 2, 12):
+        feeds = {"x": rng.standard_normal((3, 12)).astype(np.float32), "k": np.array([k], np.int64)}
+        _assert_within_promise(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"])

@@ -240,3 +240,58 @@ def test_a_big_position_table_takes_the_slice_form(monkeypatch, padding):
     assert "Gather" not in ops(out) and ops(out).count("Slice") == 9
     x = _special_input((1, 9, 8, 3), np.float32, 11)
     _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], padding))
+
+
+def test_missing_rates_mean_rate_one_and_missing_ksizes_are_refused():
+    # rates is optional in TF's op (default 1); ksizes and strides are not
+    node = helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", ksizes=[1, 3, 2, 1],
+                            strides=[1, 1, 2, 1], padding="VALID")
+    model = make_model([node], {"x": [1, 7, 8, 2]}, {"y": [1, 5, 4, 12]}, extra_opsets={"tf": 1})
+    out = _lower_proto(model)
+    x = _special_input((1, 7, 8, 2), np.float32, 21)
+    _assert_bitwise(ort_run(out, {"x": x})["y"], tf_extract_image_patches(x, [1, 3, 2, 1], [1, 1, 2, 1], [1, 1, 1, 1], "VALID"))
+    for missing in ("ksizes", "strides"):
+        attrs = {"ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1]}
+        del attrs[missing]
+        model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", padding="VALID", **attrs)],
+                           {"x": [1, 8, 8, 3]}, {"y": [1, 6, 6, 27]}, extra_opsets={"tf": 1})
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        assert not lower_extract_image_patches(graph, ctx).modified
+        assert f"{missing} None is not a 4-element list" in ctx.explanations[0].reason
+
+
+def test_kernel_larger_than_the_input_gives_an_empty_output():
+    # VALID, 3x3 kernel on a 2x2 image: no patch fits, TF returns [1, 0, 0, 9]
+    model = _model(2, 2, 1, 3, 1, 1, "VALID")
+    out = _lower_proto(model)
+    x = _special_input((1, 2, 2, 1), np.float32, 22)
+    got = ort_run(out, {"x": x})["y"]
+    assert got.shape == (1, 0, 0, 9)
+    _assert_bitwise(got, tf_extract_image_patches(x, [1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID"))
+
+
+@pytest.mark.parametrize("table", ["gather", "slice"])
+def test_an_undeclared_output_gets_its_static_shape_and_dtype(monkeypatch, table):
+    # the patches feed a Relu and nothing declares their type or shape (no inference for the
+    # tf domain): the lowering writes both, in either form
+    from graphpass.passes.lowering import lower_extract_image_patches as module
+
+    if table == "slice":
+        monkeypatch.setattr(module, "MAX_POSITIONS", 10)
+    nodes = [helper.make_node("ExtractImagePatches", ["x"], ["p"], domain="tf", ksizes=[1, 3, 3, 1],
+                              strides=[1, 2, 2, 1], rates=[1, 1, 1, 1], padding="SAME"),
+             helper.make_node("Relu", ["p"], ["y"])]
+    model = make_model(nodes, {"x": [1, 9, 8, 3]}, {"y": [1, None, None, None]}, extra_opsets={"tf": 1})
+    graph = gp.load(model).graph
+    p = graph.tensors()["p"]
+    assert p.dtype is None and p.shape is None
+    assert lower_extract_image_patches(graph).stats["fired"] == 1
+    assert ("Slice" in ops(graph)) == (table == "slice")
+    p = graph.tensors()["p"]
+    assert np.dtype(p.dtype) == np.float32 and list(p.shape) == [1, 5, 4, 27]
+    out = gp.to_proto(graph)
+    check_full(out)
+    x = _special_input((1, 9, 8, 3), np.float32, 23)
+    ref = np.maximum(tf_extract_image_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME"), 0)
+    np.testing.assert_array_equal(ort_run(out, {"x": x})["y"], ref)

@@ -62,3 +62,16 @@ def test_inner_concat_read_twice_by_the_chain_is_kept():
     final = next(n for n in graph.nodes if n.outputs[0].name == "y")
     assert [t.name for t in final.inputs] == ["a", "t", "t"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_negative_and_positive_axes_that_name_the_same_axis_merge():
+    for inner, outer in ((-2, 1), (1, -2), (-1, -1), (0, -3)):
+        shapes = {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2, 3]}
+        out = [1, 2, 3]
+        out[outer] = 3 * out[outer] if outer != -3 else 3
+        model = make_model([helper.make_node("Concat", ["a", "b"], ["ab"], axis=inner),
+                            helper.make_node("Concat", ["ab", "c"], ["y"], axis=outer)], shapes, {"y": out})
+        graph = gp.load(model).graph
+        assert merge_concats(graph).stats["concats_merged"] == 1, (inner, outer)
+        assert ops(graph) == ["Concat"]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)

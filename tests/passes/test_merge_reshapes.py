@@ -56,3 +56,32 @@ def test_dynamic_shape_input_not_merged():
                        initializers={"s1": np.array([6], np.int64)})
     graph = gp.load(model).graph
     assert not merge_reshapes(graph).modified
+
+
+def test_chain_merges_through_a_dynamic_intermediate_when_the_target_has_no_zero():
+    # The intermediate's shape is unknown (N is symbolic): without a 0 in the target it is not
+    # needed, so the chain still collapses. Reading it anyway stops the merge.
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]),
+                        helper.make_node("Reshape", ["a", "s2"], ["y"])],
+                       {"x": ["N", 6]}, {"y": ["M", 2]},
+                       initializers={"s1": np.array([-1, 3], np.int64), "s2": np.array([-1, 2], np.int64)})
+    graph = gp.load(model).graph
+    result = merge_reshapes(graph)
+    assert result.stats["merged"] == 1
+    assert ops(graph) == ["Reshape"] and graph.nodes[0].inputs[0] is graph.inputs[0]
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": x}, exact=True)
+
+
+def test_allowzero_target_keeps_its_zero_as_a_dim():
+    # allowzero=1: a 0 in the target is a dim of size 0, never "copy the input's dim".
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]),
+                        helper.make_node("Reshape", ["a", "s2"], ["y"], allowzero=1)],
+                       {"x": [2, 0, 3]}, {"y": [0, 3]},
+                       initializers={"s1": np.array([6, 0], np.int64), "s2": np.array([0, 3], np.int64)},
+                       opset=18)
+    graph = gp.load(model).graph
+    merge_reshapes(graph)
+    assert ops(graph) == ["Reshape"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [0, 3])
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.zeros((2, 0, 3), np.float32)}, exact=True)

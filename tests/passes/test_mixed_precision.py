@@ -276,3 +276,47 @@ def test_topk_values_fp16_indices_int64():
     result, out = _convert_and_run(model, feeds)
     assert result.stats["fp16_nodes"] == 2
     assert [o.type.tensor_type.elem_type for o in out.graph.output] == [TensorProto.FLOAT, I64]
+
+
+def test_an_omitted_optional_data_input_does_not_stop_the_conversion():
+    # Clip(x, "", hi): min omitted; the op still converts, its present inputs become fp16
+    nodes = [helper.make_node("Clip", ["x", "", "hi"], ["y"], name="clip")]
+    model = make_model(nodes, {"x": [8]}, {"y": [8]}, opset=13, initializers={"hi": np.array(0.75, np.float32)})
+    feeds = {"x": np.linspace(-2, 2, 8).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 1
+    clip = next(n for n in out.graph.node if n.op_type == "Clip")
+    types = _elem_types(out)
+    assert types[clip.input[0]] == types[clip.input[2]] == TensorProto.FLOAT16 and clip.input[1] == ""
+
+
+def test_a_graph_output_also_read_by_an_fp16_node_feeds_it_the_fp16_value():
+    # r is a graph output (kept fp32 by a Cast back) and Add's input: Add reads the fp16 value
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    model = make_model(nodes, {"x": [8]}, {"r": [8], "y": [8]})
+    feeds = {"x": np.linspace(-2, 2, 8).astype(np.float32)}
+    for emulate in (False, True):
+        result, out = _convert_and_run(model, feeds, emulate=emulate)
+        assert result.stats["fp16_nodes"] == 2
+        assert [o.type.tensor_type.elem_type for o in out.graph.output] == [TensorProto.FLOAT] * 2
+        if not emulate:
+            add = next(n for n in out.graph.node if n.op_type == "Add")
+            assert {_elem_types(out)[i] for i in add.input} == {TensorProto.FLOAT16}
+            assert sum(n.op_type == "Cast" for n in out.graph.node) == 3  # x in, r and y back
+
+
+def test_emulation_rounds_the_inputs_of_an_fp16_node_and_says_so_in_stats():
+    # 1 + 2**-11 is not an fp16 value (it rounds to 1): an fp16 Sub of it and 1 gives 0, while
+    # rounding only the result would give 2**-11 (an fp16 value)
+    nodes = [helper.make_node("Sub", ["x", "one"], ["y"], name="sub")]
+    model = make_model(nodes, {"x": [2]}, {"y": [2]}, initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model).graph
+    result = mixed_precision(graph, mode="force_fp16", emulate=True)
+    assert result.stats["emulated"] == 1 and result.stats["constants_converted"] == 1
+    out = gp.to_proto(graph)
+    got = V.run(V.session(out), {"x": np.array([1 + 2 ** -11, 3.0], np.float32)})["y"]
+    np.testing.assert_array_equal(got, np.array([0.0, 2.0], np.float32))
+    plain = mixed_precision(gp.load(model), mode="force_fp16")
+    assert plain.modified and "emulated" not in plain.stats
+    nothing = mixed_precision(gp.load(model), mode="must_keep_origin_dtype", emulate=True)
+    assert not nothing.modified and "emulated" not in nothing.stats

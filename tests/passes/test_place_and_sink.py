@@ -145,7 +145,7 @@ def test_annotations_only_outputs_bit_for_bit_on_special_values():
 def test_without_a_target_it_raises_instead_of_assuming_a_chip():
     # it used to build its own 910A cost model when the context had none, and place every node
     for ctx in (None, PassContext(), PassContext(target="none")):
-        graph = gp.load(_tracking(host_op_reads_state=False))
+        graph = gp.load(_tracking(host_op_reads_state=False)).graph
         with pytest.raises(gp.UsageError, match=r"^pass 'place_and_sink' needs a hardware target and the target is 'none'"):
             place_and_sink(graph) if ctx is None else place_and_sink(graph, ctx)
         assert not any(A.get_engine(n) for n in graph.nodes)
@@ -173,7 +173,39 @@ def test_placement_reads_the_context_targets_op_table():
     model = AscendCostModel(base.profile, table)
     other = dataclasses.replace(base, name="test_chip", op_table=table, cost_model=model, _hardware=model)
     for target, engine in ((base, "AICPU"), (other, "AICORE")):
-        graph = gp.load(_tracking(host_op_reads_state=True))
+        graph = gp.load(_tracking(host_op_reads_state=True)).graph
         place_and_sink(graph, PassContext(target=target))
         resize = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "Resize")
         assert A.get_engine(resize) == engine
+
+
+def test_modified_and_counts_follow_what_the_pass_changed():
+    # first run: engines and the sink are new (modified); a second run changes nothing
+    model = _tracking(host_op_reads_state=False)
+    graph = gp.load(model).graph
+    hoist_loop_invariants(graph)
+    first = place_and_sink(graph, PassContext(target="ascend910a"))
+    assert first.modified
+    n_nodes = sum(1 for g in gp.ir.graph.iter_graphs(graph) for n in g.nodes
+                  if A.get_engine(n) is not None)
+    assert first.stats["AICORE"] + first.stats["AICPU"] + first.stats.get("HOST", 0) == n_nodes
+    assert first.stats["AICPU"] == 1 and first.stats["HOST"] == 0  # the hoisted Resize
+    assert first.stats["sunk"] == 1 and first.stats["not_sunk"] == 0
+    assert first.stats["crossings"] == len(create().placement(graph)[1].crossings)
+    second = place_and_sink(graph, PassContext(target="ascend910a"))
+    assert not second.modified and second.stats["sunk"] == 1
+    # only the sink annotation lost: setting it again is a change
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    A.set(loop, A.SINK, None)
+    third = place_and_sink(graph, PassContext(target="ascend910a"))
+    assert third.modified and A.get(loop, A.SINK) == "device"
+
+
+def test_a_graph_without_loops_is_modified_by_its_engines_alone():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": [1, 4]}, {"y": [1, 4]})
+    graph = gp.load(model).graph
+    result = place_and_sink(graph, PassContext(target="ascend910a"))
+    assert result.modified and result.stats["AICORE"] == 1 and result.stats["sunk"] == 0
+    assert A.get_engine(graph.nodes[0]) == "AICORE"
+    assert not place_and_sink(graph, PassContext(target="ascend910a")).modified
+

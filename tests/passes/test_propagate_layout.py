@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper
 
@@ -277,6 +278,9 @@ def test_greedy_unaligned_concat_keeps_its_inputs_format_and_thrashes():
     pairs = [(t.attrs["src_format"], t.attrs["dst_format"]) for t in _tds(graph)]
     assert pairs.count(("ND", "NC1HWC0")) == 2 and pairs.count(("NC1HWC0", "ND")) == 3  # in, a, b; cat back; to Gather
     assert any("greedy" in A.get(t, A.REASON) for t in _tds(graph))
+    for t in _tds(graph):  # every conversion reads its source format and writes its target format
+        assert (A.get_format(t.inputs[0]) or "ND") == t.attrs["src_format"]
+        assert (A.get_format(t.outputs[0]) or "ND") == t.attrs["dst_format"]
     _check(model, graph)
     graph = gp.load(model).graph
     optimal = propagate_layout(graph, _ctx())
@@ -414,3 +418,54 @@ def test_shufflenet_v2_optimal_beats_greedy():
                         disable=["eliminate_transdata"])
         res[mode] = (len(_tds(r.graph)), r.report.cost_after_us)
     assert res["optimal"][0] < res["greedy"][0] and res["optimal"][1] < res["greedy"][1]
+
+
+def test_modified_follows_the_format_annotations_and_the_order_stays_topological():
+    # Conv -> Relu -> Conv: the first run writes formats and TransData (modified, nodes in
+    # topological order for the passes after it); a second run on its own output plans the
+    # same and says so by modified only through what it changed
+    model = make_model([_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]), _conv("r", "y", "w")],
+                       {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]}, initializers={"w": _w(32, 32, 3)})
+    graph = gp.load(model).graph
+    first = propagate_layout(graph, _ctx())
+    assert first.modified and first.stats["transdata"] >= 2
+    seen = {id(t) for t in graph.inputs}
+    for n in graph.nodes:
+        for t in n.inputs:
+            assert isinstance(t, gs.Constant) or id(t) in seen or not t.name, (n.op, t.name)
+        seen.update(id(t) for t in n.outputs)
+    _check(model, graph)
+
+
+def test_a_graph_with_only_format_annotations_to_write_is_modified_once():
+    # Relu alone: no TransData, but its tensors get their formats the first time only
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8]})
+    graph = gp.load(model).graph
+    first = propagate_layout(graph, _ctx())
+    assert first.stats["transdata"] == 0 and first.modified
+    assert A.get_format(graph.nodes[0].outputs[0]) is not None
+    second = propagate_layout(graph, _ctx())
+    assert second.stats["transdata"] == 0 and not second.modified
+    _check(model, graph)
+
+
+def test_a_subgraph_node_reading_the_converted_tensor_and_another_keeps_the_other():
+    # inside the If, Add(r, k) reads the 5HD tensor r (converted to ND for the body) and k:
+    # only the r operand is rewired to the conversion
+    then_g = helper.make_graph([helper.make_node("Add", ["r", "k"], ["o1"])], "then", [],
+                               [helper.make_tensor_value_info("o1", TensorProto.FLOAT, [1, 16, 8, 8])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["k", "r"], ["o2"])], "else", [],
+                               [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [1, 16, 8, 8])])
+    nodes = [_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]), _conv("r", "r2", "w"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = make_model(nodes, {"x": [1, 16, 8, 8], "k": [1, 16, 8, 8], "cond": (TensorProto.BOOL, [])},
+                       {"y": [1, 16, 8, 8], "r2": [1, 16, 8, 8]}, initializers={"w": _w(16, 16, 4)})
+    graph = gp.load(model).graph
+    res = propagate_layout(graph, _ctx())
+    assert res.stats["transdata"] >= 1
+    rng = np.random.default_rng(4)
+    for cond in (True, False):
+        feeds = {"x": rng.standard_normal((1, 16, 8, 8)).astype(np.float32),
+                 "k": rng.standard_normal((1, 16, 8, 8)).astype(np.float32), "cond": np.array(cond)}
+        assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+        assert_equivalent(model, gp.to_proto(graph, emit="portable"), feeds=feeds, exact=True)
