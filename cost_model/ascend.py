@@ -196,8 +196,13 @@ class AscendCostModel(CostModel):
 
     # -- the estimate ---------------------------------------------------------------------
 
-    def estimate(self, graph: gs.Graph, **kwargs: Any) -> CostReport:
-        """Estimate ``graph``; see :meth:`_estimate` for the options."""
+    def estimate(self, graph: Any, **kwargs: Any) -> CostReport:
+        """Estimate ``graph`` (a gs.Graph, or any model form ``as_model`` takes; it is not
+        changed); see :meth:`_estimate` for the options."""
+        if not isinstance(graph, gs.Graph):
+            from graphpass.ir.model import as_model
+
+            graph = as_model(graph).graph
         with gc_frozen():  # the per-node records would otherwise make the GC rescan a big graph
             return self._estimate(graph, **kwargs)
 

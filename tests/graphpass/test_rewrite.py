@@ -40,7 +40,7 @@ def _sorted(graph: gs.Graph) -> bool:
 
 def test_match_and_rewrite_keep_the_output_name_and_values():
     model = _relu_chain(2)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     P = rule_pass("t_relu_relu", ReluRelu())
     result = P().apply(graph, PassContext())
     assert result.modified and result.stats["fired"] == 1
@@ -55,7 +55,7 @@ def test_refusal_gives_the_reason_and_leaves_the_graph():
         def check(self, m, ctx):
             return MatchResult.fail("not today")
 
-    graph = gp.load(_relu_chain(3))
+    graph = gp.load(_relu_chain(3)).graph
     ctx = PassContext()
     result = rule_pass("t_never", Never())().apply(graph, ctx)
     assert not result.modified and ops(graph) == ["Relu", "Relu", "Relu"]
@@ -66,7 +66,7 @@ def test_refusal_gives_the_reason_and_leaves_the_graph():
 def test_a_refused_rule_lets_the_next_rule_fire():
     second = rule(("Relu", "Relu"), lambda m: m.nodes[0].outputs[0], name="second")  # Relu(Relu(x)) -> Relu(x), in place
     first = rule(("Relu", "Relu"), lambda m: None, check=lambda m: "first refuses", name="first")
-    graph = gp.load(_relu_chain(2))
+    graph = gp.load(_relu_chain(2)).graph
     counts = apply_rules(graph, RuleSet(first, second), PassContext(), "t")
     assert counts["first"]["refused"] == 1 and counts["second"]["rewritten"] == 1
     assert ops(graph) == ["Relu"] and graph.nodes[0].outputs[0].name == "y"
@@ -86,7 +86,7 @@ def test_earlier_rule_wins_at_an_anchor():
     calls = []
     one = rule(("Relu", "Relu"), lambda m: calls.append("one") or m.op("Relu", [m.nodes[0].inputs[0]]), name="one")
     two = rule(("Relu", "Relu"), lambda m: calls.append("two") or m.nodes[0].outputs[0], name="two")
-    graph = gp.load(_relu_chain(2))
+    graph = gp.load(_relu_chain(2)).graph
     counts = apply_rules(graph, RuleSet(one, two), PassContext(), "t")
     assert calls == ["one"] and counts["two"]["matched"] == 0
 
@@ -94,7 +94,7 @@ def test_earlier_rule_wins_at_an_anchor():
 def test_existing_tensor_replacing_an_internal_tensor_rewires_readers():
     model = make_model([helper.make_node("Mul", ["x", "one"], ["a"]), helper.make_node("Neg", ["a"], ["y"])],
                        {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     counts = apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0], name="times_one")], PassContext(), "t")
     assert counts["times_one"]["removed"] == 1 and ops(graph) == ["Neg"]
     assert graph.nodes[0].inputs[0] is graph.inputs[0]
@@ -104,7 +104,7 @@ def test_existing_tensor_replacing_an_internal_tensor_rewires_readers():
 def test_graph_output_taken_over_by_the_producer_of_the_existing_tensor():
     model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "one"], ["y"])],
                        {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0])], PassContext(), "t")
     assert ops(graph) == ["Neg"] and graph.nodes[0].outputs[0].name == "y" and graph.outputs[0].name == "y"
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
@@ -113,7 +113,7 @@ def test_graph_output_taken_over_by_the_producer_of_the_existing_tensor():
 def test_graph_output_that_no_tensor_can_take_over_is_refused_with_the_reason():
     model = make_model([helper.make_node("Mul", ["x", "one"], ["y"])], {"x": [4]}, {"y": [4]},
                        initializers={"one": np.array(1.0, np.float32)})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     ctx = PassContext()
 
     def rewrite(m):
@@ -133,7 +133,7 @@ def test_a_matched_node_still_read_elsewhere_stays():
     class Shared(ReluRelu):
         exclusive = False
 
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0  # exclusive: no match
     counts = apply_rules(graph, [Shared()], PassContext(), "t")
     assert counts["shared"]["removed"] == 1 and sorted(ops(graph)) == ["Neg", "Relu", "Relu"]
@@ -145,7 +145,7 @@ def test_multi_output_anchor_gets_one_value_per_output_and_none_keeps_one():
     model = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2),
                         helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Neg", ["b"], ["z"])],
                        {"x": [4]}, {"y": [2], "z": [2]}, opset=18)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
 
     def halves(m):
         x = m.anchor.inputs[0]
@@ -164,7 +164,7 @@ def test_per_match_counts_reach_the_pass_stats_only_when_applied():
             m.count("seen")
             return super().rewrite(m, ctx)
 
-    graph = gp.load(_relu_chain(3))
+    graph = gp.load(_relu_chain(3)).graph
     counts = apply_rules(graph, [Counting()], PassContext(), "t")
     assert counts["counting"]["seen"] == counts["counting"]["rewritten"] == 2 and counts.total("seen") == 2
     assert repr(counts) == "counting 2/2"
@@ -189,7 +189,7 @@ def _loop_model():
 
 def test_rules_apply_inside_loop_and_if_bodies():
     model = _loop_model()
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     counts = apply_rules(graph, [ReluRelu()], PassContext(), "t")
     assert counts["relu_relu"]["rewritten"] == 2
     loop, cond = graph.nodes[0], graph.nodes[1]
@@ -210,7 +210,7 @@ def test_a_chain_of_n_matches_is_rewritten_in_one_linear_walk():
             return super().match(anchor, scope)
 
     model = _relu_chain(n)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     counts = apply_rules(graph, [Probe()], PassContext(), "t")
     assert len(calls) == n and counts["probe"]["rewritten"] == n - 1
     assert ops(graph) == ["Relu"] and graph.nodes[0].outputs[0].name == "y"
@@ -225,7 +225,7 @@ def test_many_independent_matches_in_one_walk_keep_topological_order():
                   helper.make_node("Neg", [f"b{i}"], [f"y{i}"])]
         outs[f"y{i}"] = [8]
     model = make_model(nodes, {"x": [8]}, outs)
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     calls = []
 
     class Probe(ReluRelu):
@@ -249,7 +249,7 @@ def test_reverse_walk_lets_the_consumer_most_match_win():
             seen.append(m.anchor.outputs[0].name)
             return super().rewrite(m, ctx)
 
-    graph = gp.load(_relu_chain(3))
+    graph = gp.load(_relu_chain(3)).graph
     apply_rules(graph, [Log()], PassContext(), "t", reverse=True)
     assert seen == ["y"] and ops(graph) == ["Relu", "Relu"] and _sorted(graph)
 
@@ -279,12 +279,12 @@ def test_a_rule_pass_subclass_works_and_match_result_keeps_its_old_import_paths(
         promise = gp.infra.pass_base.EXACT
         rules = (ReluRelu(),)
 
-    graph = gp.load(_relu_chain(2))
+    graph = gp.load(_relu_chain(2)).graph
     assert Mine().apply(graph, PassContext()).stats["fired"] == 1 and ops(graph) == ["Relu"]
 
 
 def test_a_rewrite_returning_too_many_values_is_a_rule_bug_and_leaves_no_half_built_node():
-    graph = gp.load(_relu_chain(1))
+    graph = gp.load(_relu_chain(1)).graph
 
     def two(m):
         m.op("Neg", [m.anchor.inputs[0]])
@@ -296,7 +296,7 @@ def test_a_rewrite_returning_too_many_values_is_a_rule_bug_and_leaves_no_half_bu
 
 
 def test_match_is_a_plain_record_of_the_nodes():
-    graph = gp.load(_relu_chain(2))
+    graph = gp.load(_relu_chain(2)).graph
     from graphpass.passes.framework.rewrite import Scope
     from graphpass.ir.graph import NameGen
 
@@ -312,7 +312,7 @@ def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
     model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
                         helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])],
                        {"x": [4]}, {"y": [4]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
 
     def odd(m):  # not a meaningful rewrite: its new nodes read n, written after the anchor
         n = next(t for t in graph.tensors().values() if t.name == "n")
@@ -324,7 +324,7 @@ def test_a_rewrite_reading_a_later_tensor_still_leaves_the_graph_sorted():
 
 
 def test_a_function_check_must_say_why_it_refuses():
-    graph = gp.load(_relu_chain(2))
+    graph = gp.load(_relu_chain(2)).graph
     with pytest.raises(TypeError, match="reason string"):
         apply_rules(graph, [rule(("Relu", "Relu"), lambda m: None, check=lambda m: False, name="mute")], PassContext(), "t")
     ctx = PassContext()
@@ -339,7 +339,7 @@ def test_a_tensor_read_inside_an_if_body_is_not_exclusive_to_the_match():
     model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
                         helper.make_node("If", ["flag"], ["c"], then_branch=then, else_branch=other),
                         helper.make_node("Add", ["b", "c"], ["y"])], {"x": [4], "flag": (TensorProto.BOOL, [])}, {"y": [4]})
-    graph = gp.load(model)
+    graph = gp.load(model).graph
     assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0
     assert ops(graph) == ["Relu", "Relu", "If", "Add"]
 
