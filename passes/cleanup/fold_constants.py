@@ -309,7 +309,7 @@ class FoldConstants(Pass):
                 budget.take(v.nbytes)
                 prod = t.inputs[0]
                 prod.outputs[prod.outputs.index(t)] = gs.Variable(names(t.name))
-                t.to_constant(np.ascontiguousarray(v))
+                t.to_constant(np.asarray(v, order="C"))  # ascontiguousarray would make a 0-d value 1-d
                 stats["folded"] += 1
             stats["removed"] += self._sweep(g, foldable)
         modified = any(stats[k] for k in ("constant_nodes", "shapes", "folded", "removed"))

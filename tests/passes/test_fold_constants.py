@@ -1,5 +1,6 @@
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
 import graphpass as gp
@@ -226,3 +227,22 @@ def test_a_computed_constant_that_is_a_graph_output_and_read_at_run_time_keeps_i
     c = next(t for t in graph.outputs if t.name == "c")
     assert len(c.inputs) == 1 and c.inputs[0].op == "Add"
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_folded_scalar_stays_rank_0():
+    # Squeeze(z, axes=z) of a [1] constant is a scalar: Range reads it and refuses a [1] tensor
+    # (np.ascontiguousarray made every folded 0-d value 1-d; the ONNX attention functions hit it)
+    nodes = [helper.make_node("Constant", [], ["z"], value=helper.make_tensor("v", TensorProto.INT64, [1], [0])),
+             helper.make_node("Squeeze", ["z", "z"], ["zero"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                          initializer=[helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    graph = gp.load(model).graph
+    assert fold_constants(graph).stats["folded"] == 1
+    zero = next(t for t in graph.nodes[-1].inputs if t.name.startswith("zero") or isinstance(t, gs.Constant))
+    assert isinstance(zero, gs.Constant) and zero.values.shape == ()
+    out = gp.to_proto(graph, emit="device")
+    onnx.checker.check_model(out, full_check=True)
+    assert_equivalent(model, out, feeds={"n": np.array(5, np.int64)}, exact=True)
