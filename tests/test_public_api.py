@@ -260,3 +260,10 @@ def test_load_options_with_a_loaded_model_are_refused_not_ignored(option):
     assert gp.load(model) is model and gp.as_model(model.graph) is model
     with pytest.raises(gp.UsageError, match="load options apply when a model is read"):
         gp.load(model, **option)
+
+
+@pytest.mark.parametrize("argument", ["passes", "disable", "enable"])
+def test_a_pass_list_given_as_one_string_is_a_clear_type_error(argument):
+    # optimize(passes="fold_constants") read the string letter by letter: "unknown pass 'f'"
+    with pytest.raises(TypeError, match=rf"{argument} is a list of pass names.*\['fold_constants'\]"):
+        gp.optimize(_model(), **{argument: "fold_constants"})
