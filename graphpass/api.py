@@ -211,6 +211,10 @@ def pass_instances(names: Sequence[str], options: Mapping[str, Mapping[str, Any]
     from graphpass.errors import UsageError
 
     known = all_passes()
+    for name, kw in (options or {}).items():
+        if not isinstance(kw, Mapping):
+            raise TypeError(f"options[{name!r}] is {type(kw).__name__} {kw!r}; each pass's options are a mapping "
+                            f"of option names to values, e.g. {{'fold_constants': {{'size_limit': 1024}}}}")
     opts = {k: dict(v) for k, v in (options or {}).items()}
     for name, kw in opts.items():
         if name not in known:
