@@ -199,6 +199,9 @@ class AscendCostModel(CostModel):
     def estimate(self, graph: Any, **kwargs: Any) -> CostReport:
         """Estimate ``graph`` (a gs.Graph, or any model form ``as_model`` takes; it is not
         changed); see :meth:`_estimate` for the options."""
+        from graphpass.cost_model.base import check_estimate_options
+
+        check_estimate_options(kwargs)
         if not isinstance(graph, gs.Graph):
             from graphpass.ir.model import as_model
 

@@ -13,7 +13,18 @@ import onnx_graphsurgeon as gs
 
 from graphpass.cost_model.report import CostReport
 
-__all__ = ["CostModel", "NullCostModel"]
+__all__ = ["CostModel", "NullCostModel", "ESTIMATE_OPTIONS", "check_estimate_options"]
+
+#: The keyword options every cost model's ``estimate`` takes.
+ESTIMATE_OPTIONS = ("precision_mode", "iterations_per_loop", "loop_trips", "input_shapes")
+
+
+def check_estimate_options(options: dict[str, Any]) -> None:
+    """A misspelled estimate option is a TypeError (it was silently ignored)."""
+    unknown = sorted(k for k in options if k not in ESTIMATE_OPTIONS)
+    if unknown:
+        raise TypeError(f"estimate has no option {', '.join(repr(k) for k in unknown)}; "
+                        f"its options: {', '.join(ESTIMATE_OPTIONS)}")
 
 
 class CostModel(abc.ABC):
@@ -44,4 +55,5 @@ class NullCostModel(CostModel):
         self.target = target
 
     def estimate(self, graph: gs.Graph, **kwargs: Any) -> CostReport:
+        check_estimate_options(kwargs)
         return CostReport(target=self.target, total_us=None, assumptions=["no cost model loaded"])

@@ -90,7 +90,12 @@ class CostReport(Report):
 
         c, buf = text_console(width)
         c.print(f"cost estimate for {self.target} (precision {self.precision_mode}, iterations_per_loop "
-                f"{self.iterations_per_loop}): {self.total_us:,.1f} us per step")
+                f"{self.iterations_per_loop}): " + ("no cost model, no estimate" if self.total_us is None
+                                                      else f"{self.total_us:,.1f} us per step"))
+        if self.total_us is None:  # the none target: no figures to show
+            for a in self.assumptions:
+                c.print(f"assumption: {a}")
+            return buf.getvalue()
         c.print("  (every figure here is a cost-model estimate, not a measurement)")
         b = self.breakdown_us
         c.print("  nodes {nodes:,.1f} us, implicit TransData {implicit_transdata:,.1f} us, crossings {crossings:,.1f} us, "

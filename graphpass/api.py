@@ -139,6 +139,9 @@ def optimize(
     1 << 20}}``: an unknown pass name is a UsageError, a misspelled option a TypeError naming
     the valid ones (checked before the model is loaded).
     """
+    for arg, value in (("passes", passes), ("disable", disable), ("enable", enable)):
+        if isinstance(value, str):  # iterating it would give one "pass" per letter
+            raise TypeError(f"{arg} is a list of pass names, not a string: {arg}={value.split(',')!r}")
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     names = pipelines.build(pipeline, list(passes) if passes else None, set(disable), set(enable))
     target = Target.load(target)  # an unknown target fails before the model is read
@@ -208,6 +211,10 @@ def pass_instances(names: Sequence[str], options: Mapping[str, Mapping[str, Any]
     from graphpass.errors import UsageError
 
     known = all_passes()
+    for name, kw in (options or {}).items():
+        if not isinstance(kw, Mapping):
+            raise TypeError(f"options[{name!r}] is {type(kw).__name__} {kw!r}; each pass's options are a mapping "
+                            f"of option names to values, e.g. {{'fold_constants': {{'size_limit': 1024}}}}")
     opts = {k: dict(v) for k, v in (options or {}).items()}
     for name, kw in opts.items():
         if name not in known:

@@ -233,6 +233,9 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             keep = P.analyze(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes).keep_fp32
         options["mixed_precision"] = {"mode": args.mixed_precision or "force_fp16", "keep_fp32": keep}
         args.enable = [",".join(_split_names(args.enable) + ["mixed_precision"])]
+        if args.passes and "mixed_precision" not in _split_names(args.passes):
+            # --enable does not add to an explicit list: without this the pass never ran
+            args.passes = [",".join(_split_names(args.passes) + ["mixed_precision"])]
     # Check pass names before loading the model: usage errors come first.
     from graphpass.passes import pipelines
 

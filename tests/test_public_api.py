@@ -260,3 +260,17 @@ def test_load_options_with_a_loaded_model_are_refused_not_ignored(option):
     assert gp.load(model) is model and gp.as_model(model.graph) is model
     with pytest.raises(gp.UsageError, match="load options apply when a model is read"):
         gp.load(model, **option)
+
+
+@pytest.mark.parametrize("argument", ["passes", "disable", "enable"])
+def test_a_pass_list_given_as_one_string_is_a_clear_type_error(argument):
+    # optimize(passes="fold_constants") read the string letter by letter: "unknown pass 'f'"
+    with pytest.raises(TypeError, match=rf"{argument} is a list of pass names.*\['fold_constants'\]"):
+        gp.optimize(_model(), **{argument: "fold_constants"})
+
+
+@pytest.mark.parametrize("value", [3, "size_limit=1", [("size_limit", 1)]])
+def test_options_of_a_pass_that_are_not_a_mapping_are_a_clear_type_error(value):
+    # options={"fold_constants": 3} raised TypeError("'int' object is not iterable")
+    with pytest.raises(TypeError, match=r"options\['fold_constants'\] is .*a mapping of option names to values"):
+        gp.optimize(_model(), options={"fold_constants": value})

@@ -256,13 +256,18 @@ class Progress(PassInstrument):
 
     def __init__(self, on_pass: Callable[[str, int, int, int], None]):
         self.on_pass = on_pass
+        self._runs: list[list[Pass]] = []  # one pass list per running manager (nested ones may share this)
 
     def enter(self, manager, graph, ctx):
-        self._passes = list(manager.passes)
+        self._runs.append(list(manager.passes))
 
     def before(self, pass_, graph, ctx, record):
-        index = next(k for k, p in enumerate(self._passes) if p is pass_)
-        self.on_pass(pass_.name, record.round, index, len(self._passes))
+        passes = self._runs[-1]
+        index = next(k for k, p in enumerate(passes) if p is pass_)
+        self.on_pass(pass_.name, record.round, index, len(passes))
+
+    def exit(self, manager, graph, ctx):
+        self._runs.pop()
 
 
 class ApplicationLimit(PassInstrument):

@@ -138,6 +138,8 @@ class PassManager(Pass):
                     for ins in instruments:
                         ins.before(p, graph, ctx, rec)
                     result = p.apply_to(model, graph, ctx)
+                    if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
+                        ctx.explanations.extend(result.explanations)
                     if result.modified and not p.preserves_order:
                         toposort(graph)
                     rec.modified, rec.stats = result.modified, dict(result.stats)

@@ -438,6 +438,12 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
         raise TypeError(f"rewrite returned {len(news)} values for {len(anchor.outputs)} outputs of {anchor.op}")
     created = {id(n) for n in m.created}
     pairs = [(old, new) for old, new in zip(anchor.outputs, news) if new is not None and new is not old]
+    if not any(old.outputs or scope.is_output(old) for old, _ in pairs) and not any(
+            id(n) not in dead and all(not t.outputs and not scope.is_output(t) for t in n.outputs) for n in m.nodes):
+        # nothing reads what it replaces and no matched node dies: counting it as fired would
+        # claim a change that is not there (and keep the fixed-point loop going)
+        _discard(m)
+        return MatchResult.fail("the rewrite changes nothing (it replaces no output that is read)")
     for old, new in pairs:
         made = len(new.inputs) == 1 and id(new.inputs[0]) in created
         if not made and scope.is_output(old) and not _movable(new, scope, created):

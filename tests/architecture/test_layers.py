@@ -54,14 +54,34 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), str(path))
+    return imports_of(path.read_text(), module_name(path), path.name == "__init__.py", str(path))
+
+
+def imports_of(source: str, me: str, is_package: bool, filename: str = "<source>") -> list[tuple[int, str]]:
+    """The graphpass modules ``source`` (the text of module ``me``) imports: ``import x``,
+    ``from x import y``, relative imports (resolved against ``me``'s package) and
+    ``importlib.import_module("x")`` / ``__import__("x")`` with a literal name."""
+    tree = ast.parse(source, filename)
+    package = me if is_package else me.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from graphpass import verify` names a module; `from graphpass.x import f` a name
-            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # relative: `from ..check import verify` inside graphpass.passes.framework
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([module] if module else []))
+            if module:
+                # `from graphpass import verify` names a module; `from graphpass.x import f` a name
+                out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__"):
+                out.append((node.lineno, node.args[0].value))
     return [(line, m) for line, m in out if m == "graphpass" or m.startswith("graphpass.")]
 
 
@@ -107,3 +127,27 @@ def test_old_import_paths_still_work(old, new):
     import importlib
 
     assert importlib.import_module(old) is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("source", [
+    "from graphpass.api import optimize",
+    "from graphpass import api",
+    "import graphpass.api",
+    "def f():\n    from graphpass.api import optimize",
+    "from ... import api",  # relative, from graphpass.passes.framework.manager
+    "from ...check import verify\nfrom ... import cli",
+    "import importlib\nimportlib.import_module('graphpass.cli')",
+    "from importlib import import_module\nimport_module('graphpass.diff')",
+    "__import__('graphpass.api')",
+])
+def test_the_import_walk_is_not_fooled(source):
+    # every form of import a module of the passes layer could use to reach the roof or the diff layer
+    table = layer_table()
+    found = [resolve(m, table) for _, m in imports_of(source, "graphpass.passes.framework.manager", False)]
+    assert any(layer_of(m, table)[0] > layer_of("graphpass.passes", table)[0] for m in found), found
+
+
+def test_relative_imports_resolve_against_the_package():
+    got = [m for _, m in imports_of("from . import pass_base\nfrom ..pipelines import build",
+                                    "graphpass.passes.framework", True)]
+    assert got == ["graphpass.passes.framework.pass_base", "graphpass.passes.pipelines.build"]

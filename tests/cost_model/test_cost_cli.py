@@ -63,3 +63,14 @@ def test_cost_table_lists_each_crossing(tmp_path, capsys):
     assert main(["cost", str(src)]) == 0
     out = capsys.readouterr().out
     assert "a: AICORE -> AICPU" in out and "b: AICPU -> AICORE" in out
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_cost_under_target_none_says_there_is_no_estimate(light_path, capsys, fmt):
+    # `graphpass cost --target none` crashed with exit 3 (the table formatted total_us=None)
+    assert main(["cost", light_path("light_squeezenet.onnx"), "--target", "none", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "table":
+        assert "cost estimate for none" in out and "no cost model" in out
+    elif fmt == "json":
+        assert json.loads(out)["total_us"] is None

@@ -247,3 +247,12 @@ def test_a_users_pass_that_needs_a_target_raises_without_one_and_is_skipped_by_t
     assert [r.name for r in run.records] == ["eliminate_identity"]
     run = gp.PassManager([_CountEngines])(graph, PassContext(target="ascend910b2"))
     assert not run.unavailable and [r.name for r in run.records] == ["test_count_engines"]
+
+
+@pytest.mark.parametrize("target", ["ascend910b2", "none"])
+def test_a_misspelled_estimate_option_is_a_type_error(target):
+    # gp.estimate(m, precison_mode=...) estimated with the profile's default mode without a word
+    with pytest.raises(TypeError, match=r"precison_mode.*options: precision_mode, iterations_per_loop, loop_trips, input_shapes"):
+        gp.estimate(_conv_relu(), target=target, precison_mode="force_fp16")
+    with pytest.raises(TypeError, match="loop_trip"):
+        Target.load(target).estimate(_conv_relu(), loop_trip=3)

@@ -350,3 +350,25 @@ def test_a_tensor_read_inside_an_if_body_is_not_exclusive_to_the_match():
     assert ops(graph) == ["Relu", "Relu", "If", "Add"] and _sorted(graph)
     for flag in (True, False):
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
+
+
+
+@pytest.mark.parametrize("rewrite", [
+    lambda m: m.anchor.outputs[0],  # "no change": the anchor's own output
+    lambda m: m.anchor.inputs[0],   # replaces Split's first output; a second time nobody reads it
+])
+def test_a_rewrite_that_changes_nothing_is_not_counted_as_fired(rewrite):
+    # a rule whose rewrite changed nothing (its own output, or an output nobody reads) was
+    # counted as fired and its pass claimed modified=True every round, up to max_rounds
+    model = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2),
+                        helper.make_node("Add", ["a", "b"], ["y"])], {"x": [4]}, {"y": [2]}, opset=18)
+    noop = rule_pass("noop_split_rule", RuleSet(rule(("Split",), rewrite, name="noop_split")), kind=PassKind.CLEANUP)
+    m = gp.load(model)
+    noop()(m)  # the anchor's inputs[0]: rewires Add's 'a' once (a wrong rule, but a change)
+    before = [(n.op, [t.name for t in n.inputs]) for n in m.graph.nodes]
+    again = noop()(m)
+    assert (again.modified, again.stats["fired"], again.stats["refused"]) == (False, 0, 1)
+    assert [(n.op, [t.name for t in n.inputs]) for n in m.graph.nodes] == before
+    ctx = PassContext()
+    noop()(m, ctx)
+    assert "changes nothing" in ctx.explanations[-1].reason

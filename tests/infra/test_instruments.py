@@ -237,3 +237,13 @@ def test_optimize_builds_the_standard_instruments():
     kinds = [type(i).__name__ for i in standard_instruments(target=None, verify_each=True, dump_dir=".",
                                                              on_pass=print, max_applications=2)]
     assert kinds == ["Progress", "ApplicationLimit", "DumpIR", "VerifyEach", "CostVeto", "ContractCheck", "PassTiming"]
+
+
+def test_one_progress_shared_by_nested_managers():
+    # the inner manager's enter replaced the pass list the outer one indexes: StopIteration
+    # (a PassError blaming 'pass_manager') as soon as the outer manager ran its next pass
+    calls = []
+    progress = Progress(lambda *a: calls.append(a))
+    inner = PassManager(["eliminate_identity"], max_rounds=1, instruments=[progress])
+    PassManager([inner, "eliminate_dead_nodes"], max_rounds=1, instruments=[progress])(gp.load(_chain_model()))
+    assert calls == [("pass_manager", 1, 0, 2), ("eliminate_identity", 1, 0, 1), ("eliminate_dead_nodes", 1, 1, 2)]

@@ -293,3 +293,17 @@ def pipelines_build_places(name):
 
     names = pipelines.build("cleanup", enable={name})
     return names.index(name) < names.index("eliminate_dead_nodes")
+
+
+def test_a_nested_manager_passes_its_explanations_up():
+    # the inner manager's explanations (why its rules refused) were dropped by the outer run:
+    # `--explain` of a pipeline holding a manager said nothing about the inner passes
+    from graphpass.passes import RuleSet, rule, rule_pass
+
+    refuser = rule_pass("refuse_every_relu", RuleSet(rule(("Relu",), lambda m: m.anchor.inputs[0],
+                                                          check=lambda m: "never", name="r")), kind=PassKind.CLEANUP)
+    model = gp.load(_relu_model())
+    flat = PassManager([refuser()])(model)
+    nested = PassManager([PassManager([refuser()])])(model)
+    assert [e.reason for e in flat.explanations] == ["never"]
+    assert [e.reason for e in nested.explanations] == ["never"]

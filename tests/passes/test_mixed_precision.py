@@ -320,3 +320,17 @@ def test_emulation_rounds_the_inputs_of_an_fp16_node_and_says_so_in_stats():
     assert plain.modified and "emulated" not in plain.stats
     nothing = mixed_precision(gp.load(model), mode="must_keep_origin_dtype", emulate=True)
     assert not nothing.modified and "emulated" not in nothing.stats
+
+
+def test_cli_mixed_precision_with_an_explicit_pass_list_still_converts(tmp_path):
+    # `--passes eliminate_identity --mixed-precision force_fp16` wrote an fp32 model, exit 0:
+    # --mixed-precision only enabled the pass, and --enable does not add to an explicit list
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(make_model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("MatMul", ["a", "w"], ["y"])],
+                         {"x": [2, 4]}, {"y": [2, 4]}, initializers={"w": np.eye(4, dtype=np.float32)}), src)
+    assert main(["optimize", str(src), "-o", str(dst), "--passes", "eliminate_identity",
+                 "--mixed-precision", "force_fp16", "-q"]) == 0
+    m = onnx.load(dst)
+    assert "Identity" not in [n.op_type for n in m.graph.node]
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer) or \
+        any(n.op_type == "Cast" for n in m.graph.node)
