@@ -64,3 +64,42 @@ def test_every_shuffle_of_light_shufflenet_becomes_a_gather(light_path):
     result = gp.optimize(light_path("light_shufflenet.onnx"))
     hist = result.report.ops_after
     assert hist.get("Transpose", 0) == 0 and hist["Gather"] == 16
+
+
+class _Costs(CostModel):
+    """Costs the Transpose form ``transpose_us``, the Gather form ``gather_us``."""
+
+    target = "test"
+
+    def __init__(self, transpose_us, gather_us):
+        self.transpose_us, self.gather_us = transpose_us, gather_us
+
+    def estimate(self, graph, **kw):
+        us = self.transpose_us if any(n.op == "Transpose" for n in graph.nodes) else self.gather_us
+        return CostReport("test", us)
+
+
+def test_the_gather_is_taken_where_the_cost_model_finds_it_cheaper_or_equal():
+    for transpose_us, gather_us, fired in ((2.0, 1.0, 1), (1.0, 1.0, 1), (1.0, 1.5, 0)):
+        model = _shuffle_model()
+        graph = gp.load(model).graph
+        ctx = PassContext(cost_model=_Costs(transpose_us, gather_us))
+        result = fuse_channel_shuffle(graph, ctx)
+        assert result.stats["fired"] == fired, (transpose_us, gather_us)
+        assert ops(graph) == (["Gather"] if fired else ["Reshape", "Transpose", "Reshape"])
+        if not fired:
+            assert ctx.explanations[0].reason == "the cost model prefers the Transpose here (1.00 vs 1.50 us)"
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_an_output_declared_with_unknown_dims_gets_the_input_shape_and_type():
+    for declared in (None, ["a", "b", "c", "d"]):
+        model = _shuffle_model()
+        model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, declared))
+        graph = gp.load(model).graph
+        assert fuse_channel_shuffle(graph).stats["fired"] == 1
+        out = graph.outputs[0]
+        assert out.name == "y" and list(out.shape) == [2, 12, 5, 5] and np.dtype(out.dtype) == np.float32
+        proto = gp.to_proto(graph)
+        onnx.checker.check_model(proto, full_check=True)
+        assert_equivalent(model, proto, exact=True)
