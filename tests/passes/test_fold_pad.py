@@ -1,4 +1,5 @@
 import numpy as np
+import onnx
 from onnx import helper
 
 import graphpass as gp
@@ -116,15 +117,10 @@ def test_pads_on_each_batch_or_channel_side_are_refused():
         pads = [0] * 8
         pads[k] = 1
         out = [1 + (k in (0, 4)), 4, 5, 5]
-        conv = helper.make_node("Conv", ["p", "w"], ["y"]) if k not in (1, 5) else None
-        if conv is None:  # a padded channel axis needs a weight of 4 input channels
-            model = _model(helper.make_node("Conv", ["p", "w"], ["y"]), pads=pads, out_shape=out)
-            for t in model.graph.initializer:
-                if t.name == "w":
-                    t.CopyFrom(__import__("onnx").numpy_helper.from_array(
-                        RNG.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"))
-        else:
-            model = _model(conv, pads=pads, out_shape=out)
+        model = _model(helper.make_node("Conv", ["p", "w"], ["y"]), pads=pads, out_shape=out)
+        if k in (1, 5):  # a padded channel axis needs a weight of 4 input channels
+            w = next(t for t in model.graph.initializer if t.name == "w")
+            w.CopyFrom(onnx.numpy_helper.from_array(RNG.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"))
         _refused(model, "the Pad pads the batch or channel axis")
 
 
