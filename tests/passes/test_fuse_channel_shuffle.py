@@ -1,6 +1,7 @@
 import os
 
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper
 
@@ -103,3 +104,37 @@ def test_an_output_declared_with_unknown_dims_gets_the_input_shape_and_type():
         proto = gp.to_proto(graph)
         onnx.checker.check_model(proto, full_check=True)
         assert_equivalent(model, proto, exact=True)
+
+
+def _two_reshapes(s1, s2, x_shape=(2, 12, 5, 5), perm=(0, 2, 1, 3, 4), y_shape=None):
+    inits, inputs = {}, {"x": list(x_shape) if x_shape is not None else (TensorProto.FLOAT, None)}
+    for name, s in (("s1", s1), ("s2", s2)):
+        if s is None:
+            inputs[name] = (TensorProto.INT64, [4 if name == "s2" else 5])
+        else:
+            inits[name] = np.array(s, np.int64)
+    return make_model([helper.make_node("Reshape", ["x", "s1"], ["r"]),
+                       helper.make_node("Transpose", ["r"], ["t"], perm=list(perm)),
+                       helper.make_node("Reshape", ["t", "s2"], ["y"])],
+                      inputs, {"y": (TensorProto.FLOAT, y_shape)}, initializers=inits)
+
+
+@pytest.mark.parametrize("s1, s2, x_shape, reason", [
+    ([2, 3, 4, 5, 5], [2, 12, 5, 5], (2, 12, 25), "shape is unknown or not 4-D"),
+    ([2, 3, 4, 5, 5], [2, 12, 5, 5], None, "shape is unknown or not 4-D"),
+    (None, [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to None"),
+    ([2, 3, 4, 25], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 25]"),
+    ([1, 3, 4, 10, 5], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [1, 3, 4, 10, 5]"),
+    ([2, 3, 4, 25, 1], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 25, 1]"),
+    ([2, 3, 4, 1, 25], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 1, 25]"),
+    ([2, 3, 2, 10, 5], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 2, 10, 5]"),
+    ([2, 3, 4, 5, 5], None, (2, 12, 5, 5), "last Reshape to None"),
+    ([2, 3, 4, 5, 5], [2, 12, 25], (2, 12, 5, 5), "last Reshape to [2, 12, 25]"),
+    ([2, 3, 4, 5, 5], [2, 4, 3, 25], (2, 12, 5, 5), "last Reshape to [2, 4, 3, 25]"),
+    ([0, 3, 0, 5, -1], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 5, 5, 4]"),
+])
+def test_reshapes_that_do_not_make_a_shuffle_are_refused_with_reason(s1, s2, x_shape, reason):
+    graph = gp.load(_two_reshapes(s1, s2, x_shape)).graph
+    ctx = PassContext()
+    assert not fuse_channel_shuffle(graph, ctx).modified and ops(graph) == ["Reshape", "Transpose", "Reshape"]
+    assert reason in ctx.explanations[0].reason, ctx.explanations[0].reason
