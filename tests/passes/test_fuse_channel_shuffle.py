@@ -138,3 +138,37 @@ def test_reshapes_that_do_not_make_a_shuffle_are_refused_with_reason(s1, s2, x_s
     ctx = PassContext()
     assert not fuse_channel_shuffle(graph, ctx).modified and ops(graph) == ["Reshape", "Transpose", "Reshape"]
     assert reason in ctx.explanations[0].reason, ctx.explanations[0].reason
+
+
+class _Recording(CostModel):
+    """Records the storage format and dtype of each costed site's input."""
+
+    target = "test"
+
+    def __init__(self):
+        self.seen = []
+
+    def estimate(self, graph, **kw):
+        from graphpass.ir import annotations as A
+
+        self.seen.append((A.get_format(graph.inputs[0]), np.dtype(graph.inputs[0].dtype)))
+        return CostReport("test", 1.0)
+
+
+def test_the_cost_model_sees_the_input_in_its_storage_format_and_dtype():
+    from graphpass.ir import annotations as A
+
+    for fmt in ("NC1HWC0", None):
+        graph = gp.load(_shuffle_model()).graph
+        if fmt:
+            A.set_format(graph.inputs[0], fmt)
+        cm = _Recording()
+        fuse_channel_shuffle(graph, PassContext(cost_model=cm))
+        assert cm.seen == [(fmt, np.dtype(np.float32))] * 2
+
+
+def test_a_shuffle_of_one_channel_in_one_group_is_fused():
+    model = _two_reshapes([1, 1, 1, 1, -1], [1, -1, 1, 1], x_shape=(1, 1, 1, 1), y_shape=[1, 1, 1, 1])
+    graph = gp.load(model).graph
+    assert fuse_channel_shuffle(graph).stats["fired"] == 1 and ops(graph) == ["Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
