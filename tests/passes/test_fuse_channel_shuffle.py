@@ -152,6 +152,7 @@ class _Recording(CostModel):
         from graphpass.ir import annotations as A
 
         self.seen.append((A.get_format(graph.inputs[0]), np.dtype(graph.inputs[0].dtype)))
+        self.options = kw
         return CostReport("test", 1.0)
 
 
@@ -172,3 +173,12 @@ def test_a_shuffle_of_one_channel_in_one_group_is_fused():
     graph = gp.load(model).graph
     assert fuse_channel_shuffle(graph).stats["fired"] == 1 and ops(graph) == ["Gather"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_only_the_precision_mode_reaches_the_site_estimates():
+    # loop options describe the whole model, not a two-node site
+    graph = gp.load(_shuffle_model()).graph
+    cm = _Recording()
+    options = {"precision_mode": "allow_fp32_to_fp16", "iterations_per_loop": 4, "loop_trips": 2}
+    fuse_channel_shuffle(graph, PassContext(cost_model=cm, cost_options=options))
+    assert cm.options == {"precision_mode": "allow_fp32_to_fp16"}
