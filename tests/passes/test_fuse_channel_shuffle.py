@@ -3,6 +3,7 @@ import os
 import numpy as np
 import pytest
 import onnx
+import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
 import graphpass as gp
@@ -182,3 +183,39 @@ def test_only_the_precision_mode_reaches_the_site_estimates():
     options = {"precision_mode": "allow_fp32_to_fp16", "iterations_per_loop": 4, "loop_trips": 2}
     fuse_channel_shuffle(graph, PassContext(cost_model=cm, cost_options=options))
     assert cm.options == {"precision_mode": "allow_fp32_to_fp16"}
+
+
+class _Keeping(CostModel):
+    """Keeps every graph it is asked to cost (the Transpose form first)."""
+
+    target = "test"
+
+    def __init__(self):
+        self.graphs = []
+
+    def estimate(self, graph, **kw):
+        self.graphs.append(graph)
+        return CostReport("test", 1.0)
+
+
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+def test_the_two_costed_forms_are_valid_models_of_this_very_shuffle(elem, dtype):
+    # what the cost model is shown must be the site itself: same shapes, dtype, permutation
+    from graphpass.testing import ort_run
+
+    model = _shuffle_model(c=12, g=3)
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.elem_type = elem
+    graph = gp.load(model).graph
+    cm = _Keeping()
+    fuse_channel_shuffle(graph, PassContext(cost_model=cm))
+    assert [sorted(n.op for n in g.nodes) for g in cm.graphs] == [["Reshape", "Reshape", "Transpose"], ["Gather"]]
+    x = np.random.default_rng(0).standard_normal((2, 12, 5, 5)).astype(dtype)
+    want = ort_run(model, {"x": x})["y"]
+    for g in cm.graphs:
+        proto = gs.export_onnx(g)
+        proto.ir_version = model.ir_version
+        onnx.checker.check_model(proto, full_check=True)
+        assert proto.graph.input[0].type.tensor_type.elem_type == elem
+        got = ort_run(proto, {"x": x})["y"]
+        np.testing.assert_array_equal(got, want)
