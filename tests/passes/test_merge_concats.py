@@ -75,3 +75,57 @@ def test_negative_and_positive_axes_that_name_the_same_axis_merge():
         assert merge_concats(graph).stats["concats_merged"] == 1, (inner, outer)
         assert ops(graph) == ["Concat"]
         assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def _slices(inner, outer, x_shape=(10, 8), runtime=()):
+    """Slice(Slice(x, *inner), *outer); each is (starts, ends, axes or None, steps or None)."""
+    inits, inputs, nodes, src = {}, {"x": list(x_shape)}, [], "x"
+    for k, (params, out) in enumerate(((inner, "t"), (outer, "y"))):
+        names = []
+        for field, v in zip(("s", "e", "a", "p"), params):
+            if v is None:
+                names.append("")
+                continue
+            name = f"{field}{k}"
+            if name in runtime:
+                inputs[name] = (7, [len(v)])
+            else:
+                inits[name] = np.array(v, np.int64)
+            names.append(name)
+        while names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node("Slice", [src, *names], [out]))
+        src = out
+    return make_model(nodes, inputs, {"y": (1, None)}, initializers=inits)
+
+
+def test_slice_chains_with_axes_steps_and_clamped_ends_are_composed():
+    big = np.iinfo(np.int64).max
+    cases = [
+        (([1, 2], [9, 7], None, None), ([1], [100], None, None)),          # axes omitted: 0.. in order
+        (([2], [-1], [-2], [1]), ([-3, 1], [big, -1], [-2, -1], [1, 1])),  # negative axes and starts, unit steps
+        (([0, 1], [5, 8], [1, 0], None), ([1], [3], [1], None)),           # axes out of order
+        (([-100], [5], [0], None), ([0], [2], [1], None)),                  # a start clamped to 0, another axis
+    ]
+    for inner, outer in cases:
+        model = _slices(inner, outer)
+        graph = gp.load(model).graph
+        assert merge_concats(graph).stats["slices_composed"] == 1, (inner, outer)
+        assert ops(graph) == ["Slice"]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_slice_chains_with_a_step_or_runtime_parameters_are_kept():
+    ok = ([1], [9], [0], None)
+    cases = [
+        (([1], [9], [0], [2]), ok, ()),         # a step of 2
+        (ok, ([0], [4], [0], [-1]), ()),        # a negative step
+        (([1], [9], [0], [1]), ok, ("p0",)),     # runtime steps
+        (([1], [9], [0], None), ok, ("s0",)),    # runtime starts
+        (([1], [9], [0], None), ok, ("a0",)),    # runtime axes
+        (ok, ([1], [9], [0], None), ("e1",)),    # runtime ends
+    ]
+    for inner, outer, runtime in cases:
+        model = _slices(inner, outer, runtime=runtime)
+        graph = gp.load(model).graph
+        assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"], (inner, outer, runtime)
