@@ -129,3 +129,58 @@ def test_slice_chains_with_a_step_or_runtime_parameters_are_kept():
         model = _slices(inner, outer, runtime=runtime)
         graph = gp.load(model).graph
         assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"], (inner, outer, runtime)
+
+
+def test_concats_of_another_domain_are_not_touched():
+    model = make_model([helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+                        helper.make_node("Concat", ["ab", "c"], ["y"], axis=1, domain="custom")],
+                       {"a": [1, 2, 3], "b": [1, 3, 3], "c": [1, 1, 3]}, {"y": (1, None)}, extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and len(graph.nodes) == 2
+    model = make_model([helper.make_node("Split", ["x", "s"], ["p0", "p1"], axis=1),
+                        helper.make_node("Concat", ["p0", "p1"], ["c"], axis=1, domain="custom"),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [2, 6, 3]}, {"y": (1, None)}, initializers={"s": np.array([2, 4], np.int64)},
+                       extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and len(graph.nodes) == 3
+
+
+def test_a_slice_chain_of_unknown_shape_is_kept():
+    model = make_model([helper.make_node("Slice", ["x", "s", "e"], ["t"]), helper.make_node("Slice", ["t", "s", "e"], ["y"])],
+                       {"x": ["n", 8]}, {"y": (1, None)},
+                       initializers={"s": np.array([1], np.int64), "e": np.array([5], np.int64)})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"]
+
+
+def _split_concat(order=(0, 1, 2), split_axis=1, concat_axis=1, extra=(), out="c", sizes=(1, 2, 3)):
+    nodes = [helper.make_node("Split", ["x", "s"], ["p0", "p1", "p2"], axis=split_axis),
+             helper.make_node("Concat", [f"p{k}" for k in order], ["c"], axis=concat_axis),
+             helper.make_node("Relu", ["c"], ["y"]), *extra]
+    outputs = {"y": (1, None)}
+    outputs.update({n.output[0]: (1, None) for n in extra})
+    if out == "c":
+        outputs["c"] = (1, None)
+        del outputs["y"]
+        nodes = nodes[:2] + list(extra)
+    return make_model(nodes, {"x": [2, 6, 3]}, outputs, initializers={"s": np.array(sizes, np.int64)})
+
+
+def test_split_concat_round_trips_only_of_all_parts_in_order_on_the_same_axis():
+    kept = [
+        _split_concat(order=(1, 0, 2), out="y"),                          # out of order
+        _split_concat(order=(0, 1), out="y"),                             # not every part
+        _split_concat(order=(0, 1, 2, 2), out="y"),                       # a part twice
+        _split_concat(split_axis=-2, concat_axis=2, out="y", sizes=(2, 2, 2)),  # another axis (-2 is 1)
+        _split_concat(extra=[helper.make_node("Neg", ["p1"], ["z"])], out="y"),  # a part read elsewhere
+        _split_concat(),                                                  # the Concat writes a graph output
+    ]
+    for k, model in enumerate(kept):
+        graph = gp.load(model).graph
+        assert merge_concats(graph).stats["split_concat_removed"] == 0, k
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+    model = _split_concat(split_axis=-2, concat_axis=1, out="y")          # -2 and 1 are one axis
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
