@@ -184,3 +184,11 @@ def test_split_concat_round_trips_only_of_all_parts_in_order_on_the_same_axis():
     graph = gp.load(model).graph
     assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_one_part_split_then_a_one_input_concat_is_removed():
+    model = make_model([helper.make_node("Split", ["x"], ["p0"], axis=1), helper.make_node("Concat", ["p0"], ["c"], axis=1),
+                        helper.make_node("Relu", ["c"], ["y"])], {"x": [2, 6, 3]}, {"y": [2, 6, 3]})
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
