@@ -106,6 +106,8 @@ def test_slice_chains_with_axes_steps_and_clamped_ends_are_composed():
         (([2], [-1], [-2], [1]), ([-3, 1], [big, -1], [-2, -1], [1, 1])),  # negative axes and starts, unit steps
         (([0, 1], [5, 8], [1, 0], None), ([1], [3], [1], None)),           # axes out of order
         (([-100], [5], [0], None), ([0], [2], [1], None)),                  # a start clamped to 0, another axis
+        (([0], [-100], [0], None), ([0], [1], [1], None)),                  # an end clamped to 0: empty
+        (([3], [0], [0], None), ([0], [1], [1], None)),                     # an end of 0 (not -0 from the back)
     ]
     for inner, outer in cases:
         model = _slices(inner, outer)
@@ -189,6 +191,15 @@ def test_split_concat_round_trips_only_of_all_parts_in_order_on_the_same_axis():
 def test_a_one_part_split_then_a_one_input_concat_is_removed():
     model = make_model([helper.make_node("Split", ["x"], ["p0"], axis=1), helper.make_node("Concat", ["p0"], ["c"], axis=1),
                         helper.make_node("Relu", ["c"], ["y"])], {"x": [2, 6, 3]}, {"y": [2, 6, 3]})
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_split_without_axis_splits_axis_0():
+    model = make_model([helper.make_node("Split", ["x", "s"], ["p0", "p1"]), helper.make_node("Concat", ["p0", "p1"], ["c"], axis=0),
+                        helper.make_node("Relu", ["c"], ["y"])], {"x": [6, 2]}, {"y": [6, 2]},
+                       initializers={"s": np.array([2, 4], np.int64)})
     graph = gp.load(model).graph
     assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
