@@ -123,3 +123,10 @@ def test_swish_without_a_conv_is_not_matched():
     graph = gp.load(model).graph
     assert not fuse_conv_activation(graph).modified
     assert ops(graph) == ["Relu", "Sigmoid", "Mul"]
+
+
+def test_a_silu_whose_mul_is_of_another_domain_is_not_fused():
+    model = _model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"], domain="custom")])
+    model.opset_import.append(helper.make_opsetid("custom", 1))
+    graph = gp.load(model).graph
+    assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Sigmoid", "Mul"]
