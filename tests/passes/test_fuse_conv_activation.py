@@ -130,3 +130,38 @@ def test_a_silu_whose_mul_is_of_another_domain_is_not_fused():
     model.opset_import.append(helper.make_opsetid("custom", 1))
     graph = gp.load(model).graph
     assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Sigmoid", "Mul"]
+
+
+def test_a_weight_of_unknown_output_channels_is_not_fused():
+    # no bias: the -0.0 bias needs the channel count (a graph-input weight of unknown dims)
+    for w_shape in (None, ["o", 3, 3, 3]):
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                           {"x": [1, 3, 8, 8], "w": (onnx.TensorProto.FLOAT, w_shape)}, {"y": (onnx.TensorProto.FLOAT, None)})
+        graph = gp.load(model).graph
+        assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Relu"], w_shape
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+                            helper.make_node("Mul", ["c", "s"], ["y"])],
+                           {"x": [1, 3, 8, 8], "w": (onnx.TensorProto.FLOAT, w_shape)}, {"y": (onnx.TensorProto.FLOAT, None)})
+        graph = gp.load(model).graph
+        assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Sigmoid", "Mul"], w_shape
+
+
+def test_a_second_dtype_cannot_share_the_fused_body_of_the_first():
+    # one FusedConvRelu6 body per model, typed (its Clip bounds) for one dtype
+    F16 = onnx.TensorProto.FLOAT16
+    nodes, inits = [], {}
+    for suffix, dtype in (("32", np.float32), ("16", np.float16)):
+        inits[f"w{suffix}"] = RNG.standard_normal((4, 3, 3, 3)).astype(dtype)
+        inits[f"lo{suffix}"], inits[f"hi{suffix}"] = np.array(0, dtype), np.array(6, dtype)
+        nodes += [helper.make_node("Conv", [f"x{suffix}", f"w{suffix}"], [f"c{suffix}"]),
+                  helper.make_node("Clip", [f"c{suffix}", f"lo{suffix}", f"hi{suffix}"], [f"y{suffix}"])]
+    model = make_model(nodes, {"x32": [1, 3, 8, 8], "x16": (F16, [1, 3, 8, 8])},
+                       {"y32": [1, 4, 6, 6], "y16": (F16, [1, 4, 6, 6])}, initializers=inits)
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert fuse_conv_activation(graph, ctx).stats["fired"] == 1
+    assert sorted(ops(graph)) == ["Clip", "Conv", "FusedConvRelu6"]
+    assert any("body is typed for" in e.reason and "cannot share it" in e.reason for e in ctx.explanations)
+    proto = gp.to_proto(graph)
+    onnx.checker.check_model(proto, full_check=True)
+    assert_equivalent(model, proto, exact=True)
