@@ -350,3 +350,145 @@ def test_a_tensor_read_inside_an_if_body_is_not_exclusive_to_the_match():
     assert ops(graph) == ["Relu", "Relu", "If", "Add"] and _sorted(graph)
     for flag in (True, False):
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
+
+
+def _scope(graph):
+    from graphpass.ir.graph import NameGen
+    from graphpass.passes.framework.rewrite import Scope
+
+    return Scope(graph, graph, NameGen(graph))
+
+
+def test_single_reader_and_producer_of_given_ops():
+    from graphpass.passes.framework.rewrite import single_reader
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+                        helper.make_node("Abs", ["b"], ["c"]), helper.make_node("Sin", ["b"], ["d"]),
+                        helper.make_node("Cos", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4], "c": [4], "d": [4]})
+    graph = gp.load(model).graph
+    t = {v.name: v for v in graph.tensors().values()}
+    # a: read by Neg and Cos; b: read twice; c: a graph output read by nobody
+    assert [single_reader(t[k], graph) for k in ("x", "a", "b", "c")] == [True, False, False, False]
+    scope = _scope(graph)
+    assert [scope.single_reader(t[k]) for k in ("x", "a", "b", "c")] == [True, False, False, False]
+    assert scope.producer(t["b"], "Neg").op == "Neg" and scope.producer(t["b"]).op == "Neg"
+    assert scope.producer(t["b"], "Relu", "Abs") is None and scope.producer(t["x"]) is None
+    assert scope.producer(t["a"], "Relu", "Neg").op == "Relu"
+
+
+def test_match_op_names_outputs_and_graph_outputs():
+    graph = gp.load(_relu_chain(2)).graph
+    graph.nodes[1].name = "last"
+    m = Match(list(graph.nodes), graph, _scope(graph).names)  # no graph_outputs given: looked up
+    assert m.writes_graph_output()
+    out = m.op("Neg", [graph.inputs[0]])
+    assert m.created[-1].name.startswith("last_neg") and out.name.startswith("last_neg_out")
+    m.op("Neg", [graph.inputs[0]], name="exactly_this")
+    assert m.created[-1].name == "exactly_this"
+    outs = m.op("Dropout", [graph.inputs[0]], outputs=[True, False])
+    assert outs[0].name and outs[1].name == "" and len(m.created[-1].outputs) == 2
+    m2 = Match(list(graph.nodes[:1]), graph, _scope(graph).names)
+    assert not m2.writes_graph_output()
+
+
+class _LeakyAlpha(Rule):
+    """LeakyRelu -> LeakyRelu(alpha=0.5) through Match.copy (inputs kept, attributes updated)."""
+
+    pattern = ("LeakyRelu",)
+
+    def match(self, anchor, scope):
+        m = super().match(anchor, scope)
+        return m if m is not None and anchor.attrs.get("alpha") != 0.5 else None
+
+    def rewrite(self, m, ctx):
+        return m.copy(m.anchor, attrs={"alpha": 0.5})
+
+
+def test_match_copy_keeps_name_domain_inputs_and_annotations_and_updates_attributes():
+    from graphpass.ir import annotations as A
+
+    model = make_model([helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1, name="lr"), helper.make_node("Neg", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    A.meta(graph.nodes[0])["note"] = "kept"
+    counts = apply_rules(graph, [_LeakyAlpha()], PassContext(), "t")
+    assert counts["leaky_alpha"]["rewritten"] == 1
+    new = graph.nodes[0]
+    assert (new.op, new.name, new.domain or "", new.attrs["alpha"]) == ("LeakyRelu", "lr", "", 0.5)
+    assert new.inputs[0] is graph.inputs[0] and A.meta(new)["note"] == "kept" and graph.nodes[1].inputs[0] is new.outputs[0]
+
+
+def test_a_rewrite_building_a_chain_of_new_nodes():
+    # Relu(Relu(x)) -> Abs(Neg(x)) ... a created node reads another created node's output
+    def rewrite(m):
+        return m.op("Relu", [m.op("Relu", [m.nodes[0].inputs[0]])])
+
+    model = _relu_chain(2, out="t")
+    model.graph.node.append(helper.make_node("Neg", ["t"], ["y"]))
+    model.graph.output[0].name = "y"
+    graph = gp.load(model).graph
+    apply_rules(graph, [rule(("Relu", "Relu"), rewrite)], PassContext(), "t")
+    assert ops(graph) == ["Relu", "Relu", "Neg"] and all(t.name for n in graph.nodes for t in n.outputs)
+    assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0] and _sorted(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS}, exact=True)
+
+
+def test_tuple_steps_and_follow_none_match_any_listed_op_on_any_input():
+    class SigOrTanhThenAdd(Rule):
+        pattern = (("Sigmoid", "Tanh"), "Add")
+        follow = (None,)
+
+        def rewrite(self, m, ctx):
+            return m.op("Sub", [m.nodes[0].inputs[0], m.nodes[0].inputs[0]])
+
+    for op, order in (("Tanh", ["z", "s"]), ("Sigmoid", ["s", "z"])):
+        model = make_model([helper.make_node(op, ["x"], ["s"]), helper.make_node("Add", order, ["y"])],
+                           {"x": [4], "z": [4]}, {"y": [4]})
+        graph = gp.load(model).graph
+        counts = apply_rules(graph, [SigOrTanhThenAdd()], PassContext(), "t")
+        assert counts["sig_or_tanh_then_add"]["rewritten"] == 1 and ops(graph) == ["Sub"], (op, order)
+    model = make_model([helper.make_node("Relu", ["x"], ["s"]), helper.make_node("Add", ["s", "z"], ["y"])],
+                       {"x": [4], "z": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    assert apply_rules(graph, [SigOrTanhThenAdd()], PassContext(), "t")["sig_or_tanh_then_add"]["matched"] == 0
+
+
+def test_a_graph_output_of_unknown_shape_takes_the_rewrites_static_shape():
+    model = _relu_chain(2)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, None))
+    graph = gp.load(model).graph
+    graph.outputs[0].shape = None
+    apply_rules(graph, [rule(("Relu", "Relu"), lambda m: m.op("Relu", [m.nodes[0].inputs[0]], dtype=np.float32, shape=[8]))],
+                PassContext(), "t")
+    assert graph.outputs[0].name == "y" and list(graph.outputs[0].shape) == [8]
+
+
+def test_an_existing_tensor_that_is_another_graph_output_cannot_take_a_graph_outputs_name():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                       {"x": [4]}, {"a": [4], "y": [4]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    class RR(Rule):
+        name = "rr"
+        pattern = ("Relu", "Relu")
+        exclusive = False  # the first Relu's output is also a graph output
+
+        def rewrite(self, m, ctx):
+            return m.nodes[0].outputs[0]
+
+    counts = apply_rules(graph, [RR()], ctx, "t")
+    assert counts["rr"]["refused"] == 1 and ops(graph) == ["Relu", "Relu"]
+    assert [t.name for t in graph.outputs] == ["a", "y"] and graph.outputs[0].inputs[0].op == "Relu"
+    assert "'y' is a graph output and 'a' cannot take its name" in ctx.explanations[0].reason
+
+
+def test_an_existing_tensor_replacing_an_internal_one_keeps_its_own_name():
+    model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "one"], ["b"]),
+                        helper.make_node("Abs", ["b"], ["y"])],
+                       {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model).graph
+    apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0])], PassContext(), "t")
+    assert ops(graph) == ["Neg", "Abs"] and graph.nodes[0].outputs[0].name == "a"
+    assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
