@@ -131,3 +131,12 @@ def test_unknown_gather_shape_or_runtime_split_sizes_are_refused_with_reason():
         ctx = PassContext()
         assert not fuse_gather_split(graph, ctx).modified and ops(graph) == ["Gather", "Split"]
         assert [e.reason for e in ctx.explanations] == [reason]
+
+
+def test_a_split_into_one_part_becomes_one_gather():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                        helper.make_node("Split", ["g"], ["y0"], axis=1)],
+                       {"x": [2, 6]}, {"y0": [2, 6]}, initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64)})
+    graph = gp.load(model).graph
+    assert fuse_gather_split(graph).stats["fired"] == 1 and ops(graph) == ["Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
