@@ -232,3 +232,14 @@ def test_a_conv_of_no_known_type_is_refused_with_reason():
     ctx = PassContext()
     assert not fuse_conv_activation(graph, ctx).modified and ops(graph) == ["Conv", "Relu"]
     assert ctx.explanations[0].reason == "Conv of dtype None (float types only)"
+
+
+def test_a_conv_without_bias_on_an_input_of_unknown_shape_is_fused():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": (onnx.TensorProto.FLOAT, None)}, {"y": (onnx.TensorProto.FLOAT, None)},
+                       initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    graph = gp.load(model).graph
+    assert fuse_conv_activation(graph).stats["fired"] == 1
+    assert graph.nodes[0].inputs[2].values.shape == (4,)
+    feeds = {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), feeds=feeds, exact=True)
