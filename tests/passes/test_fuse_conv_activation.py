@@ -234,9 +234,9 @@ def test_a_conv_of_no_known_type_is_refused_with_reason():
     assert ctx.explanations[0].reason == "Conv of dtype None (float types only)"
 
 
-def test_a_conv_without_bias_on_an_input_of_unknown_shape_is_fused():
+def test_a_conv_without_bias_on_an_input_of_symbolic_shape_is_fused():
     model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-                       {"x": (onnx.TensorProto.FLOAT, None)}, {"y": (onnx.TensorProto.FLOAT, None)},
+                       {"x": ["n", 3, "h", "w"]}, {"y": ["n", 4, "h2", "w2"]},
                        initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
     graph = gp.load(model).graph
     assert fuse_conv_activation(graph).stats["fired"] == 1
