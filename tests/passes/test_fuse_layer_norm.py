@@ -107,10 +107,10 @@ def _node(model, output):
     return next(n for n in model.graph.node if output in n.output)
 
 
-def _keepdims_0(model):  # mu of [2, 8] broadcasts against x [2, 8, 8] along the wrong axis
+def _keepdims_0(model):  # mu of [8, 8] broadcasts against x [8, 8, 8] along the wrong axes
     _node(model, "mu").attribute.append(helper.make_attribute("keepdims", 0))
-    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 8]))
-    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8, 8]))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [8, 8, 8]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [8, 8, 8]))
     return model
 
 
