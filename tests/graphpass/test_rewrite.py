@@ -492,3 +492,71 @@ def test_an_existing_tensor_replacing_an_internal_one_keeps_its_own_name():
     assert ops(graph) == ["Neg", "Abs"] and graph.nodes[0].outputs[0].name == "a"
     assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_function_rules_are_exclusive_by_default_and_named_after_their_steps():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"]),
+                        helper.make_node("Neg", ["a"], ["z"])], {"x": [4]}, {"y": [4], "z": [4]})
+    graph = gp.load(model).graph
+    counts = apply_rules(graph, [rule(("Relu", "Relu"), lambda m: m.op("Relu", [m.nodes[0].inputs[0]]))], PassContext(), "t")
+    assert counts["relu_relu"]["matched"] == 0 and len(graph.nodes) == 3
+    r = rule((("Sigmoid", "Tanh"), "Add"), lambda m: m.nodes[0].inputs[0], follow=(None,))
+    assert r.label == "sigmoid|tanh_add"
+
+
+def test_counts_total_a_stat_only_some_rules_counted():
+    from graphpass.passes.framework.rewrite import RuleCounts
+
+    counts = RuleCounts()
+    counts.entry("a")["merged"] = 2
+    counts.entry("b")
+    counts.entry("c")["merged"] = 3
+    assert counts.total("merged") == 5 and counts.total("rewritten") == 0
+
+
+def test_a_rule_without_a_pattern_is_tried_at_every_node_in_order_with_the_others():
+    class AnyNeg(Rule):
+        """No pattern: anchors() is None, so the engine offers it every node."""
+
+        name = "any_neg"
+
+        def match(self, anchor, scope):
+            return scope.match([anchor]) if anchor.op == "Neg" else None
+
+        def rewrite(self, m, ctx):
+            return m.op("Abs", [m.anchor.inputs[0]])
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["b"], ["y"])], {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    assert AnyNeg().anchors() is None
+    counts = apply_rules(graph, [ReluRelu(), AnyNeg()], PassContext(), "t")
+    assert counts["any_neg"]["rewritten"] == 1 and counts["relu_relu"]["rewritten"] == 1
+    assert ops(graph) == ["Relu", "Abs"] and _sorted(graph)
+
+
+def test_rule_pass_registers_only_when_asked():
+    from graphpass.passes.framework.registry import all_passes
+
+    P = rule_pass("t_not_registered", ReluRelu())
+    assert P.name == "t_not_registered" and "t_not_registered" not in all_passes()
+
+
+def test_a_rewrite_reading_only_a_later_tensor_still_leaves_the_graph_sorted():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+
+    def odd(m):  # its one new node reads only n, written after the anchor
+        return m.op("Neg", [next(t for t in graph.tensors().values() if t.name == "n")])
+
+    apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
+    assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Neg", "Neg"]
+
+
+def test_nodes_of_another_domain_are_not_anchors():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"], domain="custom")],
+                       {"x": [4]}, {"y": [4]}, extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0 and len(graph.nodes) == 2
