@@ -560,3 +560,20 @@ def test_nodes_of_another_domain_are_not_anchors():
                        {"x": [4]}, {"y": [4]}, extra_opsets={"custom": 1})
     graph = gp.load(model).graph
     assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0 and len(graph.nodes) == 2
+
+
+def test_a_tensor_of_the_outer_graph_cannot_take_a_branch_outputs_name():
+    then = helper.make_graph([helper.make_node("Relu", ["m"], ["p"]), helper.make_node("Relu", ["p"], ["q"])], "then",
+                             [], [helper.make_tensor_value_info("q", F, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [], [helper.make_tensor_value_info("n", F, [4])])
+    model = make_model([helper.make_node("Neg", ["x"], ["m"]),
+                        helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)],
+                       {"x": [4], "flag": (TensorProto.BOOL, [])}, {"y": [4]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    outer = rule(("Relu", "Relu"), lambda m: next(t for t in m.root.tensors().values() if t.name == "m"), name="outer")
+    counts = apply_rules(graph, [outer], ctx, "t")
+    assert counts["outer"]["refused"] == 1 and ops(graph.nodes[1].attrs["then_branch"]) == ["Relu", "Relu"]
+    assert "'q' is a graph output and 'm' cannot take its name" in ctx.explanations[0].reason
+    for flag in (True, False):
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
