@@ -577,3 +577,11 @@ def test_a_tensor_of_the_outer_graph_cannot_take_a_branch_outputs_name():
     assert "'q' is a graph output and 'm' cannot take its name" in ctx.explanations[0].reason
     for flag in (True, False):
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
+
+
+def test_a_graph_output_keeps_its_symbolic_shape_when_the_rewrite_gives_none():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                       {"x": ["n", 4]}, {"y": ["n", 4]})
+    graph = gp.load(model).graph
+    apply_rules(graph, [ReluRelu()], PassContext(), "t")
+    assert ops(graph) == ["Relu"] and list(graph.outputs[0].shape) == ["n", 4]
