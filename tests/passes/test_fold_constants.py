@@ -226,3 +226,13 @@ def test_a_computed_constant_that_is_a_graph_output_and_read_at_run_time_keeps_i
     c = next(t for t in graph.outputs if t.name == "c")
     assert len(c.inputs) == 1 and c.inputs[0].op == "Add"
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_plain_fold_counts_no_refusal_of_any_kind():
+    model = make_model([_const("a", [1.0, 2.0]), helper.make_node("Neg", ["a"], ["b"]), helper.make_node("Add", ["x", "b"], ["y"])],
+                       {"x": [2]}, {"y": [2]})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
+    assert {k: result.stats[k] for k in ("too_large", "failed", "invalid_shape", "over_memory")} == {
+        "too_large": 0, "failed": 0, "invalid_shape": 0, "over_memory": 0}
