@@ -436,7 +436,9 @@ def test_casts_of_numbers_and_clips_of_static_bounds_leave_a_loop_that_may_not_r
 
 @pytest.mark.xfail(strict=True, reason="open, found by this test: hoisting Cast(float->double) -> Cast(double->float) "
                    "out of a Loop that may not run gives a model onnxruntime refuses at run time ('Missing Input: vf'); "
-                   "one hoisted Cast runs (test above); not investigated")
+                   "one hoisted Cast runs (test above), the model's body value_info is not the cause, and the unhoisted "
+                   "model runs; a guess not yet checked: onnxruntime's always-on duplicate-Cast removal dropping a "
+                   "float->double->float pair read only inside a subgraph")
 def test_a_chain_of_two_casts_leaves_a_loop_and_the_model_still_runs():
     nodes = [helper.make_node("Cast", ["w"], ["v"], to=TensorProto.DOUBLE, name="inv"), helper.make_node("Cast", ["v"], ["vf"], to=F),
              helper.make_node("Add", ["acc_in", "vf"], ["acc_out"])]
