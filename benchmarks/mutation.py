@@ -4,6 +4,7 @@
     python benchmarks/mutation.py --passes merge_transposes fold_pad --timeout 120
     python benchmarks/mutation.py --passes fuse_gelu --max-mutants 40 --list
     python benchmarks/mutation.py --passes fold_constants --lines 193 315     # re-check survivors
+    python benchmarks/mutation.py --files passes/framework/rewrite.py=tests/graphpass/test_rewrite.py
 
 Our own equivalent of mutmut. For each pass ``passes/**/<name>.py``, every function body is
 parsed and mutated one site at a time:
@@ -134,6 +135,28 @@ def pass_files(names: list[str] | None) -> dict[str, Path]:
             raise SystemExit(f"no pass file with a test file for: {', '.join(missing)}")
         return {n: found[n] for n in names}
     return found
+
+
+def other_files(specs: list[str]) -> dict[str, tuple[Path, str]]:
+    """``--files SOURCE=TEST``: any module of graphpass, passes or cost_model, with its test file."""
+    out = {}
+    for spec in specs:
+        source, sep, test = spec.partition("=")
+        path = (ROOT / source).resolve()
+        if not sep or not path.is_file() or not (ROOT / test).is_file():
+            raise SystemExit(f"--files wants SOURCE=TEST, two existing files under {ROOT}: {spec!r}")
+        out[path.stem] = (path, test)
+    return out
+
+
+def _installed(path: Path) -> Path:
+    """Where ``path`` of the worktree lies in the shadow copy's installed layout (under src/)."""
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] in ("passes", "cost_model"):
+        return Path("graphpass") / rel
+    if rel.parts[0] == "graphpass":
+        return rel
+    raise SystemExit(f"{rel} is not in graphpass/, passes/ or cost_model/")
 
 
 def shadow_copy(tmp: Path) -> Path:
@@ -286,6 +309,8 @@ def _statement_ranges(tree: ast.Module) -> dict[int, tuple[int, int] | None]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--passes", nargs="+", help="pass names (default: every pass with a test file)")
+    ap.add_argument("--files", nargs="+", default=[], metavar="SOURCE=TEST",
+                    help="also mutate these modules (e.g. passes/framework/rewrite.py), each against its test file")
     ap.add_argument("--timeout", type=float, default=0,
                     help="seconds per mutant (default: 4x the selected tests' clean time + 30)")
     ap.add_argument("--max-mutants", type=int, default=0, help="at most this many mutants per pass (evenly spread)")
@@ -297,15 +322,17 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, nargs="+", help="only the sites on these lines (one pass: re-check survivors)")
     ap.add_argument("--progress", type=int, default=0, help="print a progress line every N mutants")
     args = ap.parse_args(argv)
-    files = pass_files(args.passes)
+    files = {k: (v, f"tests/passes/test_{k}.py") for k, v in
+             (pass_files(args.passes) if args.passes or not args.files else {}).items()}
+    files.update(other_files(args.files))
     t_all = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="graphpass-mutation-") as tmpdir:
         slots = [Path(tmpdir) / f"w{k}" for k in range(max(1, args.jobs))]
         srcs = [shadow_copy(t) for t in slots]
-        for name, path in files.items():
-            rel = path.relative_to(ROOT / "passes")
-            targets = [s / "graphpass" / "passes" / rel for s in srcs]
+        for name, (path, test_rel) in files.items():
+            rel = path.relative_to(ROOT)
+            targets = [s / _installed(path) for s in srcs]
             original = path.read_text()
             tree = ast.parse(original)
             found = [s for s in sites(tree) if s[1] in args.kinds and (not args.lines or s[2] in args.lines)]
@@ -317,7 +344,6 @@ def main(argv=None) -> int:
                 for i, kind, line in found:
                     print(f"{rel}:{line}: {kind}: {mutate(tree, i, kind)[1]}")
                 continue
-            test_rel = f"tests/passes/test_{name}.py"
             # 1. clean run under the line tracer: must pass; gives each test's lines and time
             tracer = _LineTracer(str(targets[0]))
             cov = slots[0] / "coverage.json"
@@ -346,7 +372,7 @@ def main(argv=None) -> int:
                     span = set(range(r[0], r[1] + 1))
                     chosen = [t for t in order if lines[t] & span]
                 mutated, what = mutate(tree, i, kind)
-                label = f"passes/{rel}:{line}: {kind}: {what}"
+                label = f"{rel}:{line}: {kind}: {what}"
                 if not chosen:
                     unreached += 1
                     survivors.append(label + "  [no test executes this line]")

@@ -372,3 +372,238 @@ def test_a_rewrite_that_changes_nothing_is_not_counted_as_fired(rewrite):
     ctx = PassContext()
     noop()(m, ctx)
     assert "changes nothing" in ctx.explanations[-1].reason
+
+
+def _scope(graph):
+    from graphpass.ir.graph import NameGen
+    from graphpass.passes.framework.rewrite import Scope
+
+    return Scope(graph, graph, NameGen(graph))
+
+
+def test_single_reader_and_producer_of_given_ops():
+    from graphpass.passes.framework.rewrite import single_reader
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+                        helper.make_node("Abs", ["b"], ["c"]), helper.make_node("Sin", ["b"], ["d"]),
+                        helper.make_node("Cos", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4], "c": [4], "d": [4]})
+    graph = gp.load(model).graph
+    t = {v.name: v for v in graph.tensors().values()}
+    # a: read by Neg and Cos; b: read twice; c: a graph output read by nobody
+    assert [single_reader(t[k], graph) for k in ("x", "a", "b", "c")] == [True, False, False, False]
+    scope = _scope(graph)
+    assert [scope.single_reader(t[k]) for k in ("x", "a", "b", "c")] == [True, False, False, False]
+    assert scope.producer(t["b"], "Neg").op == "Neg" and scope.producer(t["b"]).op == "Neg"
+    assert scope.producer(t["b"], "Relu", "Abs") is None and scope.producer(t["x"]) is None
+    assert scope.producer(t["a"], "Relu", "Neg").op == "Relu"
+
+
+def test_match_op_names_outputs_and_graph_outputs():
+    graph = gp.load(_relu_chain(2)).graph
+    graph.nodes[1].name = "last"
+    m = Match(list(graph.nodes), graph, _scope(graph).names)  # no graph_outputs given: looked up
+    assert m.writes_graph_output()
+    out = m.op("Neg", [graph.inputs[0]])
+    assert m.created[-1].name.startswith("last_neg") and out.name.startswith("last_neg_out")
+    m.op("Neg", [graph.inputs[0]], name="exactly_this")
+    assert m.created[-1].name == "exactly_this"
+    outs = m.op("Dropout", [graph.inputs[0]], outputs=[True, False])
+    assert outs[0].name and outs[1].name == "" and len(m.created[-1].outputs) == 2
+    m2 = Match(list(graph.nodes[:1]), graph, _scope(graph).names)
+    assert not m2.writes_graph_output()
+
+
+class _LeakyAlpha(Rule):
+    """LeakyRelu -> LeakyRelu(alpha=0.5) through Match.copy (inputs kept, attributes updated)."""
+
+    pattern = ("LeakyRelu",)
+
+    def match(self, anchor, scope):
+        m = super().match(anchor, scope)
+        return m if m is not None and anchor.attrs.get("alpha") != 0.5 else None
+
+    def rewrite(self, m, ctx):
+        return m.copy(m.anchor, attrs={"alpha": 0.5})
+
+
+def test_match_copy_keeps_name_domain_inputs_and_annotations_and_updates_attributes():
+    from graphpass.ir import annotations as A
+
+    model = make_model([helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1, name="lr"), helper.make_node("Neg", ["a"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    A.meta(graph.nodes[0])["note"] = "kept"
+    counts = apply_rules(graph, [_LeakyAlpha()], PassContext(), "t")
+    assert counts["leaky_alpha"]["rewritten"] == 1
+    new = graph.nodes[0]
+    assert (new.op, new.name, new.domain or "", new.attrs["alpha"]) == ("LeakyRelu", "lr", "", 0.5)
+    assert new.inputs[0] is graph.inputs[0] and A.meta(new)["note"] == "kept" and graph.nodes[1].inputs[0] is new.outputs[0]
+
+
+def test_a_rewrite_building_a_chain_of_new_nodes():
+    # Relu(Relu(x)) -> Abs(Neg(x)) ... a created node reads another created node's output
+    def rewrite(m):
+        return m.op("Relu", [m.op("Relu", [m.nodes[0].inputs[0]])])
+
+    model = _relu_chain(2, out="t")
+    model.graph.node.append(helper.make_node("Neg", ["t"], ["y"]))
+    model.graph.output[0].name = "y"
+    graph = gp.load(model).graph
+    apply_rules(graph, [rule(("Relu", "Relu"), rewrite)], PassContext(), "t")
+    assert ops(graph) == ["Relu", "Relu", "Neg"] and all(t.name for n in graph.nodes for t in n.outputs)
+    assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0] and _sorted(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS}, exact=True)
+
+
+def test_tuple_steps_and_follow_none_match_any_listed_op_on_any_input():
+    class SigOrTanhThenAdd(Rule):
+        pattern = (("Sigmoid", "Tanh"), "Add")
+        follow = (None,)
+
+        def rewrite(self, m, ctx):
+            return m.op("Sub", [m.nodes[0].inputs[0], m.nodes[0].inputs[0]])
+
+    for op, order in (("Tanh", ["z", "s"]), ("Sigmoid", ["s", "z"])):
+        model = make_model([helper.make_node(op, ["x"], ["s"]), helper.make_node("Add", order, ["y"])],
+                           {"x": [4], "z": [4]}, {"y": [4]})
+        graph = gp.load(model).graph
+        counts = apply_rules(graph, [SigOrTanhThenAdd()], PassContext(), "t")
+        assert counts["sig_or_tanh_then_add"]["rewritten"] == 1 and ops(graph) == ["Sub"], (op, order)
+    model = make_model([helper.make_node("Relu", ["x"], ["s"]), helper.make_node("Add", ["s", "z"], ["y"])],
+                       {"x": [4], "z": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    assert apply_rules(graph, [SigOrTanhThenAdd()], PassContext(), "t")["sig_or_tanh_then_add"]["matched"] == 0
+
+
+def test_a_graph_output_of_unknown_shape_takes_the_rewrites_static_shape():
+    model = _relu_chain(2)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, None))
+    graph = gp.load(model).graph
+    graph.outputs[0].shape = None
+    apply_rules(graph, [rule(("Relu", "Relu"), lambda m: m.op("Relu", [m.nodes[0].inputs[0]], dtype=np.float32, shape=[8]))],
+                PassContext(), "t")
+    assert graph.outputs[0].name == "y" and list(graph.outputs[0].shape) == [8]
+
+
+def test_an_existing_tensor_that_is_another_graph_output_cannot_take_a_graph_outputs_name():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                       {"x": [4]}, {"a": [4], "y": [4]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    class RR(Rule):
+        name = "rr"
+        pattern = ("Relu", "Relu")
+        exclusive = False  # the first Relu's output is also a graph output
+
+        def rewrite(self, m, ctx):
+            return m.nodes[0].outputs[0]
+
+    counts = apply_rules(graph, [RR()], ctx, "t")
+    assert counts["rr"]["refused"] == 1 and ops(graph) == ["Relu", "Relu"]
+    assert [t.name for t in graph.outputs] == ["a", "y"] and graph.outputs[0].inputs[0].op == "Relu"
+    assert "'y' is a graph output and 'a' cannot take its name" in ctx.explanations[0].reason
+
+
+def test_an_existing_tensor_replacing_an_internal_one_keeps_its_own_name():
+    model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "one"], ["b"]),
+                        helper.make_node("Abs", ["b"], ["y"])],
+                       {"x": [4]}, {"y": [4]}, initializers={"one": np.array(1.0, np.float32)})
+    graph = gp.load(model).graph
+    apply_rules(graph, [rule(("Mul",), lambda m: m.anchor.inputs[0])], PassContext(), "t")
+    assert ops(graph) == ["Neg", "Abs"] and graph.nodes[0].outputs[0].name == "a"
+    assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_function_rules_are_exclusive_by_default_and_named_after_their_steps():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"]),
+                        helper.make_node("Neg", ["a"], ["z"])], {"x": [4]}, {"y": [4], "z": [4]})
+    graph = gp.load(model).graph
+    counts = apply_rules(graph, [rule(("Relu", "Relu"), lambda m: m.op("Relu", [m.nodes[0].inputs[0]]))], PassContext(), "t")
+    assert counts["relu_relu"]["matched"] == 0 and len(graph.nodes) == 3
+    r = rule((("Sigmoid", "Tanh"), "Add"), lambda m: m.nodes[0].inputs[0], follow=(None,))
+    assert r.label == "sigmoid|tanh_add"
+
+
+def test_counts_total_a_stat_only_some_rules_counted():
+    from graphpass.passes.framework.rewrite import RuleCounts
+
+    counts = RuleCounts()
+    counts.entry("a")["merged"] = 2
+    counts.entry("b")
+    counts.entry("c")["merged"] = 3
+    assert counts.total("merged") == 5 and counts.total("rewritten") == 0
+
+
+def test_a_rule_without_a_pattern_is_tried_at_every_node_in_order_with_the_others():
+    class AnyNeg(Rule):
+        """No pattern: anchors() is None, so the engine offers it every node."""
+
+        name = "any_neg"
+
+        def match(self, anchor, scope):
+            return scope.match([anchor]) if anchor.op == "Neg" else None
+
+        def rewrite(self, m, ctx):
+            return m.op("Abs", [m.anchor.inputs[0]])
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["b"], ["y"])], {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    assert AnyNeg().anchors() is None
+    counts = apply_rules(graph, [ReluRelu(), AnyNeg()], PassContext(), "t")
+    assert counts["any_neg"]["rewritten"] == 1 and counts["relu_relu"]["rewritten"] == 1
+    assert ops(graph) == ["Relu", "Abs"] and _sorted(graph)
+
+
+def test_rule_pass_registers_only_when_asked():
+    from graphpass.passes.framework.registry import all_passes
+
+    P = rule_pass("t_not_registered", ReluRelu())
+    assert P.name == "t_not_registered" and "t_not_registered" not in all_passes()
+
+
+def test_a_rewrite_reading_only_a_later_tensor_still_leaves_the_graph_sorted():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])],
+                       {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+
+    def odd(m):  # its one new node reads only n, written after the anchor
+        return m.op("Neg", [next(t for t in graph.tensors().values() if t.name == "n")])
+
+    apply_rules(graph, [rule(("Relu", "Relu"), odd, name="odd")], PassContext(), "t")
+    assert _sorted(graph) and sorted(ops(graph)) == ["Add", "Neg", "Neg"]
+
+
+def test_nodes_of_another_domain_are_not_anchors():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"], domain="custom")],
+                       {"x": [4]}, {"y": [4]}, extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert apply_rules(graph, [ReluRelu()], PassContext(), "t")["relu_relu"]["matched"] == 0 and len(graph.nodes) == 2
+
+
+def test_a_tensor_of_the_outer_graph_cannot_take_a_branch_outputs_name():
+    then = helper.make_graph([helper.make_node("Relu", ["m"], ["p"]), helper.make_node("Relu", ["p"], ["q"])], "then",
+                             [], [helper.make_tensor_value_info("q", F, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [], [helper.make_tensor_value_info("n", F, [4])])
+    model = make_model([helper.make_node("Neg", ["x"], ["m"]),
+                        helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)],
+                       {"x": [4], "flag": (TensorProto.BOOL, [])}, {"y": [4]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    outer = rule(("Relu", "Relu"), lambda m: next(t for t in m.root.tensors().values() if t.name == "m"), name="outer")
+    counts = apply_rules(graph, [outer], ctx, "t")
+    assert counts["outer"]["refused"] == 1 and ops(graph.nodes[1].attrs["then_branch"]) == ["Relu", "Relu"]
+    assert "'q' is a graph output and 'm' cannot take its name" in ctx.explanations[0].reason
+    for flag in (True, False):
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4], "flag": np.array(flag)}, exact=True)
+
+
+def test_a_graph_output_keeps_its_symbolic_shape_when_the_rewrite_gives_none():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                       {"x": ["n", 4]}, {"y": ["n", 4]})
+    graph = gp.load(model).graph
+    apply_rules(graph, [ReluRelu()], PassContext(), "t")
+    assert ops(graph) == ["Relu"] and list(graph.outputs[0].shape) == ["n", 4]

@@ -78,3 +78,36 @@ def test_a_pair_that_is_not_a_round_trip_says_why():
                                                                       "removed": 0, "created": 0}
     assert [(e.pass_name, e.reason) for e in ctx.explanations] == [
         ("eliminate_cast_pairs", "Cast FLOAT -> FLOAT16 is not exact (it rounds or wraps): the pair is not a round trip")]
+
+
+def _explained(graph):
+    from graphpass.passes.framework import PassContext
+
+    ctx = PassContext()
+    result = eliminate_cast_pairs(graph, ctx)
+    return result, [e.reason for e in ctx.explanations]
+
+
+def test_a_pair_whose_input_type_is_unknown_is_refused_with_reason():
+    # an input of unknown type (a graph built in memory): whether A -> B is exact is unknown
+    import onnx_graphsurgeon as gs
+
+    x, a, y = gs.Variable("x"), gs.Variable("a", dtype=np.float64), gs.Variable("y", dtype=np.float32)
+    graph = gs.Graph(nodes=[gs.Node("Cast", inputs=[x], outputs=[a], attrs={"to": TensorProto.DOUBLE}),
+                            gs.Node("Cast", inputs=[a], outputs=[y], attrs={"to": TensorProto.FLOAT})],
+                     inputs=[x], outputs=[y], opset=17)
+    result, reasons = _explained(graph)
+    assert not result.modified and ops(graph) == ["Cast", "Cast"]
+    assert reasons == ["the first Cast's input type is unknown"]
+
+
+def test_a_cast_without_to_is_refused_not_crashed_on():
+    import onnx_graphsurgeon as gs
+
+    x, a, y = gs.Variable("x", dtype=np.float16), gs.Variable("a", dtype=np.float32), gs.Variable("y", dtype=np.float16)
+    graph = gs.Graph(nodes=[gs.Node("Cast", inputs=[x], outputs=[a], attrs={"to": TensorProto.FLOAT}),
+                            gs.Node("Cast", inputs=[a], outputs=[y])],
+                     inputs=[x], outputs=[y], opset=17)
+    result, reasons = _explained(graph)
+    assert not result.modified and ops(graph) == ["Cast", "Cast"]
+    assert reasons == ["a Cast without 'to'"]

@@ -144,3 +144,20 @@ def test_dropout_whose_mask_is_used_is_kept_even_when_its_output_could_be_bypass
     assert not eliminate_identity(graph).modified
     assert ops(graph).count("Dropout") == 1
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_dropout_with_a_named_but_unused_mask_is_removed():
+    model = make_model([helper.make_node("Dropout", ["x"], ["d", "mask"]), helper.make_node("Neg", ["d"], ["y"])],
+                       {"x": [3]}, {"y": [3]}, opset=13)
+    graph = gp.load(model).graph
+    result = eliminate_identity(graph)
+    assert result.stats["dropout"] == 1 and ops(graph) == ["Neg"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_an_op_of_two_runtime_operands_is_not_a_neutral_element():
+    for op in ("Add", "Sub", "Mul", "Div"):
+        model = make_model([helper.make_node(op, ["x", "z"], ["y"])], {"x": [3], "z": [3]}, {"y": [3]})
+        graph = gp.load(model).graph
+        assert not eliminate_identity(graph).modified and ops(graph) == [op]

@@ -196,3 +196,41 @@ def test_named_but_unused_running_statistics_do_not_stop_the_fold():
                        {"y": [2, 8, 6, 6]}, initializers={"w": w, **params}, opset=9)
     graph = gp.load(model).graph
     assert fold_batchnorm(graph).stats["fired"] == 1 and ops(graph) == ["Conv"]
+
+
+def test_folds_into_a_gemm_without_trans_b():
+    model = make_model([helper.make_node("Gemm", ["x", "w"], ["g"]), _bn("g", "y")], {"x": [3, 5]}, {"y": [3, 7]},
+                       initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32), **_bn_params(7)})
+    graph = gp.load(model).graph
+    assert fold_batchnorm(graph).stats["fired"] == 1 and ops(graph) == ["Gemm"]
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_that_is_zero_already_does_not_stop_the_fold():
+    model = _conv_bn()
+    w = next(t for t in model.graph.initializer if t.name == "w")
+    values = onnx.numpy_helper.to_array(w).copy()
+    values[0, 0, 0, 0] = 0.0
+    values[1, 0, 0, 0] = 1.0
+    w.CopyFrom(onnx.numpy_helper.from_array(values, "w"))
+    graph = gp.load(model).graph
+    assert fold_batchnorm(graph).stats["fired"] == 1 and ops(graph) == ["Conv"]
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)
+
+
+def test_spatial_0_parameters_of_other_lengths_and_other_channel_counts_are_refused():
+    # BatchNormalization-7 with spatial=0: statistics per activation, not per channel
+    model = _conv_bn()
+    model.graph.node[1].attribute.append(helper.make_attribute("spatial", 0))
+    model.opset_import[0].version = 8
+    assert _refusal(model) == "BatchNormalization with spatial=0 (per-activation statistics)"
+    # a scale of one element beside vectors of 8
+    model = _conv_bn()
+    s = next(t for t in model.graph.initializer if t.name == "bn_s")
+    s.CopyFrom(onnx.numpy_helper.from_array(np.array([1.5], np.float32), "bn_s"))
+    assert _refusal(model).startswith("BatchNormalization parameters are not four vectors of one length")
+    # statistics of 4 channels after a Conv of 8 output channels
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), _bn("c", "y")],
+                       {"x": [2, 8, 6, 6]}, {"y": (TensorProto.FLOAT, None)},
+                       initializers={"w": RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), **_bn_params(4)})
+    assert _refusal(model) == ("BatchNormalization has 4 channels, which do not fit Conv 'conv' (weight [8, 8, 3, 3])")

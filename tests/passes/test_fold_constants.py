@@ -246,3 +246,13 @@ def test_a_folded_scalar_stays_rank_0():
     out = gp.to_proto(graph, emit="device")
     onnx.checker.check_model(out, full_check=True)
     assert_equivalent(model, out, feeds={"n": np.array(5, np.int64)}, exact=True)
+
+
+def test_a_plain_fold_counts_no_refusal_of_any_kind():
+    model = make_model([_const("a", [1.0, 2.0]), helper.make_node("Neg", ["a"], ["b"]), helper.make_node("Add", ["x", "b"], ["y"])],
+                       {"x": [2]}, {"y": [2]})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
+    assert {k: result.stats[k] for k in ("too_large", "failed", "invalid_shape", "over_memory")} == {
+        "too_large": 0, "failed": 0, "invalid_shape": 0, "over_memory": 0}

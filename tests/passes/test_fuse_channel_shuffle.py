@@ -1,7 +1,9 @@
 import os
 
 import numpy as np
+import pytest
 import onnx
+import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
 import graphpass as gp
@@ -64,3 +66,156 @@ def test_every_shuffle_of_light_shufflenet_becomes_a_gather(light_path):
     result = gp.optimize(light_path("light_shufflenet.onnx"))
     hist = result.report.ops_after
     assert hist.get("Transpose", 0) == 0 and hist["Gather"] == 16
+
+
+class _Costs(CostModel):
+    """Costs the Transpose form ``transpose_us``, the Gather form ``gather_us``."""
+
+    target = "test"
+
+    def __init__(self, transpose_us, gather_us):
+        self.transpose_us, self.gather_us = transpose_us, gather_us
+
+    def estimate(self, graph, **kw):
+        us = self.transpose_us if any(n.op == "Transpose" for n in graph.nodes) else self.gather_us
+        return CostReport("test", us)
+
+
+def test_the_gather_is_taken_where_the_cost_model_finds_it_cheaper_or_equal():
+    for transpose_us, gather_us, fired in ((2.0, 1.0, 1), (1.0, 1.0, 1), (1.0, 1.5, 0)):
+        model = _shuffle_model()
+        graph = gp.load(model).graph
+        ctx = PassContext(cost_model=_Costs(transpose_us, gather_us))
+        result = fuse_channel_shuffle(graph, ctx)
+        assert result.stats["fired"] == fired, (transpose_us, gather_us)
+        assert ops(graph) == (["Gather"] if fired else ["Reshape", "Transpose", "Reshape"])
+        if not fired:
+            assert ctx.explanations[0].reason == "the cost model prefers the Transpose here (1.00 vs 1.50 us)"
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_an_output_declared_with_unknown_dims_gets_the_input_shape_and_type():
+    for declared in (None, ["a", "b", "c", "d"]):
+        model = _shuffle_model()
+        model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, declared))
+        graph = gp.load(model).graph
+        assert fuse_channel_shuffle(graph).stats["fired"] == 1
+        out = graph.outputs[0]
+        assert out.name == "y" and list(out.shape) == [2, 12, 5, 5] and np.dtype(out.dtype) == np.float32
+        proto = gp.to_proto(graph)
+        onnx.checker.check_model(proto, full_check=True)
+        assert_equivalent(model, proto, exact=True)
+
+
+def _two_reshapes(s1, s2, x_shape=(2, 12, 5, 5), perm=(0, 2, 1, 3, 4), y_shape=None):
+    inits, inputs = {}, {"x": list(x_shape) if x_shape is not None else (TensorProto.FLOAT, None)}
+    for name, s in (("s1", s1), ("s2", s2)):
+        if s is None:
+            inputs[name] = (TensorProto.INT64, [4 if name == "s2" else 5])
+        else:
+            inits[name] = np.array(s, np.int64)
+    return make_model([helper.make_node("Reshape", ["x", "s1"], ["r"]),
+                       helper.make_node("Transpose", ["r"], ["t"], perm=list(perm)),
+                       helper.make_node("Reshape", ["t", "s2"], ["y"])],
+                      inputs, {"y": (TensorProto.FLOAT, y_shape)}, initializers=inits)
+
+
+@pytest.mark.parametrize("s1, s2, x_shape, reason", [
+    ([2, 3, 4, 5, 5], [2, 12, 5, 5], (2, 12, 25), "shape is unknown or not 4-D"),
+    ([2, 3, 4, 5, 5], [2, 12, 5, 5], None, "shape is unknown or not 4-D"),
+    (None, [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to None"),
+    ([2, 3, 4, 25], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 25]"),
+    ([1, 3, 4, 10, 5], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [1, 3, 4, 10, 5]"),
+    ([2, 3, 4, 25, 1], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 25, 1]"),
+    ([2, 3, 4, 1, 25], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 4, 1, 25]"),
+    ([2, 3, 2, 10, 5], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 2, 10, 5]"),
+    ([2, 3, 4, 5, 5], None, (2, 12, 5, 5), "last Reshape to None"),
+    ([2, 3, 4, 5, 5], [2, 12, 25], (2, 12, 5, 5), "last Reshape to [2, 12, 25]"),
+    ([2, 3, 4, 5, 5], [2, 4, 3, 25], (2, 12, 5, 5), "last Reshape to [2, 4, 3, 25]"),
+    ([0, 3, 0, 5, -1], [2, 12, 5, 5], (2, 12, 5, 5), "first Reshape to [2, 3, 5, 5, 4]"),
+])
+def test_reshapes_that_do_not_make_a_shuffle_are_refused_with_reason(s1, s2, x_shape, reason):
+    graph = gp.load(_two_reshapes(s1, s2, x_shape)).graph
+    ctx = PassContext()
+    assert not fuse_channel_shuffle(graph, ctx).modified and ops(graph) == ["Reshape", "Transpose", "Reshape"]
+    assert reason in ctx.explanations[0].reason, ctx.explanations[0].reason
+
+
+class _Recording(CostModel):
+    """Records the storage format and dtype of each costed site's input."""
+
+    target = "test"
+
+    def __init__(self):
+        self.seen = []
+
+    def estimate(self, graph, **kw):
+        from graphpass.ir import annotations as A
+
+        self.seen.append((A.get_format(graph.inputs[0]), np.dtype(graph.inputs[0].dtype)))
+        self.options = kw
+        return CostReport("test", 1.0)
+
+
+def test_the_cost_model_sees_the_input_in_its_storage_format_and_dtype():
+    from graphpass.ir import annotations as A
+
+    for fmt in ("NC1HWC0", None):
+        graph = gp.load(_shuffle_model()).graph
+        if fmt:
+            A.set_format(graph.inputs[0], fmt)
+        cm = _Recording()
+        fuse_channel_shuffle(graph, PassContext(cost_model=cm))
+        assert cm.seen == [(fmt, np.dtype(np.float32))] * 2
+
+
+def test_a_shuffle_of_one_channel_in_one_group_is_fused():
+    model = _two_reshapes([1, 1, 1, 1, -1], [1, -1, 1, 1], x_shape=(1, 1, 1, 1), y_shape=[1, 1, 1, 1])
+    graph = gp.load(model).graph
+    assert fuse_channel_shuffle(graph).stats["fired"] == 1 and ops(graph) == ["Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_only_the_precision_mode_reaches_the_site_estimates():
+    # loop options describe the whole model, not a two-node site
+    graph = gp.load(_shuffle_model()).graph
+    cm = _Recording()
+    options = {"precision_mode": "allow_fp32_to_fp16", "iterations_per_loop": 4, "loop_trips": 2}
+    fuse_channel_shuffle(graph, PassContext(cost_model=cm, cost_options=options))
+    assert cm.options == {"precision_mode": "allow_fp32_to_fp16"}
+
+
+class _Keeping(CostModel):
+    """Keeps every graph it is asked to cost (the Transpose form first)."""
+
+    target = "test"
+
+    def __init__(self):
+        self.graphs = []
+
+    def estimate(self, graph, **kw):
+        self.graphs.append(graph)
+        return CostReport("test", 1.0)
+
+
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
+def test_the_two_costed_forms_are_valid_models_of_this_very_shuffle(elem, dtype):
+    # what the cost model is shown must be the site itself: same shapes, dtype, permutation
+    from graphpass.testing import ort_run
+
+    model = _shuffle_model(c=12, g=3)
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.elem_type = elem
+    graph = gp.load(model).graph
+    cm = _Keeping()
+    fuse_channel_shuffle(graph, PassContext(cost_model=cm))
+    assert [sorted(n.op for n in g.nodes) for g in cm.graphs] == [["Reshape", "Reshape", "Transpose"], ["Gather"]]
+    x = np.random.default_rng(0).standard_normal((2, 12, 5, 5)).astype(dtype)
+    want = ort_run(model, {"x": x})["y"]
+    for g in cm.graphs:
+        proto = gs.export_onnx(g)
+        proto.ir_version = model.ir_version
+        onnx.checker.check_model(proto, full_check=True)
+        assert proto.graph.input[0].type.tensor_type.elem_type == elem
+        got = ort_run(proto, {"x": x})["y"]
+        np.testing.assert_array_equal(got, want)

@@ -123,3 +123,123 @@ def test_swish_without_a_conv_is_not_matched():
     graph = gp.load(model).graph
     assert not fuse_conv_activation(graph).modified
     assert ops(graph) == ["Relu", "Sigmoid", "Mul"]
+
+
+def test_a_silu_whose_mul_is_of_another_domain_is_not_fused():
+    model = _model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"], domain="custom")])
+    model.opset_import.append(helper.make_opsetid("custom", 1))
+    graph = gp.load(model).graph
+    assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Sigmoid", "Mul"]
+
+
+def test_a_weight_of_unknown_output_channels_is_not_fused():
+    # no bias: the -0.0 bias needs the channel count (a graph-input weight of unknown dims)
+    for w_shape in (None, ["o", 3, 3, 3]):
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                           {"x": [1, 3, 8, 8], "w": (onnx.TensorProto.FLOAT, w_shape)}, {"y": (onnx.TensorProto.FLOAT, None)})
+        graph = gp.load(model).graph
+        assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Relu"], w_shape
+        model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+                            helper.make_node("Mul", ["c", "s"], ["y"])],
+                           {"x": [1, 3, 8, 8], "w": (onnx.TensorProto.FLOAT, w_shape)}, {"y": (onnx.TensorProto.FLOAT, None)})
+        graph = gp.load(model).graph
+        assert not fuse_conv_activation(graph).modified and ops(graph) == ["Conv", "Sigmoid", "Mul"], w_shape
+
+
+def test_a_second_dtype_cannot_share_the_fused_body_of_the_first():
+    # one FusedConvRelu6 body per model, typed (its Clip bounds) for one dtype
+    F16 = onnx.TensorProto.FLOAT16
+    nodes, inits = [], {}
+    for suffix, dtype in (("32", np.float32), ("16", np.float16)):
+        inits[f"w{suffix}"] = RNG.standard_normal((4, 3, 3, 3)).astype(dtype)
+        inits[f"lo{suffix}"], inits[f"hi{suffix}"] = np.array(0, dtype), np.array(6, dtype)
+        nodes += [helper.make_node("Conv", [f"x{suffix}", f"w{suffix}"], [f"c{suffix}"]),
+                  helper.make_node("Clip", [f"c{suffix}", f"lo{suffix}", f"hi{suffix}"], [f"y{suffix}"])]
+    model = make_model(nodes, {"x32": [1, 3, 8, 8], "x16": (F16, [1, 3, 8, 8])},
+                       {"y32": [1, 4, 6, 6], "y16": (F16, [1, 4, 6, 6])}, initializers=inits)
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert fuse_conv_activation(graph, ctx).stats["fired"] == 1
+    assert sorted(ops(graph)) == ["Clip", "Conv", "FusedConvRelu6"]
+    assert any("body is typed for" in e.reason and "cannot share it" in e.reason for e in ctx.explanations)
+    proto = gp.to_proto(graph)
+    onnx.checker.check_model(proto, full_check=True)
+    assert_equivalent(model, proto, exact=True)
+
+
+def test_a_conv_without_bias_gets_one_negative_zero_per_output_channel():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [2, 3, 8, 8]}, {"y": [2, 4, 6, 6]},
+                       initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    graph = gp.load(model).graph
+    assert fuse_conv_activation(graph).stats["fired"] == 1
+    bias = graph.nodes[0].inputs[2].values
+    assert bias.shape == (4,) and np.all(bias == 0) and np.all(np.signbit(bias))
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), exact=True)
+
+
+def _clip_model(clip_inputs, inits, opset=17, attrs=None):
+    model = _model([helper.make_node("Clip", ["c", *clip_inputs], ["y"], **(attrs or {}))], opset=opset)
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(np.array(v, np.float32), k) for k, v in inits.items())
+    return model
+
+
+def test_clip_bounds_that_are_not_both_constant_0_and_6_are_refused_with_reason():
+    cases = [
+        (_clip_model(["lo"], {"lo": 0}), "Clip(0.0, None) is not Relu6"),
+        (_clip_model(["", "hi"], {"hi": 6}), "Clip(None, 6.0) is not Relu6"),
+        (_clip_model([], {}), "Clip(None, None) is not Relu6"),
+        (_clip_model([], {}, opset=10, attrs={"min": 0.0}), "opset 10 is below 11"),
+    ]
+    runtime = _clip_model(["lo", "hi"], {"hi": 6})
+    runtime.graph.input.append(helper.make_tensor_value_info("lo", onnx.TensorProto.FLOAT, []))
+    cases.append((runtime, "Clip bounds are not constants"))
+    for model, reason in cases:
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        assert not fuse_conv_activation(graph, ctx).modified and ops(graph) == ["Conv", "Clip"], reason
+        assert reason in ctx.explanations[0].reason, (reason, ctx.explanations[0].reason)
+
+
+def test_clip_6_attributes_at_opset_10_are_refused_only_for_the_opset():
+    model = _clip_model([], {}, opset=10, attrs={"min": 0.0, "max": 6.0})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_conv_activation(graph, ctx).modified
+    assert ctx.explanations[0].reason == "the model's opset 10 is below 11, which the fused body needs"
+
+
+def test_silu_with_the_sigmoid_first_fuses_and_a_shared_sigmoid_does_not():
+    model = _model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["s", "c"], ["y"])])
+    graph = gp.load(model).graph
+    assert fuse_conv_activation(graph).stats["fired"] == 1 and ops(graph) == ["FusedConvSiLU"]
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), rtol=1e-5, atol=1e-6)
+    model = _model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"]),
+                    helper.make_node("Neg", ["s"], ["z"])])
+    model.graph.output.append(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 4, 8, 8]))
+    graph = gp.load(model).graph
+    assert not fuse_conv_activation(graph).modified and sorted(ops(graph)) == ["Conv", "Mul", "Neg", "Sigmoid"]
+
+
+def test_a_conv_of_no_known_type_is_refused_with_reason():
+    # a graph built in memory with no dtype anywhere: there is no body type to write
+    import onnx_graphsurgeon as gs
+
+    x, w = gs.Variable("x", shape=[1, 3, 8, 8]), gs.Variable("w", shape=[4, 3, 3, 3])
+    c, y = gs.Variable("c"), gs.Variable("y")
+    graph = gs.Graph(nodes=[gs.Node("Conv", inputs=[x, w], outputs=[c]), gs.Node("Relu", inputs=[c], outputs=[y])],
+                     inputs=[x, w], outputs=[y], opset=17)
+    ctx = PassContext()
+    assert not fuse_conv_activation(graph, ctx).modified and ops(graph) == ["Conv", "Relu"]
+    assert ctx.explanations[0].reason == "Conv of dtype None (float types only)"
+
+
+def test_a_conv_without_bias_on_an_input_of_symbolic_shape_is_fused():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": ["n", 3, "h", "w"]}, {"y": ["n", 4, "h2", "w2"]},
+                       initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    graph = gp.load(model).graph
+    assert fuse_conv_activation(graph).stats["fired"] == 1
+    assert graph.nodes[0].inputs[2].values.shape == (4,)
+    feeds = {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), feeds=feeds, exact=True)

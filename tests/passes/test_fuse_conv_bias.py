@@ -128,3 +128,16 @@ def test_batchnorm_bias_and_addend_that_cancel_fold_to_zero():
     assert fuse_conv_bias(graph).stats["fired"] == 1
     np.testing.assert_array_equal(graph.nodes[0].inputs[2].values, np.zeros(6, np.float32))
     assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_bias_and_addend_that_cancel_fold_to_zero():
+    # b + c = 0 exactly: a sum that is 0 is exact, nothing to refuse (only a product can round
+    # a nonzero parameter to zero)
+    model = _model(np.zeros((6, 1, 1), np.float32), conv_bias=True)
+    inits = {t.name: t for t in model.graph.initializer}
+    b = onnx.numpy_helper.to_array(inits["b"])
+    inits["c"].CopyFrom(onnx.numpy_helper.from_array(-b.reshape(6, 1, 1), "c"))
+    graph = gp.load(model).graph
+    assert fuse_conv_bias(graph).stats["fired"] == 1 and ops(graph) == ["Conv"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[2].values, np.zeros(6, np.float32))
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-5, atol=1e-5)

@@ -119,3 +119,17 @@ def test_batchnorm_scale_that_would_move_inf_or_nan_is_refused_with_reason():
         ctx = PassContext()
         assert not fuse_conv_scale(graph, ctx).modified and ops(graph) == ["BatchNormalization", "Mul"]
         assert reason in ctx.explanations[0].reason, value
+
+
+def test_scale_that_rounds_a_nonzero_bias_to_zero_is_refused_with_reason():
+    # weights fine, but 0.25 * 1e-45 (the least float32 subnormal) is 0 in the bias: an inf
+    # input would give NaN there, where the unfolded graph gives ±inf
+    model = _model(np.full((1, 6, 1, 1), 0.25, np.float32), conv_bias=True)
+    inits = {t.name: t for t in model.graph.initializer}
+    b = onnx.numpy_helper.to_array(inits["b"]).copy()
+    b[2] = 1e-45
+    inits["b"].CopyFrom(onnx.numpy_helper.from_array(b, "b"))
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_conv_scale(graph, ctx).modified and ops(graph) == ["Conv", "Mul"]
+    assert "scale (into the bias) rounds a nonzero" in ctx.explanations[0].reason

@@ -85,3 +85,58 @@ def test_runtime_indices_are_refused():
     ctx = PassContext()
     assert not fuse_gather_split(graph, ctx).modified
     assert "not a constant 1-D tensor" in ctx.explanations[0].reason
+
+
+def test_default_axes_are_0_for_gather_and_split():
+    # no axis attribute on either node: both work on axis 0 and fuse; a Split on axis 1 after a
+    # default-axis Gather does not
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"]),
+                        helper.make_node("Split", ["g", "sizes"], ["a", "b"])],
+                       {"x": [6, 3]}, {"a": [2, 3], "b": [4, 3]},
+                       initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64), "sizes": np.array([2, 4], np.int64)})
+    graph = gp.load(model).graph
+    assert fuse_gather_split(graph).stats["fired"] == 1 and ops(graph) == ["Gather", "Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"]),
+                        helper.make_node("Split", ["g", "sizes"], ["a", "b"], axis=1)],
+                       {"x": [6, 6]}, {"a": [6, 3], "b": [6, 3]},
+                       initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64), "sizes": np.array([3, 3], np.int64)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_gather_split(graph, ctx).modified
+    assert "Split along axis 1, Gather along axis 0" in ctx.explanations[0].reason
+
+
+def test_an_omitted_split_input_means_equal_parts():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                        helper.make_node("Split", ["g", ""], ["y0", "y1"], axis=1)],
+                       {"x": [2, 6]}, {"y0": [2, 3], "y1": [2, 3]},
+                       initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64)})
+    graph = gp.load(model).graph
+    assert fuse_gather_split(graph).stats["fired"] == 1 and ops(graph) == ["Gather", "Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_unknown_gather_shape_or_runtime_split_sizes_are_refused_with_reason():
+    cases = [({"x": ["N", 6]}, {}, "the Gather's output shape is unknown"),
+             ({"x": [2, 6], "sizes": (7, [2])}, {}, "the Split sizes are not constant or do not cover the axis")]
+    for inputs, _, reason in cases:
+        inits = {"idx": np.array([5, 0, 4, 1, 3, 2], np.int64)}
+        if "sizes" not in inputs:
+            inits["sizes"] = np.array([3, 3], np.int64)
+        model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                            helper.make_node("Split", ["g", "sizes"], ["y0", "y1"], axis=1)],
+                           inputs, {"y0": [inputs["x"][0], 3], "y1": [inputs["x"][0], 3]}, initializers=inits)
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        assert not fuse_gather_split(graph, ctx).modified and ops(graph) == ["Gather", "Split"]
+        assert [e.reason for e in ctx.explanations] == [reason]
+
+
+def test_a_split_into_one_part_becomes_one_gather():
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+                        helper.make_node("Split", ["g"], ["y0"], axis=1)],
+                       {"x": [2, 6]}, {"y0": [2, 6]}, initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64)})
+    graph = gp.load(model).graph
+    assert fuse_gather_split(graph).stats["fired"] == 1 and ops(graph) == ["Gather"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

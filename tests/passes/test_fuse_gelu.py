@@ -77,3 +77,34 @@ def test_one_element_constant_of_higher_rank_is_not_gelu():
     model = _with(_gelu_model(20), "half", 0.5, (1, 1, 1))
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 16]))
     assert not fuse_gelu(gp.load(model).graph).modified
+
+
+def test_one_plus_erf_read_elsewhere_blocks_the_fusion():
+    for half_first in (False, True):
+        model = _gelu_model(20, half_first=half_first)
+        model.graph.output.append(helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 16]))
+        graph = gp.load(model).graph
+        assert not fuse_gelu(graph).modified and "Gelu" not in ops(graph)
+
+
+def test_half_times_x_times_something_else_is_not_gelu():
+    # (x * 0.5) * z, z no 1 + erf term; (x * 0.5) * (1 + erf(w / sqrt 2)) with w not x
+    model = make_model([helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["z", "h"], ["y"])],
+                       {"x": [2, 16], "z": [2, 16]}, {"y": [2, 16]}, initializers={"half": np.array(0.5, np.float32)})
+    assert not fuse_gelu(gp.load(model).graph).modified
+    for half_first in (False, True):
+        model = _gelu_model(20, half_first=half_first)
+        for n in model.graph.node:
+            if n.op_type in ("Div", "Mul") and "k" in n.input:
+                n.input[0] = "w"
+        model.graph.input.append(helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [2, 16]))
+        graph = gp.load(model).graph
+        assert not fuse_gelu(graph).modified and "Gelu" not in ops(graph)
+
+
+def test_a_final_mul_of_another_domain_is_not_gelu():
+    model = _gelu_model(20)
+    model.graph.node[-1].domain = "custom"
+    model.opset_import.append(helper.make_opsetid("custom", 1))
+    graph = gp.load(model).graph
+    assert not fuse_gelu(graph).modified and "Gelu" not in ops(graph)

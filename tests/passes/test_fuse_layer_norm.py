@@ -93,3 +93,83 @@ def test_a_runtime_gamma_is_not_folded_into_the_layer_norm():
     assert "Mul" in ops(graph)
     feeds = {"x": RNG.standard_normal((2, 5, 8)).astype(np.float32), "gamma": RNG.uniform(0.5, 1.5, 8).astype(np.float32)}
     assert_equivalent(model, gp.to_proto(graph), feeds=feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_a_one_element_gamma_is_folded_as_a_vector():
+    model = _set(_ln_model(17), "gamma", np.array([1.25], np.float32))
+    graph = gp.load(model).graph
+    assert fuse_layer_norm(graph).stats["fired"] == 1 and ops(graph) == ["LayerNormalization"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, np.full(8, 1.25, np.float32))
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-4, atol=1e-5)
+
+
+def _node(model, output):
+    return next(n for n in model.graph.node if output in n.output)
+
+
+def _keepdims_0(model):  # mu of [8, 8] broadcasts against x [8, 8, 8] along the wrong axes
+    _node(model, "mu").attribute.append(helper.make_attribute("keepdims", 0))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [8, 8, 8]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [8, 8, 8]))
+    return model
+
+
+def _no_axes(model):  # opset 18 without axes: a mean over every axis
+    for out in ("mu", "var"):
+        del _node(model, out).input[1:]
+    return model
+
+
+def _var_on_axis_1(model):
+    _node(model, "var").attribute[0].ints[:] = [1]
+    return model
+
+
+def _read_elsewhere(name):
+    def edit(model):
+        model.graph.node.append(helper.make_node("Neg", [name], [f"{name}_neg"]))
+        model.graph.output.append(helper.make_tensor_value_info(f"{name}_neg", onnx.TensorProto.FLOAT, None))
+        return model
+    return edit
+
+
+def _divide_by_two(model):  # (x - mean) / 2: no Sqrt
+    _node(model, "y" if not any(n.output[0] == "n" for n in model.graph.node) else "n").input[1] = "two"
+    return model
+
+
+def _runtime_eps(model):
+    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "eps"))
+    model.graph.input.append(helper.make_tensor_value_info("eps", onnx.TensorProto.FLOAT, []))
+    return model
+
+
+def _pow_broadcasting(model):  # an exponent of rank 4 makes the square 4-D
+    _set(model, "two", np.full((1, 1, 1, 1), 2.0, np.float32))
+    return model
+
+
+def _unknown_shape(model):
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["a", "b", 8]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None))
+    return model
+
+
+@pytest.mark.parametrize("opset, edit", [
+    (17, _keepdims_0), (18, _no_axes), (17, _var_on_axis_1), (17, _read_elsewhere("sd")), (17, _read_elsewhere("ve")),
+    (17, _read_elsewhere("var")), (17, _read_elsewhere("mu")), (17, _read_elsewhere("sq")), (17, _divide_by_two),
+    (17, _runtime_eps), (17, _pow_broadcasting), (17, _unknown_shape)],
+    ids=["keepdims0", "no-axes", "var-axis-1", "sd-shared", "ve-shared", "var-shared", "mu-shared", "sq-shared",
+         "no-sqrt", "runtime-eps", "pow-broadcasts", "unknown-shape"])
+def test_near_misses_of_the_layer_norm_shape_are_not_fused(opset, edit):
+    model = edit(_ln_model(opset))
+    graph = gp.load(model).graph
+    assert not fuse_layer_norm(graph).modified and "LayerNormalization" not in ops(graph)
+
+
+def test_a_scale_and_shift_without_a_normalization_is_not_matched():
+    model = make_model([helper.make_node("Mul", ["x", "g"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                       {"x": [2, 8]}, {"y": [2, 8]},
+                       initializers={"g": np.ones(8, np.float32), "b": np.zeros(8, np.float32)})
+    graph = gp.load(model).graph
+    assert not fuse_layer_norm(graph).modified and ops(graph) == ["Mul", "Add"]

@@ -54,3 +54,15 @@ def test_integer_matmul_add_is_refused_with_reason():
     ctx = PassContext()
     assert not fuse_matmul_add(graph, ctx).modified and ops(graph) == ["MatMul", "Add"]
     assert "float types only" in ctx.explanations[0].reason
+
+
+def test_symbolic_or_unknown_operand_shapes_are_refused_with_reason():
+    # a batch dim "N" on x: whether the addend broadcasts without growing the output is unknown
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "c"], ["y"])],
+                       {"x": ["N", 5]}, {"y": ["N", 7]},
+                       initializers={"w": RNG.standard_normal((5, 7)).astype(np.float32),
+                                     "c": RNG.standard_normal(7).astype(np.float32)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not fuse_matmul_add(graph, ctx).modified and ops(graph) == ["MatMul", "Add"]
+    assert ctx.explanations[0].reason == "a MatMul or Add operand has an unknown or symbolic shape"

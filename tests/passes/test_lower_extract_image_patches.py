@@ -42,6 +42,8 @@ def test_lowered_conv_matches_tf_exactly(padding, s, r, c, hw):
 @pytest.mark.parametrize("attrs, reason", [
     ({"padding": "REFLECT"}, "neither SAME nor VALID"),
     ({"ksizes": [2, 3, 3, 1]}, "not 1 on the batch and channel axes"),
+    ({"strides": [1, 0, 1, 1]}, "strides [1, 0, 1, 1] holds a value below 1"),
+    ({"rates": [1, 1, 0, 1]}, "rates [1, 1, 0, 1] holds a value below 1"),
 ])
 def test_unlowerable_attributes_are_left_with_a_reason(attrs, reason):
     base = {"ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "VALID", **attrs}
@@ -49,8 +51,21 @@ def test_unlowerable_attributes_are_left_with_a_reason(attrs, reason):
                        {"x": [1, 8, 8, 3]}, {"y": [1, 6, 6, 27]}, extra_opsets={"tf": 1})
     graph = gp.load(model).graph
     ctx = PassContext()
-    assert not lower_extract_image_patches(graph, ctx).modified
+    result = lower_extract_image_patches(graph, ctx)
+    assert not result.modified and result.stats["refused"] == 1
     assert ops(graph) == ["ExtractImagePatches"] and reason in ctx.explanations[0].reason
+
+
+@pytest.mark.parametrize("x_shape", [[8, 8, 3], None], ids=["rank-3", "unknown-rank"])
+def test_an_input_not_known_to_be_4d_is_left_with_a_reason(x_shape):
+    base = {"ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "VALID"}
+    model = make_model([helper.make_node("ExtractImagePatches", ["x"], ["y"], domain="tf", **base)],
+                       {"x": (TensorProto.FLOAT, x_shape)}, {"y": (TensorProto.FLOAT, None)}, extra_opsets={"tf": 1})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    result = lower_extract_image_patches(graph, ctx)
+    assert not result.modified and result.stats["refused"] == 1
+    assert ctx.explanations[0].reason == "the input's rank is unknown or not 4 (NHWC)"
 
 
 def test_symbolic_size_with_same_padding_is_refused():

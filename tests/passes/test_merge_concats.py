@@ -75,3 +75,131 @@ def test_negative_and_positive_axes_that_name_the_same_axis_merge():
         assert merge_concats(graph).stats["concats_merged"] == 1, (inner, outer)
         assert ops(graph) == ["Concat"]
         assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def _slices(inner, outer, x_shape=(10, 8), runtime=()):
+    """Slice(Slice(x, *inner), *outer); each is (starts, ends, axes or None, steps or None)."""
+    inits, inputs, nodes, src = {}, {"x": list(x_shape)}, [], "x"
+    for k, (params, out) in enumerate(((inner, "t"), (outer, "y"))):
+        names = []
+        for field, v in zip(("s", "e", "a", "p"), params):
+            if v is None:
+                names.append("")
+                continue
+            name = f"{field}{k}"
+            if name in runtime:
+                inputs[name] = (7, [len(v)])
+            else:
+                inits[name] = np.array(v, np.int64)
+            names.append(name)
+        while names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node("Slice", [src, *names], [out]))
+        src = out
+    return make_model(nodes, inputs, {"y": (1, None)}, initializers=inits)
+
+
+def test_slice_chains_with_axes_steps_and_clamped_ends_are_composed():
+    big = np.iinfo(np.int64).max
+    cases = [
+        (([1, 2], [9, 7], None, None), ([1], [100], None, None)),          # axes omitted: 0.. in order
+        (([2], [-1], [-2], [1]), ([-3, 1], [big, -1], [-2, -1], [1, 1])),  # negative axes and starts, unit steps
+        (([0, 1], [5, 8], [1, 0], None), ([1], [3], [1], None)),           # axes out of order
+        (([-100], [5], [0], None), ([0], [2], [1], None)),                  # a start clamped to 0, another axis
+        (([0], [-100], [0], None), ([0], [1], [1], None)),                  # an end clamped to 0: empty
+        (([3], [0], [0], None), ([0], [1], [1], None)),                     # an end of 0 (not -0 from the back)
+    ]
+    for inner, outer in cases:
+        model = _slices(inner, outer)
+        graph = gp.load(model).graph
+        assert merge_concats(graph).stats["slices_composed"] == 1, (inner, outer)
+        assert ops(graph) == ["Slice"]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_slice_chains_with_a_step_or_runtime_parameters_are_kept():
+    ok = ([1], [9], [0], None)
+    cases = [
+        (([1], [9], [0], [2]), ok, ()),         # a step of 2
+        (ok, ([0], [4], [0], [-1]), ()),        # a negative step
+        (([1], [9], [0], [1]), ok, ("p0",)),     # runtime steps
+        (([1], [9], [0], None), ok, ("s0",)),    # runtime starts
+        (([1], [9], [0], None), ok, ("a0",)),    # runtime axes
+        (ok, ([1], [9], [0], None), ("e1",)),    # runtime ends
+    ]
+    for inner, outer, runtime in cases:
+        model = _slices(inner, outer, runtime=runtime)
+        graph = gp.load(model).graph
+        assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"], (inner, outer, runtime)
+
+
+def test_concats_of_another_domain_are_not_touched():
+    model = make_model([helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+                        helper.make_node("Concat", ["ab", "c"], ["y"], axis=1, domain="custom")],
+                       {"a": [1, 2, 3], "b": [1, 3, 3], "c": [1, 1, 3]}, {"y": (1, None)}, extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and len(graph.nodes) == 2
+    model = make_model([helper.make_node("Split", ["x", "s"], ["p0", "p1"], axis=1),
+                        helper.make_node("Concat", ["p0", "p1"], ["c"], axis=1, domain="custom"),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [2, 6, 3]}, {"y": (1, None)}, initializers={"s": np.array([2, 4], np.int64)},
+                       extra_opsets={"custom": 1})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and len(graph.nodes) == 3
+
+
+def test_a_slice_chain_of_unknown_shape_is_kept():
+    model = make_model([helper.make_node("Slice", ["x", "s", "e"], ["t"]), helper.make_node("Slice", ["t", "s", "e"], ["y"])],
+                       {"x": ["n", 8]}, {"y": (1, None)},
+                       initializers={"s": np.array([1], np.int64), "e": np.array([5], np.int64)})
+    graph = gp.load(model).graph
+    assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"]
+
+
+def _split_concat(order=(0, 1, 2), split_axis=1, concat_axis=1, extra=(), out="c", sizes=(1, 2, 3)):
+    nodes = [helper.make_node("Split", ["x", "s"], ["p0", "p1", "p2"], axis=split_axis),
+             helper.make_node("Concat", [f"p{k}" for k in order], ["c"], axis=concat_axis),
+             helper.make_node("Relu", ["c"], ["y"]), *extra]
+    outputs = {"y": (1, None)}
+    outputs.update({n.output[0]: (1, None) for n in extra})
+    if out == "c":
+        outputs["c"] = (1, None)
+        del outputs["y"]
+        nodes = nodes[:2] + list(extra)
+    return make_model(nodes, {"x": [2, 6, 3]}, outputs, initializers={"s": np.array(sizes, np.int64)})
+
+
+def test_split_concat_round_trips_only_of_all_parts_in_order_on_the_same_axis():
+    kept = [
+        _split_concat(order=(1, 0, 2), out="y"),                          # out of order
+        _split_concat(order=(0, 1), out="y"),                             # not every part
+        _split_concat(order=(0, 1, 2, 2), out="y"),                       # a part twice
+        _split_concat(split_axis=-2, concat_axis=2, out="y", sizes=(2, 2, 2)),  # another axis (-2 is 1)
+        _split_concat(extra=[helper.make_node("Neg", ["p1"], ["z"])], out="y"),  # a part read elsewhere
+        _split_concat(),                                                  # the Concat writes a graph output
+    ]
+    for k, model in enumerate(kept):
+        graph = gp.load(model).graph
+        assert merge_concats(graph).stats["split_concat_removed"] == 0, k
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+    model = _split_concat(split_axis=-2, concat_axis=1, out="y")          # -2 and 1 are one axis
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_one_part_split_then_a_one_input_concat_is_removed():
+    model = make_model([helper.make_node("Split", ["x"], ["p0"], axis=1), helper.make_node("Concat", ["p0"], ["c"], axis=1),
+                        helper.make_node("Relu", ["c"], ["y"])], {"x": [2, 6, 3]}, {"y": [2, 6, 3]})
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_split_without_axis_splits_axis_0():
+    model = make_model([helper.make_node("Split", ["x", "s"], ["p0", "p1"]), helper.make_node("Concat", ["p0", "p1"], ["c"], axis=0),
+                        helper.make_node("Relu", ["c"], ["y"])], {"x": [6, 2]}, {"y": [6, 2]},
+                       initializers={"s": np.array([2, 4], np.int64)})
+    graph = gp.load(model).graph
+    assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

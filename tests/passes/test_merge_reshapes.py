@@ -85,3 +85,44 @@ def test_allowzero_target_keeps_its_zero_as_a_dim():
     assert ops(graph) == ["Reshape"]
     np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [0, 3])
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.zeros((2, 0, 3), np.float32)}, exact=True)
+
+
+def test_a_chain_that_changes_no_shape_disappears_unless_it_writes_a_graph_output():
+    # [2,3] -> [6] -> [2,3] read by a Relu: both Reshapes go
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]), helper.make_node("Reshape", ["a", "s2"], ["b"]),
+             helper.make_node("Relu", ["b"], ["y"])]
+    inits = {"s1": np.array([6], np.int64), "s2": np.array([2, 3], np.int64)}
+    model = make_model(nodes, {"x": [2, 3]}, {"y": [2, 3]}, initializers=inits)
+    graph = gp.load(model).graph
+    result = merge_reshapes(graph)
+    assert result.stats["merged"] == 1 and result.stats["noop_removed"] == 1 and ops(graph) == ["Relu"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+    # the same chain writing the graph output keeps one Reshape (the output's name stays)
+    model = make_model(nodes[:2], {"x": [2, 3]}, {"b": [2, 3]}, initializers=inits)
+    graph = gp.load(model).graph
+    result = merge_reshapes(graph)
+    assert result.stats["merged"] == 1 and result.stats["noop_removed"] == 0 and ops(graph) == ["Reshape"]
+    assert graph.outputs[0].name == "b" and graph.nodes[0].inputs[0] is graph.inputs[0]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_chain_read_inside_that_changes_the_shape_keeps_one_reshape():
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]), helper.make_node("Reshape", ["a", "s2"], ["b"]),
+                        helper.make_node("Relu", ["b"], ["y"])],
+                       {"x": [2, 3]}, {"y": [3, 2]},
+                       initializers={"s1": np.array([6], np.int64), "s2": np.array([3, 2], np.int64)})
+    graph = gp.load(model).graph
+    result = merge_reshapes(graph)
+    assert result.stats["merged"] == 1 and result.stats["noop_removed"] == 0 and ops(graph) == ["Reshape", "Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_zero_entry_after_an_intermediate_of_unknown_shape_is_not_merged():
+    # the 0 copies a dim of the intermediate, whose shape is unknown: nothing to resolve it with
+    model = make_model([helper.make_node("Reshape", ["x", "s1"], ["a"]),
+                        helper.make_node("Reshape", ["a", "s2"], ["y"])],
+                       {"x": [2, 3], "s1": (7, [2])}, {"y": ["d0", "d1"]},
+                       initializers={"s2": np.array([0, -1], np.int64)})
+    graph = gp.load(model).graph
+    assert not merge_reshapes(graph).modified and ops(graph) == ["Reshape", "Reshape"]
