@@ -153,6 +153,13 @@ def _hoist(loop: gs.Node, body: gs.Graph, ctx: PassContext, name: str, opset: in
         if not all((not t.name) or isinstance(t, gs.Constant) or id(t) not in defined_in_body or id(t) in invariant
                    for t in node.inputs):
             continue
+        if node.op == "Cast" and node.inputs and node.inputs[0].inputs and node.inputs[0].inputs[0].op == "Cast" \
+                and (id(node.inputs[0]) in invariant or id(node.inputs[0]) not in defined_in_body):
+            # onnxruntime (1.32) drops a Cast pair of the outer graph read only inside a subgraph
+            # ('Missing Input' at run time, optimizations off too): never build that shape
+            ctx.explain(name, node, "a Cast reading a Cast stays in the body: onnxruntime fails on a Cast pair "
+                                    "in the outer graph read only by a subgraph")
+            continue
         risk = None if safe_all else _cannot_fail(node)
         if risk is not None:
             ctx.explain(name, node, f"{node.op} could fail when the {loop.op} runs zero times ({risk}), "
