@@ -23,7 +23,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import external_data_helper
 
-from graphpass.errors import BadModelError, ResourceLimitError
+from graphpass.errors import BadModelError
+from graphpass.ir import limits
 from graphpass.ir.validate import _expected_bytes, _has_typed_data, _itemsize, _numel
 
 __all__ = [
@@ -129,10 +130,8 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: st
             )
         total += length
     if limit is not None and total > limit:
-        raise ResourceLimitError(
-            f"{where}: the external data declares {total} bytes, over the memory limit "
-            "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
-        , option="max_memory")
+        raise limits.over_memory(
+            f"{where}: the external data declares {total} bytes, over the memory limit")
     if lazy:
         for t in tensors:
             for e in t.external_data:

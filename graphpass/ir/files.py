@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from graphpass.errors import BadModelError, ResourceLimitError, UsageError
+from graphpass.errors import BadModelError, UsageError
 from graphpass.ir import limits
 
 __all__ = ["atomic_output", "check_output_path", "read_npz", "read_regular_file", "read_regular_file_check",
@@ -55,10 +55,8 @@ def read_npz(path: str | os.PathLike, max_memory: int | str | None = None) -> di
             members = z.infolist()
             total = sum(m.file_size for m in members)
             if total > limit:
-                raise ResourceLimitError(
-                    f"{p}: the arrays take {total} bytes uncompressed, over the memory limit of {limit} "
-                    "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
-                , option="max_memory")
+                raise limits.over_memory(
+                    f"{p}: the arrays take {total} bytes uncompressed, over the memory limit of {limit}")
     except zipfile.BadZipFile as e:
         raise BadModelError(f"{p}: not a valid .npz file ({e})") from e
     except OSError as e:
@@ -97,10 +95,8 @@ def read_regular_file_check(path: Path, limit: int, what: str) -> os.stat_result
                 else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
         raise BadModelError(f"{path}: is {kind}, not a regular file; graphpass reads the {what} only from a regular file")
     if st.st_size > limit:
-        raise ResourceLimitError(
-            f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit} "
-            "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
-        , option="max_memory")
+        raise limits.over_memory(
+            f"{path}: the {what} is {st.st_size} bytes, over the memory limit of {limit}")
     return st
 
 

@@ -13,38 +13,52 @@ from graphpass.ir import limits
 from graphpass.ir.graph import graph_protos
 from graphpass.ir.validate import _itemsize, _numel
 
-__all__ = ["apply_input_shapes", "infer_shapes"]
+__all__ = ["apply_input_shapes", "check_input_shape", "infer_shapes"]
 
 log = logging.getLogger(__name__)
+
+
+def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
+                      model_dims: "Sequence[int | None] | None") -> list[int]:
+    """The one check of a given input shape (``input_shapes``, ``--input-shape``), for the loader,
+    ``verify`` and the specialize_shapes pass: ``name`` must be one of ``inputs``; every dim in
+    1..2^31; the rank and every fixed dim (``model_dims``: the input's dims, an int where the model
+    fixes it, None where it is symbolic or unknown; None for an unknown rank) must agree.
+
+    Returns the shape as ints. Raises UsageError naming ``input_shapes`` (the CLI names the flag).
+    """
+    def refuse(text: str) -> UsageError:
+        return UsageError(f"input_shapes {text}", option="input_shapes")
+
+    if name not in inputs:
+        raise refuse(f"names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})")
+    dims = [int(v) for v in shape]
+    if model_dims is not None and len(model_dims) != len(dims):
+        raise refuse(f"{name}: rank {len(dims)} given, the model's input has rank {len(model_dims)}")
+    for k, v in enumerate(dims):
+        if v <= 0:
+            raise refuse(f"{name}: dimension {k} must be positive, got {v}")
+        if v > limits.MAX_DIM:
+            raise refuse(f"{name}: dimension {k} is {v}, above the limit of 2^31")
+        fixed = model_dims[k] if model_dims is not None and k < len(model_dims) else None
+        if fixed is not None and fixed > 0 and fixed != v:
+            raise refuse(f"{name}: dimension {k} is fixed to {fixed} in the model, got {v}")
+    return dims
 
 
 def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
     inits = {i.name for i in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
     for name, shape in input_shapes.items():
-        if name not in inputs:
-            raise UsageError(
-                f"input_shapes names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
-            , option="input_shapes")
-        vi = inputs[name]
-        tt = vi.type.tensor_type
-        dims = tt.shape.dim if tt.HasField("shape") else None
-        if dims is not None and len(dims) and len(dims) != len(shape):
-            raise UsageError(
-                f"input_shapes {name}: rank {len(shape)} given, the model's input has rank {len(dims)}"
-            , option="input_shapes")
-        for k, v in enumerate(shape):
-            if int(v) <= 0:
-                raise UsageError(f"input_shapes {name}: dimension {k} must be positive, got {v}", option="input_shapes")
-            if int(v) > limits.MAX_DIM:
-                raise UsageError(f"input_shapes {name}: dimension {k} is {v}, above the limit of 2^31", option="input_shapes")
-            if dims is not None and k < len(dims) and dims[k].HasField("dim_value") and dims[k].dim_value not in (0, int(v)):
-                raise UsageError(
-                    f"input_shapes {name}: dimension {k} is fixed to {dims[k].dim_value} in the model, got {v}"
-                , option="input_shapes")
+        vi = inputs.get(name)
+        tt = vi.type.tensor_type if vi is not None else None
+        dims = None
+        if tt is not None and tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        shape = check_input_shape(name, shape, list(inputs), dims)
         tt.ClearField("shape")
         for v in shape:
-            tt.shape.dim.add().dim_value = int(v)
+            tt.shape.dim.add().dim_value = v
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

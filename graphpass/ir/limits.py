@@ -28,6 +28,7 @@ __all__ = [
     "shape_bytes",
     "resolve_max_memory",
     "Budget",
+    "over_memory",
 ]
 
 #: The largest concrete dimension graphpass accepts (2^31).
@@ -102,6 +103,12 @@ def shape_bytes(dims, elem_type: int | None = None, itemsize: float | None = Non
     return int(-(-n * size // 1))
 
 
+def over_memory(text: str) -> ResourceLimitError:
+    """The one error for "over the memory limit": ``text`` plus how to raise the limit (the
+    ``max_memory`` argument, which the CLI names ``--max-memory``, or GRAPHPASS_MAX_MEMORY)."""
+    return ResourceLimitError(f"{text} (raise it with max_memory or GRAPHPASS_MAX_MEMORY)", option="max_memory")
+
+
 class Budget:
     """Bytes graphpass holds for one model, against ``limit``; kept on the loaded graph."""
 
@@ -120,10 +127,7 @@ class Budget:
 
     def require(self, nbytes: int, what: str) -> None:
         if not self.fits(nbytes):
-            raise ResourceLimitError(
-                f"{what} needs {_fmt(self.held + nbytes)}, over the memory limit of {_fmt(self.limit)} "
-                "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
-            , option="max_memory")
+            raise over_memory(f"{what} needs {_fmt(self.held + nbytes)}, over the memory limit of {_fmt(self.limit)}")
 
 
 def _fmt(n: int) -> str:

@@ -180,10 +180,8 @@ def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
             n = int(np.prod(dims, dtype=object))
             nbytes = n * values.dtype.itemsize
             if added + nbytes > room:
-                raise ResourceLimitError(
-                    f"{where}: sparse initializer '{name}' would take {nbytes} bytes dense, over the memory limit "
-                    "(raise it with max_memory or GRAPHPASS_MAX_MEMORY)"
-                , option="max_memory")
+                raise limits.over_memory(
+                    f"{where}: sparse initializer '{name}' would take {nbytes} bytes dense, over the memory limit")
             values = values.reshape(-1)
             if indices.ndim == 2 and indices.shape[1] == len(dims) and len(dims) > 0:
                 if ((indices < 0) | (indices >= np.array(dims))).any():

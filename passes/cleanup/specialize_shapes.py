@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.errors import UsageError
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
-from graphpass.ir.limits import MAX_DIM
+from graphpass.ir.inference import check_input_shape
 from graphpass.ir.shapes import refresh_shapes
 
 __all__ = ["SpecializeShapes", "apply_input_shapes"]
@@ -29,23 +28,10 @@ def apply_input_shapes(graph: gs.Graph, input_shapes: dict[str, list[int]]) -> i
     inputs = {t.name: t for t in graph.inputs}
     changed = 0
     for name, shape in input_shapes.items():
-        if name not in inputs:
-            raise UsageError(
-                f"input_shapes names '{name}', which is not a graph input (inputs: {', '.join(inputs) or 'none'})"
-            , option="input_shapes")
-        t = inputs[name]
-        shape = [int(d) for d in shape]
-        if any(d <= 0 for d in shape):
-            raise UsageError(f"input_shapes {name}: dimensions must be positive, got {shape}", option="input_shapes")
-        if any(d > MAX_DIM for d in shape):
-            raise UsageError(f"input_shapes {name}: a dimension is above the limit of 2^31, got {shape}", option="input_shapes")
-        old = t.shape
-        if old is not None and len(old) != len(shape):
-            raise UsageError(f"input_shapes {name}: rank {len(shape)} given, the model's input has rank {len(old)}", option="input_shapes")
-        if old is not None:
-            for k, (a, b) in enumerate(zip(old, shape)):
-                if isinstance(a, int) and a > 0 and a != b:
-                    raise UsageError(f"input_shapes {name}: dimension {k} is fixed to {a} in the model, got {b}", option="input_shapes")
+        t = inputs.get(name)
+        old = t.shape if t is not None else None
+        model_dims = None if old is None else [d if isinstance(d, int) else None for d in old]
+        shape = check_input_shape(name, shape, list(inputs), model_dims)
         if old is None or list(old) != shape:
             t.shape = shape
             changed += 1
