@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import math
 import os
 import signal
 import sys
@@ -85,37 +86,25 @@ def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: st
                              f"({limit:,} bytes)")
 
 
-def _tolerance_arg(text: str) -> float:
-    """--rtol/--atol: a finite number >= 0 (NaN or inf would pass every difference, a negative one none)."""
-    import math
+def _number_arg(kind: type, ok, what: str):
+    """An argparse ``type`` that parses ``kind`` (int or float) and refuses what ``ok`` rejects,
+    saying ``what`` the value must be (one line, exit 2)."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {'an integer' if kind is int else 'a number'}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{text}: {what}")
+        return v
 
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"{text}: a tolerance is a finite number >= 0")
-    return v
-
-
-def _seed_arg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text}: a seed is an integer >= 0")
-    return v
+    return parse
 
 
-def _cosine_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not -1.0 <= v <= 1.0:  # NaN fails this too
-        raise argparse.ArgumentTypeError(f"{text}: a cosine similarity is between -1 and 1")
-    return v
+#: --rtol/--atol: NaN or inf would pass every difference, a negative one none
+_tolerance_arg = _number_arg(float, lambda v: math.isfinite(v) and v >= 0, "a tolerance is a finite number >= 0")
+_seed_arg = _number_arg(int, lambda v: v >= 0, "a seed is an integer >= 0")
+_cosine_arg = _number_arg(float, lambda v: -1.0 <= v <= 1.0, "a cosine similarity is between -1 and 1")  # NaN fails
 
 
 def _split_names(values: Sequence[str] | None) -> list[str]:
@@ -205,7 +194,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _optimize(args: argparse.Namespace, outputs) -> int:
     import graphpass as gp
-    from graphpass import api
     from graphpass.ir import model_io
     from graphpass.outputs import check_output_file, check_output_folder, write_error
 
