@@ -4,10 +4,9 @@ Progress, ApplicationLimit, ContractCheck; the manager never writes the caller's
 import time
 
 import pytest
-from onnx import helper
 
 import graphpass as gp
-from graphpass.cost_model import CostModel, CostReport, create
+from graphpass.cost_model import create
 from graphpass.errors import PassError, VerificationError
 from graphpass.passes.framework import (
     ApplicationLimit,
@@ -27,36 +26,8 @@ from graphpass.passes.framework import (
 )
 from graphpass.passes.framework import instruments as I
 from graphpass.ir.graph import count_nodes
-from graphpass.testing import assert_equivalent, make_model, ops
-
-
-def _chain_model():
-    return make_model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-                       helper.make_node("Transpose", ["b"], ["c"], perm=[1, 0]),
-                       helper.make_node("Transpose", ["c"], ["d"], perm=[1, 0]),
-                       helper.make_node("Neg", ["d"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
-
-
-class _BreakRelu(Pass):
-    name = "break_relu2"
-    summary = "Relu -> Neg, wrong on purpose"
-    kind = PassKind.FUSION
-
-    def run(self, graph, ctx):
-        hit = [n for n in graph.nodes if n.op == "Relu"]
-        for n in hit:
-            n.op = "Neg"
-        return PassResult(bool(hit))
-
-
-class _Liar(Pass):
-    name = "liar3"
-    summary = "changes the graph and says it did not"
-    kind = PassKind.CLEANUP
-
-    def run(self, graph, ctx):
-        graph.nodes.pop()
-        return PassResult(False)
+from graphpass.testing import assert_equivalent, ops
+from toy_passes import BreakRelu, Liar, NegCost, chain_model
 
 
 class _Explains(Pass):
@@ -68,15 +39,6 @@ class _Explains(Pass):
         for n in graph.nodes:
             ctx.explain(self.name, n, "never")
         return PassResult(False)
-
-
-class _NegCost(CostModel):
-    """Cost = 10 per Neg + 1 per node: Relu -> Neg looks worse."""
-
-    target = "test"
-
-    def estimate(self, graph, **kw):
-        return CostReport("test", float(sum(10 for n in graph.nodes if n.op == "Neg") + count_nodes(graph)))
 
 
 class _Log(PassInstrument):
@@ -101,7 +63,7 @@ class _Log(PassInstrument):
 
 def test_hooks_nest_like_context_managers():
     log = []
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     res = PassManager(["eliminate_identity", "merge_transposes"], max_rounds=1,
                       instruments=[_Log("a", log), _Log("b", log, skip={"merge_transposes"})])(graph)
     assert log == [("a", "enter"), ("b", "enter"),
@@ -115,15 +77,15 @@ def test_hooks_nest_like_context_managers():
 def test_exit_is_not_called_when_the_run_raises():
     log = []
     with pytest.raises(PassError):
-        PassManager([_Liar], instruments=[_Log("a", log), ContractCheck()])(gp.load(_chain_model()))
+        PassManager([Liar], instruments=[_Log("a", log), ContractCheck()])(gp.load(chain_model()))
     assert ("a", "exit") not in log and ("a", "enter") in log
 
 
 def test_cost_veto_rolls_back_into_the_callers_graph_and_reports_costs():
-    model = _chain_model()
+    model = chain_model()
     graph = gp.load(model).graph
-    veto = CostVeto(_NegCost())
-    res = PassManager([_BreakRelu, "eliminate_identity"], instruments=[veto])(graph)
+    veto = CostVeto(NegCost())
+    res = PassManager([BreakRelu, "eliminate_identity"], instruments=[veto])(graph)
     first = res.records[0]
     assert first.rolled_back and not first.modified and first.application == 0
     assert first.cost_before_us == 5 + 10 and first.cost_after_us == 5 + 20
@@ -134,27 +96,27 @@ def test_cost_veto_rolls_back_into_the_callers_graph_and_reports_costs():
 
 
 def test_cost_veto_without_an_active_cost_model_does_nothing():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     veto = CostVeto(create("none"))
-    res = PassManager([_BreakRelu], instruments=[veto])(graph)
+    res = PassManager([BreakRelu], instruments=[veto])(graph)
     assert res.records[0].modified and veto.initial_cost is None and veto.final_cost is None
     assert res.records[0].cost_before_us is None and "Relu" not in ops(graph)
 
 
 def test_verify_each_only_sees_applications_the_veto_kept():
     # outside CostVeto (earlier in the list), VerifyEach never sees the rolled-back Relu -> Neg
-    graph = gp.load(_chain_model()).graph
-    res = PassManager([_BreakRelu, "eliminate_identity"],
-                      instruments=[VerifyEach(), CostVeto(_NegCost())])(graph)
+    graph = gp.load(chain_model()).graph
+    res = PassManager([BreakRelu, "eliminate_identity"],
+                      instruments=[VerifyEach(), CostVeto(NegCost())])(graph)
     assert res.records[0].rolled_back and res.records[1].modified
-    with pytest.raises(VerificationError, match="after pass 'break_relu2'"):
-        PassManager(["eliminate_identity", _BreakRelu], instruments=[VerifyEach()])(gp.load(_chain_model()))
+    with pytest.raises(VerificationError, match="after pass 'break_relu'"):
+        PassManager(["eliminate_identity", BreakRelu], instruments=[VerifyEach()])(gp.load(chain_model()))
 
 
 def test_dump_ir_writes_kept_applications_only(tmp_path):
-    graph = gp.load(_chain_model()).graph
-    PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"],
-                instruments=[DumpIR(tmp_path), CostVeto(_NegCost())])(graph)
+    graph = gp.load(chain_model()).graph
+    PassManager(["eliminate_identity", BreakRelu, "merge_transposes"],
+                instruments=[DumpIR(tmp_path), CostVeto(NegCost())])(graph)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
     assert ops(gp.load(str(tmp_path / "002_merge_transposes.onnx"))) == ["Relu", "Neg"]
 
@@ -170,47 +132,47 @@ def test_pass_timing_times_each_application():
             return PassResult(False)
 
     timing = PassTiming()
-    res = PassManager([Slow, "eliminate_identity"], instruments=[timing])(gp.load(_chain_model()))
+    res = PassManager([Slow, "eliminate_identity"], instruments=[timing])(gp.load(chain_model()))
     slow = [r for r in res.records if r.name == "slow"]
     assert len(slow) == 2 and all(r.seconds >= 0.02 for r in slow)  # round 2 ran: identity changed the graph
     assert timing.totals["slow"] == pytest.approx(sum(r.seconds for r in slow))
     assert set(timing.totals) == {"slow", "eliminate_identity"}
     # without the instrument nothing is timed
-    assert all(r.seconds == 0.0 for r in PassManager([Slow])(gp.load(_chain_model())).records)
+    assert all(r.seconds == 0.0 for r in PassManager([Slow])(gp.load(chain_model())).records)
 
 
 def test_progress_reports_name_round_index_total():
     calls = []
     PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"],
-                instruments=[Progress(lambda *a: calls.append(a))])(gp.load(_chain_model()))
+                instruments=[Progress(lambda *a: calls.append(a))])(gp.load(chain_model()))
     assert calls[:3] == [("eliminate_identity", 1, 0, 3), ("merge_transposes", 1, 1, 3), ("eliminate_dead_nodes", 1, 2, 3)]
     assert calls[3] == ("eliminate_identity", 2, 0, 3)
 
 
 def test_application_limit_stops_after_n_changes_and_ignores_rollbacks():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     res = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"],
                       instruments=[ApplicationLimit(1)])(graph)
     assert [(r.name, r.application) for r in res.records] == [("eliminate_identity", 1)]
     assert ops(graph).count("Transpose") == 2
-    assert PassManager(["eliminate_identity"], instruments=[ApplicationLimit(0)])(gp.load(_chain_model())).records == []
+    assert PassManager(["eliminate_identity"], instruments=[ApplicationLimit(0)])(gp.load(chain_model())).records == []
     # a rolled-back application does not count towards the limit
-    graph = gp.load(_chain_model()).graph
-    res = PassManager([_BreakRelu, "eliminate_identity", "merge_transposes"],
-                      instruments=[ApplicationLimit(1), CostVeto(_NegCost())])(graph)
+    graph = gp.load(chain_model()).graph
+    res = PassManager([BreakRelu, "eliminate_identity", "merge_transposes"],
+                      instruments=[ApplicationLimit(1), CostVeto(NegCost())])(graph)
     assert [(r.name, r.rolled_back, r.application) for r in res.records] == [
-        ("break_relu2", True, 0), ("eliminate_identity", False, 1)]
+        ("break_relu", True, 0), ("eliminate_identity", False, 1)]
 
 
 def test_contract_check_catches_a_liar_and_can_be_switched_off(monkeypatch):
     with pytest.raises(PassError, match="modified=False"):
-        PassManager([_Liar], instruments=[ContractCheck()])(gp.load(_chain_model()))
-    graph = gp.load(_chain_model()).graph
-    PassManager([_Liar], max_rounds=1, instruments=[ContractCheck(enabled=False)])(graph)
+        PassManager([Liar], instruments=[ContractCheck()])(gp.load(chain_model()))
+    graph = gp.load(chain_model()).graph
+    PassManager([Liar], max_rounds=1, instruments=[ContractCheck(enabled=False)])(graph)
     assert count_nodes(graph) == 4  # not checked: the lie goes through
     monkeypatch.setattr(I, "CONTRACT_CHECK_MAX_NODES", 3)  # auto: off above the size limit
     check = ContractCheck()
-    PassManager([_Liar], max_rounds=1, instruments=[check])(gp.load(_chain_model()))
+    PassManager([Liar], max_rounds=1, instruments=[check])(gp.load(chain_model()))
     assert check.on is False
 
 
@@ -218,7 +180,7 @@ def test_the_callers_context_is_only_read():
     ctx = PassContext(seed=3, input_shapes={"x": [2, 3]})
     before = {k: getattr(ctx, k) for k in ctx.__slots__}
     res = PassManager([_Explains, "eliminate_identity"],
-                      instruments=standard_instruments(verify_each=True, seed=3))(gp.load(_chain_model()), ctx)
+                      instruments=standard_instruments(verify_each=True, seed=3))(gp.load(chain_model()), ctx)
     assert ctx.explanations == [] and {k: getattr(ctx, k) for k in ctx.__slots__} == before
     assert {e.reason for e in res.explanations} == {"never"} and len(res.explanations) >= 5
     with pytest.raises(AttributeError, match="constructor arguments"):
@@ -231,7 +193,7 @@ def test_the_callers_context_is_only_read():
 
 def test_optimize_builds_the_standard_instruments():
     calls = []
-    res = gp.optimize(_chain_model(), on_pass=lambda *a: calls.append(a), max_applications=1, target="none")
+    res = gp.optimize(chain_model(), on_pass=lambda *a: calls.append(a), max_applications=1, target="none")
     applied = [r for r in res.report.passes if r.application]
     assert len(applied) == 1 and calls and calls[0][1:] == (1, 0, calls[0][3])
     kinds = [type(i).__name__ for i in standard_instruments(target=None, verify_each=True, dump_dir=".",
@@ -245,5 +207,5 @@ def test_one_progress_shared_by_nested_managers():
     calls = []
     progress = Progress(lambda *a: calls.append(a))
     inner = PassManager(["eliminate_identity"], max_rounds=1, instruments=[progress])
-    PassManager([inner, "eliminate_dead_nodes"], max_rounds=1, instruments=[progress])(gp.load(_chain_model()))
+    PassManager([inner, "eliminate_dead_nodes"], max_rounds=1, instruments=[progress])(gp.load(chain_model()))
     assert calls == [("pass_manager", 1, 0, 2), ("eliminate_identity", 1, 0, 1), ("eliminate_dead_nodes", 1, 1, 2)]

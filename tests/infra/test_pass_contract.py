@@ -140,14 +140,7 @@ def test_analysis_passes_only_read():
 
 
 def test_modified_must_be_honest_when_called():
-    class Liar(Pass):
-        name = "liar2"
-        summary = "changes the graph, says it did not"
-        kind = PassKind.CLEANUP
-
-        def run(self, graph, ctx):
-            graph.nodes.pop()
-            return PassResult(False)
+    from toy_passes import Liar
 
     with pytest.raises(PassContractError, match="modified=False"):
         Liar()(gp.load(_relu_model()))

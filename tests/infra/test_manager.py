@@ -11,39 +11,7 @@ from graphpass.passes.framework import ContractCheck, CostVeto, DumpIR, Pass, Pa
 from graphpass.passes.framework.pass_base import PassContractError
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, make_model, ops
-
-
-def _chain_model():
-    return make_model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-                       helper.make_node("Transpose", ["b"], ["c"], perm=[1, 0]),
-                       helper.make_node("Transpose", ["c"], ["d"], perm=[1, 0]),
-                       helper.make_node("Neg", ["d"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]})
-
-
-class _BreakRelu(Pass):
-    """A deliberately wrong rewrite: Relu -> Neg."""
-
-    name = "break_relu"
-    summary = "wrong on purpose"
-    kind = PassKind.FUSION
-
-    def run(self, graph, ctx):
-        hit = 0
-        for n in graph.nodes:
-            if n.op == "Relu":
-                n.op = "Neg"
-                hit += 1
-        return PassResult(bool(hit), {"broken": hit})
-
-
-class _Liar(Pass):
-    name = "liar"
-    summary = "changes the graph and says it did not"
-    kind = PassKind.CLEANUP
-
-    def run(self, graph, ctx):
-        graph.nodes.pop()
-        return PassResult(False)
+from toy_passes import BreakRelu, Liar, chain_model
 
 
 class _Crash(Pass):
@@ -56,7 +24,7 @@ class _Crash(Pass):
 
 
 def test_fixed_point_and_records():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     records = PassManager(["eliminate_identity", "merge_transposes", "eliminate_dead_nodes"])(graph).records
     assert ops(graph) == ["Relu", "Neg"]
     assert [r.round for r in records][-1] == 2  # round 2 changed nothing, so the loop stopped
@@ -78,13 +46,13 @@ def test_max_rounds_bounds_the_loop():
             graph.nodes = list(reversed(graph.nodes)) if len(graph.nodes) > 1 else graph.nodes
             return PassResult(True)
 
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     records = PassManager([Toggle], max_rounds=3)(graph).records
     assert len(records) == 3
 
 
 def test_disabled_passes_are_skipped():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     mgr = PassManager(["eliminate_identity", "merge_transposes"], disabled={"merge_transposes"})
     assert mgr(graph).skipped == ["merge_transposes"] and ops(graph).count("Transpose") == 2
 
@@ -95,27 +63,27 @@ def test_unknown_pass_names_the_known_ones():
 
 
 def test_exception_names_pass_and_history():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     with pytest.raises(PassError, match=r"pass 'crash' failed: ValueError: boom .*eliminate_identity"):
         PassManager(["eliminate_identity", _Crash])(graph)
 
 
 def test_contract_modified_must_be_honest():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     with pytest.raises(PassError, match="modified=False"):
-        PassManager([_Liar], instruments=[ContractCheck()])(graph)
+        PassManager([Liar], instruments=[ContractCheck()])(graph)
     with pytest.raises(PassContractError):
-        _Liar().apply(gp.load(_chain_model()).graph, PassContext())
+        Liar().apply(gp.load(chain_model()).graph, PassContext())
 
 
 def test_verify_each_names_the_first_bad_pass():
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     with pytest.raises(VerificationError, match="after pass 'break_relu'"):
-        PassManager(["eliminate_identity", _BreakRelu, "merge_transposes"], instruments=[VerifyEach()])(graph)
+        PassManager(["eliminate_identity", BreakRelu, "merge_transposes"], instruments=[VerifyEach()])(graph)
 
 
 def test_dump_dir_numbers_changed_graphs(tmp_path):
-    graph = gp.load(_chain_model()).graph
+    graph = gp.load(chain_model()).graph
     PassManager(["eliminate_identity", "fold_constants", "merge_transposes"], instruments=[DumpIR(tmp_path)])(graph)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["001_eliminate_identity.onnx", "002_merge_transposes.onnx"]
 
@@ -130,15 +98,15 @@ class _CountingModel(CostModel):
 
 
 def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
-    model = _chain_model()
+    model = chain_model()
     graph = gp.load(model).graph
-    records = PassManager([_BreakRelu, "eliminate_identity"], instruments=[CostVeto(_CountingModel())])(graph).records
+    records = PassManager([BreakRelu, "eliminate_identity"], instruments=[CostVeto(_CountingModel())])(graph).records
     first = records[0]
     assert first.rolled_back and "rolled back" in first.note and first.cost_after_us > first.cost_before_us
     assert "Relu" in ops(graph)
     assert_equivalent(model, gp.to_proto(graph), exact=True)
 
-    class RequiredBreak(_BreakRelu):
+    class RequiredBreak(BreakRelu):
         name = "required_break"
         required = True
 
@@ -146,7 +114,7 @@ def test_cost_model_rolls_back_a_worse_rewrite_unless_required():
     records = PassManager([RequiredBreak], instruments=[CostVeto(_CountingModel())])(graph).records
     assert not records[0].rolled_back and "Relu" not in ops(graph)
 
-    class CleanupBreak(_BreakRelu):  # cleanup passes are estimated but never vetoed
+    class CleanupBreak(BreakRelu):  # cleanup passes are estimated but never vetoed
         name = "cleanup_break"
         kind = PassKind.CLEANUP
 
