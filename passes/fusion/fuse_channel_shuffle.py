@@ -30,17 +30,65 @@ def shuffle_permutation(channels: int, groups: int) -> np.ndarray:
     return ((j % groups) * per + j // groups).astype(np.int64)
 
 
-def _target(shape_t: gs.Tensor, src: list[int]) -> list[int] | None:
+class _Batch:
+    """A symbolic leading dim (the batch an exporter leaves dynamic); every other dim must be static."""
+
+    def __repr__(self) -> str:
+        return "N"
+
+
+N = _Batch()
+
+
+def _numel(dims: list) -> tuple[int, int]:
+    """(how many times N appears, product of the static dims)."""
+    return sum(d is N for d in dims), int(np.prod([d for d in dims if d is not N], dtype=np.int64))
+
+
+def _target(reshape: gs.Node, src: list) -> list | None:
+    """The Reshape's output dims for an input of dims ``src`` (ints, or N for the symbolic batch).
+
+    0 copies the input's dim (allowzero=0); -1 is resolved only where it is exactly a static
+    number or exactly N; anything else (allowzero=1 with a 0, a -1 that would be a multiple of N)
+    is None: not provable for every batch.
+    """
+    shape_t = reshape.inputs[1] if len(reshape.inputs) > 1 else None
     if not isinstance(shape_t, gs.Constant):
         return None
     t = [int(v) for v in np.asarray(shape_t.values).ravel()]
-    t = [src[i] if v == 0 and i < len(src) else v for i, v in enumerate(t)]
+    if 0 in t and int(reshape.attrs.get("allowzero", 0)):
+        return None
+    if any(v == 0 and i >= len(src) for i, v in enumerate(t)):
+        return None
+    t = [src[i] if v == 0 else v for i, v in enumerate(t)]
+    if t.count(-1) > 1 or any(v is not N and v < -1 for v in t):
+        return None
     if t.count(-1) == 1:
-        known = int(np.prod([v for v in t if v != -1]))
-        if known <= 0:
+        src_n, src_p = _numel(src)
+        known_n, known_p = _numel([v for v in t if v is N or v != -1])
+        if known_p <= 0 or src_p % known_p:
             return None
-        t[t.index(-1)] = int(np.prod(src)) // known
-    return t
+        rest = src_p // known_p
+        if src_n == known_n:
+            t[t.index(-1)] = rest
+        elif src_n == known_n + 1 and rest == 1:
+            t[t.index(-1)] = N
+        else:
+            return None
+    return t if _numel(t) == _numel(src) else None
+
+
+def _dims(t: gs.Tensor) -> list | None:
+    """The tensor's dims with a symbolic (named or unknown) leading dim as N; None if another is not static."""
+    shape = static_shape(t)
+    if shape is not None:
+        return list(shape)
+    if t.shape is None or not len(t.shape):
+        return None
+    rest = list(t.shape[1:])
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in rest):
+        return None
+    return [N] + [int(d) for d in rest]
 
 
 class _Shuffle(Rule):
@@ -48,21 +96,24 @@ class _Shuffle(Rule):
 
     def check(self, m: Match, ctx) -> MatchResult:
         r1, tr, r2 = m.nodes
-        x = static_shape(r1.inputs[0])
+        x = _dims(r1.inputs[0])
         if x is None or len(x) != 4:
-            return MatchResult.fail("the shuffled tensor's shape is unknown or not 4-D")
+            return MatchResult.fail("the shuffled tensor's shape is unknown or not 4-D "
+                                    "(channels, height and width must be static; the batch may be symbolic)")
         n, c, h, w = x
-        t1 = _target(r1.inputs[1], x)
-        if t1 is None or len(t1) != 5 or t1[0] != n or t1[3:] != [h, w] or t1[1] * t1[2] != c:
+        t1 = _target(r1, x)
+        if t1 is None or len(t1) != 5 or t1[0] != n or t1[3:] != [h, w] or N in t1[1:3] or t1[1] * t1[2] != c:
             return MatchResult.fail(f"first Reshape to {t1} is not (N, g, C/g, H, W)")
         if list(tr.attrs.get("perm", [])) != [0, 2, 1, 3, 4]:
             return MatchResult.fail(f"Transpose perm {list(tr.attrs.get('perm', []))} is not (0, 2, 1, 3, 4)")
-        t2 = _target(r2.inputs[1], [n, t1[2], t1[1], h, w])
-        if t2 != [n, c, h, w]:
+        t2 = _target(r2, [n, t1[2], t1[1], h, w])
+        if t2 is None or len(t2) != 4 or t2[0] != n or t2[1:] != [c, h, w]:
             return MatchResult.fail(f"last Reshape to {t2} is not back to (N, C, H, W)")
         m.groups = t1[1]
         if ctx.target.estimates:
-            choice, costs = self._ask(ctx.target.cost_model, r1.inputs[0], x, t1, ctx)
+            # a symbolic batch is costed at 1 (the choice is per image: both forms scale with N)
+            one = [1 if d is N else d for d in x]
+            choice, costs = self._ask(ctx.target.cost_model, r1.inputs[0], one, [1 if d is N else d for d in t1], ctx)
             if choice == 0:
                 return MatchResult.fail(f"the cost model prefers the Transpose here ({costs[0]:.2f} vs {costs[1]:.2f} us)")
         return MatchResult.success()
@@ -93,11 +144,11 @@ class _Shuffle(Rule):
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         r1, tr, r2 = m.nodes
         x = r1.inputs[0]
-        c = static_shape(x)[1]
+        c = _dims(x)[1]
         perm = gs.Constant(m.names(f"{r2.name or 'shuffle'}_perm"), shuffle_permutation(c, m.groups))
         # a shuffle keeps the shape: say so (the engine keeps the output's own shape if static)
         return m.op("Gather", [x, perm], {"axis": 1}, name=m.names(f"{r2.name or 'shuffle'}_gather"),
-                    dtype=x.dtype, shape=list(static_shape(x)))
+                    dtype=x.dtype, shape=list(x.shape))
 
 
 @register
@@ -106,8 +157,11 @@ class FuseChannelShuffle(RulePass):
 
     Cases:
       1. static shapes, any group count g dividing C;
-      2. Reshape targets with 0 (copy) and -1 (infer) entries are resolved first;
-      3. the cost model may keep the Transpose form where it estimates it cheaper.
+      2. a symbolic batch (what exporters write) with static C, H, W: the Reshape targets must then
+         carry the batch as 0 (copy) or as the one -1;
+      3. Reshape targets with 0 (copy) and -1 (infer) entries are resolved first (allowzero=1 with a
+         0 is refused);
+      4. the cost model may keep the Transpose form where it estimates it cheaper.
     """
 
     name = "fuse_channel_shuffle"
