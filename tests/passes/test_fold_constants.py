@@ -256,3 +256,42 @@ def test_a_plain_fold_counts_no_refusal_of_any_kind():
     assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
     assert {k: result.stats[k] for k in ("too_large", "failed", "invalid_shape", "over_memory")} == {
         "too_large": 0, "failed": 0, "invalid_shape": 0, "over_memory": 0}
+
+
+# --- the mutation run's survivors (README "Mutation testing") -------------------------------------
+
+import pytest  # noqa: E402
+
+
+def test_constant_nodes_of_every_value_attribute_keep_their_dtype_and_value():
+    f32 = np.float32
+    nodes = [helper.make_node("Constant", [], ["vf"], value_float=-0.0),
+             helper.make_node("Constant", [], ["vfs"], value_floats=[np.nan, -np.inf, 1e-45, 3.4e38]),
+             helper.make_node("Constant", [], ["vi"], value_int=-(2 ** 40)),
+             helper.make_node("Constant", [], ["vis"], value_ints=[0, -1, 2 ** 62]),
+             helper.make_node("Add", ["x", "vf"], ["a"]), helper.make_node("Add", ["a", "vfs"], ["y"]),
+             helper.make_node("Add", ["n", "vi"], ["b"]), helper.make_node("Add", ["b", "vis"], ["z"])]
+    model = make_model(nodes, {"x": [4], "n": (TensorProto.INT64, [3])}, {"y": [4], "z": (TensorProto.INT64, [3])})
+    graph = gp.load(model).graph
+    assert fold_constants(graph).stats["constant_nodes"] == 4
+    assert ops(graph) == ["Add"] * 4
+    values = {t.name: t.values for n in graph.nodes for t in n.inputs if isinstance(t, gs.Constant)}
+    assert values["vf"].dtype == f32 and values["vf"].shape == () and np.signbit(values["vf"])
+    assert values["vfs"].dtype == f32 and values["vfs"].tobytes() == np.array([np.nan, -np.inf, 1e-45, 3.4e38], f32).tobytes()
+    assert values["vi"].dtype == np.int64 and values["vi"] == -(2 ** 40)
+    assert values["vis"].dtype == np.int64 and values["vis"].tolist() == [0, -1, 2 ** 62]
+    feeds = {"x": np.array([-0.0, 1, np.inf, -1e-45], f32), "n": np.array([1, 2, 3], np.int64)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+@pytest.mark.parametrize("start, end", [(0, -5), (0, 0), (0, -1), (1, 10), (-2, None), (-5, 2), (None, -3), (2, 1)])
+def test_shape_with_start_and_end_folds_to_what_onnxruntime_gives(start, end):
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], **attrs), helper.make_node("Concat", ["s", "k"], ["y"], axis=0)],
+                       {"x": [2, 3, 4], "k": (TensorProto.INT64, [1])}, {"y": (TensorProto.INT64, ["m"])}, opset=15)
+    graph = gp.load(model).graph
+    assert fold_constants(graph).stats["shapes"] == 1
+    assert ops(graph) == ["Concat"]
+    feeds = {"x": np.zeros((2, 3, 4), np.float32), "k": np.array([7], np.int64)}
+    ref = assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+    np.testing.assert_array_equal(graph.nodes[0].inputs[0].values, ref["y"][:-1])
