@@ -373,3 +373,18 @@ def test_a_bfloat16_result_is_left_alone_without_a_failure():
     graph = gp.load(model).graph
     result = fold_constants(graph)
     assert result.stats["failed"] == 0 and result.stats["folded"] == 0 and ops(graph) == ["Cast", "Add"]
+
+
+def test_the_last_rounds_folds_are_followed_by_a_shape_reinference():
+    # Unsqueeze(x, Abs(a)): its rank is unknown until the axes are a constant; the fold makes
+    # them one, and the shapes after it are inferred again before the pass returns
+    nodes = [helper.make_node("Abs", ["a"], ["axes"]), helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    model = make_model(nodes, {"x": [2, 6]}, {"y": (TensorProto.FLOAT, ["a", "b", "c"])},
+                       initializers={"a": np.array([-1], np.int64)})
+    graph = gp.load(model).graph
+    assert graph.nodes[1].outputs[0].shape is None
+    assert fold_constants(graph).stats["folded"] == 1
+    assert graph.nodes[0].op == "Unsqueeze" and graph.nodes[0].outputs[0].shape == [2, 1, 6]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+

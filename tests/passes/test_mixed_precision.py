@@ -441,3 +441,19 @@ def test_convert_model_emulates_fp16_in_a_float32_model():
 
 
 from graphpass.passes.precision.mixed_precision import convert_model as mixed_precision_convert  # noqa: E402
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_an_omitted_optional_data_output_is_left_alone(emulate):
+    # LSTM(X, W, R) -> ("", Y_h): Y is omitted; only Y_h becomes fp16 (or is rounded)
+    hidden = 2
+    nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["", "y_h"], name="lstm", hidden_size=hidden)]
+    rng = np.random.default_rng(3)
+    model = make_model(nodes, {"x": [2, 1, 3]}, {"y_h": [1, 1, hidden]},
+                       initializers={"w": rng.standard_normal((1, 4 * hidden, 3)).astype(np.float32) * 0.5,
+                                     "r": rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.5})
+    feeds = {"x": rng.standard_normal((2, 1, 3)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds, emulate=emulate)
+    assert result.stats["fp16_nodes"] == 1
+    lstm = next(n for n in out.graph.node if n.op_type == "LSTM")
+    assert lstm.output[0] == "" and all(i != "" for n in out.graph.node if n.op_type == "Cast" for i in n.input)
