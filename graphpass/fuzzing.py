@@ -498,20 +498,27 @@ def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
 _REPRO = """\
 # A minimized reproducer written by graphpass's fuzzer: {describe}
 # Failure: {reason}
+# The model is stored as the case stored it{stored} (`graphpass optimize {model}` reads it so).
+from pathlib import Path
+
 import numpy as np, onnx
 import graphpass as gp
 from graphpass._fuzz_cases import Case
 from graphpass.fuzzing import differential
 
-model = onnx.load("{model}")
-feeds = dict(np.load("{feeds}", allow_pickle=True))
+here = Path(__file__).resolve().parent
+model = onnx.load(str(here / "{model}"))
+feeds = dict(np.load(here / "{feeds}", allow_pickle=True))
 case = Case({family!r}, {template!r}, {storage!r}, {opset}, model, feeds, {passes!r})
 print(differential(case))
 """
 
 
 def write_reproducer(case: Case, outcome: Outcome, folder: str | Path) -> Path:
-    """Writes ``case`` (the model, its inputs, and a script that re-runs the check) under ``folder``."""
+    """Writes ``case`` (the model, its inputs, and a script that re-runs the check) under ``folder``.
+
+    An external-data case's model is written as it was stored, its tensors in a ``.data`` file
+    beside it; the script reads its files relative to itself, so the folder can be moved."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9_]+", "_", f"{case.family}_{outcome.signature}")[:80].strip("_")
@@ -519,12 +526,20 @@ def write_reproducer(case: Case, outcome: Outcome, folder: str | Path) -> Path:
     while (folder / f"{stem}_{k}.onnx").exists():
         k += 1
     base = folder / f"{stem}_{k}"
-    onnx.save(case.model, f"{base}.onnx")
+    stored = ""
+    if case.storage == "external":  # as differential() stores it: every tensor in a .data file beside it
+        copy = onnx.ModelProto()
+        copy.CopyFrom(case.model)  # onnx.save_model moves the tensors out of the proto it is given
+        onnx.save_model(copy, f"{base}.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=f"{base.name}.onnx.data", size_threshold=0)
+        stored = f", its tensors in {base.name}.onnx.data"
+    else:
+        onnx.save(case.model, f"{base}.onnx")
     np.savez(f"{base}_inputs.npz", **case.feeds)
     Path(f"{base}.py").write_text(_REPRO.format(
-        describe=case.describe(), reason=outcome.reason.replace("\n", " "), model=f"{base}.onnx",
-        feeds=f"{base}_inputs.npz", family=case.family, template=case.template, storage=case.storage,
-        opset=case.opset, passes=case.passes))
+        describe=case.describe(), reason=outcome.reason.replace("\n", " "), model=f"{base.name}.onnx",
+        feeds=f"{base.name}_inputs.npz", family=case.family, template=case.template, storage=case.storage,
+        opset=case.opset, passes=case.passes, stored=stored))
     return Path(f"{base}.onnx")
 
 

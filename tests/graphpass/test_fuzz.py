@@ -103,3 +103,43 @@ def test_differential_catches_a_pass_that_breaks_exactness(monkeypatch):
         assert out.status == "fail" and "bitwise" in out.reason, out
     finally:
         unregister("test_drop_add_zero")
+
+
+def test_a_reproducer_of_an_external_data_case_is_self_contained(tmp_path):
+    """The written model is the stored form the failure came from (its tensors in a .data file
+    beside it), and the folder runs wherever it is moved."""
+    import shutil
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphpass.fuzzing import Outcome, write_reproducer
+
+    small, big = np.arange(2, dtype=np.float32) - 0.5, np.linspace(-1, 1, 300, dtype=np.float32)  # 8 B and 1,200 B
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "s"], ["y"]), helper.make_node("Add", ["b", "t"], ["z"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("b", TensorProto.FLOAT, [300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [300])],
+        [numpy_helper.from_array(small, "s"), numpy_helper.from_array(big, "t")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"a": np.array([-0.0, np.nan], np.float32), "b": np.ones(300, np.float32)}
+    case = Case("float32", "elementwise", "external", 17, model, feeds, ["eliminate_identity"])
+    path = write_reproducer(case, Outcome("fail", "a made-up failure", "sig"), tmp_path / "found")
+    assert len(model.graph.initializer[0].raw_data) > 0  # the case itself is left inline
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(tmp_path / "found"), str(moved))
+    stored = moved / path.name
+    head = onnx.load(str(stored), load_external_data=False)
+    assert all(t.data_location == TensorProto.EXTERNAL for t in head.graph.initializer)
+    locations = {e.value for t in head.graph.initializer for e in t.external_data if e.key == "location"}
+    assert len(locations) == 1 and (moved / locations.pop()).is_file()  # relative, beside the model
+    full = onnx.load(str(stored))
+    for t, ref in zip(full.graph.initializer, (small, big)):
+        assert numpy_helper.to_array(t).tobytes() == ref.tobytes()
+    script = stored.with_suffix(".py")
+    run = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Outcome(status='ok'" in run.stdout

@@ -82,3 +82,17 @@ def test_random_ops_never_merge():
     graph = gp.load(model).graph
     assert not eliminate_common_subexpressions(graph).modified
     assert ops(graph).count("RandomUniformLike") == 2
+
+
+def test_nodes_reading_different_tensors_do_not_merge():
+    # same op, same attributes, other inputs (or the same inputs in another order): not duplicates
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["z"], ["b"]),
+                        helper.make_node("Sub", ["a", "b"], ["s1"]), helper.make_node("Sub", ["b", "a"], ["s2"]),
+                        helper.make_node("Add", ["s1", "s2"], ["y"])],
+                       {"x": [3], "z": [3]}, {"y": [3]})
+    graph = gp.load(model).graph
+    result = eliminate_common_subexpressions(graph)
+    assert not result.modified and result.stats["nodes_merged"] == 0
+    assert ops(graph) == ["Relu", "Relu", "Sub", "Sub", "Add"]
+    feeds = {"x": np.array([1.0, -0.0, np.nan], np.float32), "z": np.array([2.0, 0.0, -np.inf], np.float32)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)

@@ -155,3 +155,61 @@ def test_a_weight_every_reader_wants_in_one_format_takes_it():
     graph, res = _run(model)
     assert res.stats["weights"] == 2 and not _pairs(graph)
     assert A.get_format(graph.nodes[0].inputs[1]) == "NC1HWC0"
+
+
+# --- the mutation run's survivors (README "Mutation testing") -------------------------------------
+
+def test_a_transdata_nobody_reads_goes():
+    model = _model([helper.make_node("Relu", ["x"], ["y"]), _td("y", "unused", "ND", "NC1HWC0")], X, Y)
+    graph, res = _run(model)
+    assert res.modified and res.stats["dead"] == 1 and sum(res.stats.values()) == 1
+    assert [n.op for n in graph.nodes] == ["Relu"]
+
+
+def test_a_transdata_to_its_own_format_goes():
+    # NCHW and ND are one format: the conversion is an identity
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), _td("r", "a", "NCHW", "ND"), helper.make_node("Neg", ["a"], ["y"])],
+                   X, Y)
+    graph, res = _run(model)
+    assert res.stats["inverse_pairs"] == 1 and sum(res.stats.values()) == 1
+    assert [n.op for n in graph.nodes] == ["Relu", "Neg"] and graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
+
+
+def test_moving_through_drops_the_first_conversion_in_the_same_sweep():
+    graph, res = _run(_move_through_model())
+    assert res.stats["moved_through"] == 1 and res.stats["dead"] == 0  # not left for a later sweep as dead
+
+
+def _sandwich(op_nodes, outputs=Y):
+    w = np.ones((32, 32, 1, 1), np.float32)
+    return _model([_td("x", "x5", "ND", "NC1HWC0"), helper.make_node("Conv", ["x5", "w"], ["c"], kernel_shape=[1, 1]),
+                   _td("c", "cn", "NC1HWC0", "ND"), *op_nodes,
+                   _td("r", "r5", "ND", "NC1HWC0"), helper.make_node("Conv", ["r5", "w"], ["c2"], kernel_shape=[1, 1]),
+                   _td("c2", "y", "NC1HWC0", "ND")], X, outputs, {"w": w})
+
+
+def test_nothing_moves_through_an_op_of_two_runtime_inputs_or_one_writing_a_graph_output():
+    # Add(cn, x): its other input x stays ND, so the Add cannot run in 5HD; Relu -> r also a graph
+    # output: r must stay ND
+    two_inputs = _sandwich([helper.make_node("Add", ["cn", "x"], ["r"])])
+    output = _sandwich([helper.make_node("Relu", ["cn"], ["r"])], outputs={**Y, "r": [1, 32, 8, 8]})
+    for model in (two_inputs, output):
+        graph, res = _run(model)
+        assert res.stats["moved_through"] == 0 and len(_pairs(graph)) == 4
+
+
+def test_an_op_dearer_in_the_source_format_than_the_two_conversions_stays_between_them(monkeypatch):
+    # the shipped cost data never prices a one-input op so (a TransData costs about what the
+    # padding adds to the op): a cost model that does must keep the sandwich
+    from graphpass.cost_model.formats import FormatOracle
+
+    node_us = FormatOracle.node_us
+    for five_hd_price, moved in ((1000.0, 0), (None, 1)):
+        def priced(self, node, role, five_hd, _p=five_hd_price):
+            if node.op == "Relu" and five_hd and _p is not None:
+                return _p
+            return node_us(self, node, role, five_hd)
+
+        monkeypatch.setattr(FormatOracle, "node_us", priced)
+        graph, res = _run(_move_through_model())
+        assert res.stats["moved_through"] == moved and len(_pairs(graph)) == 4 - 2 * moved

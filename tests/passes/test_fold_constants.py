@@ -256,3 +256,135 @@ def test_a_plain_fold_counts_no_refusal_of_any_kind():
     assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
     assert {k: result.stats[k] for k in ("too_large", "failed", "invalid_shape", "over_memory")} == {
         "too_large": 0, "failed": 0, "invalid_shape": 0, "over_memory": 0}
+
+
+# --- the mutation run's survivors (README "Mutation testing") -------------------------------------
+
+import pytest  # noqa: E402
+
+
+def test_constant_nodes_of_every_value_attribute_keep_their_dtype_and_value():
+    f32 = np.float32
+    nodes = [helper.make_node("Constant", [], ["vf"], value_float=-0.0),
+             helper.make_node("Constant", [], ["vfs"], value_floats=[np.nan, -np.inf, 1e-45, 3.4e38]),
+             helper.make_node("Constant", [], ["vi"], value_int=-(2 ** 40)),
+             helper.make_node("Constant", [], ["vis"], value_ints=[0, -1, 2 ** 62]),
+             helper.make_node("Add", ["x", "vf"], ["a"]), helper.make_node("Add", ["a", "vfs"], ["y"]),
+             helper.make_node("Add", ["n", "vi"], ["b"]), helper.make_node("Add", ["b", "vis"], ["z"])]
+    model = make_model(nodes, {"x": [4], "n": (TensorProto.INT64, [3])}, {"y": [4], "z": (TensorProto.INT64, [3])})
+    graph = gp.load(model).graph
+    assert fold_constants(graph).stats["constant_nodes"] == 4
+    assert ops(graph) == ["Add"] * 4
+    values = {t.name: t.values for n in graph.nodes for t in n.inputs if isinstance(t, gs.Constant)}
+    assert values["vf"].dtype == f32 and values["vf"].shape == () and np.signbit(values["vf"])
+    assert values["vfs"].dtype == f32 and values["vfs"].tobytes() == np.array([np.nan, -np.inf, 1e-45, 3.4e38], f32).tobytes()
+    assert values["vi"].dtype == np.int64 and values["vi"] == -(2 ** 40)
+    assert values["vis"].dtype == np.int64 and values["vis"].tolist() == [0, -1, 2 ** 62]
+    feeds = {"x": np.array([-0.0, 1, np.inf, -1e-45], f32), "n": np.array([1, 2, 3], np.int64)}
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+@pytest.mark.parametrize("start, end", [(0, -5), (0, 0), (0, -1), (1, 10), (-2, None), (-5, 2), (None, -3), (2, 1)])
+def test_shape_with_start_and_end_folds_to_what_onnxruntime_gives(start, end):
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], **attrs), helper.make_node("Concat", ["s", "k"], ["y"], axis=0)],
+                       {"x": [2, 3, 4], "k": (TensorProto.INT64, [1])}, {"y": (TensorProto.INT64, ["m"])}, opset=15)
+    graph = gp.load(model).graph
+    assert fold_constants(graph).stats["shapes"] == 1
+    assert ops(graph) == ["Concat"]
+    feeds = {"x": np.zeros((2, 3, 4), np.float32), "k": np.array([7], np.int64)}
+    ref = assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+    np.testing.assert_array_equal(graph.nodes[0].inputs[0].values, ref["y"][:-1])
+
+
+def _graph_without_shapes(a, b):
+    # built with onnx-graphsurgeon by hand: the intermediate c has no shape and no dtype
+    a, b = gs.Constant("a", a), gs.Constant("b", b)
+    c, x, y = gs.Variable("c"), gs.Variable("x", np.float32, [2]), gs.Variable("y", np.float32, [2])
+    return gs.Graph(nodes=[gs.Node("Add", "ab", inputs=[a, b], outputs=[c]), gs.Node("Add", "xc", inputs=[x, c], outputs=[y])],
+                    inputs=[x], outputs=[y], opset=17)
+
+
+def test_a_tensor_of_unknown_shape_and_dtype_is_folded_and_sized_after_it_is_computed():
+    a, b = np.array([1.5, -0.0], np.float32), np.array([2.0, -0.0], np.float32)
+    graph = _graph_without_shapes(a, b)
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
+    c = graph.nodes[0].inputs[1]
+    assert isinstance(c, gs.Constant) and c.values.tobytes() == (a + b).tobytes()  # -0.0 + -0.0 is -0.0
+    graph = _graph_without_shapes(a, b)  # its 8 bytes over a 4-byte limit: known only once computed
+    result = fold_constants(graph, size_limit=4)
+    assert result.stats["too_large"] == 1 and result.stats["folded"] == 0 and ops(graph) == ["Add", "Add"]
+
+
+def test_a_value_that_would_be_an_invalid_shape_operand_is_not_folded():
+    # Cast(NaN) to int64 is INT64_MIN: as Reshape's shape it is invalid (Case 6); the data input
+    # of the same Reshape is no shape operand
+    nodes = [_const("c", [np.nan, 4.0]), helper.make_node("Cast", ["c"], ["s"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["x", "s"], ["y"])]
+    model = make_model(nodes, {"x": [2, 4]}, {"y": (TensorProto.FLOAT, ["a", "b"])})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["invalid_shape"] == 1 and result.stats["folded"] == 0
+    assert ops(graph) == ["Cast", "Reshape"]
+    onnx.checker.check_model(gp.to_proto(graph), full_check=True)
+
+
+def test_a_shape_that_is_a_graph_output_keeps_its_node():
+    model = make_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["y"])],
+                       {"x": [2, 3]}, {"y": [2, 3], "s": (TensorProto.INT64, [2])})
+    graph = gp.load(model).graph
+    assert not fold_constants(graph).modified
+    assert ops(graph) == ["Shape", "Relu"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_random_like_ops_of_constants_are_never_folded():
+    model = make_model([_const("c", [1.0, 2.0, 3.0]), helper.make_node("RandomUniformLike", ["c"], ["r"], seed=1.0),
+                        helper.make_node("Add", ["x", "r"], ["y"])], {"x": [3]}, {"y": [3]})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 0 and ops(graph) == ["RandomUniformLike", "Add"]
+
+
+def test_a_computed_tensor_reshaped_past_the_size_limit_is_not_folded():
+    # Reshape(W + 1) is no weight only re-laid-out: its value is new, the model would grow;
+    # Transpose(W) of a weight nothing else reads is one, and folds past the limit
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)  # 8 KiB
+    computed = make_model([helper.make_node("Add", ["w", "one"], ["w1"]), helper.make_node("Reshape", ["w1", "s"], ["wr"]),
+                           helper.make_node("MatMul", ["x", "wr"], ["y"])], {"x": [2, 64]}, {"y": [2, 32]},
+                          initializers={"w": w, "one": np.array(1.0, np.float32), "s": np.array([64, 32], np.int64)})
+    graph = gp.load(computed).graph
+    assert fold_constants(graph, size_limit=1024).stats["too_large"] == 1
+    assert ops(graph) == ["Add", "Reshape", "MatMul"]
+    moved = make_model([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
+                       {"x": [2, 32]}, {"y": [2, 64]}, initializers={"w": w})
+    graph = gp.load(moved).graph
+    result = fold_constants(graph, size_limit=1024)
+    assert result.stats["too_large"] == 0 and result.stats["folded"] == 1 and ops(graph) == ["MatMul"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, w.T)
+
+
+def test_a_bfloat16_result_is_left_alone_without_a_failure():
+    # numpy has no bfloat16: such a result is never asked of onnxruntime (nor counted as failed)
+    model = make_model([_const("c", [1.5, 2.0]), helper.make_node("Cast", ["c"], ["b"], to=TensorProto.BFLOAT16),
+                        helper.make_node("Add", ["b", "x"], ["y"])],
+                       {"x": (TensorProto.BFLOAT16, [2])}, {"y": (TensorProto.BFLOAT16, [2])})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["failed"] == 0 and result.stats["folded"] == 0 and ops(graph) == ["Cast", "Add"]
+
+
+def test_the_last_rounds_folds_are_followed_by_a_shape_reinference():
+    # Unsqueeze(x, Abs(a)): its rank is unknown until the axes are a constant; the fold makes
+    # them one, and the shapes after it are inferred again before the pass returns
+    nodes = [helper.make_node("Abs", ["a"], ["axes"]), helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    model = make_model(nodes, {"x": [2, 6]}, {"y": (TensorProto.FLOAT, ["a", "b", "c"])},
+                       initializers={"a": np.array([-1], np.int64)})
+    graph = gp.load(model).graph
+    assert graph.nodes[1].outputs[0].shape is None
+    assert fold_constants(graph).stats["folded"] == 1
+    assert graph.nodes[0].op == "Unsqueeze" and graph.nodes[0].outputs[0].shape == [2, 1, 6]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+

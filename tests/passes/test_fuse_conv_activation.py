@@ -243,3 +243,19 @@ def test_a_conv_without_bias_on_an_input_of_symbolic_shape_is_fused():
     assert graph.nodes[0].inputs[2].values.shape == (4,)
     feeds = {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)}
     assert_equivalent(model, gp.to_proto(graph, emit="device"), feeds=feeds, exact=True)
+
+
+def test_a_conv_without_bias_on_an_input_of_unknown_rank_is_fused():
+    # the -0.0 bias is sized from the weight's output channels, never from the input's shape: here
+    # the input is a Reshape to a runtime shape of runtime length (its rank is unknown)
+    model = make_model([helper.make_node("Reshape", ["flat", "s"], ["x"]), helper.make_node("Conv", ["x", "w"], ["c"]),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       {"flat": [192], "s": (onnx.TensorProto.INT64, ["k"])}, {"y": ["n", 4, "h", "w"]},
+                       initializers={"w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    graph = gp.load(model).graph
+    assert graph.nodes[1].inputs[0].shape is None
+    assert fuse_conv_activation(graph).stats["fired"] == 1
+    bias = graph.nodes[1].inputs[2].values
+    assert bias.shape == (4,) and np.all(bias == 0) and np.all(np.signbit(bias))
+    feeds = {"flat": np.array([np.nan, -np.inf, -0.0, 1e-45] * 48, np.float32), "s": np.array([2, 3, 4, 8], np.int64)}
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), feeds=feeds, exact=True)

@@ -450,3 +450,68 @@ def test_a_chain_of_two_casts_leaves_only_its_first_cast_out_of_a_loop_and_the_m
     assert any("a Cast reading a Cast stays in the body" in e.reason for e in ctx.explanations)
     feeds = {"x": np.ones(4, np.float32), "w": np.array([-3.0, 0.5, np.nan, 9.0], np.float32), "n": np.array(2, np.int64)}
     _bitwise(ort_run(gp.to_proto(graph), feeds), ort_run(model, feeds))
+
+
+# --- the mutation run's survivors (README "Mutation testing") -------------------------------------
+
+@pytest.mark.parametrize("m, cond", [(3, None), (None, True)])
+def test_an_omitted_m_or_cond_leaves_the_other_to_prove_the_loop_runs(m, cond):
+    # Loop(3, "") runs 3 times; Loop("", true) runs until its body says stop (here after 2 trips):
+    # an omitted input proves nothing against a trip, so the Gather (which could fail) leaves
+    cond_out = None
+    if m is None:
+        cond_out = [helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", I64, [], [1])),
+                    helper.make_node("Less", ["i", "one"], ["cond_out"])]
+    model = _general_loop(_gather_body(), m=m, cond=cond, extra_inputs={"idx": (I64, [4])}, cond_out=cond_out)
+    graph = gp.load(model).graph
+    assert hoist_loop_invariants(graph).stats["hoisted"] == (1 if m else 2)  # the Gather (and the Constant)
+    assert "Gather" in ops(graph) and "Gather" not in _body_op_names(graph)
+    out = gp.to_proto(graph)
+    check_full(out)
+    feeds = {"x": np.array([1, -0.0, np.inf, np.nan], np.float32), "w": np.array([-0.0, 2, -np.inf, 1e-45], np.float32),
+             "idx": np.array([3, 2, 1, 0], np.int64)}
+    _bitwise(ort_run(out, feeds), ort_run(model, feeds))
+
+
+def test_an_empty_tensor_has_a_static_shape_and_its_elementwise_op_leaves_a_loop_that_may_not_run():
+    # a dim of 0 is static: Mul([0] x []) cannot fail, so it moves even when M is a runtime input
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", F, [], [2.0])),
+         helper.make_node("Mul", ["w", "two"], ["s"], name="inv"), helper.make_node("Add", ["acc_in", "s"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+                 helper.make_tensor_value_info("acc_in", F, [0])],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("acc_out", F, [0])])
+    model = make_model([helper.make_node("Loop", ["m", "", "x"], ["y"], body=body, name="loop")],
+                       {"x": [0], "w": [0], "m": (I64, [])}, {"y": [0]})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    hoist_loop_invariants(graph, ctx)
+    assert "inv" in {n.name for n in graph.nodes}, [e.reason for e in ctx.explanations]
+    out = gp.to_proto(graph)
+    check_full(out)
+    for trips in (0, 2):
+        feeds = {"x": np.zeros(0, np.float32), "w": np.zeros(0, np.float32), "m": np.array(trips, np.int64)}
+        _bitwise(ort_run(out, feeds), ort_run(model, feeds))
+
+
+def test_static_shapes_that_do_not_broadcast_keep_the_node_in_a_loop_that_may_not_run():
+    # unreachable on a valid model (shape inference refuses it on load), so built as a graph
+    # directly: Add([4], [3]) would fail if hoisted out of a loop that runs zero times
+    import onnx_graphsurgeon as gs
+
+    w = gs.Variable("w", np.float32, [4])
+    k = gs.Constant("k", np.ones(3, np.float32))
+    i, c_in = gs.Variable("i", np.int64, []), gs.Variable("cond_in", np.bool_, [])
+    acc_in, s = gs.Variable("acc_in", np.float32, [4]), gs.Variable("s", np.float32, [4])
+    acc_out, c_out = gs.Variable("acc_out", np.float32, [4]), gs.Variable("cond_out", np.bool_, [])
+    body = gs.Graph(nodes=[gs.Node("Add", "bad", inputs=[w, k], outputs=[s]),
+                           gs.Node("Add", "acc", inputs=[acc_in, s], outputs=[acc_out]),
+                           gs.Node("Identity", inputs=[c_in], outputs=[c_out])],
+                    inputs=[i, c_in, acc_in], outputs=[c_out, acc_out], opset=17)
+    m, x, y = gs.Variable("m", np.int64, []), gs.Variable("x", np.float32, [4]), gs.Variable("y", np.float32, [4])
+    graph = gs.Graph(nodes=[gs.Node("Loop", "loop", attrs={"body": body}, inputs=[m, gs.Variable.empty(), x], outputs=[y])],
+                     inputs=[m, x, w], outputs=[y], opset=17)
+    ctx = PassContext()
+    assert not hoist_loop_invariants(graph, ctx).modified
+    assert any("do not broadcast" in e.reason for e in ctx.explanations)

@@ -334,3 +334,126 @@ def test_cli_mixed_precision_with_an_explicit_pass_list_still_converts(tmp_path)
     assert "Identity" not in [n.op_type for n in m.graph.node]
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer) or \
         any(n.op_type == "Cast" for n in m.graph.node)
+
+
+# --- the mutation run's survivors (README "Mutation testing") -------------------------------------
+
+def test_fp16_only_ops_lists_exactly_the_fp16_only_ops_of_the_graph():
+    graph = gp.load(_net())  # Conv, Relu, Exp, Add: only Conv is fp16-only on 910A
+    res = mixed_precision(graph, gp.PassContext(target="ascend910a"), mode="force_fp16")
+    assert res.stats["fp16_only_ops"] == "Conv"
+    assert res.stats["constants_converted"] == 1 and res.stats["fp16_nodes"] == 4
+
+
+def test_a_graph_with_nothing_to_convert_is_not_modified():
+    nodes = [helper.make_node("Add", ["n", "n"], ["y"], name="add")]
+    model = make_model(nodes, {"n": (TensorProto.INT64, [4])}, {"y": (TensorProto.INT64, [4])})
+    for emulate in (False, True):
+        graph = gp.load(model).graph
+        result = mixed_precision(graph, mode="force_fp16", emulate=emulate)
+        assert not result.modified and result.stats["fp16_nodes"] == 0 and "emulated" not in result.stats
+
+
+def test_a_bfloat16_graph_is_not_converted():
+    # bfloat16 is a float type numpy cannot name: it is not float32, so nothing changes
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    model = make_model(nodes, {"x": (TensorProto.BFLOAT16, [4])}, {"y": (TensorProto.BFLOAT16, [4])})
+    graph = gp.load(model).graph
+    assert not mixed_precision(graph, mode="force_fp16").modified
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    assert ops(out) == ["Relu", "Add"] and _elem_types(out)["r"] == TensorProto.BFLOAT16
+
+
+def _bn14(extra_opsets=None):
+    c = 2
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "b", "mean", "var"], ["y"], name="bn")]
+    inits = {"scale": np.array([1.5, -2], np.float32), "b": np.array([0.25, -0.0], np.float32),
+             "mean": np.array([0.5, 1], np.float32), "var": np.array([4, 0.25], np.float32)}
+    return make_model(nodes, {"x": [1, c, 2, 2]}, {"y": [1, c, 2, 2]}, opset=14, initializers=inits,
+                      extra_opsets=extra_opsets)
+
+
+def _bn_input_types(graph):
+    bn = next(n for n in graph.nodes if n.op == "BatchNormalization")
+    return [np.dtype(t.dtype).name for t in bn.inputs]
+
+
+def test_batchnorm_14_converts_scale_and_bias_with_x_by_the_models_own_opset():
+    # BatchNormalization-14 types X, scale and B alike (T) and mean/var apart (U); from opset 15
+    # scale and B have their own type: the opset read must be the default domain's, 14
+    model = _bn14(extra_opsets={"com.example": 21})  # another domain's version is not the opset
+    feeds = {"x": np.array([-1, 0.5, 2, -0.0, 3, 1e-3, -4, 8], np.float32).reshape(1, 2, 2, 2)}
+    result, out = _convert_and_run(model, feeds)
+    assert result.stats["fp16_nodes"] == 1
+    assert _bn_input_types(gp.load(out).graph) == ["float16"] * 3 + ["float32"] * 2
+
+
+def test_a_graph_without_opset_imports_reads_its_own_opset():
+    # a graph built with onnx-graphsurgeon by hand has no import_domains, only its opset
+    graph = gp.load(_bn14()).graph
+    graph.import_domains = None
+    assert graph.opset == 14
+    assert mixed_precision(graph, mode="force_fp16").stats["fp16_nodes"] == 1
+    assert _bn_input_types(graph) == ["float16"] * 3 + ["float32"] * 2
+
+
+def test_allow_mix_precision_gray_ops_follow_their_runtime_inputs():
+    # Add is gray: fp16 after the (white) Relu, fp32 on a graph input; Sub reads only constants
+    # besides the fp32 graph input x and stays fp32 too
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "c"], ["a"], name="after_white"),
+             helper.make_node("Sub", ["x", "c"], ["s"], name="after_input"),
+             helper.make_node("Mul", ["a", "s"], ["y"], name="mixed")]
+    model = make_model(nodes, {"x": [4]}, {"y": [4]}, initializers={"c": np.array([0.5, -1, 2, -0.0], np.float32)})
+    graph = gp.load(model).graph
+    mixed_precision(graph, mode="allow_mix_precision")
+    assert _fp16_nodes(graph) == ["after_white", "relu"]
+    onnx.checker.check_model(gp.to_proto(graph), full_check=True)
+
+
+def test_emulation_rounds_a_graph_output_written_by_an_fp16_node():
+    # (1 + 2**-10)**2 = 1 + 2**-9 + 2**-20 is not an fp16 value: the graph output y, written by the
+    # fp16 Mul, is rounded to 1 + 2**-9; its other reader (Add) reads the rounded value too
+    nodes = [helper.make_node("Mul", ["x", "x"], ["y"], name="sq"), helper.make_node("Add", ["y", "x"], ["z"], name="add")]
+    model = make_model(nodes, {"x": [2]}, {"y": [2], "z": [2]})
+    graph = gp.load(model).graph
+    mixed_precision(graph, mode="force_fp16", emulate=True)
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    assert [o.name for o in out.graph.output] == ["y", "z"]
+    x = np.array([1 + 2 ** -10, 3.0], np.float32)
+    got = V.run(V.session(out), {"x": x})
+    h = (x.astype(np.float16) * x.astype(np.float16)).astype(np.float16)
+    np.testing.assert_array_equal(got["y"], h.astype(np.float32))
+    assert got["y"][0] == np.float32(1 + 2 ** -9)
+    np.testing.assert_array_equal(got["z"], (h + x.astype(np.float16)).astype(np.float16).astype(np.float32))
+
+
+def test_convert_model_emulates_fp16_in_a_float32_model():
+    # the precision analysis checks its findings on an emulated conversion: float32 dtypes throughout
+    out = mixed_precision_convert(_net(), "force_fp16", [])
+    assert {i.data_type for i in out.graph.initializer} == {TensorProto.FLOAT}
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    assert _elem_types(out)[conv.output[0]] == TensorProto.FLOAT
+    to16 = [n for n in out.graph.node if n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT16]
+    assert to16 and all(any(r.op_type == "Cast" and r.input[0] == n.output[0] for r in out.graph.node) for n in to16)
+
+
+from graphpass.passes.precision.mixed_precision import convert_model as mixed_precision_convert  # noqa: E402
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_an_omitted_optional_data_output_is_left_alone(emulate):
+    # LSTM(X, W, R) -> ("", Y_h): Y is omitted; only Y_h becomes fp16 (or is rounded)
+    hidden = 2
+    nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["", "y_h"], name="lstm", hidden_size=hidden)]
+    rng = np.random.default_rng(3)
+    model = make_model(nodes, {"x": [2, 1, 3]}, {"y_h": [1, 1, hidden]},
+                       initializers={"w": rng.standard_normal((1, 4 * hidden, 3)).astype(np.float32) * 0.5,
+                                     "r": rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.5})
+    feeds = {"x": rng.standard_normal((2, 1, 3)).astype(np.float32)}
+    result, out = _convert_and_run(model, feeds, emulate=emulate)
+    assert result.stats["fp16_nodes"] == 1
+    lstm = next(n for n in out.graph.node if n.op_type == "LSTM")
+    assert lstm.output[0] == "" and all(i != "" for n in out.graph.node if n.op_type == "Cast" for i in n.input)

@@ -209,3 +209,15 @@ def test_a_graph_without_loops_is_modified_by_its_engines_alone():
     assert A.get_engine(graph.nodes[0]) == "AICORE"
     assert not place_and_sink(graph, PassContext(target="ascend910a")).modified
 
+
+
+def test_the_explanation_gives_the_op_tables_reason_when_there_is_one():
+    # an op the op-info table does not know runs on AI CPU "unknown op"; a Relu has a kernel
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Mystery", ["r"], ["y"], name="mystery", domain="com.example")],
+                       {"x": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]}, extra_opsets={"com.example": 1})
+    graph = gp.load(model).graph
+    ctx = PassContext(target="ascend910a")
+    result = place_and_sink(graph, ctx)
+    assert result.stats["AICPU"] == 1 and result.stats["AICORE"] == 1
+    assert [(e.node, e.reason) for e in ctx.explanations] == [("mystery", "runs on AICPU: unknown op: costed as AI CPU")]

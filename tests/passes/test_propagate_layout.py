@@ -469,3 +469,25 @@ def test_a_subgraph_node_reading_the_converted_tensor_and_another_keeps_the_othe
                  "k": rng.standard_normal((1, 16, 8, 8)).astype(np.float32), "cond": np.array(cond)}
         assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
         assert_equivalent(model, gp.to_proto(graph, emit="portable"), feeds=feeds, exact=True)
+
+
+def test_a_graph_output_also_converted_for_another_reader_gets_both_conversions_from_its_twin():
+    # r (5HD, from the Relu between two Convs) is a graph output (ND) and the MatMul's input
+    # (FRACTAL_NZ): both conversions read the producer's device-format twin, the output keeps its name
+    model = make_model([_conv("x", "c", "w"), helper.make_node("Relu", ["c"], ["r"]), _conv("r", "y", "w"),
+                        helper.make_node("MatMul", ["r", "w2"], ["z"])],
+                       {"x": [1, 32, 8, 8]}, {"y": [1, 32, 8, 8], "r": [1, 32, 8, 8], "z": [1, 32, 8, 16]},
+                       initializers={"w": _w(32, 32), "w2": np.ones((8, 16), np.float32)})
+    graph = gp.load(model).graph
+    propagate_layout(graph, _ctx())
+    relu = next(n for n in graph.nodes if n.op == "Relu")
+    twin = relu.outputs[0]
+    assert twin.name != "r" and A.get_format(twin) == "NC1HWC0"
+    readers = {(n.op, n.attrs.get("dst_format")) for n in twin.outputs}
+    assert readers == {("Conv", None), ("TransData", "FRACTAL_NZ"), ("TransData", "ND")}
+    matmul = next(n for n in graph.nodes if n.op == "MatMul")
+    to_nz = matmul.inputs[0].inputs[0]
+    assert is_transdata(to_nz) and to_nz.inputs[0] is twin and to_nz.attrs["src_format"] == "NC1HWC0"
+    r = next(t for t in graph.outputs if t.name == "r")
+    assert is_transdata(r.inputs[0]) and r.inputs[0].inputs[0] is twin and r.inputs[0].attrs["dst_format"] == "ND"
+    _check(model, graph)
