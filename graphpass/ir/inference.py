@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from graphpass.errors import UsageError
@@ -13,7 +14,8 @@ from graphpass.ir import limits
 from graphpass.ir.graph import graph_protos
 from graphpass.ir.validate import _itemsize, _numel
 
-__all__ = ["apply_input_shapes", "check_input_shape", "infer_shapes"]
+__all__ = ["KEEP_DYNAMIC", "apply_input_shapes", "check_input_shape", "infer_shapes", "input_dims",
+           "resolve_input_shapes"]
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,9 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
                       model_dims: "Sequence[int | None] | None") -> list[int]:
     """The one check of a given input shape (``input_shapes``, ``--input-shape``), for the loader,
     ``verify`` and the specialize_shapes pass: ``name`` must be one of ``inputs``; every dim in
-    1..2^31; the rank and every fixed dim (``model_dims``: the input's dims, an int where the model
-    fixes it, None where it is symbolic or unknown; None for an unknown rank) must agree.
+    1..2^31, or -1 (keep this dim dynamic, as Paddle users write it); the rank and every fixed dim
+    (``model_dims``: the input's dims, an int where the model fixes it, None where it is symbolic
+    or unknown; None for an unknown rank) must agree.
 
     Returns the shape as ints. Raises UsageError naming ``input_shapes`` (the CLI names the flag).
     """
@@ -36,8 +39,10 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
     if model_dims is not None and len(model_dims) != len(dims):
         raise refuse(f"{name}: rank {len(dims)} given, the model's input has rank {len(model_dims)}")
     for k, v in enumerate(dims):
+        if v == KEEP_DYNAMIC:
+            continue
         if v <= 0:
-            raise refuse(f"{name}: dimension {k} must be positive, got {v}")
+            raise refuse(f"{name}: dimension {k} must be positive (or -1 to keep it dynamic), got {v}")
         if v > limits.MAX_DIM:
             raise refuse(f"{name}: dimension {k} is {v}, above the limit of 2^31")
         fixed = model_dims[k] if model_dims is not None and k < len(model_dims) else None
@@ -46,19 +51,129 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
     return dims
 
 
-def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+#: An ``input_shapes`` entry of -1 keeps that dim as the model has it (dynamic).
+KEEP_DYNAMIC = -1
+
+
+def resolve_input_shapes(
+    inputs: Mapping[str, "Sequence[int | str | None] | None"],
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    already: Mapping[str, int] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """``input_shapes`` and ``dims`` (symbolic dim name -> value) as one shape per input.
+
+    ``inputs``: each graph input's dims (an int where fixed, the symbol's name, None where
+    unknown; None for an unknown rank). Returns ``(shapes, fixed)``: ``shapes`` maps every input
+    that gets a value to its shape, -1 where a dim stays dynamic; ``fixed`` maps each symbolic
+    dim name the run fixes to its value (a dim fixed by ``--input-shape`` on one input holds for
+    every input and every tensor that names it, as ``--dim`` does). ``already``: symbols fixed
+    before (when the model was loaded); giving one again with the same value is no change.
+
+    Raises:
+        UsageError: an input shape :func:`check_input_shape` refuses; a dim name no graph
+            input carries; a value outside 1..2^31; the same dim given two values (by ``--dim``
+            and ``--input-shape``, or by two inputs' shapes).
+    """
+    names = list(inputs)
+    shapes: dict[str, list[int]] = {}
+    for name, shape in (input_shapes or {}).items():
+        model_dims = inputs.get(name)
+        ints = None if model_dims is None else [d if isinstance(d, int) and not isinstance(d, bool) else None
+                                               for d in model_dims]
+        shapes[name] = check_input_shape(name, shape, names, ints)
+    symbols: dict[str, list[tuple[str, int]]] = {}
+    for name, model_dims in inputs.items():
+        for k, d in enumerate(model_dims or []):
+            if isinstance(d, str) and d:
+                symbols.setdefault(d, []).append((name, k))
+    fixed: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for sym, value in (dims or {}).items():
+        if not isinstance(sym, str) or not sym:
+            raise UsageError(f"dims: a dim name must be a non-empty string, got {sym!r}", option="dims")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"dims: '{sym}' must be a positive integer, got {value!r}", option="dims")
+        if not 0 < int(value) <= limits.MAX_DIM:
+            raise UsageError(f"dims: '{sym}' must be in 1..2^31, got {int(value)}", option="dims")
+        if already and sym in already and sym not in symbols:
+            if int(value) != already[sym]:
+                raise UsageError(f"dims: '{sym}' was fixed to {already[sym]} when the model was loaded, got "
+                                 f"{value!r}", option="dims")
+            continue
+        if sym not in symbols:
+            known = ", ".join(sorted(symbols)) or "none: every input dim is fixed or unnamed"
+            raise UsageError(f"dims names '{sym}', which is no symbolic dim of a graph input (their symbolic dims: "
+                             f"{known})", option="dims")
+        fixed[sym] = int(value)
+        origin[sym] = f"dims {sym}={int(value)}"
+    for name, shape in shapes.items():  # a symbol an input shape fixes: the same value everywhere
+        for k, d in enumerate(inputs.get(name) or []):
+            v = shape[k]
+            if not isinstance(d, str) or not d or v == KEEP_DYNAMIC:
+                continue
+            if d in fixed and fixed[d] != v:
+                raise UsageError(f"input_shapes {name}: dimension {k} ('{d}') is {v}, but {origin[d]}",
+                                 option="input_shapes")
+            fixed.setdefault(d, v)
+            origin.setdefault(d, f"input_shapes {name} sets '{d}' to {v}")
+    for sym, value in fixed.items():
+        for name, k in symbols.get(sym, []):
+            shape = shapes.setdefault(name, [KEEP_DYNAMIC] * len(inputs[name] or []))
+            shape[k] = value
+    return shapes, fixed
+
+
+def input_dims(vi: onnx.ValueInfoProto) -> "list[int | str | None] | None":
+    """A ValueInfoProto's dims as :func:`resolve_input_shapes` takes them."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None,
+                        dims: Mapping[str, int] | None = None) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Fix the main graph's input dims (``input_shapes``, ``dims``: see
+    :func:`resolve_input_shapes`) and make every other declared shape agree.
+
+    Specializing makes the exporter's ``value_info`` stale: the value_info of default-domain node
+    outputs (in every graph) is dropped, so shape inference is the only source of their shapes
+    (a model with exporter value_info then folds exactly as the same model without it); a fixed
+    symbol is replaced by its value in what stays (graph outputs, other domains' outputs).
+    Returns the input shapes set (-1 where a dim stays dynamic) and the fixed symbols.
+    """
     inits = {i.name for i in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
-    for name, shape in input_shapes.items():
-        vi = inputs.get(name)
-        tt = vi.type.tensor_type if vi is not None else None
-        dims = None
-        if tt is not None and tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        shape = check_input_shape(name, shape, list(inputs), dims)
-        tt.ClearField("shape")
-        for v in shape:
-            tt.shape.dim.add().dim_value = v
+    shapes, fixed = resolve_input_shapes({n: input_dims(vi) for n, vi in inputs.items()}, input_shapes, dims)
+    for name, shape in shapes.items():
+        tt = inputs[name].type.tensor_type
+        old = list(tt.shape.dim) if tt.HasField("shape") else []
+        new = onnx.TensorShapeProto()
+        for k, v in enumerate(shape):
+            d = new.dim.add()
+            if v != KEEP_DYNAMIC:
+                d.dim_value = v
+            elif k < len(old):
+                d.CopyFrom(old[k])
+        tt.shape.CopyFrom(new)
+    if shapes:
+        for g in graph_protos(model.graph):
+            inferable = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output}
+            keep = [vi for vi in g.value_info if vi.name not in inferable]
+            if len(keep) != len(g.value_info):
+                del g.value_info[:]
+                g.value_info.extend(keep)
+            for vi in list(g.value_info) + list(g.output) + (list(g.input) if g is not model.graph else []):
+                _substitute(vi, fixed)
+    return shapes, fixed
+
+
+def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
+    if not fixed or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return
+    for d in vi.type.tensor_type.shape.dim:
+        if d.HasField("dim_param") and d.dim_param in fixed:
+            d.dim_value = fixed[d.dim_param]
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,0 +1,192 @@
+"""Shapes are a fact graphpass keeps true (issue 20): the exporter's value_info never wins over
+shape inference, --input-shape / --dim replace it, and shapes are re-inferred after passes.
+
+The models are hand-written the way torch's TorchScript exporter writes them: a dynamic batch
+``batch_size``, ``torch.chunk`` as two Slices whose bounds come from ``Shape``, a channel
+shuffle ``view(b, g, c // g, h, w)`` with every dim taken from ``x.size()``, and value_info
+with the exporter's own dim names for the tensors it could not size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.errors import UsageError
+from graphpass.ir import shapes as S
+from graphpass.testing import assert_equivalent, check_full, make_model, ops
+
+C, HW = 8, 4
+INT_MAX = np.iinfo(np.int64).max
+
+
+def _i(v):
+    return np.array(v, np.int64)
+
+
+def _chunk_shuffle_model(value_info: bool = True, extra_inputs: bool = False) -> onnx.ModelProto:
+    """x -> chunk(2, dim=1) -> (a, relu(b)) -> cat -> channel shuffle (groups 2) -> y."""
+    n = helper.make_node
+    nodes = [
+        # torch.chunk(x, 2, 1): the split point is Shape(x)[1] / 2
+        n("Shape", ["x"], ["s"]), n("Gather", ["s", "one"], ["c"], axis=0),
+        n("Add", ["c", "one"], ["c1"]), n("Div", ["c1", "two"], ["half"]),
+        n("Unsqueeze", ["half", "ax0"], ["half1"]),
+        n("Slice", ["x", "zero1", "half1", "ax1"], ["a"]),
+        n("Slice", ["x", "half1", "big1", "ax1"], ["b"]),
+        n("Relu", ["b"], ["rb"]),
+        n("Concat", ["a", "rb"], ["cat"], axis=1),
+        # x.view(b, 2, c // 2, h, w) with b, c, h, w = cat.size()
+        n("Shape", ["cat"], ["s2"]),
+        n("Gather", ["s2", "zero"], ["nb"], axis=0), n("Gather", ["s2", "one"], ["nc"], axis=0),
+        n("Gather", ["s2", "two"], ["nh"], axis=0), n("Gather", ["s2", "three"], ["nw"], axis=0),
+        n("Div", ["nc", "two"], ["cg"]),
+        n("Unsqueeze", ["nb", "ax0"], ["nb1"]), n("Unsqueeze", ["cg", "ax0"], ["cg1"]),
+        n("Unsqueeze", ["nh", "ax0"], ["nh1"]), n("Unsqueeze", ["nw", "ax0"], ["nw1"]),
+        n("Concat", ["nb1", "two1", "cg1", "nh1", "nw1"], ["shape5"], axis=0),
+        n("Reshape", ["cat", "shape5"], ["r5"]),
+        n("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+        n("Concat", ["nb1", "minus1", "nh1", "nw1"], ["shape4"], axis=0),
+        n("Reshape", ["t5", "shape4"], ["y"]),
+    ]
+    inits = {"zero": _i(0), "one": _i(1), "two": _i(2), "three": _i(3), "ax0": _i([0]), "ax1": _i([1]),
+             "zero1": _i([0]), "big1": _i([INT_MAX]), "two1": _i([2]), "minus1": _i([-1])}
+    vi = []
+    if value_info:  # what the exporter wrote: its own names for every dim it could not size
+        def v(name, dims, elem=TensorProto.FLOAT):
+            vi.append(helper.make_tensor_value_info(name, elem, dims))
+        v("a", ["batch_size", "Slice_a_dim_1", HW, HW])
+        v("b", ["batch_size", "Slice_b_dim_1", HW, HW])
+        v("rb", ["batch_size", "Relu_rb_dim_1", HW, HW])
+        v("cat", ["batch_size", "Concat_cat_dim_1", HW, HW])
+        v("r5", ["Reshape_r5_dim_0", "Reshape_r5_dim_1", "Reshape_r5_dim_2", "Reshape_r5_dim_3", "Reshape_r5_dim_4"])
+        v("t5", ["Transpose_t5_dim_0", "Transpose_t5_dim_1", "Transpose_t5_dim_2", "Transpose_t5_dim_3",
+                 "Transpose_t5_dim_4"])
+        v("half", [], TensorProto.INT64)
+    inputs = {"x": ["batch_size", C, HW, HW]}
+    outputs = {"y": ["Reshape_y_dim_0", "Reshape_y_dim_1", "Reshape_y_dim_2", "Reshape_y_dim_3"]}
+    if extra_inputs:  # a second input sharing the batch dim
+        nodes.append(n("Relu", ["m"], ["ym"]))
+        inputs["m"] = ["batch_size", 3]
+        outputs["ym"] = ["batch_size", 3]
+    return make_model(nodes, inputs, outputs, initializers=inits, value_info=vi)
+
+
+def _feeds(batch: int, extra: bool = False) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((batch, C, HW, HW)).astype(np.float32)}
+    feeds["x"][0, 0, 0, :3] = [np.nan, -0.0, np.inf]
+    if extra:
+        feeds["m"] = rng.standard_normal((batch, 3)).astype(np.float32)
+    return feeds
+
+
+PIPELINE = ["specialize_shapes", "fold_constants", "eliminate_dead_nodes", "fuse_channel_shuffle"]
+
+
+def _run(model, **kw):
+    result = gp.optimize(model, passes=PIPELINE, target="none", **kw)
+    return result, gp.to_proto(result.model)
+
+
+def test_input_shape_on_exporter_value_info_folds_as_much_as_without_it():
+    """The Done-when item of issue 20, on a small graph: the exporter's value_info changes
+    nothing once --input-shape fixed the input (before: the chunk's Slices kept shapes
+    inference no longer knew, and the shuffle was not fused)."""
+    runs = {}
+    for vi in (True, False):
+        result, out = _run(_chunk_shuffle_model(value_info=vi), input_shapes={"x": [2, C, HW, HW]})
+        runs[vi] = (ops(result.model.graph), {t.name: t.shape for n in result.model.graph.nodes for t in n.outputs})
+        assert_equivalent(_chunk_shuffle_model(vi), out, feeds=_feeds(2), exact=True)
+    assert runs[True] == runs[False]
+    assert runs[True][0] == ["Slice", "Slice", "Relu", "Concat", "Gather"]  # the shuffle fused
+    assert runs[True][1]["cat"] == [2, C, HW, HW]
+
+
+def test_no_tensor_keeps_a_stale_shape_after_folding():
+    """After fold_constants made the Slices static, every shape is re-inferred: none keeps the
+    exporter's dim names or onnx's unk__ (before: 'a' stayed ['unk__0', ...])."""
+    result, out = _run(_chunk_shuffle_model(), input_shapes={"x": [1, C, HW, HW]})
+    graph = result.model.graph
+    assert S.count_unresolved(graph) == 0
+    for t in [t for n in graph.nodes for t in n.outputs]:
+        assert all(isinstance(d, int) for d in t.shape), (t.name, t.shape)
+    declared = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                for vi in list(out.graph.value_info) + list(out.graph.output)}
+    assert declared["a"] == [1, C // 2, HW, HW] and declared["y"] == [1, C, HW, HW]
+    check_full(out)
+
+
+def test_manager_reinfers_shapes_after_a_round_that_left_them_stale():
+    """A pass that changes the graph without re-inferring (here CSE merging equal constants)
+    leaves the exporter's names; the manager infers shapes again at the end of the round."""
+    graph = gp.load(_chunk_shuffle_model(), input_shapes={"x": [2, C, HW, HW]}).graph
+    gp.optimize(graph, passes=["fold_constants"], target="none")
+    assert S.count_unresolved(graph) == 0
+    assert graph.outputs[0].shape == [2, C, HW, HW]
+
+
+def test_without_input_shapes_the_declared_numbers_are_kept():
+    """No specialization: a dim inference cannot tell keeps the exporter's number (h, w)."""
+    graph = gp.load(_chunk_shuffle_model()).graph
+    gp.optimize(graph, passes=["eliminate_common_subexpressions"], target="none")
+    a = next(t for n in graph.nodes for t in n.outputs if t.name == "a")
+    assert a.shape[2:] == [HW, HW]
+
+
+@pytest.mark.parametrize("where", ["load", "pass"])
+def test_dim_fixes_a_symbol_on_every_input_and_tensor(where):
+    model = _chunk_shuffle_model(extra_inputs=True)
+    if where == "load":
+        result, out = _run(model, dims={"batch_size": 3})
+    else:
+        result, out = _run(gp.load(model), dims={"batch_size": 3})
+    graph = result.model.graph
+    assert [t.shape for t in graph.inputs] == [[3, C, HW, HW], [3, 3]]
+    assert [t.shape for t in graph.outputs] == [[3, C, HW, HW], [3, 3]]
+    assert "Gather" in ops(graph) and "Transpose" not in ops(graph)
+    assert S.given_shapes(graph)["dims"] == {"batch_size": 3}
+    assert_equivalent(model, out, feeds=_feeds(3, extra=True), exact=True)
+
+
+def test_input_shape_fixes_a_shared_symbol_on_the_other_inputs_too():
+    result, _ = _run(_chunk_shuffle_model(extra_inputs=True), input_shapes={"x": [4, C, HW, HW]})
+    assert [t.shape for t in result.model.graph.inputs] == [[4, C, HW, HW], [4, 3]]
+
+
+def test_minus_one_keeps_a_dim_dynamic():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["N", 3, "H", "W"]}, {"y": ["N", 3, "H", "W"]})
+    graph = gp.load(model, input_shapes={"x": [1, 3, -1, -1]}).graph
+    assert graph.inputs[0].shape == [1, 3, "H", "W"]
+    assert graph.outputs[0].shape == [1, 3, "H", "W"]
+    graph = gp.load(model).graph
+    gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [-1, 3, 5, -1]}, target="none")
+    assert graph.inputs[0].shape == ["N", 3, 5, "W"]
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"dims": {"batch": 1}}, "no symbolic dim of a graph input .*batch_size"),
+    ({"dims": {"batch_size": 0}}, "must be in 1..2"),
+    ({"dims": {"batch_size": -1}}, "must be in 1..2"),
+    ({"dims": {"batch_size": 1.5}}, "positive integer"),
+    ({"dims": {"batch_size": 1}, "input_shapes": {"x": [2, C, HW, HW]}}, "is 2, but dims batch_size=1"),
+    ({"input_shapes": {"x": [2, C, HW, HW], "m": [3, 3]}}, "'batch_size'.* is 3, but input_shapes x"),
+    ({"input_shapes": {"x": [-2, C, HW, HW]}}, "positive"),
+])
+def test_bad_dims_are_usage_errors(kw, message):
+    model = _chunk_shuffle_model(extra_inputs=True)
+    with pytest.raises(UsageError, match=message):
+        gp.load(model, **kw)
+    with pytest.raises(UsageError, match=message):
+        gp.optimize(gp.load(model), passes=["specialize_shapes"], target="none", **kw)
+
+
+def test_dims_given_again_after_load_are_no_change_and_a_new_value_conflicts():
+    m = gp.load(_chunk_shuffle_model(), dims={"batch_size": 2})
+    result = gp.optimize(m, passes=["specialize_shapes"], dims={"batch_size": 2}, target="none")
+    assert not result.report.passes[0].modified
+    with pytest.raises(UsageError, match="fixed to 2 when the model was loaded"):
+        gp.optimize(m, passes=["specialize_shapes"], dims={"batch_size": 4}, target="none")
