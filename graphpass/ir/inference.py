@@ -103,10 +103,10 @@ def resolve_input_shapes(
             continue
         if sym not in symbols:
             known = ", ".join(sorted(symbols)) or "none: every input dim is fixed or unnamed"
-            raise UsageError(f"dims names '{sym}', which is no symbolic dim of a graph input (their symbolic dims: "
+            raise UsageError(f"dims names '{sym}', which is no symbolic dim of a graph input (the inputs' dim names: "
                              f"{known})", option="dims")
         fixed[sym] = int(value)
-        origin[sym] = f"dims {sym}={int(value)}"
+        origin[sym] = f"the dim '{sym}' is given as {int(value)}"
     for name, shape in shapes.items():  # a symbol an input shape fixes: the same value everywhere
         for k, d in enumerate(inputs.get(name) or []):
             v = shape[k]
@@ -116,7 +116,7 @@ def resolve_input_shapes(
                 raise UsageError(f"input_shapes {name}: dimension {k} ('{d}') is {v}, but {origin[d]}",
                                  option="input_shapes")
             fixed.setdefault(d, v)
-            origin.setdefault(d, f"input_shapes {name} sets '{d}' to {v}")
+            origin.setdefault(d, f"the shape of input '{name}' sets '{d}' to {v}")
     for sym, value in fixed.items():
         for name, k in symbols.get(sym, []):
             shape = shapes.setdefault(name, [KEEP_DYNAMIC] * len(inputs[name] or []))

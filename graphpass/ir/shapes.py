@@ -16,7 +16,7 @@ from graphpass.ir.graph import iter_graphs, subgraph_pairs
 
 __all__ = ["refresh_shapes", "static_shape", "numel", "tensor_elem_type", "ONNX_TO_NP", "substitute_dims",
            "count_unresolved", "unresolved_dims", "bound_symbols", "record_given", "given_shapes",
-           "shape_epoch"]
+           "shape_epoch", "dim_hint"]
 
 ONNX_TO_NP = {
     onnx.TensorProto.FLOAT: np.dtype("float32"),
@@ -228,3 +228,20 @@ def given_shapes(graph: gs.Graph) -> dict[str, dict]:
     on this graph (empty dicts when nothing was given)."""
     given = graph.__dict__.get(_GIVEN_KEY)
     return {"inputs": dict(given["inputs"]), "dims": dict(given["dims"])} if given else {"inputs": {}, "dims": {}}
+
+
+def dim_hint(graph: gs.Graph, dim) -> str:
+    """What to tell the user about a symbolic or unknown ``dim`` of ``graph``: how to fix it when
+    they fixed nothing yet; when --input-shape/--dim were given, what is still unresolved (never
+    "pass --input-shape" to someone who did)."""
+    given = given_shapes(graph)
+    bound = bound_symbols(graph)
+    if isinstance(dim, str) and dim in bound:
+        return f"fix it with --dim {dim}=VALUE or --input-shape"
+    if not (given["inputs"] or given["dims"]):
+        return "fix the inputs with --input-shape or --dim"
+    fixed = ", ".join(given["inputs"]) or "the inputs"
+    if given["dims"]:
+        fixed += " (" + ", ".join(f"{k}={v}" for k, v in given["dims"].items()) + ")"
+    return (f"unresolved although --input-shape/--dim fixed {fixed}: the dim is computed inside the model "
+            "and shape inference cannot size it")

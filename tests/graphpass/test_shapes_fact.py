@@ -9,6 +9,8 @@ with the exporter's own dim names for the tensors it could not size.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -172,8 +174,8 @@ def test_minus_one_keeps_a_dim_dynamic():
     ({"dims": {"batch_size": 0}}, "must be in 1..2"),
     ({"dims": {"batch_size": -1}}, "must be in 1..2"),
     ({"dims": {"batch_size": 1.5}}, "positive integer"),
-    ({"dims": {"batch_size": 1}, "input_shapes": {"x": [2, C, HW, HW]}}, "is 2, but dims batch_size=1"),
-    ({"input_shapes": {"x": [2, C, HW, HW], "m": [3, 3]}}, "'batch_size'.* is 3, but input_shapes x"),
+    ({"dims": {"batch_size": 1}, "input_shapes": {"x": [2, C, HW, HW]}}, "is 2, but the dim 'batch_size' is given as 1"),
+    ({"input_shapes": {"x": [2, C, HW, HW], "m": [3, 3]}}, "'batch_size'.* is 3, but the shape of input 'x' sets 'batch_size' to 2"),
     ({"input_shapes": {"x": [-2, C, HW, HW]}}, "positive"),
 ])
 def test_bad_dims_are_usage_errors(kw, message):
@@ -190,3 +192,100 @@ def test_dims_given_again_after_load_are_no_change_and_a_new_value_conflicts():
     assert not result.report.passes[0].modified
     with pytest.raises(UsageError, match="fixed to 2 when the model was loaded"):
         gp.optimize(m, passes=["specialize_shapes"], dims={"batch_size": 4}, target="none")
+
+
+# -- the CLI: --dim, -1, and what the messages say ----------------------------------------------
+
+def _nonzero_model() -> onnx.ModelProto:
+    """y's length is data-dependent (NonZero): no input shape can resolve it."""
+    n = helper.make_node
+    return make_model([n("Relu", ["x"], ["r"]), n("NonZero", ["r"], ["nz"]),
+                       n("Cast", ["nz"], ["nzf"], to=TensorProto.FLOAT), n("Relu", ["nzf"], ["y"])],
+                      {"x": ["batch", 3, 8, 8]}, {"y": [4, "nnz"]})
+
+
+def test_cli_dim_and_minus_one_optimize_and_verify(tmp_path, capsys):
+    from graphpass.cli import main
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_chunk_shuffle_model(extra_inputs=True), src)
+    assert main(["optimize", str(src), "-o", str(out), "--dim", "batch_size=2", "--verify", "-q"]) == 0
+    written = onnx.load(out)
+    assert [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in written.graph.input] == [[2, C, HW, HW], [2, 3]]
+    assert "Transpose" not in [n.op_type for n in written.graph.node]
+    assert main(["optimize", str(src), "-o", str(out), "--input-shape", "m:-1,3", "--verify", "-q"]) == 0
+    assert onnx.load(out).graph.input[1].type.tensor_type.shape.dim[0].dim_param == "batch_size"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dim", "batch"], "--dim 'batch': expected NAME=VALUE"),
+    (["--dim", "batch_size=two"], "must be an integer"),
+    (["--dim", "batch_size=0"], "--dim: 'batch_size' must be in 1..2^31, got 0"),
+    (["--dim", "nope=1"], "--dim names 'nope', which is no symbolic dim of a graph input"),
+    (["--dim", "batch_size=1", "--input-shape", "x:2,8,4,4"], "--input-shape x: dimension 0 ('batch_size') is 2"),
+])
+@pytest.mark.parametrize("verb", ["optimize", "cost"])
+def test_cli_bad_dims_are_one_line_exit_2(tmp_path, capsys, verb, args, message):
+    from graphpass.cli import main
+
+    src = tmp_path / "m.onnx"
+    onnx.save(_chunk_shuffle_model(extra_inputs=True), src)
+    extra = ["-o", str(tmp_path / "o.onnx")] if verb == "optimize" else []
+    assert main([verb, str(src), *extra, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_cost_says_which_dims_it_assumed_and_stops_once_they_are_fixed(tmp_path, capsys):
+    from graphpass.cli import main
+
+    src = tmp_path / "m.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ["batch", 3, 8, 8]},
+                         {"y": ["batch", 3, 8, 8]}), src)
+    assert main(["cost", str(src), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["assumed_dims"] == {"batch": 1}
+    assert any("symbolic dim 'batch' taken as 1 (fix it with --dim batch=VALUE" in a for a in report["assumptions"])
+    for flags in (["--dim", "batch=4"], ["--input-shape", "x:4,3,8,8"]):
+        assert main(["cost", str(src), "--format", "json", *flags]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["assumed_dims"] == {} and not any("batch" in a for a in report["assumptions"])
+    assert main(["cost", str(src)]) == 0
+    assert "assumed dims: batch=1" in capsys.readouterr().out
+
+
+def test_the_input_shape_hint_is_not_given_to_whoever_passed_it(tmp_path, capsys):
+    """Issue 20: the message told users to pass --input-shape when they had; now it says what is
+    still unresolved instead."""
+    from graphpass.cli import main
+
+    src = tmp_path / "m.onnx"
+    onnx.save(_nonzero_model(), src)
+    assert main(["cost", str(src), "--format", "json"]) == 0
+    before = json.loads(capsys.readouterr().out)["assumptions"]
+    assert any("--input-shape" in a for a in before)
+    assert main(["cost", str(src), "--format", "json", "--input-shape", "x:2,3,8,8"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    dims = [a for a in report["assumptions"] if a.startswith("symbolic dim")]
+    assert dims and all("fix it with" not in a and "unresolved although --input-shape/--dim fixed x" in a for a in dims)
+    assert "batch" not in report["assumed_dims"]
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--input-shape", "x:2,3,8,8"]) == 0
+    text = capsys.readouterr().out
+    assert "fix it with --input-shape" not in text and "fix the inputs with" not in text
+
+
+def test_diff_says_which_dims_the_estimates_assumed(tmp_path):
+    from graphpass.diff import diff_models, to_json, to_text
+
+    n = helper.make_node
+    a = make_model([n("Relu", ["x"], ["r"]), n("Relu", ["r"], ["y"])], {"x": ["batch", 3, 8, 8]}, {"y": ["batch", 3, 8, 8]})
+    b = make_model([n("Relu", ["x"], ["y"])], {"x": ["batch", 3, 8, 8]}, {"y": ["batch", 3, 8, 8]})
+    d = diff_models(a, b, target="ascend310p3")
+    assert json.loads(to_json(d))["cost"]["assumed_dims"] == {"before": {"batch": 1}, "after": {"batch": 1}}
+    assert "the estimates assume symbolic dims batch=1" in to_text(d, color=False)
+    static = make_model([n("Relu", ["x"], ["y"])], {"x": [1, 3, 8, 8]}, {"y": [1, 3, 8, 8]})
+    static2 = make_model([n("Relu", ["x"], ["r"]), n("Relu", ["r"], ["y"])], {"x": [1, 3, 8, 8]}, {"y": [1, 3, 8, 8]})
+    d = diff_models(static2, static, target="ascend310p3")
+    assert "assumed_dims" not in d.cost and "assume symbolic dims" not in to_text(d, color=False)
