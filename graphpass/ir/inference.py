@@ -318,10 +318,28 @@ def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
                 _drop_inferable_value_info(sub)
 
 
-def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
+def inputs_static(graph: onnx.GraphProto) -> bool:
+    """Every dim of every main-graph input (initializers aside) is a number."""
+    inits = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+            return False
+    return True
+
+
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: bool | None = None) -> int:
     """Put the inferred value_info of ``src`` into ``dst`` (same structure); returns how many of
     dst's own entries contradicted inference (a concrete dim, the rank or the dtype differs) and
-    were replaced. Dims inference left unknown keep dst's value."""
+    were replaced. A dim inference left unknown keeps dst's name for it; dst's number only when
+    ``trust_numbers`` (default: the model's inputs are all static, so the exporter traced the
+    only shapes there are). In a model with a dynamic input a declared number inference cannot
+    confirm is stale: an exporter that traced at batch 1 writes 1 where the batch is dynamic,
+    and folding Shape to it breaks the model at batch 2."""
+    if trust_numbers is None:
+        trust_numbers = inputs_static(dst)
     inferred = {vi.name: vi for vi in src.value_info}
     contradicted = 0
     first = None
@@ -329,7 +347,7 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
         new = inferred.pop(vi.name, None)
         if new is None or new == vi:
             continue
-        merged, conflict = _merge_value_info(vi, new)
+        merged, conflict = _merge_value_info(vi, new, trust_numbers)
         if conflict:
             contradicted += 1
             first = first or (vi.name, _dims_text(vi), _dims_text(new))
@@ -347,10 +365,10 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
     for n_src, n_dst in zip(src.node, dst.node):
         for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
             if a_src.type == onnx.AttributeProto.GRAPH:
-                contradicted += _copy_value_info(a_src.g, a_dst.g)
+                contradicted += _copy_value_info(a_src.g, a_dst.g, trust_numbers)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
                 for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
-                    contradicted += _copy_value_info(g_src, g_dst)
+                    contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
     return contradicted
 
 
@@ -361,7 +379,8 @@ def _dims_text(vi: onnx.ValueInfoProto) -> str:
     return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim) + "]"
 
 
-def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tuple[onnx.ValueInfoProto, bool]:
+def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto,
+                      trust_numbers: bool = True) -> tuple[onnx.ValueInfoProto, bool]:
     """Inferred ``new`` over declared ``old``: (merged, whether they contradicted)."""
     if not (old.type.HasField("tensor_type") and new.type.HasField("tensor_type")):
         return new, old.type.WhichOneof("value") != new.type.WhichOneof("value")
@@ -383,8 +402,8 @@ def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tup
         if md.HasField("dim_value"):
             if od.HasField("dim_value") and od.dim_value != md.dim_value:
                 conflict = True
-        elif od.HasField("dim_value") or (od.HasField("dim_param") and not md.HasField("dim_param")):
-            md.CopyFrom(od)
+        elif (od.HasField("dim_value") and trust_numbers) or (od.HasField("dim_param") and not md.HasField("dim_param")):
+            md.CopyFrom(od)  # a name is only a label; a number only where it can be trusted
     if not old.metadata_props or merged.metadata_props:
         return merged, conflict
     merged.metadata_props.extend(old.metadata_props)

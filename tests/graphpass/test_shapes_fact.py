@@ -131,12 +131,19 @@ def test_manager_reinfers_shapes_after_a_round_that_left_them_stale():
     assert graph.outputs[0].shape == [2, C, HW, HW]
 
 
-def test_without_input_shapes_the_declared_numbers_are_kept():
-    """No specialization: a dim inference cannot tell keeps the exporter's number (h, w)."""
-    graph = gp.load(_chunk_shuffle_model()).graph
+def test_with_static_inputs_the_declared_numbers_are_kept():
+    """All inputs static: the exporter traced the only shapes there are, so a number inference
+    cannot tell (a Slice whose bounds come from Shape) is taken from the value_info and kept
+    through a refresh; with a dynamic input it is not (see the traced-at-batch-1 tests)."""
+    model = _chunk_shuffle_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+    graph = gp.load(model).graph
     gp.optimize(graph, passes=["eliminate_common_subexpressions"], target="none")
     a = next(t for n in graph.nodes for t in n.outputs if t.name == "a")
     assert a.shape[2:] == [HW, HW]
+    graph = gp.load(_chunk_shuffle_model()).graph
+    a = next(t for n in graph.nodes for t in n.outputs if t.name == "a")
+    assert not any(isinstance(d, int) for d in a.shape)
 
 
 @pytest.mark.parametrize("where", ["load", "pass"])
@@ -289,3 +296,34 @@ def test_diff_says_which_dims_the_estimates_assumed(tmp_path):
     static2 = make_model([n("Relu", ["x"], ["r"]), n("Relu", ["r"], ["y"])], {"x": [1, 3, 8, 8]}, {"y": [1, 3, 8, 8]})
     d = diff_models(static2, static, target="ascend310p3")
     assert "assumed_dims" not in d.cost and "assume symbolic dims" not in to_text(d, color=False)
+
+
+def _traced_at_batch_one() -> onnx.ModelProto:
+    """The exporter traced at batch 1 and wrote the sizes it saw for tensors whose batch is
+    dynamic (x is ``batch_size``): numbers shape inference cannot confirm."""
+    m = _chunk_shuffle_model(value_info=False)
+    m.graph.value_info.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, C // 2, HW, HW])
+                              for name in ("a", "b", "rb"))
+    m.graph.value_info.append(helper.make_tensor_value_info("cat", TensorProto.FLOAT, [1, C, HW, HW]))
+    return m
+
+
+@pytest.mark.parametrize("passes", [["fold_constants", "eliminate_dead_nodes"], PIPELINE])
+def test_a_number_the_exporter_traced_is_not_folded_into_a_dynamic_model(passes):
+    """Before: the declared [1, 8, 4, 4] of 'cat' won over inference's unknown, Shape(cat) was
+    folded to it and the model failed at batch 2 (Reshape to [1, 2, 4, 4, 4])."""
+    model = _traced_at_batch_one()
+    result = gp.optimize(model, passes=passes, target="none")
+    out = gp.to_proto(result.model)
+    for batch in (1, 2):
+        assert_equivalent(model, out, feeds=_feeds(batch), exact=True)
+
+
+def test_input_shape_replaces_traced_numbers():
+    model = _traced_at_batch_one()
+    result, out = _run(model, input_shapes={"x": [2, C, HW, HW]})
+    shapes = {t.name: t.shape for n in result.model.graph.nodes for t in n.outputs}
+    assert shapes["a"] == [2, C // 2, HW, HW] and shapes["cat"] == [2, C, HW, HW]
+    declared = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in out.graph.value_info}
+    assert declared["cat"] == [2, C, HW, HW]
+    assert_equivalent(model, out, feeds=_feeds(2), exact=True)
