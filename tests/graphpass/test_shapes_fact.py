@@ -329,3 +329,25 @@ def test_input_shape_replaces_traced_numbers():
     declared = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in out.graph.value_info}
     assert declared["cat"] == [2, C, HW, HW]
     assert_equivalent(model, out, feeds=_feeds(2), exact=True)
+
+
+def test_shapes_are_reinferred_after_folding_with_a_dynamic_batch():
+    """corpus finding (ShuffleNetV2, TorchScript, dynamic batch): once the chunk's bounds are
+    folded to constants, inference can size the Slices again; before, nothing re-inferred
+    (only a shape that was None triggered it) and they stayed ['unk__0', 'unk__1', ...], the
+    channels lost for every pass after."""
+    n = helper.make_node
+    model = make_model(
+        [n("Add", ["four", "zero_s"], ["half"]), n("Unsqueeze", ["half", "ax0"], ["half1"]),
+         n("Slice", ["x", "zero1", "half1", "ax1"], ["a"]), n("Slice", ["x", "half1", "big1", "ax1"], ["b"]),
+         n("Relu", ["b"], ["rb"]), n("Concat", ["a", "rb"], ["y"], axis=1)],
+        {"x": ["batch_size", C, HW, HW]}, {"y": ["batch_size", C, HW, HW]},
+        initializers={"four": _i(C // 2), "zero_s": _i(0), "ax0": _i([0]), "ax1": _i([1]), "zero1": _i([0]),
+                      "big1": _i([INT_MAX])})
+    graph = gp.load(model).graph
+    assert S.count_unresolved(graph) > 0
+    gp.optimize(graph, passes=["fold_constants"], target="none")
+    shapes = {t.name: t.shape for nd in graph.nodes for t in nd.outputs}
+    assert shapes["a"] == ["batch_size", C // 2, HW, HW] and shapes["rb"] == ["batch_size", C // 2, HW, HW]
+    assert S.count_unresolved(graph) == 0
+    assert_equivalent(model, gp.to_proto(graph), feeds=_feeds(3), exact=True)
