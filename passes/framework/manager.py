@@ -130,6 +130,7 @@ class PassManager(Pass):
         for ins in instruments:
             ins.enter(self, graph, ctx)
         stale = False  # a pass changed the graph since shapes were last inferred
+        futile = -1  # the unresolved count a manager refresh could not lower
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for p in self.passes:
@@ -166,8 +167,14 @@ class PassManager(Pass):
                     rec.application = applied
                     changed = True
                 records.append(rec)
-            if stale and count_unresolved(graph):
-                refresh_shapes(graph)  # one export per round at most; the next round sees the result
+            if stale:
+                unresolved = count_unresolved(graph)
+                # one export per round at most; none once a refresh resolved nothing and no pass
+                # has added unresolved tensors since (dims only the data decides: NonZero, ...)
+                if unresolved and unresolved != futile:
+                    refresh_shapes(graph)
+                    after = count_unresolved(graph)
+                    futile = after if after == unresolved else -1
             stale = False
             if not changed:
                 break
