@@ -10,6 +10,7 @@ with the exporter's own dim names for the tensors it could not size.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -351,3 +352,36 @@ def test_shapes_are_reinferred_after_folding_with_a_dynamic_batch():
     assert shapes["a"] == ["batch_size", C // 2, HW, HW] and shapes["rb"] == ["batch_size", C // 2, HW, HW]
     assert S.count_unresolved(graph) == 0
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds(3), exact=True)
+
+
+# -- the real-exporter corpus (tests/data/exporters, from the corpus branch) ---------------------
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "exporters")
+
+
+def _strip_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    from graphpass.ir.graph import graph_protos
+
+    for g in graph_protos(model.graph):
+        del g.value_info[:]
+    return model
+
+
+@pytest.mark.parametrize("name", ["shufflenet_v2.dynamo.onnx", "nms_detector.dynamo.onnx", "gpt2.dynamo.onnx"])
+def test_corpus_input_shape_folds_as_much_with_the_exporters_value_info_as_without(name):
+    """Issue 20's Done-when item on real exports (the dynamo exporter writes value_info for
+    nearly every tensor); --dim with the same values folds as much as --input-shape."""
+    manifest = os.path.join(CORPUS, "manifest.json")
+    if not os.path.exists(os.path.join(CORPUS, name)):
+        pytest.skip("the exporter corpus is not in this tree")
+    entry = next(e for e in json.load(open(manifest))["files"] if e["file"] == name)
+    path = os.path.join(CORPUS, name)
+    shapes = {k: v["shape"] for k, v in entry["example_inputs"].items()}
+    assert len(onnx.load(path, load_external_data=False).graph.value_info) > 50
+    left = []
+    for src in (path, _strip_value_info(onnx.load(path))):
+        result = gp.optimize(src, pipeline="neutral", target="none", input_shapes=shapes)
+        left.append(ops(result.model.graph))
+    dims = {d: shapes[i["name"]][k] for i in entry["inputs"] for k, d in enumerate(i["shape"]) if isinstance(d, str)}
+    left.append(ops(gp.optimize(path, pipeline="neutral", target="none", dims=dims).model.graph))
+    assert left[0] == left[1] == left[2]
