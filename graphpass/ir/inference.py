@@ -186,8 +186,10 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     derives those shapes itself instead of trusting them. Inference runs without data
     propagation first; only if that leaves a shape unknown, and data propagation is safe (see
     :func:`_data_prop_safe`: it allocates per element of the 1-D tensors it follows), it runs
-    again with it. Returns the inferred copy; on failure logs a warning and returns ``model``
-    unchanged.
+    again with it. Where onnx stops, graphpass's own rules (:func:`_own_rules`) add what they
+    can tell and inference runs again from there (at most :data:`_OWN_RULE_ROUNDS` times, only
+    while a rule adds something). Returns the inferred copy; on failure logs a warning and
+    returns ``model`` unchanged.
     """
     light = _light_copy(model)
     try:
@@ -197,14 +199,103 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     if not _has_unknown_shapes(first.graph):
         return first
-    if not _data_prop_safe(model, first.graph):
+    data_prop = _data_prop_safe(model, first.graph)
+    if not data_prop:
         log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
-        return first
-    try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
-        log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
-        return first
+        result = first
+    else:
+        try:
+            result = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
+            log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
+            result, data_prop = first, False
+    for _ in range(_OWN_RULE_ROUNDS):
+        extra = _own_rules(light, result.graph)
+        if not extra:
+            break
+        light.graph.value_info.extend(extra)  # onnx starts from them and carries them downstream
+        try:
+            result = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
+        except Exception as e:  # noqa: BLE001 - keep what inference found without the rules
+            log.info("shape inference after graphpass's own rules failed (%s)", str(e).splitlines()[0])
+            break
+    return result
+
+
+#: Inference runs again at most this many times after graphpass's own rules added shapes.
+_OWN_RULE_ROUNDS = 3
+
+
+def _known_dim(d: onnx.TensorShapeProto.Dimension) -> bool:
+    return d.HasField("dim_value") or (d.HasField("dim_param") and not d.dim_param.startswith("unk__"))
+
+
+def _int_constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Small integer constants of ``graph`` (initializers, Constant nodes) by name, flattened."""
+    out: dict[str, list[int]] = {}
+    ints = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    for t in graph.initializer:
+        if t.data_type in ints and _numel(t) <= 64:
+            out[t.name] = [int(v) for v in onnx.numpy_helper.to_array(t).reshape(-1)]
+    for n in graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1:
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type in ints \
+                        and _numel(a.t) <= 64:
+                    out[n.output[0]] = [int(v) for v in onnx.numpy_helper.to_array(a.t).reshape(-1)]
+                elif a.name == "value_ints":
+                    out[n.output[0]] = [int(v) for v in a.ints]
+                elif a.name == "value_int":
+                    out[n.output[0]] = [int(a.i)]
+    return out
+
+
+def _own_rules(light: onnx.ModelProto, inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """Shapes of main-graph node outputs that onnx's inference left (partly) unknown and
+    graphpass's own rules can tell. Each returned entry only adds dims; none contradicts
+    inference.
+
+    Rules:
+      1. Slice (opset 10+) with constant ``axes`` and bounds onnx cannot read (computed from
+         ``Shape``, as ``torch.chunk`` exports): every dim not on a sliced axis is the input's.
+    """
+    if not any(n.op_type == "Slice" for n in inferred.node):
+        return []
+    version = next((o.version for o in light.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version < 10:
+        return []
+    known = {vi.name: vi for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output)}
+    consts = _int_constants(light.graph)
+    extra = []
+    for n in inferred.node:
+        if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 4 or not n.input[3]:
+            continue
+        axes = consts.get(n.input[3])
+        src, out = known.get(n.input[0]), known.get(n.output[0]) if n.output else None
+        if axes is None or src is None or out is None or not src.type.HasField("tensor_type") \
+                or not src.type.tensor_type.HasField("shape") or not out.type.HasField("tensor_type"):
+            continue
+        sdims = src.type.tensor_type.shape.dim
+        rank = len(sdims)
+        ot = out.type.tensor_type
+        if ot.HasField("shape") and len(ot.shape.dim) != rank:
+            continue
+        if any(not -rank <= a < rank for a in axes):
+            continue
+        sliced = {a % rank for a in axes}
+        new = onnx.ValueInfoProto()
+        new.CopyFrom(out)
+        if not ot.HasField("shape"):
+            for _ in range(rank):
+                new.type.tensor_type.shape.dim.add()
+        added = False
+        for k, (sd, nd) in enumerate(zip(sdims, new.type.tensor_type.shape.dim)):
+            if k not in sliced and not _known_dim(nd) and _known_dim(sd):
+                nd.CopyFrom(sd)
+                added = True
+        if added:
+            extra.append(new)
+    return extra
 
 
 def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:

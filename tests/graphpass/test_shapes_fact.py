@@ -144,9 +144,9 @@ def test_with_static_inputs_the_declared_numbers_are_kept():
     gp.optimize(graph, passes=["eliminate_common_subexpressions"], target="none")
     a = next(t for n in graph.nodes for t in n.outputs if t.name == "a")
     assert a.shape[2:] == [HW, HW]
-    graph = gp.load(_chunk_shuffle_model()).graph
+    graph = gp.load(_traced_at_batch_one()).graph
     a = next(t for n in graph.nodes for t in n.outputs if t.name == "a")
-    assert not any(isinstance(d, int) for d in a.shape)
+    assert a.shape[0] == "batch_size"  # not the traced 1 (the h, w come from the Slice rule)
 
 
 @pytest.mark.parametrize("where", ["load", "pass"])
@@ -385,3 +385,35 @@ def test_corpus_input_shape_folds_as_much_with_the_exporters_value_info_as_witho
     dims = {d: shapes[i["name"]][k] for i in entry["inputs"] for k, d in enumerate(i["shape"]) if isinstance(d, str)}
     left.append(ops(gp.optimize(path, pipeline="neutral", target="none", dims=dims).model.graph))
     assert left[0] == left[1] == left[2]
+
+
+def test_own_rule_slice_with_computed_bounds_keeps_the_other_dims():
+    """onnx gives up on a Slice whose bounds are computed (all four dims unknown); graphpass's
+    rule: dims off the sliced axes are the input's, and inference carries them on (Relu)."""
+    n = helper.make_node
+    model = make_model(
+        [n("Shape", ["x"], ["s"]), n("Gather", ["s", "one"], ["c"], axis=0), n("Div", ["c", "two"], ["h"]),
+         n("Unsqueeze", ["h", "ax0"], ["h1"]), n("Slice", ["x", "zero1", "h1", "ax1"], ["a"]),
+         n("Relu", ["a"], ["y"])],
+        {"x": ["batch_size", C, HW, HW + 1]}, {"y": None},
+        initializers={"one": _i(1), "two": _i(2), "ax0": _i([0]), "ax1": _i([-3]), "zero1": _i([0])})
+    graph = gp.load(model).graph
+    shapes = {t.name: t.shape for nd in graph.nodes for t in nd.outputs}
+    assert shapes["a"][0] == "batch_size" and shapes["a"][2:] == [HW, HW + 1]
+    assert not isinstance(shapes["a"][1], int)  # the sliced axis stays unknown
+    assert shapes["y"][0] == "batch_size" and shapes["y"][2:] == [HW, HW + 1]
+    result = gp.optimize(graph, passes=["fold_constants", "eliminate_dead_nodes"], target="none")
+    assert_equivalent(model, gp.to_proto(result.model), feeds={"x": _feeds(3)["x"][..., :1].repeat(HW + 1, -1)},
+                      exact=True)
+
+
+def test_own_rule_does_not_guess_without_constant_axes():
+    """axes fed at run time: any axis may be sliced, so no dim is copied."""
+    n = helper.make_node
+    model = make_model(
+        [n("Slice", ["x", "zero1", "one1", "ax"], ["y"])],
+        {"x": ["N", 4, 4], "ax": (TensorProto.INT64, [1])}, {"y": None},
+        initializers={"zero1": _i([0]), "one1": _i([1])})
+    graph = gp.load(model).graph
+    y = graph.outputs[0]
+    assert y.shape is None or not any(isinstance(d, int) or d == "N" for d in y.shape)
