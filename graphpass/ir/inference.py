@@ -138,8 +138,10 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
 
     Specializing makes the exporter's ``value_info`` stale: the value_info of default-domain node
     outputs (in every graph) is dropped, so shape inference is the only source of their shapes
-    (a model with exporter value_info then folds exactly as the same model without it); a fixed
-    symbol is replaced by its value in what stays (graph outputs, other domains' outputs).
+    (a model with exporter value_info then folds exactly as the same model without it), and so
+    are the numbers declared on graph outputs of default-domain nodes (inference sizes them
+    again); a fixed symbol is replaced by its value in what stays (graph outputs, other
+    domains' outputs).
     Returns the input shapes set (-1 where a dim stays dynamic) and the fixed symbols.
     """
     inits = {i.name for i in model.graph.initializer}
@@ -165,6 +167,10 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
                 g.value_info.extend(keep)
             for vi in list(g.value_info) + list(g.output) + (list(g.input) if g is not model.graph else []):
                 _substitute(vi, fixed)
+            for vi in g.output:  # a number declared on a standard op's output was traced, not inferred
+                if vi.name in inferable and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape") \
+                        and any(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
+                    vi.type.tensor_type.ClearField("shape")
     return shapes, fixed
 
 

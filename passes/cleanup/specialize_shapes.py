@@ -57,6 +57,13 @@ def _specialize(graph: gs.Graph, input_shapes, dims) -> tuple[int, int]:
             t.shape = new
             changed += 1
     substituted = substitute_dims(graph, fixed)
+    if changed:  # a number declared on a standard op's graph output was traced: inference sizes it again
+        for t in graph.outputs:
+            producer = t.inputs[0] if isinstance(t, gs.Variable) and len(t.inputs) == 1 else None
+            if producer is not None and (producer.domain or "") in ("", "ai.onnx") and t.shape is not None \
+                    and any(isinstance(d, (int, np.integer)) for d in t.shape):
+                t.shape = None
+                substituted += 1
     record_given(graph, shapes, fixed)
     return changed, substituted
 

@@ -417,3 +417,20 @@ def test_own_rule_does_not_guess_without_constant_axes():
     graph = gp.load(model).graph
     y = graph.outputs[0]
     assert y.shape is None or not any(isinstance(d, int) or d == "N" for d in y.shape)
+
+
+@pytest.mark.parametrize("where", ["load", "pass"])
+def test_a_traced_number_on_a_graph_output_is_sized_again(where):
+    """The exporter declared y as [1, 3] (traced at batch 1) while x's batch is dynamic; with
+    the batch fixed to 8 the output is [8, 3], not the stale [1, 3]."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["a"]), n("Relu", ["a"], ["y"])], {"x": ["N", 3]}, {"y": [1, 3]})
+    if where == "load":
+        graph = gp.load(model, input_shapes={"x": [8, 3]}).graph
+    else:
+        graph = gp.load(model).graph
+        gp.optimize(graph, passes=["specialize_shapes"], input_shapes={"x": [8, 3]}, target="none")
+    assert graph.outputs[0].shape == [8, 3]
+    out = gp.to_proto(graph)
+    assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [8, 3]
+    check_full(out)
