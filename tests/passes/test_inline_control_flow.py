@@ -1,0 +1,447 @@
+"""inline_control_flow: If with a constant condition, Loop with M=1 and cond true, inlined (exact)."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP, helper, numpy_helper
+
+import graphpass as gp
+from graphpass.passes import inline_control_flow
+from graphpass.passes.framework import PassContext
+from graphpass.testing import assert_equivalent, check_full, make_model, ops, ort_run
+
+#: float32 values that break things: NaN, infinities, signed zeros, a subnormal, the max
+SPECIAL = np.array([[np.nan, np.inf, -np.inf], [-0.0, 1e-45, np.finfo(np.float32).max]], np.float32)
+
+
+def _vi(name, elem=TP.FLOAT, shape=(2, 3)):
+    return helper.make_tensor_value_info(name, elem, list(shape) if shape is not None else None)
+
+
+def _const(name, value):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name + "_v"))
+
+
+def _branch(nodes, outputs, name, initializers=()):
+    return helper.make_graph(nodes, name, [], [_vi(o) for o in outputs], initializer=list(initializers))
+
+
+def _if_model(cond, then_g, else_g, outputs=("y",), tail=True, cond_input=False):
+    """x -> If(cond) -> y -> Relu -> z (or y itself the graph output with ``tail=False``)."""
+    nodes = [] if cond_input else [_const("c", np.array(cond))]
+    nodes.append(helper.make_node("If", ["c"], list(outputs), then_branch=then_g, else_branch=else_g, name="if"))
+    if tail:
+        nodes.append(helper.make_node("Relu", [outputs[0]], ["z"]))
+    inputs = {"x": [2, 3]}
+    if cond_input:
+        inputs["c"] = (TP.BOOL, [])
+    outs = {"z": [2, 3]} if tail else {o: [2, 3] for o in outputs}
+    return make_model(nodes, inputs, outs, initializers={"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+
+
+def _then_else():
+    then_g = _branch([helper.make_node("Add", ["x", "w"], ["t1"]), helper.make_node("Neg", ["t1"], ["t2"])],
+                     ["t2"], "then")
+    else_g = _branch([helper.make_node("Sub", ["x", "w"], ["e1"])], ["e1"], "else")
+    return then_g, else_g
+
+
+def _inline(model, ctx=None):
+    graph = gp.load(model).graph
+    result = inline_control_flow(graph, ctx)
+    return graph, result
+
+
+@pytest.mark.parametrize("cond, expected", [(True, ["Add", "Neg", "Relu"]), (False, ["Sub", "Relu"])])
+def test_constant_if_is_replaced_by_the_taken_branch(cond, expected):
+    model = _if_model(cond, *_then_else())
+    graph, result = _inline(model)
+    assert result.modified and result.stats["if_inlined"] == 1
+    assert [o for o in ops(graph) if o != "Constant"] == expected
+    out = gp.to_proto(graph)
+    assert all(len(a.g.node) == 0 for n in out.graph.node for a in n.attribute)  # no subgraph left
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_the_moved_node_writes_the_if_output_itself():
+    model = _if_model(True, *_then_else())
+    graph, _ = _inline(model)
+    neg = next(n for n in graph.nodes if n.op == "Neg")
+    assert neg.outputs[0].name == "y"  # the If's output tensor, its name and type kept
+    relu = next(n for n in graph.nodes if n.op == "Relu")
+    assert relu.inputs[0] is neg.outputs[0]
+
+
+def _same(got, want):
+    """Bit for bit as far as values go: dtype, shape, NaN positions, the sign of every value."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_if_outputs_that_are_graph_outputs_keep_their_names_and_types():
+    # onnxruntime refuses a branch returning an outer value directly (it asks for an Identity), so
+    # the original cannot run: the result is compared with what the If means
+    then_g = _branch([helper.make_node("Abs", ["x"], ["a"])], ["a", "x"], "then")  # second output: a graph input
+    else_g = _branch([helper.make_node("Neg", ["x"], ["n"])], ["n", "n"], "else")
+    model = _if_model(True, then_g, else_g, outputs=("y1", "y2"), tail=False)
+    graph, _ = _inline(model)
+    out = gp.to_proto(graph)
+    check_full(out)
+    assert [o.name for o in out.graph.output] == ["y1", "y2"]
+    assert all(o.type.tensor_type.elem_type == TP.FLOAT for o in out.graph.output)
+    assert [o for o in ops(graph) if o != "Constant"] == ["Abs", "Identity"]  # y2 = x: an Identity keeps its name
+    got = ort_run(out, {"x": SPECIAL})
+    _same(got["y1"], np.abs(SPECIAL))
+    _same(got["y2"], SPECIAL)
+
+
+def test_else_branch_giving_one_tensor_to_two_outputs():
+    # onnxruntime 1.2x gives zeros for the first of two If outputs that are one branch tensor (a
+    # runtime bug): the reference is the same computation without the If
+    then_g = _branch([helper.make_node("Abs", ["x"], ["a"])], ["a", "a"], "then")
+    else_g = _branch([helper.make_node("Neg", ["x"], ["n"])], ["n", "n"], "else")
+    model = _if_model(False, then_g, else_g, outputs=("y1", "y2"), tail=False)
+    graph, _ = _inline(model)
+    out = gp.to_proto(graph)
+    check_full(out)
+    got = ort_run(out, {"x": SPECIAL})
+    _same(got["y1"], got["y2"])
+    ref = ort_run(make_model([helper.make_node("Neg", ["x"], ["n"])], {"x": [2, 3]}, {"n": [2, 3]}), {"x": SPECIAL})
+    _same(got["y1"], ref["n"])
+    model = _if_model(False, then_g, else_g, outputs=("y1", "y2"), tail=True)
+    graph, _ = _inline(model)
+    got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
+    ref = ort_run(make_model([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Relu", ["n"], ["z"])],
+                             {"x": [2, 3]}, {"z": [2, 3]}), {"x": SPECIAL})
+    _same(got["z"], ref["z"])
+
+
+def test_branch_output_from_outer_scope_and_from_a_branch_initializer():
+    then_g = _branch([], ["x"], "then")  # the branch returns an outer tensor as it is
+    k = numpy_helper.from_array(np.full((2, 3), -0.0, np.float32), "k")
+    else_g = _branch([], ["k"], "else", initializers=[k])  # ... or its own initializer
+    for cond, want in ((True, SPECIAL), (False, np.full((2, 3), -0.0, np.float32))):
+        for tail in (True, False):  # the If output read by a Relu, or a graph output itself
+            model = _if_model(cond, then_g, else_g, tail=tail)
+            graph, result = _inline(model)
+            assert result.modified and "If" not in ops(graph)
+            out = gp.to_proto(graph)
+            check_full(out)
+            assert [o.name for o in out.graph.output] == (["z"] if tail else ["y"])
+            got = ort_run(out, {"x": SPECIAL})
+            if tail:
+                relu = make_model([helper.make_node("Relu", ["v"], ["z"])], {"v": [2, 3]}, {"z": [2, 3]})
+                _same(got["z"], ort_run(relu, {"v": want})["z"])
+            else:
+                _same(got["y"], want)
+
+
+def test_branch_names_that_clash_with_other_scopes_are_renamed():
+    # two Ifs whose taken branches both define 't' and read a branch initializer 'k' (legal in
+    # sibling scopes); inlined side by side they would clash
+    def branch(op):
+        k = numpy_helper.from_array(np.array([2.0], np.float32), "k")
+        return helper.make_graph([helper.make_node(op, ["x", "k"], ["t"])], "b", [], [_vi("t")], initializer=[k])
+    nodes = [_const("c", np.array(True)),
+             helper.make_node("If", ["c"], ["y1"], then_branch=branch("Add"), else_branch=branch("Sub")),
+             helper.make_node("If", ["c"], ["y2"], then_branch=branch("Mul"), else_branch=branch("Div")),
+             helper.make_node("Relu", ["y1"], ["z1"]), helper.make_node("Relu", ["y2"], ["z2"])]
+    model = make_model(nodes, {"x": [2, 3]}, {"z1": [2, 3], "z2": [2, 3]})
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 2 and result.stats["renamed"] >= 1
+    out = gp.to_proto(graph)
+    names = [t for n in out.graph.node for t in n.output] + [i.name for i in out.graph.initializer]
+    assert len(names) == len(set(names))
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_nested_subgraph_reading_a_renamed_branch_tensor_follows_it():
+    inner_then = _branch([helper.make_node("Abs", ["t"], ["it"])], ["it"], "inner_then")
+    inner_else = _branch([helper.make_node("Neg", ["t"], ["ie"])], ["ie"], "inner_else")
+    then_g = _branch([helper.make_node("Add", ["x", "w"], ["t"]),
+                      helper.make_node("If", ["d"], ["r"], then_branch=inner_then, else_branch=inner_else)],
+                     ["r"], "then")
+    else_g = _branch([helper.make_node("Neg", ["x"], ["e"])], ["e"], "else")
+    nodes = [_const("c", np.array(True)), helper.make_node("Exp", ["x"], ["pre"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Add", ["y", "pre"], ["z"])]
+    # a tensor named 't' outside, beside the branch's own 't': the branch's is renamed
+    model = make_model(nodes + [helper.make_node("Sigmoid", ["x"], ["t_outer"])], {"x": [2, 3], "d": (TP.BOOL, [])},
+                       {"z": [2, 3], "t_outer": [2, 3]}, initializers={"w": np.ones((2, 3), np.float32)})
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1  # the inner If reads a graph input: stays
+    assert ops(graph).count("If") == 1
+    out = gp.to_proto(graph)
+    for d in (True, False):
+        assert_equivalent(model, out, feeds={"x": SPECIAL, "d": np.array(d)}, exact=True)
+
+
+def test_clash_with_a_name_of_the_parent_is_renamed():
+    # the untaken branch defines 'e'; a parent tensor is named 't' like the taken branch's
+    then_g = _branch([helper.make_node("Add", ["x", "w"], ["t"])], ["t"], "then")
+    else_g = _branch([helper.make_node("Neg", ["x"], ["e"])], ["e"], "else")
+    nodes = [_const("c", np.array(True)), helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Add", ["y", "x"], ["z"])]
+    model = make_model(nodes, {"x": [2, 3]}, {"z": [2, 3]}, initializers={"w": np.ones((2, 3), np.float32)})
+    graph = gp.load(model).graph
+    graph.outputs[0].name = "t"  # the graph output now named like the branch-local tensor (gs allows it)
+    model2 = gp.to_proto(graph)
+    graph2, result = _inline(model2)
+    out = gp.to_proto(graph2)
+    check_full(out)
+    assert [o.name for o in out.graph.output] == ["t"]
+    assert_equivalent(model2, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_if_with_a_condition_that_is_not_constant_is_left_and_explained():
+    model = _if_model(True, *_then_else(), cond_input=True)
+    ctx = PassContext()
+    graph, result = _inline(model, ctx)
+    assert not result.modified and "If" in ops(graph)
+    assert any("condition is not a constant" in e.reason for e in ctx.explanations)
+
+
+def test_if_in_a_pipeline_inlines_after_its_condition_folds():
+    # cond = Less(2, 3): folds to true, then the If goes
+    then_g, else_g = _then_else()
+    nodes = [_const("a", np.array(2, np.int64)), _const("b", np.array(3, np.int64)),
+             helper.make_node("Less", ["a", "b"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["y"], ["z"])]
+    model = make_model(nodes, {"x": [2, 3]}, {"z": [2, 3]}, initializers={"w": np.ones((2, 3), np.float32)})
+    out = gp.optimize(model, pipeline="cleanup", target="none").model.to_proto()
+    assert [n.op_type for n in out.graph.node] == ["Add", "Neg", "Relu"]
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+# -- Loop ------------------------------------------------------------------------------------------
+
+
+def _loop_body(scan=True, extra=()):
+    """body(i, cond_in, acc_in): acc_out = acc_in * w + Cast(i); scan s = acc_out - x; cond_out = cond_in."""
+    nodes = [helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+             helper.make_node("Mul", ["acc_in", "w"], ["m"]),
+             helper.make_node("Add", ["m", "fi"], ["acc_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]), *extra]
+    outs = [_vi("cond_out", TP.BOOL, []), _vi("acc_out")]
+    if scan:
+        nodes.append(helper.make_node("Sub", ["acc_out", "x"], ["s"]))
+        outs.append(_vi("s"))
+    return helper.make_graph(nodes, "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")], outs)
+
+
+def _loop_model(m, cond, scan=True, opset=17, body=None, outputs_are_graph_outputs=True):
+    """Loop(M, cond, x); M / cond: a value (an initializer), None (absent) or "input" (a graph input)."""
+    inits = {"w": np.full((2, 3), 0.5, np.float32)}
+    inputs = {"x": [2, 3]}
+    names = []
+    for key, value, elem in (("M", m, TP.INT64), ("cond", cond, TP.BOOL)):
+        if value is None:
+            names.append("")
+        elif isinstance(value, str):
+            inputs[key] = (elem, [])
+            names.append(key)
+        else:
+            inits[key] = np.array(value)
+            names.append(key)
+    loop_outs = ["acc", "stack"] if scan else ["acc"]
+    nodes = [helper.make_node("Loop", names + ["x"], loop_outs, body=body or _loop_body(scan), name="loop")]
+    outputs = {"acc": [2, 3]}
+    if scan:
+        outputs["stack"] = [None, 2, 3]
+    if not outputs_are_graph_outputs:
+        nodes += [helper.make_node("Abs", [o], [o + "_abs"]) for o in loop_outs]
+        outputs = {o + "_abs": v for o, v in outputs.items()}
+    return make_model(nodes, inputs, outputs, initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("cond", [True, None])
+@pytest.mark.parametrize("opset", [11, 13, 17, 21])
+def test_single_trip_loop_is_inlined(cond, opset):
+    model = _loop_model(np.int64(1), cond, opset=opset)
+    graph, result = _inline(model)
+    assert result.modified and result.stats["loop_inlined"] == 1
+    assert "Loop" not in ops(graph) and "Unsqueeze" in ops(graph)
+    out = gp.to_proto(graph)
+    assert [o.name for o in out.graph.output] == ["acc", "stack"]
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_single_trip_loop_with_outputs_read_inside_the_graph():
+    model = _loop_model(np.int64(1), True, outputs_are_graph_outputs=False)
+    graph, _ = _inline(model)
+    assert "Loop" not in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+
+@pytest.mark.parametrize("m, cond, reason", [
+    (np.int64(0), True, "not the constant 1"),
+    (np.int64(2), True, "not the constant 1"),
+    (np.int64(1), False, "condition at entry is false"),
+    (np.int64(1), "input", "condition at entry is not a constant"),
+    ("input", True, "not the constant 1"),
+    (None, True, "not the constant 1"),
+])
+def test_loops_that_may_not_run_exactly_once_stay(m, cond, reason):
+    model = _loop_model(m, cond)
+    ctx = PassContext()
+    graph, result = _inline(model, ctx)
+    assert not result.modified and "Loop" in ops(graph)
+    assert any(reason in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
+
+
+@pytest.mark.parametrize("m, cond", [(0, True), (1, False), (1, "input"), (2, True)])
+def test_pipeline_keeps_zero_trip_and_multi_trip_loops_exact(m, cond):
+    model = _loop_model(np.int64(m), cond)
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()
+    assert "Loop" in [n.op_type for n in out.graph.node]
+    feeds = {"x": SPECIAL}
+    if cond == "input":
+        for c in (True, False):
+            assert_equivalent(model, out, feeds={**feeds, "cond": np.array(c)}, exact=True)
+    else:
+        assert_equivalent(model, out, feeds=feeds, exact=True)
+
+
+def test_loop_body_passing_carried_value_through_and_reading_the_iteration_number():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+         helper.make_node("Add", ["x", "fi"], ["s"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, []), _vi("acc_in"), _vi("s")])  # acc passes through untouched
+    model = _loop_model(np.int64(1), True, body=body)
+    graph, result = _inline(model)
+    assert result.modified
+    out = gp.to_proto(graph)
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+    model = _loop_model(np.int64(1), True, body=body, outputs_are_graph_outputs=False)
+    graph, _ = _inline(model)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+
+def test_nested_if_in_a_single_trip_loop_is_inlined_too():
+    then_g = _branch([helper.make_node("Neg", ["m"], ["nm"])], ["nm"], "then")
+    else_g = _branch([helper.make_node("Abs", ["m"], ["am"])], ["am"], "else")
+    extra = [_const("k", np.array(False)),
+             helper.make_node("If", ["k"], ["picked"], then_branch=then_g, else_branch=else_g)]
+    body = _loop_body(scan=False, extra=extra)
+    body.output.append(_vi("picked"))  # a scan output from the inner If
+    model = _loop_model(np.int64(1), True, scan=False, body=body)
+    model.graph.node[0].output.append("stack")
+    model.graph.output.append(_vi("stack", TP.FLOAT, [1, 2, 3]))
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats == {**result.stats, "if_inlined": 1, "loop_inlined": 1}
+    assert not any(n.op in ("If", "Loop") for n in graph.nodes)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+
+def test_nested_if_in_a_multi_trip_loop_is_inlined_inside_the_body():
+    then_g = _branch([helper.make_node("Neg", ["m"], ["nm"])], ["nm"], "then")
+    else_g = _branch([helper.make_node("Abs", ["m"], ["am"])], ["am"], "else")
+    extra = [helper.make_node("If", ["k"], ["picked"], then_branch=then_g, else_branch=else_g)]
+    body = _loop_body(scan=False, extra=extra)
+    body.output.append(_vi("picked"))
+    model = _loop_model(np.int64(3), True, scan=False, body=body)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "k"))  # an outer-scope constant
+    model.graph.node[0].output.append("stack")
+    model.graph.output.append(_vi("stack", TP.FLOAT, [3, 2, 3]))
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1 and result.stats["loop_inlined"] == 0
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    assert "If" not in [n.op for n in loop.attrs["body"].nodes]
+    out = gp.to_proto(graph)
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_if_inside_a_scan_body_is_inlined_and_scan_stays():
+    then_g = helper.make_graph([helper.make_node("Neg", ["xi"], ["n"])], "then", [], [_vi("n", shape=[3])])
+    else_g = helper.make_graph([helper.make_node("Abs", ["xi"], ["a"])], "else", [], [_vi("a", shape=[3])])
+    body = helper.make_graph(
+        [_const("k", np.array(True)), helper.make_node("Add", ["st_in", "xi"], ["st_out"]),
+         helper.make_node("If", ["k"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "body", [_vi("st_in", TP.FLOAT, [3]), _vi("xi", TP.FLOAT, [3])],
+        [_vi("st_out", TP.FLOAT, [3]), _vi("y", TP.FLOAT, [3])])
+    model = make_model([helper.make_node("Scan", ["s0", "x"], ["sf", "ys"], body=body, num_scan_inputs=1)],
+                       {"s0": [3], "x": [2, 3]}, {"sf": [3], "ys": [2, 3]})
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1 and ops(graph) == ["Scan"]
+    out = gp.to_proto(graph)
+    assert_equivalent(model, out, feeds={"s0": np.array([-0.0, np.nan, 1], np.float32), "x": SPECIAL}, exact=True)
+
+
+def test_scan_stays_exact_through_the_pipeline():
+    then_g = helper.make_graph([helper.make_node("Neg", ["xi"], ["n"])], "then", [], [_vi("n", shape=[3])])
+    else_g = helper.make_graph([helper.make_node("Abs", ["xi"], ["a"])], "else", [], [_vi("a", shape=[3])])
+    body = helper.make_graph(
+        [_const("k", np.array(False)), helper.make_node("If", ["k"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "body", [_vi("xi", TP.FLOAT, [3])], [_vi("y", TP.FLOAT, [3])])
+    model = make_model([helper.make_node("Scan", ["x"], ["ys"], body=body, num_scan_inputs=1)],
+                       {"x": [None, 3]}, {"ys": [None, 3]})
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()
+    body = next(a.g for a in out.graph.node[0].attribute if a.name == "body")
+    assert [n.op_type for n in body.node] == ["Abs"]
+    # (0 rows: onnxruntime fails on the original Scan itself, "Invalid dim0_offset")
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_full_pipeline_on_a_vad_shaped_model_leaves_no_control_flow():
+    # the voice-activity shape of issue 20: an If on a constant flag (sample rate 16k?) whose
+    # taken branch holds a single-trip Loop over a state, with Identity/Cast noise inside
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["h_in"], ["h1"]),
+         helper.make_node("Cast", ["h1"], ["h2"], to=TP.DOUBLE), helper.make_node("Cast", ["h2"], ["h3"], to=TP.FLOAT),
+         helper.make_node("MatMul", ["h3", "wl"], ["h4"]), helper.make_node("Tanh", ["h4"], ["h_out"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("h_in", TP.FLOAT, [1, 4])],
+        [_vi("cond_out", TP.BOOL, []), _vi("h_out", TP.FLOAT, [1, 4])])
+    then_g = helper.make_graph(
+        [helper.make_node("Loop", ["one", "", "x"], ["h"], body=body)], "then", [], [_vi("h", TP.FLOAT, [1, 4])])
+    else_g = _branch([helper.make_node("Neg", ["x"], ["e"])], [], "else")
+    else_g.output.append(_vi("e", TP.FLOAT, [1, 4]))
+    nodes = [helper.make_node("Equal", ["sr", "sr16"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Sigmoid", ["y"], ["p"])]
+    model = make_model(nodes, {"x": [1, 4]}, {"p": [1, 4]},
+                       initializers={"sr": np.array(16000, np.int64), "sr16": np.array(16000, np.int64),
+                                     "one": np.array(1, np.int64),
+                                     "wl": np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)})
+    check_full(model)
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()
+    assert [n.op_type for n in out.graph.node] == ["MatMul", "Tanh", "Sigmoid"]
+    x = np.array([[np.nan, -np.inf, -0.0, 3.0]], np.float32)
+    assert_equivalent(model, out, feeds={"x": x}, exact=True)
+
+
+def test_if_with_branches_of_other_dtypes():
+    for elem, dtype in ((TP.INT64, np.int64), (TP.BOOL, np.bool_), (TP.FLOAT16, np.float16), (TP.INT8, np.int8)):
+        then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [_vi("t", elem)])
+        else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [_vi("e", elem)])
+        model = make_model([_const("c", np.array([True])),
+                            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                           {"x": (elem, [2, 3])}, {"y": (elem, [2, 3])})
+        graph, result = _inline(model)
+        assert result.modified
+        out = gp.to_proto(graph)
+        assert out.graph.output[0].type.tensor_type.elem_type == elem
+        x = np.arange(6).reshape(2, 3).astype(dtype)
+        assert_equivalent(model, out, feeds={"x": x}, exact=True)
+
+
+def test_empty_tensors_through_an_inlined_if():
+    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", shape=None)])
+    else_g = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", shape=None)])
+    model = make_model([_const("c", np.array(False)),
+                        helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                       {"x": [None, 3]}, {"y": [None, 3]})
+    graph, result = _inline(model)
+    assert result.modified and [o for o in ops(graph) if o != "Constant"] == ["Abs"]
+    out = gp.to_proto(graph)
+    for rows in (0, 2):
+        assert_equivalent(model, out, feeds={"x": np.full((rows, 3), -0.0, np.float32)}, exact=True)
