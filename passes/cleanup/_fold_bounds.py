@@ -64,8 +64,12 @@ def valid_shape_operand(op: str, index: int, value: np.ndarray) -> bool:
     """Whether ``value`` is a legal shape operand for input ``index`` of ``op``.
 
     Reshape's shape holds dims >= -1 with at most one -1; Expand/Tile/ConstantOfShape operands
-    hold dims >= 0. A fold that would create any other operand (Cast of NaN to int64) is refused.
+    hold dims >= 0; Range's bounds are scalars (onnxruntime runs a [1] tensor computed at run
+    time, but refuses it as an initializer). A fold that would create any other operand (Cast of
+    NaN to int64) is refused.
     """
+    if op == "Range":
+        return value.ndim == 0
     if _VALUE_SHAPED.get(op) != index or op in ("Range", "Pad", "Resize", "Upsample", "OneHot"):
         return True
     if value.dtype.kind not in "iu":

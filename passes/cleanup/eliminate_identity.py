@@ -24,7 +24,8 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
+from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 
 __all__ = ["EliminateIdentity"]
 
@@ -83,6 +84,19 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
     return True
 
 
+def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
+    """Readers of ``y`` that take ``x`` when it is computed but refuse it as an initializer (a
+    Range bound of shape [1]) keep the Identity."""
+    if not isinstance(x, gs.Constant):
+        return MatchResult.success()
+    for c in y.outputs:
+        for k, t in enumerate(c.inputs):
+            if t is y and not valid_shape_operand(c.op, k, np.asarray(x.values)):
+                return MatchResult.fail(f"{c.op} '{c.name}' would read the constant '{x.name}' of shape "
+                                        f"{list(np.shape(x.values))} as input {k}, which it refuses")
+    return MatchResult.success()
+
+
 class _Identity(Rule):
     """Cases 1 and 2 (the engine rewires a graph output to x's producer, or refuses: kept_at_output)."""
 
@@ -91,6 +105,9 @@ class _Identity(Rule):
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
         return m if m is not None and anchor.inputs and anchor.outputs else None
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        return _constant_accepted(m.anchor.inputs[0], m.anchor.outputs[0])
 
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         m.count("identity")

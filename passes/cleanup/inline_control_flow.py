@@ -30,6 +30,7 @@ import onnx_graphsurgeon as gs
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, subgraphs_of
 from graphpass.passes.cleanup._common import is_onnx_op
+from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 
@@ -128,6 +129,15 @@ def _local_tensors(nodes: list[gs.Node], sub: gs.Graph) -> list[gs.Tensor]:
     return out
 
 
+def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
+    """Whether a reader of ``out`` takes ``src`` computed at run time but refuses it as an
+    initializer (a Range bound of shape [1]: the ONNX function of AffineGrid reads one from an If)."""
+    if not isinstance(src, gs.Constant):
+        return False
+    value = np.asarray(src.values)
+    return any(not valid_shape_operand(c.op, k, value) for c in out.outputs for k, t in enumerate(c.inputs) if t is out)
+
+
 class _Inliner:
     def __init__(self, root: gs.Graph, ctx: PassContext, name: str, opset: int):
         self.root = root
@@ -219,6 +229,7 @@ class _Inliner:
                 or len(node.outputs) < n_carried or any(not t.name for t in carried_in):
             self.ctx.explain(self.name, node, "the body's inputs/outputs do not match the Loop's")
             return None
+        outs = list(node.outputs)
         moved = list(body.nodes)
         self._rename(moved, body)
         # body inputs -> values known at the single iteration
@@ -230,7 +241,6 @@ class _Inliner:
         for b, s in zip(body.inputs, substitutes):
             replace_uses(b, s)  # consumers in the body and in subgraphs nested in it
         sources = [mapping.get(id(t), t) for t in body.outputs[1:]]
-        outs = list(node.outputs)
         node.inputs.clear()
         node.outputs.clear()
         body.nodes = []
@@ -281,7 +291,7 @@ class _Inliner:
                 self.claimed[id(src)] = out
                 replace_uses(src, out)
                 writer.outputs[writer.outputs.index(src)] = out
-            elif id(out) in graph_outs:
+            elif id(out) in graph_outs or _refused_as_constant(out, src):
                 tail.append(gs.Node("Identity", name=self.names.fresh(f"{out.name}_inlined"),
                                     inputs=[src], outputs=[out]))
             else:

@@ -256,3 +256,20 @@ def test_a_plain_fold_counts_no_refusal_of_any_kind():
     assert result.stats["folded"] == 1 and ops(graph) == ["Add"]
     assert {k: result.stats[k] for k in ("too_large", "failed", "invalid_shape", "over_memory")} == {
         "too_large": 0, "failed": 0, "invalid_shape": 0, "over_memory": 0}
+
+
+def test_a_one_element_range_bound_that_is_not_a_scalar_stays_computed():
+    # Split(Shape(x)) gives [1] tensors; Range takes them at run time, but onnxruntime refuses a
+    # non-scalar Range bound that is an initializer when it loads the model. The ONNX function of
+    # AffineGrid does this once its If (on a constant) is inlined.
+    model = make_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Split", ["s"], ["a", "b"], num_outputs=2),
+                        helper.make_node("Range", ["z", "a", "o"], ["r"]), helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+                        helper.make_node("ReduceSum", ["x"], ["xs"], keepdims=0), helper.make_node("Add", ["rf", "xs"], ["y"])],
+                       {"x": [3, 4]}, {"y": [None]}, initializers={"z": np.array(0, np.int64), "o": np.array(1, np.int64)},
+                       opset=20)
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["invalid_shape"] >= 1
+    range_bound = next(n for n in graph.nodes if n.op == "Range").inputs[1]
+    assert not (isinstance(range_bound, gs.Constant) and range_bound.values.ndim != 0)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.full((3, 4), -0.0, np.float32)}, exact=True)

@@ -445,3 +445,23 @@ def test_empty_tensors_through_an_inlined_if():
     out = gp.to_proto(graph)
     for rows in (0, 2):
         assert_equivalent(model, out, feeds={"x": np.full((rows, 3), -0.0, np.float32)}, exact=True)
+
+
+def test_a_branch_constant_that_range_refuses_as_an_initializer_keeps_an_identity():
+    # the ONNX function of AffineGrid: If(is_2d) { D = one_1d } -> Range(0, D, 1). Range takes a
+    # [1] tensor computed at run time but onnxruntime refuses it as an initializer at load
+    one = numpy_helper.from_array(np.array([2], np.int64), "one_1d")
+    then_g = helper.make_graph([], "then", [], [_vi("one_1d", TP.INT64, [1])], initializer=[one])
+    else_g = helper.make_graph([helper.make_node("Identity", ["n"], ["e"])], "else", [], [_vi("e", TP.INT64, [1])])
+    nodes = [_const("c", np.array(True)),
+             helper.make_node("If", ["c"], ["d"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Range", ["z", "d", "o"], ["r"])]
+    model = make_model(nodes, {"n": (TP.INT64, [1])}, {"r": (TP.INT64, [None])}, opset=20,
+                       initializers={"z": np.array(0, np.int64), "o": np.array(1, np.int64)})
+    graph, result = _inline(model)
+    assert result.modified and [o for o in ops(graph) if o != "Constant"] == ["Identity", "Range"]
+    out = gp.to_proto(graph)
+    assert_equivalent(model, out, feeds={"n": np.array([5], np.int64)}, exact=True)
+    # and the cleanup pipeline after it keeps it runnable
+    out = gp.optimize(model, pipeline="cleanup", target="none").model.to_proto()
+    assert_equivalent(model, out, feeds={"n": np.array([5], np.int64)}, exact=True)
