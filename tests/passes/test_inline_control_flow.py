@@ -465,3 +465,22 @@ def test_a_branch_constant_that_range_refuses_as_an_initializer_keeps_an_identit
     # and the cleanup pipeline after it keeps it runnable
     out = gp.optimize(model, pipeline="cleanup", target="none").model.to_proto()
     assert_equivalent(model, out, feeds={"n": np.array([5], np.int64)}, exact=True)
+
+
+def test_an_if_of_another_domain_is_not_touched():
+    then_g, else_g = _then_else()
+    nodes = [_const("c", np.array(True)),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, domain="custom.cf"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    model = make_model(nodes, {"x": [2, 3]}, {"z": [2, 3]}, initializers={"w": np.ones((2, 3), np.float32)},
+                       extra_opsets={"custom.cf": 1})
+    graph, result = _inline(model)
+    assert not result.modified and "If" in ops(graph)
+
+
+def test_the_pass_runs_in_the_cleanup_pipeline_after_fold_constants():
+    from graphpass.passes.pipelines import PIPELINES
+
+    for name in ("cleanup", "neutral", "default"):
+        names = PIPELINES[name]
+        assert names.index("fold_constants") < names.index("inline_control_flow") < names.index("eliminate_dead_nodes")
