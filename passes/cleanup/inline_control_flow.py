@@ -129,6 +129,22 @@ def _local_tensors(nodes: list[gs.Node], sub: gs.Graph) -> list[gs.Tensor]:
     return out
 
 
+def _contradicts(a, b) -> bool:
+    """Two shapes that cannot both hold: other ranks, or another static size on one axis."""
+    if len(a) != len(b):
+        return True
+    return any(isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) and int(x) != int(y)
+               for x, y in zip(a, b))
+
+
+def _take_shape(out: gs.Tensor, shape) -> None:
+    """``out`` takes the shape its new source computes when it has none or a contradicting one
+    (a control-flow output declared with another rank than its body gives: nothing checked the
+    declaration while the Loop/If hid the shape; once inlined, shape inference would reject it)."""
+    if shape is not None and (out.shape is None or _contradicts(out.shape, shape)):
+        out.shape = list(shape)
+
+
 def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
     """Whether a reader of ``out`` takes ``src`` computed at run time but refuses it as an
     initializer (a Range bound of shape [1]: the ONNX function of AffineGrid reads one from an If)."""
@@ -253,6 +269,7 @@ class _Inliner:
             if not out.name:
                 continue
             s = self.claimed.get(id(s), s)
+            _take_shape(out, None if s.shape is None else [1, *s.shape])
             label = f"{node.name or 'loop'}_scan"
             if self.opset >= 13:
                 axes = gs.Constant(self.names.fresh(f"{label}_axes"), np.array([0], dtype=np.int64))
@@ -282,8 +299,7 @@ class _Inliner:
             src = self.claimed.get(id(src), src)
             if out.dtype is None:
                 out.dtype = src.dtype
-            if out.shape is None and src.shape is not None:
-                out.shape = src.shape
+            _take_shape(out, src.shape)
             writer = src.inputs[0] if len(src.inputs) == 1 else None
             if writer is not None and id(writer) in moved_ids and not isinstance(src, gs.Constant):
                 # the moved node writes the output tensor itself (its name and type stay); a

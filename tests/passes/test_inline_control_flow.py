@@ -484,3 +484,22 @@ def test_the_pass_runs_in_the_cleanup_pipeline_after_fold_constants():
     for name in ("cleanup", "neutral", "default"):
         names = PIPELINES[name]
         assert names.index("fold_constants") < names.index("inline_control_flow") < names.index("eliminate_dead_nodes")
+
+
+@pytest.mark.parametrize("kind", ["loop", "if"])
+def test_an_output_declared_with_a_wrong_rank_takes_the_shape_its_source_computes(kind):
+    # the fuzzer found it: a Loop output declared as a scalar while the body gives [0]; nothing
+    # checked the declaration while the Loop hid the shape, shape inference rejects it once inlined
+    if kind == "loop":
+        model = _loop_model(np.int64(1), None, scan=False)
+    else:
+        model = _if_model(False, *_then_else(), tail=False)
+    del model.graph.output[0].type.tensor_type.shape.dim[:]  # declared rank 0
+    if kind == "loop":
+        check_full(model)  # (the If's own inference sees its branches: that original is invalid)
+    graph, result = _inline(model)
+    assert result.modified
+    out = gp.to_proto(graph)
+    check_full(out)
+    assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [2, 3]
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
