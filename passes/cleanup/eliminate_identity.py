@@ -25,6 +25,7 @@ import onnx_graphsurgeon as gs
 from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
+from graphpass.passes.cleanup._common import prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 
 __all__ = ["EliminateIdentity"]
@@ -86,11 +87,14 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
 
 def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
     """Readers of ``y`` that take ``x`` when it is computed but refuse it as an initializer (a
-    Range bound of shape [1]) keep the Identity."""
+    Range bound of shape [1]) or compute otherwise with it (LSTM's R, prepacked) keep the Identity."""
     if not isinstance(x, gs.Constant):
         return MatchResult.success()
     for c in y.outputs:
         for k, t in enumerate(c.inputs):
+            if t is y and prepacked_operand(c, k):
+                return MatchResult.fail(f"{c.op} '{c.name}' computes with other rounding when its input {k} is "
+                                        f"a constant (onnxruntime prepacks it)")
             if t is y and not valid_shape_operand(c.op, k, np.asarray(x.values)):
                 return MatchResult.fail(f"{c.op} '{c.name}' would read the constant '{x.name}' of shape "
                                         f"{list(np.shape(x.values))} as input {k}, which it refuses")

@@ -29,7 +29,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, subgraphs_of
-from graphpass.passes.cleanup._common import is_onnx_op
+from graphpass.passes.cleanup._common import is_onnx_op, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
@@ -147,11 +147,13 @@ def _take_shape(out: gs.Tensor, shape) -> None:
 
 def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
     """Whether a reader of ``out`` takes ``src`` computed at run time but refuses it as an
-    initializer (a Range bound of shape [1]: the ONNX function of AffineGrid reads one from an If)."""
+    initializer (a Range bound of shape [1]: the ONNX function of AffineGrid reads one from an If),
+    or computes otherwise with it (LSTM's R, prepacked)."""
     if not isinstance(src, gs.Constant):
         return False
     value = np.asarray(src.values)
-    return any(not valid_shape_operand(c.op, k, value) for c in out.outputs for k, t in enumerate(c.inputs) if t is out)
+    return any(prepacked_operand(c, k) or not valid_shape_operand(c.op, k, value)
+               for c in out.outputs for k, t in enumerate(c.inputs) if t is out)
 
 
 class _Inliner:

@@ -273,3 +273,29 @@ def test_a_one_element_range_bound_that_is_not_a_scalar_stays_computed():
     range_bound = next(n for n in graph.nodes if n.op == "Range").inputs[1]
     assert not (isinstance(range_bound, gs.Constant) and range_bound.values.ndim != 0)
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.full((3, 4), -0.0, np.float32)}, exact=True)
+
+
+def _lstm_with_computed_r(r_node):
+    rng = np.random.default_rng(0)
+    h = 16
+    return make_model([r_node, helper.make_node("LSTM", ["x", "W", "R"], ["", "y"], hidden_size=h)],
+                      {"x": [3, 2, h]}, {"y": [1, 2, h]},
+                      initializers={"W": rng.standard_normal((1, 4 * h, h)).astype(np.float32),
+                                    "R0": rng.standard_normal((1, 4 * h, h)).astype(np.float32)})
+
+
+def test_an_lstm_recurrence_weight_computed_at_run_time_stays_computed():
+    # onnxruntime prepacks LSTM's R when it is an initializer and then rounds differently (1e-8)
+    # than on the same values computed at run time: folding it would not be bit for bit (a
+    # scripted torch LSTM in a Loop body slices and concatenates its weights so)
+    model = _lstm_with_computed_r(helper.make_node("Neg", ["R0"], ["R"]))
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and result.stats["prepacked"] == 1
+    assert ops(graph) == ["Identity", "LSTM"]  # the Neg is folded; LSTM reads the constant through an Identity
+    r = graph.nodes[-1].inputs[2]
+    assert not isinstance(r, gs.Constant) and isinstance(r.inputs[0].inputs[0], gs.Constant)
+    assert not fold_constants(graph).modified  # and that form is final
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((3, 2, 16)).astype(np.float32)
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": x}, exact=True)
