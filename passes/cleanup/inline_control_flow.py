@@ -298,12 +298,14 @@ class _Inliner:
         for out, src in zip(outs, sources):
             if not out.name:
                 continue
-            src = self.claimed.get(id(src), src)
+            claimed_by = self.claimed.get(id(src))
+            src = claimed_by or src
             if out.dtype is None:
                 out.dtype = src.dtype
             _take_shape(out, src.shape)
             writer = src.inputs[0] if len(src.inputs) == 1 else None
-            if writer is not None and id(writer) in moved_ids and not isinstance(src, gs.Constant):
+            if writer is not None and id(writer) in moved_ids and not isinstance(src, gs.Constant) \
+                    and src is not claimed_by:
                 # the moved node writes the output tensor itself (its name and type stay); a
                 # second output of the same source then reads this one
                 self.claimed[id(src)] = out

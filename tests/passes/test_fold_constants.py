@@ -299,3 +299,30 @@ def test_an_lstm_recurrence_weight_computed_at_run_time_stays_computed():
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal((3, 2, 16)).astype(np.float32)
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": x}, exact=True)
+
+
+def test_inside_a_loop_body_outer_constants_fold_with_the_body_s_own():
+    # body: acc_out = acc_in + (w * k) + Shape-derived value; w an outer initializer, s an outer
+    # Constant node, k the body's own constant: all of it folds inside the body
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Constant", [], ["k"], value=helper.make_tensor("kv", TensorProto.FLOAT, [], [2.0])),
+         helper.make_node("Mul", ["w", "k"], ["wk"]), helper.make_node("Add", ["wk", "s"], ["wks"]),
+         helper.make_node("Add", ["acc_in", "wks"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
+    model = make_model([helper.make_node("Constant", [], ["s"], value=helper.make_tensor("sv", TensorProto.FLOAT, [3], [-0.0, 1, 2])),
+                        helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+                       {"x": [3], "M": (TensorProto.INT64, [])}, {"y": [3]},
+                       initializers={"w": np.array([0.5, -0.0, np.inf], np.float32)})
+    graph = gp.load(model).graph
+    assert fold_constants(graph).modified
+    loop = next(n for n in graph.nodes if n.op == "Loop")
+    assert [n.op for n in loop.attrs["body"].nodes] == ["Identity", "Add"]
+    out = gp.to_proto(graph)
+    for m in (0, 1, 3):
+        assert_equivalent(model, out, feeds={"x": np.array([np.nan, -0.0, -np.inf], np.float32),
+                                             "M": np.array(m, np.int64)}, exact=True)

@@ -503,3 +503,34 @@ def test_an_output_declared_with_a_wrong_rank_takes_the_shape_its_source_compute
     check_full(out)
     assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [2, 3]
     assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_one_branch_tensor_for_two_outputs_both_read_inside_the_graph():
+    then_g = _branch([helper.make_node("Abs", ["x"], ["a"])], ["a", "a"], "then")
+    else_g = _branch([helper.make_node("Neg", ["x"], ["n"])], ["n", "n"], "else")
+    nodes = [_const("c", np.array(True)),
+             helper.make_node("If", ["c"], ["y1", "y2"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["y1"], ["z1"]), helper.make_node("Sigmoid", ["y2"], ["z2"])]
+    model = make_model(nodes, {"x": [2, 3]}, {"z1": [2, 3], "z2": [2, 3]})
+    graph, _ = _inline(model)
+    abs_node = next(n for n in graph.nodes if n.op == "Abs")
+    assert abs_node.outputs[0].name == "y1"
+    assert {n.op for n in abs_node.outputs[0].outputs} == {"Relu", "Sigmoid"}  # y2's reader reads y1
+    got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
+    ref = ort_run(make_model([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["z1"]),
+                              helper.make_node("Sigmoid", ["a"], ["z2"])], {"x": [2, 3]},
+                             {"z1": [2, 3], "z2": [2, 3]}), {"x": SPECIAL})
+    _same(got["z1"], ref["z1"])
+    _same(got["z2"], ref["z2"])
+
+
+def test_a_loop_body_tensor_both_carried_and_scanned():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Mul", ["acc_in", "w"], ["m"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, []), _vi("m"), _vi("m")])  # m carried and scanned
+    for graph_outputs in (True, False):
+        model = _loop_model(np.int64(1), True, body=body, outputs_are_graph_outputs=graph_outputs)
+        graph, result = _inline(model)
+        assert result.modified and "Loop" not in ops(graph)
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
