@@ -534,3 +534,30 @@ def test_a_loop_body_tensor_both_carried_and_scanned():
         graph, result = _inline(model)
         assert result.modified and "Loop" not in ops(graph)
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+
+_VAD = __import__("pathlib").Path(__file__).parents[1] / "data" / "control_flow" / "vad_scripted.torchscript.onnx"
+
+
+def _count(g):
+    return len(g.node) + sum(_count(a.g) for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+
+
+def test_a_scripted_torch_export_loses_its_single_trip_loop_bit_for_bit():
+    # a real TorchScript export (tests/data/control_flow/make_vad_scripted.py): an If on the sample
+    # rate input, a Loop over range(batch) around an LSTM cell whose weights are sliced in the body.
+    # 90 nodes (subgraphs counted); onnxslim 0.1.x leaves 18 and changes hn/cn by 1e-8 (it makes the
+    # LSTM weights initializers, which onnxruntime prepacks)
+    model = onnx.load(_VAD)
+    assert _count(model.graph) == 90
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()
+    assert "Loop" not in [n.op_type for n in out.graph.node]
+    assert _count(out.graph) <= 18
+    kept = gp.optimize(model, pipeline="neutral", target="none", disable=["inline_control_flow"]).model.to_proto()
+    assert "Loop" in [n.op_type for n in kept.graph.node]
+    for sr in (16000, 8000):
+        for seed in range(2):
+            feeds = {"x": np.random.default_rng(seed).standard_normal((1, 512)).astype(np.float32),
+                     "h": np.full((1, 8), -0.0, np.float32), "c": np.zeros((1, 8), np.float32),
+                     "sr": np.array(sr, np.int64)}
+            assert_equivalent(model, out, feeds=feeds, exact=True)
