@@ -561,3 +561,34 @@ def test_a_scripted_torch_export_loses_its_single_trip_loop_bit_for_bit():
                      "h": np.full((1, 8), -0.0, np.float32), "c": np.zeros((1, 8), np.float32),
                      "sr": np.array(sr, np.int64)}
             assert_equivalent(model, out, feeds=feeds, exact=True)
+
+
+def test_the_neutral_fusions_and_cleanups_run_inside_a_loop_that_stays():
+    # a Loop with a runtime trip count (never inlined): Pad->Conv, Conv->BatchNormalization, an
+    # Identity and a duplicate inside its body fuse/clean there, reading outer weights
+    rng = np.random.default_rng(0)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Pad", ["acc_in", "pads"], ["p"]),
+         helper.make_node("Conv", ["p", "cw"], ["cv"]),
+         helper.make_node("BatchNormalization", ["cv", "s", "b", "mu", "var"], ["bn"]),
+         helper.make_node("Identity", ["bn"], ["bn_id"]),
+         helper.make_node("MatMul", ["bn_id", "mw"], ["mm"]), helper.make_node("Add", ["mm", "mb"], ["ma"]),
+         helper.make_node("Tanh", ["ma"], ["t1"]), helper.make_node("Tanh", ["ma"], ["t2"]),
+         helper.make_node("Add", ["t1", "t2"], ["acc_out"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in", shape=[1, 2, 4, 4])],
+        [_vi("cond_out", TP.BOOL, []), _vi("acc_out", shape=[1, 2, 4, 4])])
+    inits = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "cw": rng.standard_normal((2, 2, 3, 3)).astype(np.float32),
+             "s": np.array([1.5, 0.5], np.float32), "b": np.array([0.1, -0.2], np.float32),
+             "mu": np.array([0.3, 0.0], np.float32), "var": np.array([2.0, 1.0], np.float32),
+             "mw": rng.standard_normal((4, 4)).astype(np.float32), "mb": rng.standard_normal(4).astype(np.float32)}
+    model = make_model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+                       {"x": [1, 2, 4, 4], "M": (TP.INT64, [])}, {"y": [1, 2, 4, 4]}, initializers=inits)
+    check_full(model)
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()
+    body_ops = [n.op_type for n in next(a.g for a in out.graph.node[0].attribute if a.name == "body").node]
+    # Pad and BN folded into the Conv, the Identity and the second Tanh gone (a 4-D MatMul stays: Gemm is 2-D)
+    assert body_ops == ["Identity", "Conv", "MatMul", "Add", "Tanh", "Add"], body_ops
+    for m in (0, 1, 2):
+        assert_equivalent(model, out, feeds={"x": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
+                                             "M": np.array(m, np.int64)}, rtol=1e-4, atol=1e-5)
