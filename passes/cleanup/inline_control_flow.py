@@ -156,6 +156,27 @@ def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
                for c in out.outputs for k, t in enumerate(c.inputs) if t is out)
 
 
+def _cast_pair_read_by_a_subgraph(moved: list[gs.Node], graph: gs.Graph, outs: list[gs.Tensor],
+                                  sources: list[gs.Tensor]) -> str | None:
+    """onnxruntime (1.2x-1.32, optimizations off too) fails at run time ('Missing Input') on a
+    Cast reading a Cast in a graph whose result only a subgraph reads (see hoist_loop_invariants):
+    the reason when inlining would build that, else None."""
+    here = {id(n) for n in graph.nodes} | {id(n) for n in moved}
+    out_of = {id(s): o for s, o in zip(sources, outs)}
+    for n in moved:
+        if not is_onnx_op(n, "Cast") or not n.inputs or not n.outputs:
+            continue
+        p = n.inputs[0].inputs[0] if len(n.inputs[0].inputs) == 1 else None
+        if p is None or not is_onnx_op(p, "Cast"):
+            continue
+        t = n.outputs[0]
+        readers = list(t.outputs) + (list(out_of[id(t)].outputs) if id(t) in out_of else [])
+        if readers and all(id(r) not in here for r in readers):
+            return (f"its Cast '{n.name}' reads a Cast and only a subgraph reads it: onnxruntime fails on that "
+                    "in the enclosing graph")
+    return None
+
+
 class _Inliner:
     def __init__(self, root: gs.Graph, ctx: PassContext, name: str, opset: int):
         self.root = root
@@ -206,6 +227,10 @@ class _Inliner:
         if branch.inputs or len(branch.outputs) != len(node.outputs):
             self.ctx.explain(self.name, node, "the taken branch has inputs, or not one output per If output")
             return None
+        reason = _cast_pair_read_by_a_subgraph(list(branch.nodes), graph, list(node.outputs), list(branch.outputs))
+        if reason:
+            self.ctx.explain(self.name, node, reason)
+            return None
         if isinstance(node.attrs.get(dropped), gs.Graph):
             self.names.forget(node.attrs[dropped])  # its names go with it: no need to rename around them
         moved = list(branch.nodes)
@@ -248,6 +273,10 @@ class _Inliner:
             self.ctx.explain(self.name, node, "the body's inputs/outputs do not match the Loop's")
             return None
         outs = list(node.outputs)
+        reason = _cast_pair_read_by_a_subgraph(list(body.nodes), graph, outs, list(body.outputs[1:]))
+        if reason:
+            self.ctx.explain(self.name, node, reason)
+            return None
         moved = list(body.nodes)
         self._rename(moved, body)
         # body inputs -> values known at the single iteration

@@ -592,3 +592,26 @@ def test_the_neutral_fusions_and_cleanups_run_inside_a_loop_that_stays():
     for m in (0, 1, 2):
         assert_equivalent(model, out, feeds={"x": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
                                              "M": np.array(m, np.int64)}, rtol=1e-4, atol=1e-5)
+
+
+def test_a_cast_pair_that_only_a_subgraph_would_read_keeps_its_if():
+    # onnxruntime fails at run time ('Missing Input') on a Cast reading a Cast in a graph whose
+    # result only a subgraph reads; inlining this If would build exactly that
+    then_g = helper.make_graph([helper.make_node("Cast", ["x"], ["a"], to=TP.DOUBLE),
+                                helper.make_node("Cast", ["a"], ["b"], to=TP.FLOAT)], "then", [], [_vi("b")])
+    else_g = _branch([helper.make_node("Neg", ["x"], ["e"])], ["e"], "else")
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "y"], ["acc_out"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, []), _vi("acc_out")])
+    model = make_model([_const("c", np.array(True)),
+                        helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+                        helper.make_node("Loop", ["M", "", "x"], ["z"], body=body)],
+                       {"x": [2, 3], "M": (TP.INT64, [])}, {"z": [2, 3]})
+    ctx = PassContext()
+    graph, result = _inline(model, ctx)
+    assert not result.modified
+    assert any("reads a Cast" in e.reason for e in ctx.explanations)
+    out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()  # the pair goes first, then the If
+    for m in (0, 2):
+        assert_equivalent(model, out, feeds={"x": SPECIAL, "M": np.array(m, np.int64)}, exact=True)
