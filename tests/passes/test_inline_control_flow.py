@@ -615,3 +615,35 @@ def test_a_cast_pair_that_only_a_subgraph_would_read_keeps_its_if():
     out = gp.optimize(model, pipeline="neutral", target="none").model.to_proto()  # the pair goes first, then the If
     for m in (0, 2):
         assert_equivalent(model, out, feeds={"x": SPECIAL, "M": np.array(m, np.int64)}, exact=True)
+
+
+def test_nested_constant_ifs_and_nested_single_trip_loops_all_go():
+    inner_then = _branch([helper.make_node("Abs", ["x"], ["it"])], ["it"], "inner_then")
+    inner_else = _branch([helper.make_node("Neg", ["x"], ["ie"])], ["ie"], "inner_else")
+    outer_then = _branch([_const("k", np.array(False)),
+                          helper.make_node("If", ["k"], ["r"], then_branch=inner_then, else_branch=inner_else),
+                          helper.make_node("Sigmoid", ["r"], ["s"])], ["s"], "outer_then")
+    outer_else = _branch([helper.make_node("Tanh", ["x"], ["e"])], ["e"], "outer_else")
+    model = _if_model(True, outer_then, outer_else)
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 2
+    assert [o for o in ops(graph) if o != "Constant"] == ["Neg", "Sigmoid", "Relu"]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c_in2"], ["c_out2"]), helper.make_node("Mul", ["a_in2", "w"], ["a_out2"]),
+         helper.make_node("Sub", ["a_out2", "x"], ["s2"])],
+        "inner", [_vi("i2", TP.INT64, []), _vi("c_in2", TP.BOOL, []), _vi("a_in2")],
+        [_vi("c_out2", TP.BOOL, []), _vi("a_out2"), _vi("s2")])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Loop", ["one", "", "acc_in"], ["acc_out", "st"], body=inner)],
+        "outer", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, []), _vi("acc_out"), _vi("st", shape=[1, 2, 3])])
+    model = _loop_model(np.int64(1), True, body=outer)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "one"))
+    model.graph.output[1].CopyFrom(_vi("stack", shape=[1, 1, 2, 3]))
+    check_full(model)
+    graph, result = _inline(model)
+    assert result.stats["loop_inlined"] == 2 and "Loop" not in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
