@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.shapes import static_shape
 
-__all__ = ["bound_nodes", "valid_shape_operand"]
+__all__ = ["bound_nodes", "valid_shape_operand", "judges_operand"]
 
 _UNARY = frozenset({
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike", "Ceil", "Celu",
@@ -58,6 +58,12 @@ def _value(t: gs.Tensor) -> np.ndarray | None:
         return np.asarray(t.values)
     except Exception:  # noqa: BLE001 - unreadable value: no bound
         return None
+
+
+def judges_operand(op: str, index: int) -> bool:
+    """Whether :func:`valid_shape_operand` looks at input ``index`` of ``op`` (any other input is
+    valid whatever it holds: a caller need not load the value)."""
+    return op == "Range" or (_VALUE_SHAPED.get(op) == index and op not in ("Pad", "Resize", "Upsample", "OneHot"))
 
 
 def valid_shape_operand(op: str, index: int, value: np.ndarray) -> bool:

@@ -26,7 +26,8 @@ from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
 from graphpass.passes.cleanup._common import prepacked_operand
-from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
+from graphpass.ir.graph import peek_values
+from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
 
 __all__ = ["EliminateIdentity"]
 
@@ -95,7 +96,7 @@ def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
             if t is y and prepacked_operand(c, k):
                 return MatchResult.fail(f"{c.op} '{c.name}' computes with other rounding when its input {k} is "
                                         f"a constant (onnxruntime prepacks it)")
-            if t is y and not valid_shape_operand(c.op, k, np.asarray(x.values)):
+            if t is y and judges_operand(c.op, k) and not valid_shape_operand(c.op, k, np.asarray(peek_values(x))):
                 return MatchResult.fail(f"{c.op} '{c.name}' would read the constant '{x.name}' of shape "
                                         f"{list(np.shape(x.values))} as input {k}, which it refuses")
     return MatchResult.success()

@@ -28,9 +28,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.ir import model_io
-from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, subgraphs_of
+from graphpass.ir.graph import NameGen, iter_graphs, peek_values, replace_uses, subgraphs_of
 from graphpass.passes.cleanup._common import is_onnx_op, prepacked_operand
-from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
+from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 
@@ -151,8 +151,8 @@ def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
     or computes otherwise with it (LSTM's R, prepacked)."""
     if not isinstance(src, gs.Constant):
         return False
-    value = np.asarray(src.values)
-    return any(prepacked_operand(c, k) or not valid_shape_operand(c.op, k, value)
+    return any(prepacked_operand(c, k) or (judges_operand(c.op, k)
+                                           and not valid_shape_operand(c.op, k, np.asarray(peek_values(src))))
                for c in out.outputs for k, t in enumerate(c.inputs) if t is out)
 
 
