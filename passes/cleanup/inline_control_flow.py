@@ -371,6 +371,8 @@ class InlineControlFlow(Pass):
     runs_after = ("fold_constants",)
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        if not any(is_onnx_op(n, "If", "Loop") for g in iter_graphs(graph) for n in g.nodes):
+            return PassResult(False, {"if_inlined": 0, "loop_inlined": 0, "renamed": 0})  # nothing to index
         inliner = _Inliner(graph, ctx, self.name, model_io.opset_of(graph) or graph.opset or 13)
         changed = inliner.visit(graph)
         return PassResult(changed, inliner.stats)
