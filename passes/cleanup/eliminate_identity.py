@@ -8,7 +8,10 @@
     x + 0, 0 + x, x - 0                          =>  as Identity (integers)
 
 Kept when ``y`` is a graph output and ``x`` cannot take its name: ``x`` is a graph input, another
-graph output, a constant, or comes from an enclosing scope. A Dropout is an identity only in
+graph output, a constant, or comes from an enclosing scope. Also kept when ``x`` is a constant that
+a reader of ``y`` takes computed but not as an initializer: a Range bound of shape [1] (onnxruntime
+refuses it at load), an LSTM/GRU weight W or R (onnxruntime prepacks it and rounds otherwise).
+A Dropout is an identity only in
 inference: no ``training_mode`` input, or a constant false one, and no consumer of its mask.
 A neutral element goes only when the constant does not broadcast ``x`` to a bigger shape and the
 result has ``x``'s dtype (both known). For floats the sign of a zero decides: ``-0.0 + (+0.0)`` is
@@ -24,10 +27,10 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
-from graphpass.passes.cleanup._common import prepacked_operand
 from graphpass.ir.graph import peek_values
+from graphpass.passes.cleanup._common import prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
 
 __all__ = ["EliminateIdentity"]
 
@@ -98,7 +101,7 @@ def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
                                         f"a constant (onnxruntime prepacks it)")
             if t is y and judges_operand(c.op, k) and not valid_shape_operand(c.op, k, np.asarray(peek_values(x))):
                 return MatchResult.fail(f"{c.op} '{c.name}' would read the constant '{x.name}' of shape "
-                                        f"{list(np.shape(x.values))} as input {k}, which it refuses")
+                                        f"{list(x.shape)} as input {k}, which it refuses")
     return MatchResult.success()
 
 
