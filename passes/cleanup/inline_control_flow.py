@@ -283,7 +283,7 @@ class _Inliner:
         iter_num = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_iteration"), np.array(0, dtype=np.int64))
         if cond is None or not cond.name:
             cond = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_cond"), np.array(True))
-        substitutes = [iter_num, cond, *carried_in]
+        substitutes = [iter_num, cond, *carried_in]  # cond_in is the Loop's cond as it is ([1] stays [1])
         mapping = {id(b): s for b, s in zip(body.inputs, substitutes)}
         for b, s in zip(body.inputs, substitutes):
             replace_uses(b, s)  # consumers in the body and in subgraphs nested in it

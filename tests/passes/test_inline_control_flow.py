@@ -647,3 +647,22 @@ def test_nested_constant_ifs_and_nested_single_trip_loops_all_go():
     graph, result = _inline(model)
     assert result.stats["loop_inlined"] == 2 and "Loop" not in ops(graph)
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+
+
+def test_a_cond_of_shape_1_reaches_the_body_as_it_is():
+    # onnxruntime feeds the Loop's cond to the body as it is: a [1] cond gives Shape(cond_in) = [1]
+    # (a scalar true put in its place would give []); the inlined body reads the same tensor
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Shape", ["cond_in"], ["cs"]),
+         helper.make_node("Identity", ["acc_in"], ["acc_out"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, None), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, None), _vi("acc_out"), _vi("cs", TP.INT64, [None])])
+    model = make_model([helper.make_node("Loop", ["M", "cond", "x"], ["acc", "shapes"], body=body)],
+                       {"x": [2, 3]}, {"acc": [2, 3], "shapes": (TP.INT64, [1, None])},
+                       initializers={"M": np.array(1, np.int64), "cond": np.array([True])})
+    ref = ort_run(model, {"x": SPECIAL})
+    graph, result = _inline(model)
+    assert result.modified
+    got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
+    assert got["shapes"].shape == ref["shapes"].shape and np.array_equal(got["shapes"], ref["shapes"])
+    _same(got["acc"], ref["acc"])
