@@ -129,6 +129,14 @@ def _local_tensors(nodes: list[gs.Node], sub: gs.Graph) -> list[gs.Tensor]:
     return out
 
 
+def _declared(t: gs.Tensor) -> tuple[int, ...]:
+    """The shape a body declares for its iteration number or cond: () or a static one-element shape."""
+    shape = t.shape
+    if shape is not None and all(isinstance(d, (int, np.integer)) and int(d) == 1 for d in shape):
+        return tuple(int(d) for d in shape)
+    return ()
+
+
 def _contradicts(a, b) -> bool:
     """Two shapes that cannot both hold: other ranks, or another static size on one axis."""
     if len(a) != len(b):
@@ -280,10 +288,14 @@ class _Inliner:
         moved = list(body.nodes)
         self._rename(moved, body)
         # body inputs -> values known at the single iteration
-        iter_num = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_iteration"), np.array(0, dtype=np.int64))
+        # onnxruntime shapes the iteration number (and an absent cond) as the body declares them
+        # ([] or [1]); a given cond reaches the body as it is ([1] stays [1])
+        iter_num = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_iteration"),
+                               np.zeros(_declared(body.inputs[0]), dtype=np.int64))
         if cond is None or not cond.name:
-            cond = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_cond"), np.array(True))
-        substitutes = [iter_num, cond, *carried_in]  # cond_in is the Loop's cond as it is ([1] stays [1])
+            cond = gs.Constant(self.names.fresh(f"{node.name or 'loop'}_cond"),
+                               np.ones(_declared(body.inputs[1]), dtype=np.bool_))
+        substitutes = [iter_num, cond, *carried_in]
         mapping = {id(b): s for b, s in zip(body.inputs, substitutes)}
         for b, s in zip(body.inputs, substitutes):
             replace_uses(b, s)  # consumers in the body and in subgraphs nested in it

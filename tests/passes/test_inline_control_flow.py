@@ -666,3 +666,29 @@ def test_a_cond_of_shape_1_reaches_the_body_as_it_is():
     got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
     assert got["shapes"].shape == ref["shapes"].shape and np.array_equal(got["shapes"], ref["shapes"])
     _same(got["acc"], ref["acc"])
+
+
+@pytest.mark.parametrize("i_shape", [[], [1]])
+@pytest.mark.parametrize("cond", [np.array(True), None])
+def test_the_iteration_number_and_an_absent_cond_reach_the_body_as_onnxruntime_feeds_them(cond, i_shape):
+    # onnxruntime shapes them as the body declares them ([] or [1]; it refuses an undeclared one)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Shape", ["i"], ["si"]),
+         helper.make_node("Shape", ["cond_in"], ["sc"]), helper.make_node("Concat", ["si", "sc"], ["s"], axis=0),
+         helper.make_node("Add", ["i", "i"], ["i2"]), helper.make_node("Identity", ["acc_in"], ["acc_out"])],
+        "body", [_vi("i", TP.INT64, i_shape), _vi("cond_in", TP.BOOL, None if cond is not None else i_shape),
+                 _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, None), _vi("acc_out"), _vi("s", TP.INT64, [None]), _vi("i2", TP.INT64, None)])
+    inits = {"M": np.array(1, np.int64)}
+    if cond is not None:
+        inits["cond"] = cond
+    model = make_model([helper.make_node("Loop", ["M", "cond" if cond is not None else "", "x"], ["acc", "shapes", "iters"],
+                                         body=body)],
+                       {"x": [2, 3]}, {"acc": [2, 3], "shapes": (TP.INT64, [1, None]), "iters": (TP.INT64, None)},
+                       initializers=inits)
+    ref = ort_run(model, {"x": SPECIAL})
+    graph, result = _inline(model)
+    assert result.modified
+    got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
+    for k in ("shapes", "iters"):
+        assert got[k].shape == ref[k].shape and np.array_equal(got[k], ref[k]), k
