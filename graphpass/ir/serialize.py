@@ -293,6 +293,7 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
+    declared = {vi.name for g in graph_protos(model.graph) for vi in g.value_info}
     if input_shapes:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
@@ -318,12 +319,28 @@ def from_proto(
         domain=model.domain,
         model_version=model.model_version,
         input_defaults=defaults,
+        meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
     toposort(graph)
     return graph
 
 
 _TYPE_KEY = "_gp_type"
+
+#: ``Model.meta`` key: the names the loaded model declared ``value_info`` for. :func:`save`
+#: writes value_info for those (with the shapes graphpass knows now) and for annotated tensors,
+#: not for every tensor inference reached: a file with no value_info does not gain any.
+DECLARED_VALUE_INFO = "graphpass.declared_value_info"
+
+
+def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None) -> None:
+    if declared is None:
+        return
+    for g in graph_protos(model.graph):
+        keep = [vi for vi in g.value_info if vi.name in declared or len(vi.metadata_props)]
+        if len(keep) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(keep)
 
 
 def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
@@ -460,10 +477,16 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
     arrays: list[tuple[gs.Constant, np.ndarray]] = []
     seen: set[int] = set()
+    graphs_of: dict[int, set[int]] = {}  # Constant -> the graphs that read it (outer weights in bodies)
+    by_name: dict[str, set[int]] = {}
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:
-                if not isinstance(t, gs.Constant) or id(t) in seen:
+                if not isinstance(t, gs.Constant):
+                    continue
+                graphs_of.setdefault(id(t), set()).add(id(g))
+                by_name.setdefault(t.name, set()).add(id(t))
+                if id(t) in seen:
                     continue
                 seen.add(id(t))
                 values = t._values
@@ -508,7 +531,34 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
             values.tensor = original
         for t, arr in arrays:
             t._values = arr
-    return model, originals
+    shared = {name for name, ids in by_name.items() if len(ids) == 1 and len(graphs_of[next(iter(ids))]) > 1}
+    return model, originals, shared
+
+
+def _hoist_shared_initializers(model: onnx.ModelProto, shared: set[str]) -> None:
+    """One copy of each weight that several graphs read, in the main graph.
+
+    gs writes a Constant into the initializers of every graph that reads it, so a weight of the
+    main graph read inside an If body was stored twice (once per branch, and the body's copy
+    of a weight over 1 KiB left as a header: an invalid model). Outer-scope names are visible
+    in every nested body, so the main graph's copy serves all of them.
+    """
+    if not shared:
+        return
+    main = model.graph
+    have = {t.name for t in main.initializer}
+    for g in list(graph_protos(main))[1:]:
+        if not any(t.name in shared for t in g.initializer):
+            continue
+        keep = []
+        for t in g.initializer:
+            if t.name not in shared:
+                keep.append(t)
+            elif t.name not in have:
+                main.initializer.add().CopyFrom(t)
+                have.add(t.name)
+        del g.initializer[:]
+        g.initializer.extend(keep)
 
 
 def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
@@ -559,10 +609,11 @@ def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
         try:
-            model, originals = _export_weightless(graph)
+            model, originals, shared = _export_weightless(graph)
         except Exception as e:
             raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
         model = _finish(graph, model, originals)
+    _hoist_shared_initializers(model, shared)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable
 
@@ -684,7 +735,9 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
     ``<name>.data`` beside the model instead.
     """
     out = check_output_path(path)
-    model, originals = _export(_graph_of(graph), emit)
+    graph = _graph_of(graph)
+    model, originals = _export(graph, emit)
+    _prune_value_info(model, model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO))
     main_inits = {init.name for init in model.graph.initializer}
     for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:

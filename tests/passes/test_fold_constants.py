@@ -56,18 +56,25 @@ def test_size_guard_keeps_big_constant_of_shape():
     )
     graph = gp.load(model).graph
     result = fold_constants(graph)
-    assert result.stats["too_large"] >= 1
-    assert "ConstantOfShape" in ops(graph)
-    # the small reduction of the big tensor is still folded (the big one is never stored);
+    # by default nothing that grows the file folds: neither the 2 MiB fill nor its 2 KiB sum
+    assert result.stats["would_grow"] == 2 and result.stats["folded"] == 0
+    assert ops(graph) == ["ConstantOfShape", "ReduceSum", "Add", "Add"]
+    # fold_growing: the small reduction of the big tensor is folded (the big one is never stored);
     # it is read by a node, not a graph output (outputs are never folded)
+    graph = gp.load(model).graph
+    result = fold_constants(graph, fold_growing=True)
+    assert result.stats["too_large"] >= 1 and "ConstantOfShape" in ops(graph)
     assert result.stats["folded"] == 1 and "ReduceSum" not in ops(graph)
     add_z = next(n for n in graph.nodes if n.inputs[0].name == "z")
     np.testing.assert_array_equal(add_z.inputs[1].values, np.full(512, 1024.0, np.float32))
     assert_equivalent(model, gp.to_proto(graph))
     # with a larger limit it folds
     graph2 = gp.load(model).graph
-    fold_constants(graph2, size_limit=4 << 20)
+    fold_constants(graph2, size_limit=4 << 20, fold_growing=True)
     assert "ConstantOfShape" not in ops(graph2)
+    # the limit alone authorizes no growth
+    graph3 = gp.load(model).graph
+    assert fold_constants(graph3, size_limit=4 << 20).stats["folded"] == 0 and "ConstantOfShape" in ops(graph3)
 
 
 def test_a_big_weight_only_reshaped_is_folded_past_the_size_limit():
@@ -88,7 +95,7 @@ def test_a_big_weight_only_reshaped_is_folded_past_the_size_limit():
                         {"x": [2, 1000]}, {"y": [2, 1024], "z": [1000, 1024]},
                         initializers={"w": w, "s": np.array([1000, 1024], np.int64)})
     graph = gp.load(shared).graph
-    assert fold_constants(graph).stats["too_large"] >= 1 and "Reshape" in ops(graph)
+    assert fold_constants(graph).stats["would_grow"] >= 1 and "Reshape" in ops(graph)
 
 
 def test_never_folds_random_ops():
