@@ -569,6 +569,9 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = No
     model.doc_string = facts.doc_string or ""
     model.domain = facts.domain or ""
     model.model_version = facts.model_version or 0
+    for field in ("doc_string", "domain", "model_version", "producer_name", "producer_version"):
+        if not getattr(model, field):
+            model.ClearField(field)  # an empty field set is still written (proto2): bytes for nothing
     _merge_opsets(model, list(facts.opset_imports.items()))
     defaults = facts.input_defaults
     if defaults:
