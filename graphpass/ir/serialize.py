@@ -327,6 +327,11 @@ def from_proto(
 
 _TYPE_KEY = "_gp_type"
 
+#: ``Model.meta`` key: the :class:`~graphpass.ir.external.ExternalLayout` of the loaded model's
+#: external data; :func:`save` writes the weights the same way (one file or one per tensor,
+#: the same size threshold) beside the output, never into the input's data files.
+EXTERNAL_LAYOUT = "graphpass.external_layout"
+
 #: ``Model.meta`` key: the names the loaded model declared ``value_info`` for. :func:`save`
 #: writes value_info for those (with the shapes graphpass knows now) and for annotated tensors,
 #: not for every tensor inference reached: a file with no value_info does not gain any.
@@ -451,9 +456,12 @@ def load(
     """
     limit = limits.resolve_max_memory(max_memory)
     model, held = _load_proto(source, True, limit)
+    layout = external.layout_of(model)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
                        freeze_initializer_inputs=freeze_initializer_inputs)
     model_of(graph).budget = limits.Budget(limit, held)
+    if layout is not None:
+        model_of(graph).meta[EXTERNAL_LAYOUT] = layout
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:
@@ -734,8 +742,11 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 
     The weightless model is serialized first; each main-graph weight is then appended as its
     own ``graph.initializer`` record (protobuf merges repeated embedded-message fields, so the
-    file parses as one model). Past 2 GB, or when ``external_data`` is True, the weights go to
-    ``<name>.data`` beside the model instead.
+    file parses as one model). Past 2 GB, when ``external_data`` is True, or (``external_data``
+    None) when the model was loaded with external data, the weights go to external data beside
+    the model instead: in the loaded model's layout (``<name>.data``, or ``<name>.<tensor>.data``
+    per tensor, tensors of at least its smallest external tensor's size), else ``<name>.data``
+    for tensors of 1 KiB or more. ``external_data=False`` writes everything into the model.
     """
     out = check_output_path(path)
     graph = _graph_of(graph)
@@ -751,14 +762,32 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
     on_disk = sum(int(next((e.value for e in t.external_data if e.key == "length"), 0) or 0)
                   for t in model.graph.initializer if _is_on_disk(t))
     payload = sum(_nbytes(t) for t in originals.values()) + _payload_bytes(model) + on_disk
+    layout = model_of(graph, attach=False).meta.get(EXTERNAL_LAYOUT)
     if external_data is None:
-        external_data = payload > external.EXTERNAL_DATA_THRESHOLD
+        external_data = payload > external.EXTERNAL_DATA_THRESHOLD or layout is not None
     with atomic_output(out) as tmpdir:
         if external_data:
-            external._write_external(model, originals, tmpdir, out.name)
+            external._write_external(model, originals, tmpdir, out.name, layout or external.DEFAULT_LAYOUT,
+                                     _data_files_read(model, out))
         else:
             external._write_streaming(model, originals, tmpdir / out.name)
     return out
+
+
+def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:
+    """Names of the files in ``out``'s folder that ``model`` still reads weights from (lazily
+    loaded external data): the output's data must not overwrite them. When ``out`` is in a
+    hidden staging folder (``graphpass optimize`` stages its outputs), its parent counts."""
+    folder = (out.parent if str(out.parent) else Path(".")).resolve()
+    folders = {folder, folder.parent} if folder.name.startswith(".") else {folder}  # a staging folder
+    names = set()
+    for g in graph_protos(model.graph):
+        for t in g.initializer:
+            if _is_on_disk(t):
+                loc = Path(next(e.value for e in t.external_data if e.key == "location"))
+                if loc.parent in folders:
+                    names.add(loc.name)
+    return frozenset(names)
 
 
 def _graph_of(graph: "gs.Graph | Model") -> gs.Graph:
