@@ -5,8 +5,8 @@
 
 Folding a set S of boundary tensors removes every fold node whose outputs are all either in S
 or read only by removed nodes, and frees every constant (initializer, lowered Constant) that only
-removed nodes read. Tensors are decided by *components*: two wanted tensors whose subgraphs share
-a node or a constant are decided together (a weight split in three is freed only when all three
+removed nodes read. Tensors are decided by *components*: two wanted tensors whose subgraphs are
+joined through a node or a constant are decided together (a weight split in three is freed only when all three
 parts fold), and when a component as a whole would grow, its tensors are tried one at a time
 in topological order (each kept only if it does not grow the file given the ones kept before).
 
@@ -46,32 +46,18 @@ def constant_bytes(t: gs.Tensor) -> int:
     return numel(shape) * size
 
 
-def _cone(t: gs.Tensor, fold_ids: set[int]) -> list[gs.Node]:
-    seen: set[int] = set()
-    out: list[gs.Node] = []
-    stack = [t.inputs[0]] if len(t.inputs) else []
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or id(n) not in fold_ids:
-            continue
-        seen.add(id(n))
-        out.append(n)
-        stack.extend(x.inputs[0] for x in n.inputs if len(x.inputs))
-    return out
-
-
 class _Component:
     def __init__(self) -> None:
         self.tensors: list[gs.Tensor] = []
         self.nodes: dict[int, gs.Node] = {}
 
 
-def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], order: dict[int, int], sizes: dict[int, int],
-            graph_outputs: set[int]) -> int:
-    """Bytes the file grows by when ``chosen`` (tensors produced inside ``nodes``) are folded."""
+def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int]) -> int:
+    """Bytes the file grows by when ``chosen`` (tensors produced inside ``nodes``, a component
+    in topological order) are folded."""
     chosen_ids = {id(t) for t in chosen}
     removed: set[int] = set()
-    for n in sorted(nodes, key=lambda n: order[id(n)], reverse=True):
+    for n in reversed(nodes):  # topological order: readers first
         if all(id(o) in chosen_ids or (id(o) not in graph_outputs and all(id(r) in removed for r in o.outputs))
                for o in n.outputs):
             removed.add(id(n))
@@ -101,46 +87,45 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         growing_limit: None by default; with ``fold_growing`` the size limit up to which a
             tensor is folded even when the file grows.
     """
-    fold_ids = {id(n) for n in foldable}
     order = {id(n): k for k, n in enumerate(foldable)}
-    # components: union-find over wanted tensors sharing a node or a constant of their subgraphs
-    parent = list(range(len(wanted)))
+    # components: fold nodes joined through the tensors and constants they share (linear)
+    parent: dict[int, int] = {}
 
     def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+        root = i
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[i] != root:
+            parent[i], i = root, parent[i]
+        return root
 
-    owner: dict[int, int] = {}
-    cones: list[list[gs.Node]] = []
-    for i, t in enumerate(wanted):
-        cone = _cone(t, fold_ids)
-        cones.append(cone)
-        keys = [id(n) for n in cone] + [id(c) for n in cone for c in n.inputs if isinstance(c, gs.Constant)]
-        for k in keys:
-            j = owner.setdefault(k, i)
-            if j != i:
-                parent[find(i)] = find(j)
+    for n in foldable:
+        for x in n.inputs:
+            p = x.inputs[0] if len(x.inputs) else None
+            if p is not None and id(p) in order:
+                parent[find(id(p))] = find(id(n))
+            elif isinstance(x, gs.Constant):
+                parent[find(id(x))] = find(id(n))
     comps: dict[int, _Component] = {}
-    for i, t in enumerate(wanted):
-        c = comps.setdefault(find(i), _Component())
-        c.tensors.append(t)
-        for n in cones[i]:
-            c.nodes[id(n)] = n
+    for n in foldable:
+        comps.setdefault(find(id(n)), _Component()).nodes[id(n)] = n
+    for t in wanted:
+        comps[find(id(t.inputs[0]))].tensors.append(t)
     fold: list[gs.Tensor] = []
     grow: list[gs.Tensor] = []
     over: list[gs.Tensor] = []
     for c in comps.values():
-        nodes = list(c.nodes.values())
-        if _growth(c.tensors, nodes, order, sizes, graph_outputs) <= 0:
+        if not c.tensors:
+            continue
+        nodes = sorted(c.nodes.values(), key=lambda n: order[id(n)])
+        if _growth(c.tensors, nodes, sizes, graph_outputs) <= 0:
             fold.extend(c.tensors)
             continue
         kept: list[gs.Tensor] = []
         if len(c.tensors) > 1 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
-            base = _growth([], nodes, order, sizes, graph_outputs)
+            base = _growth([], nodes, sizes, graph_outputs)
             for t in c.tensors:
-                g = _growth(kept + [t], nodes, order, sizes, graph_outputs)
+                g = _growth(kept + [t], nodes, sizes, graph_outputs)
                 if g - base <= 0:
                     kept.append(t)
                     base = g
