@@ -51,18 +51,28 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-def _digest(t: gs.Constant) -> tuple | None:
-    """(dtype, shape, sha256 of the bytes) of ``t``, cached on it while its value object is the
-    same (passes replace a Constant's values, never change them in place)."""
+#: constants up to this size are keyed by their bytes; larger ones by a digest, then compared
+_KEY_BYTES = 64 * 1024
+
+
+def _value_key(t: gs.Constant) -> tuple | None:
+    """(dtype, shape, bytes or sha256 of the bytes, annotations) of ``t``; a digest is cached on
+    ``t`` while its value object is the same (passes replace a Constant's values, never change
+    them in place). None for strings."""
     cached = t.__dict__.get("_gp_digest")
     if cached is not None and cached[0] is t._values:
-        return cached[1]
-    arr = _bytes_of(t)
-    if arr.dtype.kind in "OSU":
-        return None
-    key = (arr.dtype.str, arr.shape, hashlib.sha256(_raw(arr).data).digest())
-    t.__dict__["_gp_digest"] = (t._values, key)
-    return key
+        key = cached[1]
+    else:
+        arr = _bytes_of(t)
+        if arr.dtype.kind in "OSU":
+            return None
+        raw = _raw(arr)
+        body = raw.tobytes() if raw.nbytes <= _KEY_BYTES else ("sha256", hashlib.sha256(raw.data).digest())
+        key = (arr.dtype.str, arr.shape, body)
+        if raw.nbytes > _KEY_BYTES:
+            t.__dict__["_gp_digest"] = (t._values, key)
+    meta = A.meta(t)
+    return key + (tuple(sorted(meta.items())),) if meta else key
 
 
 def _header_key(t: gs.Constant) -> tuple | None:
@@ -97,12 +107,14 @@ def _dedupe_constants(graph: gs.Graph) -> int:
             continue
         canon: dict[tuple, list[gs.Constant]] = {}
         for t in members:
-            key = _digest(t)
+            key = _value_key(t)
             if key is None:
                 continue
             firsts = canon.setdefault(key, [])
-            same = next((f for f in firsts if A.meta(f) == A.meta(t)
-                         and np.array_equal(_raw(_bytes_of(f)), _raw(_bytes_of(t)))), None)
+            if isinstance(key[2], bytes):  # keyed by the bytes themselves: equal keys, equal bytes
+                same = firsts[0] if firsts else None
+            else:  # a digest: compare the bytes (one weight in memory at a time besides the first)
+                same = next((f for f in firsts if np.array_equal(_raw(_bytes_of(f)), _raw(_bytes_of(t)))), None)
             if same is None:
                 firsts.append(t)
             else:
