@@ -13,6 +13,7 @@ bytes: exact), outer ones kept; a graph input with a default initializer is neve
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -75,6 +76,18 @@ def _value_key(t: gs.Constant) -> tuple | None:
     return key + (tuple(sorted(meta.items())),) if meta else key
 
 
+def _sample_key(t: gs.Constant) -> bytes:
+    """A cheap fingerprint of a big weight (its first and last 256 bytes, 4 KiB strided through
+    it): two weights that differ here are not hashed whole. Cached like the digest."""
+    cached = t.__dict__.get("_gp_sample")
+    if cached is not None and cached[0] is t._values:
+        return cached[1]
+    raw = _raw(_bytes_of(t))
+    key = raw[:256].tobytes() + raw[-256:].tobytes() + raw[:: max(1, raw.size // 4096)].tobytes()
+    t.__dict__["_gp_sample"] = (t._values, key)
+    return key
+
+
 def _header_key(t: gs.Constant) -> tuple | None:
     try:
         return (np.dtype(t.dtype).str, tuple(int(d) for d in t.shape))
@@ -88,7 +101,8 @@ def _dedupe_constants(graph: gs.Graph) -> int:
     main graph is visible in every body; one that ends up read by several graphs is saved
     once, in the main graph (``graphpass.ir.serialize``). Graph inputs with a default
     initializer are inputs (gs Variables), never merged. Weights are compared by header first,
-    then by a digest read one weight at a time, then byte for byte."""
+    then (over 64 KiB) by a sample of their bytes, then by a digest read one weight at a time,
+    then byte for byte."""
     outputs = {id(t) for g in iter_graphs(graph) for t in g.outputs}
     groups: dict[tuple, list[gs.Constant]] = {}
     seen: set[int] = set()
@@ -101,10 +115,19 @@ def _dedupe_constants(graph: gs.Graph) -> int:
                 key = _header_key(t) if id(t) not in outputs else None
                 if key is not None:
                     groups.setdefault(key, []).append(t)
-    pairs: list[tuple[gs.Constant, gs.Constant]] = []
-    for members in groups.values():
+    candidates: list[list[gs.Constant]] = []
+    for (dtype, shape), members in groups.items():
         if len(members) < 2:
             continue
+        if math.prod(shape) * np.dtype(dtype).itemsize <= _KEY_BYTES:
+            candidates.append(members)
+            continue
+        by_sample: dict[bytes, list[gs.Constant]] = {}
+        for t in members:
+            by_sample.setdefault(_sample_key(t), []).append(t)
+        candidates.extend(m for m in by_sample.values() if len(m) > 1)
+    pairs: list[tuple[gs.Constant, gs.Constant]] = []
+    for members in candidates:
         canon: dict[tuple, list[gs.Constant]] = {}
         for t in members:
             key = _value_key(t)
