@@ -6,7 +6,9 @@
 
 Needs torch, torchvision and transformers (not graphpass's dependencies: run it with a venv that
 has them). Every model is built in code: ``weights=None``, configs written here, weights seeded
-with ``torch.manual_seed``; nothing is downloaded (``HF_HUB_OFFLINE=1``). Each model is exported
+with ``torch.manual_seed`` and then perturbed by seeded noise (no zero bias, no unit norm scale,
+no fresh BatchNorm statistics: a trained model has none); nothing is downloaded
+(``HF_HUB_OFFLINE=1``). Each model is exported
 twice, as users do:
 
 - ``torchscript``: ``torch.onnx.export(..., dynamo=False)`` with ``dynamic_axes``;
@@ -320,11 +322,22 @@ def _randomize_norms(m: nn.Module) -> None:
                 mod.bias.uniform_(-0.2, 0.2)
 
 
+def _perturb(m: nn.Module, scale: float = 0.02) -> None:
+    """Seeded noise on every parameter: fresh initializations hold zero biases and unit norm
+    scales, which a trained model never has (an optimizer that drops ``x + 0`` would look better
+    on them than on any real model)."""
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.is_floating_point():
+                p.add_(torch.randn_like(p) * scale)
+
+
 def _build(name: str, full: bool) -> Built:
     torch.manual_seed(0)
     built = {**MODELS, **FULL_ONLY}[name](full)
     torch.manual_seed(1)
     _randomize_norms(built.module)
+    _perturb(built.module)
     built.module.eval()
     return built
 
