@@ -204,7 +204,8 @@ def models(corpora: list[str], names: list[str] | None, folder: Path) -> list[tu
         elif (Path(c) / "manifest.json").exists():
             out += _exporters(Path(c), names)
         else:
-            raise SystemExit(f"--corpus {c}: not exporters, light, synthetic or a folder with a manifest.json")
+            print(f"--corpus {c}: not exporters, light, synthetic or a folder with a manifest.json", file=sys.stderr)
+            raise SystemExit(2)
     return out
 
 
@@ -292,9 +293,12 @@ def measure(name: str, src: Path, feeds: dict, tools: list[str], folder: Path, t
     return rows
 
 
+def _size(b: int | None) -> str:
+    return "" if b is None else f"{b / 1e6:.2f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB"
+
+
 def _fmt_row(r: dict, repeat: int) -> str:
-    def size(b):
-        return "" if b is None else f"{b / 1e6:.2f} MB" if b >= 1e5 else f"{b / 1e3:.1f} kB"
+    size = _size
 
     cells = [r["model"], r["tool"], "-" if r["seconds"] is None and r["tool"] == "(original)" else
              ("" if r["seconds"] is None else f"{r['seconds']:.2f}"),
@@ -331,6 +335,30 @@ def gaps(rows: list[dict]) -> list[dict]:
     return out
 
 
+def summary(rows: list[dict], field: str = "nodes") -> str:
+    """One line per model, one column per tool: nodes left (or the file size in MB); a result
+    that does not run or does not match is marked with its reason; ``*``: not standard ONNX."""
+    tools = list(dict.fromkeys(r["tool"] for r in rows))
+    lines = ["| model | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
+    for name in dict.fromkeys(r["model"] for r in rows):
+        cells = []
+        for tool in tools:
+            r = next((r for r in rows if r["model"] == name and r["tool"] == tool), None)
+            if r is None or r[field] is None:
+                cells.append("fails" if r is not None else "")
+                continue
+            v = f"{r[field]:,}" if field == "nodes" else _size(r[field])
+            if r["standard"] is False:
+                v += "*"
+            if not r["runs"]:
+                v += " (does not run)"
+            elif not r["matches"]:
+                v += " (differs)"
+            cells.append(v)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", nargs="+", default=["exporters", "light"],
@@ -340,7 +368,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=0, help="latency runs per model and tool (0: no latency)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per tool and model")
     ap.add_argument("--json", type=Path, default=None, help="write the rows and the gaps to this file")
+    ap.add_argument("--render", type=Path, default=None, help="print the summaries of an earlier --json file; run nothing")
     args = ap.parse_args(argv)
+    if args.render:
+        _report(json.loads(args.render.read_text())["rows"])
+        return 0
+    for c in args.corpus:
+        if c not in ("exporters", "light", "synthetic") and not (Path(c) / "manifest.json").exists():
+            ap.error(f"--corpus {c}: not exporters, light, synthetic or a folder with a manifest.json")
 
     head = ["model", "tool", "seconds", "nodes", "size", "standard", "runs", "matches (max diff)"]
     if args.repeat:
@@ -355,22 +390,43 @@ def main(argv=None) -> int:
             for r in measure(name, src, feeds, args.tools, folder, args.timeout, args.repeat):
                 rows.append(r)
                 print(_fmt_row(r, args.repeat), flush=True)
+    found = _report(rows)
+    if args.json:
+        totals = _totals(rows)
+        args.json.write_text(json.dumps({"rows": rows, "gaps": found, "total_seconds": totals}, indent=1) + "\n")
+    return 0
+
+
+def _totals(rows: list[dict]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for r in rows:
+        if r["seconds"] is not None:
+            totals[r["tool"]] = round(totals.get(r["tool"], 0.0) + r["seconds"], 2)
+    return totals
+
+
+def _report(rows: list[dict]) -> list[dict]:
+    """The summaries after the table: nodes and sizes per model and tool, the neutral pipeline's
+    gaps, the total time per tool."""
+    print("\nNodes left (* not standard ONNX):\n")
+    print(summary(rows, "nodes"))
+    print("\nFile size, external data included:\n")
+    print(summary(rows, "bytes"))
     found = gaps(rows)
     print("\nWhere graphpass's neutral pipeline is behind the best standard peer (nodes) or grows the file:")
     behind = [g for g in found if (g["more_nodes"] or 0) > 0 or (g["growth"] or 0) > 0.01 or not g["graphpass_ok"]]
     for g in behind:
-        print(f"- {g['model']}: {g['graphpass_nodes']} nodes against {g['best_nodes']} ({g['best_peer']})"
-              f", file {g['growth']:+.1%}" + ("" if g["graphpass_ok"] else ", output does not match"))
+        if g["graphpass_nodes"] is None:
+            print(f"- {g['model']}: graphpass failed")
+            continue
+        print(f"- {g['model']}: {g['graphpass_nodes']} nodes against {g['best_nodes']} ({g['best_peer']}); "
+              f"file {g['growth']:+.1%} of the original ({g['graphpass_bytes'] / 1e6:.2f} MB; "
+              f"{g['best_peer']}'s {g['best_bytes'] / 1e6:.2f} MB)" + ("" if g["graphpass_ok"] else "; output does not match"))
     if not behind:
         print("- nowhere")
-    totals = {}
-    for r in rows:
-        if r["seconds"] is not None:
-            totals[r["tool"]] = round(totals.get(r["tool"], 0.0) + r["seconds"], 2)
+    totals = _totals(rows)
     print("\nTotal seconds per tool: " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()))
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "gaps": found, "total_seconds": totals}, indent=1) + "\n")
-    return 0
+    return found
 
 
 if __name__ == "__main__":
