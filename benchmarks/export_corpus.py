@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import sys
 import time
 import traceback
@@ -437,6 +438,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="standard sizes (for benchmarks; write them outside git)")
     ap.add_argument("--models", nargs="*", default=None, help=" ".join([*MODELS, *FULL_ONLY]))
     ap.add_argument("--exporters", nargs="*", default=list(EXPORTERS), choices=EXPORTERS)
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per export; a slower one is recorded as failed")
     args = ap.parse_args(argv)
     if args.full and args.out is None:
         ap.error("--full needs --out (full-size files are not committed)")
@@ -461,6 +463,12 @@ def main(argv=None) -> int:
                                      "size": "full" if args.full else "reduced", "versions": versions,
                                      "command": command.strip()}
             t0 = time.perf_counter()
+
+            def _timeout(signum, frame):
+                raise TimeoutError(f"the export took more than {args.timeout} s")
+
+            signal.signal(signal.SIGALRM, _timeout)
+            signal.alarm(args.timeout)
             try:
                 built = _build(name, args.full)
                 entry["built"] = built.note
@@ -482,6 +490,8 @@ def main(argv=None) -> int:
                 for old in [path, path.with_name(path.name + ".data")]:
                     if old.exists():
                         old.unlink()
+            finally:
+                signal.alarm(0)
             entry["seconds"] = round(time.perf_counter() - t0, 1)
             entries[(name, exporter)] = entry
             print(f"{name:22s} {exporter:12s} {status}", flush=True)
