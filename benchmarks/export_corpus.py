@@ -69,6 +69,10 @@ class Built:
     note: str = ""
     #: integer inputs: the valid values [low, high) (token ids below the vocabulary size, ...)
     ranges: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    #: the TorchScript exporter gets ``torch.jit.script(module)`` (Loop and If stay control flow)
+    scripted: bool = False
+    #: the module the dynamo exporter gets, made from ``module`` after its weights are final
+    dynamo_variant: Callable[[nn.Module], nn.Module] | None = None
 
 
 def _image(batch: int = 2, size: int = 64) -> torch.Tensor:
@@ -215,6 +219,51 @@ def nms_detector(full: bool) -> Built:
                  ["boxes", "scores", "labels"], "custom detector calling torchvision.ops.nms")
 
 
+class _VoiceActivity(nn.Module):
+    """A voice-activity-like model with control flow: a conv front end, a recurrence over the
+    frames (a Loop once scripted) and a branch on the mean activation (an If)."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.conv = nn.Conv1d(1, width, 5, stride=2, padding=2)
+        self.wi = nn.Linear(width, width)
+        self.wh = nn.Linear(width, width, bias=False)
+        self.loud = nn.Linear(width, 1)
+        self.quiet = nn.Linear(width, 1)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        f = torch.relu(self.conv(audio)).transpose(1, 2)
+        h = torch.zeros(f.shape[0], f.shape[2], dtype=f.dtype, device=f.device)
+        for i in range(f.shape[1]):
+            h = torch.tanh(self.wi(f[:, i]) + self.wh(h))
+        return torch.sigmoid(self.branch(f.mean() > 0.5, h))
+
+    def branch(self, loud: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        if bool(loud):
+            return self.loud(h)
+        return self.quiet(h)
+
+
+class _VoiceActivityCond(_VoiceActivity):
+    """The same for torch.export: the branch as torch.cond (the loop unrolls over the static frames)."""
+
+    def branch(self, loud: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return torch.cond(loud, self.loud, self.quiet, (h,))
+
+
+def _as_cond(m: nn.Module) -> nn.Module:
+    out = _VoiceActivityCond(m.conv.out_channels)
+    out.load_state_dict(m.state_dict())
+    return out.eval()
+
+
+def vad_control_flow(full: bool) -> Built:
+    m = _VoiceActivity(width=64 if full else 16)
+    return Built(m, {"audio": torch.randn(2, 1, 1024 if full else 64)}, {"audio": _BATCH}, ["vad"],
+                 "conv + recurrence over frames (scripted: Loop) + branch on the mean (If / torch.cond)",
+                 scripted=True, dynamo_variant=_as_cond)
+
+
 # ------------------------------------------------------------------------------------------
 # transformers
 
@@ -304,6 +353,7 @@ MODELS: dict[str, Callable[[bool], Built]] = {
     "efficientnet_b0": efficientnet_b0,
     "lraspp_mobilenet_v3": lraspp_mobilenet_v3,
     "nms_detector": nms_detector,
+    "vad_control_flow": vad_control_flow,
     "bert": bert,
     "gpt2": gpt2,
     "vit": vit,
@@ -352,6 +402,8 @@ def _export(built: Built, exporter: str, path: Path) -> None:
             # transformers models: return_dict=False, the inputs by name (a thin wrapper, as the
             # tracer takes positional inputs only)
             module = _Tuple(built.module, names) if hf else built.module
+            if built.scripted:
+                module = torch.jit.script(module)
             dynamic_axes = {k: dict(v) for k, v in built.dynamic.items() if v}
             batch = any(d.get(0) == "batch" for d in built.dynamic.values())
             for o in built.outputs:
@@ -369,7 +421,8 @@ def _export(built: Built, exporter: str, path: Path) -> None:
                                             opset_version=DYNAMO_OPSET, input_names=names, output_names=built.outputs,
                                             dynamic_shapes=shapes, verbose=False)
             else:
-                program = torch.onnx.export(built.module, tuple(built.inputs.values()), dynamo=True,
+                module = built.dynamo_variant(built.module) if built.dynamo_variant else built.module
+                program = torch.onnx.export(module, tuple(built.inputs.values()), dynamo=True,
                                             opset_version=DYNAMO_OPSET, input_names=names, output_names=built.outputs,
                                             dynamic_shapes=tuple(shapes.values()), verbose=False)
             program.save(str(path), external_data=True)
