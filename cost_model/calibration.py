@@ -81,16 +81,17 @@ def kept_out(path: Path | None = None) -> frozenset[str]:
 
 def load_graph(network: str, shape: Iterable[int], models: Path | None = None) -> gs.Graph:
     """The network's graph with its input fixed to ``shape`` and shapes inferred."""
-    from graphpass.ir.inference import _apply_input_shapes, infer_shapes
+    from graphpass.ir.inference import _copy_value_info, apply_input_shapes, infer_shapes
 
     if models is not None and (models / f"{network}.onnx").is_file():
         proto = onnx.load(str(models / f"{network}.onnx"))
     else:
         proto = onnx.load_from_string(gzip.decompress((STRIPPED_DIR / f"{network}.onnx.gz").read_bytes()))
-    _apply_input_shapes(proto, {proto.graph.input[0].name: list(shape)})
+    apply_input_shapes(proto, {proto.graph.input[0].name: list(shape)})
     for o in proto.graph.output:  # the declared batch dim of the output is stale once the input is fixed
         o.type.tensor_type.ClearField("shape")
-    return gs.import_onnx(infer_shapes(proto))
+    _copy_value_info(infer_shapes(proto).graph, proto.graph)  # the inferred copy lists weights as inputs
+    return gs.import_onnx(proto)
 
 
 def evaluate(target: Any = "ascend310p3", rows: list[Row] | None = None, models: Path | None = None,

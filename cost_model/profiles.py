@@ -48,6 +48,14 @@ PROFILE_FIELDS: dict[str, type] = {
     "transdata_bw_efficiency": float,
     "transpose_bw_efficiency": float,
     "gather_bw_efficiency": float,
+    "gm_bandwidth_gbps": float,
+    "l2_bandwidth_gbps": float,
+    "cube_efficiency": float,
+    "l2_resident_fraction": float,
+    "ub_fusion_max_ops": int,
+    "fractal_m": int,
+    "c0_2byte": int,
+    "c0_1byte": int,
 }
 
 #: ATC's precision modes, from data/precision_modes.toml (read them through ``Target.precision_modes``)
@@ -74,8 +82,8 @@ class HardwareProfile:
 
     @property
     def gm_bytes_per_us(self) -> float:
-        """Chip GM bandwidth in bytes/us (D: cores x bytes/cycle x MHz)."""
-        return self.ai_core_count * self.gm_bytes_per_cycle_per_core * self.cube_freq_mhz
+        """Chip GM bandwidth in bytes/us (the data file's ``gm_bandwidth_gbps``)."""
+        return self.gm_bandwidth_gbps * 1e3
 
     def to_dict(self) -> dict[str, Any]:
         return {
