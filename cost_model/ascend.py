@@ -583,8 +583,12 @@ class AscendCostModel(CostModel):
             elif op == "Cast":
                 out = ins[0].astype(np.int64) if ins[0].dtype.kind in "iu" else None
             elif op in ("Mul", "Add", "Sub", "Div") and all(x is not None and x.dtype.kind in "iu" for x in ins):
-                f = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.floor_divide}[op]
-                out = f(ins[0], ins[1])
+                if op == "Div":
+                    if np.any(ins[1] == 0):
+                        return
+                    out = np.sign(ins[0]) * np.sign(ins[1]) * (np.abs(ins[0]) // np.abs(ins[1]))  # truncates, as ONNX
+                else:
+                    out = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[op](ins[0], ins[1])
             elif op == "Slice" and len(ins) >= 3 and ins[0].ndim == 1:
                 st = int(np.ravel(ins[1])[0])
                 en = int(np.ravel(ins[2])[0])

@@ -25,7 +25,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.cost_model.profiles import DATA_DIR
 
-__all__ = ["TABLE", "STRIPPED_DIR", "Row", "Result", "load_table", "kept_out", "load_graph", "evaluate", "summary"]
+__all__ = ["TABLE", "STRIPPED_DIR", "Row", "Result", "load_table", "kept_out", "load_graph", "evaluate", "fit", "summary"]
 
 TABLE = DATA_DIR / "calibration.toml"
 STRIPPED_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "calibration"
@@ -49,6 +49,8 @@ class Result:
     npu_us: float  # device time of one batch (NPU-only)
     e2e_us: float  # plus the step term (launch, copies, sync)
     kept_out: bool
+    #: the kernels' (launch, cube, vector, memory) us and the rest of the NPU time, for :func:`fit`
+    parts: tuple = ()
 
     @property
     def est_fps(self) -> float:
@@ -111,8 +113,36 @@ def evaluate(target: Any = "ascend310p3", rows: list[Row] | None = None, models:
         graph = load_graph(row.network, row.input, models)
         report = tgt.estimate(graph, precision_mode=row.precision, **estimate_options)
         step = report.breakdown_us.get("step", 0.0)
-        results.append(Result(row, report.total_us - step, report.total_us, row.network in out))
+        npu = report.total_us - step
+        kernels = [(n["launch_us"], n["cube_us"], n["vector_us"], n["memory_us"]) for n in report.nodes
+                   if n.get("engine") == "AICORE" and n.get("us", 0.0) > 0.0 and n.get("bound") in ("cube", "vector", "memory", "launch")]
+        rest = npu - sum(max(c, v, m) + lu for lu, c, v, m in kernels)
+        results.append(Result(row, npu, report.total_us, row.network in out, (tuple(kernels), rest)))
     return results
+
+
+def fit(results: list[Result], efficiencies=None, launches=None) -> tuple[float, float, float]:
+    """(cube_efficiency, kernel_launch_us, score) that minimise the mean squared log ratio over
+    the CNN rows of the networks *not* kept out, re-pricing each kernel as
+    launch + max(cube * e0 / e, vector, memory) (e0: the efficiency the results were made with)."""
+    import math
+
+    rows = [r for r in results if not r.kept_out and r.row.kind == "cnn"]
+    from graphpass.cost_model.target import get_target
+
+    e0 = get_target(rows[0].row.chip).cost_model.pv.cube_efficiency if rows else 1.0
+    best = (e0, 0.0, float("inf"))
+    for e in efficiencies or [x / 100 for x in range(30, 101, 5)]:
+        for lu in launches or [x / 2 for x in range(2, 41)]:
+            score = 0.0
+            for r in rows:
+                kernels, rest = r.parts
+                t = rest + sum(lu + max(c * e0 / e, v, m) for _, c, v, m in kernels)
+                score += math.log(r.row.batch * 1e6 / t / r.row.fps) ** 2
+            score /= max(1, len(rows))
+            if score < best[2]:
+                best = (e, lu, score)
+    return best
 
 
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
