@@ -653,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
     c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
-                   help="ATC precision mode (default: the profile's: force_fp16 on 910A/310P, must_keep_origin_dtype on 910B)")
+                   help="ATC precision mode (default: the profile's, ATC's force_fp16 on every target)")
     c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
     c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
