@@ -701,14 +701,16 @@ class AscendCostModel(CostModel):
                     outs = [t for t in tail.node.outputs if t.name]
                     if len(outs) != 1 or id(outs[0]) in graph_io:
                         break
-                    cons = consumers.get(id(outs[0]), [])
-                    if len(cons) != 1 or not cons[0].eltwise() or id(cons[0]) in fused or cons[0].host != tail.host:
+                    cons = self._chain_step(consumers.get(id(outs[0]), []), outs[0], consumers)
+                    if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
                         break
-                    if self._shape(outs[0], cx) != self._shape(cons[0].node.outputs[0], cx):
+                    if self._shape(outs[0], cx) != self._shape(cons[-1].node.outputs[0], cx):
                         break
-                    tail = cons[0]
-                    group.append(tail)
-                    fused.add(id(tail))
+                    if len(group) + len(cons) > p.ub_fusion_max_ops:
+                        break
+                    tail = cons[-1]
+                    group.extend(cons)
+                    fused.update(id(c) for c in cons)
             internal = {id(t) for g in group[:-1] for t in g.node.outputs if t.name}
             mem = sum(g.rec["memory_us"] for g in group)
             for g in group:
@@ -739,6 +741,21 @@ class AscendCostModel(CostModel):
                 for g in group[1:]:
                     g.rec.update(us=0.0, cube_us=0.0, vector_us=0.0, memory_us=0.0, launch_us=0.0, bound="fused",
                                  note=(f"fused into {group[0].node.name or head['op']} (UB fusion)"))
+
+    @staticmethod
+    def _chain_step(cons: "list[_Item]", t: gs.Tensor, consumers: "dict[int, list[_Item]]") -> "list[_Item]":
+        """The elementwise op(s) a fused kernel can take in after its output ``t``: the one reader
+        of ``t``, or a Swish/SiLU diamond ``t -> Sigmoid -> Mul(t, .)`` (ATC's SwishFusionPass makes
+        it one Swish op, which then UB-fuses). [] when neither."""
+        if len(cons) == 1:
+            return cons if cons[0].eltwise() else []
+        if len(cons) == 2:
+            for a, b in (cons, cons[::-1]):
+                outs = [o for o in a.node.outputs if o.name]
+                if (a.eltwise() and b.eltwise() and len(outs) == 1 and consumers.get(id(outs[0])) == [b]
+                        and any(i is t for i in b.node.inputs)):
+                    return [a, b]
+        return []
 
     @staticmethod
     def _starts_dynamic(node: gs.Node, info: OpInfo | None) -> str:
