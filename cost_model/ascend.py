@@ -423,7 +423,11 @@ class AscendCostModel(CostModel):
 
             engine, compute16, eng_note = self._engine(node, info, cx)
             ann = A.get_engine(node)
-            if ann in ("AICORE", "AICPU", "HOST"):
+            if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
+                # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
+                # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+                compute16 = ann == "AICORE" and info is not None and self._fp32_without_kernel(node, info)
+                eng_note = f"engine {ann} by annotation"
                 engine = ann
             # formats: what the node takes and gives
             in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
@@ -765,6 +769,15 @@ class AscendCostModel(CostModel):
             return "TopK with a runtime k"
         return ""
 
+    def _fp32_without_kernel(self, node: gs.Node, info: OpInfo) -> bool:
+        """The node's data input is fp32 and its AI Core kernel on this target has no fp32."""
+        t = next((t for t in node.inputs if t.name and not isinstance(t, gs.Constant)), None)
+        if t is None or self._dtype(t) != _F32:
+            return False
+        if info.cost == "cube":
+            return not self.profile.cube_fp32
+        return "float32" not in info.dtypes_on(self.target) or info.fp16_only_on(self.target)
+
     def _engine(self, node: gs.Node, info: OpInfo | None, cx: _Ctx) -> tuple[str, bool, str]:
         """(engine, computes fp32 as fp16, note)."""
         if info is None:
@@ -780,12 +793,12 @@ class AscendCostModel(CostModel):
         if engine != "AICORE" or info.cost in ("view", "none", "control"):
             return engine, False, ""
         if dtype != np.dtype("float32"):
-            if dtype.name not in info.dtypes and dtype.name not in ("int64", "float64"):
+            if dtype.name not in info.dtypes_on(self.target) and dtype.name not in ("int64", "float64"):
                 return "AICPU", False, f"{dtype.name} has no AI Core kernel"
             return engine, False, ""
         # fp32 input
         cube = info.cost == "cube"
-        fp32_ok = ("float32" in info.dtypes) and not info.fp16_only
+        fp32_ok = ("float32" in info.dtypes_on(self.target)) and not info.fp16_only_on(self.target)
         if cube:
             fp32_ok = bool(self.profile.cube_fp32)
         mode = cx.mode

@@ -35,6 +35,19 @@ class OpInfo:
     dynamic_output: bool = False
     vector_ops: float = 0.0  # set from the table's [defaults] vector_ops where a row does not say
     note: str = ""
+    #: per-target AI Core dtypes where a target's kernel differs from ``dtypes`` (target -> dtypes)
+    target_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def dtypes_on(self, target: str) -> tuple[str, ...]:
+        """The AI Core kernel's dtypes on ``target`` (its own row where the table has one)."""
+        for name, dts in self.target_dtypes:
+            if name == target:
+                return dts
+        return self.dtypes
+
+    def fp16_only_on(self, target: str) -> bool:
+        """fp16 only on ``target``: the row says so and the target's dtypes have no float32."""
+        return self.fp16_only and "float32" not in self.dtypes_on(target)
 
     def input_format(self, i: int) -> str:
         if self.layout == "fixed" and self.inputs:
@@ -109,13 +122,25 @@ def parse_op_table(path: Path) -> OpTable:
         vops = e.get("vector_ops", dv)
         if not isinstance(vops, (int, float)) or isinstance(vops, bool) or vops <= 0:
             raise _bad(path, f"{where}.vector_ops", "a positive number", vops)
+        targets = e.get("targets", {})
+        if not isinstance(targets, dict):
+            raise _bad(path, f"{where}.targets", "a table of target -> {dtypes, src}", targets)
+        per_target = []
+        for tname, te in targets.items():
+            tdt = te.get("dtypes") if isinstance(te, dict) else None
+            if not isinstance(tdt, list) or not all(d in DTYPES for d in tdt):
+                raise _bad(path, f"{where}.targets.{tname}.dtypes", f"a list of {', '.join(DTYPES)}", tdt)
+            if not isinstance(te.get("src"), str) or not te["src"]:
+                raise _bad(path, f"{where}.targets.{tname}.src", "a non-empty string", te.get("src"))
+            per_target.append((tname, tuple(tdt)))
         unknown = set(e) - {"ascend", "engine", "cost", "layout", "dtypes", "src", "inputs", "outputs",
-                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note"}
+                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note", "targets"}
         if unknown:
             raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
         ops[key] = OpInfo(key, e["ascend"], e["engine"], e["cost"], e["layout"], tuple(dtypes), e["src"],
                           tuple(e.get("inputs", [])), tuple(e.get("outputs", [])), e.get("fp16_only", False),
-                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""))
+                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""),
+                          tuple(per_target))
     return OpTable(ops, path, float(dv))
 
 

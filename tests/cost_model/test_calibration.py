@@ -200,3 +200,35 @@ def test_bigger_batches_reach_a_plateau_like_the_published_series(results):
         assert max(series[b] for b in series if b >= 8) < 1.5 * series[8]
     published = {r.row.batch: r.row.fps for r in results if r.row.network == "resnet18"}
     assert statistics.median([published[b] / published[8] for b in published if b >= 8]) < 1.2
+
+
+# -- per-target op data and engine annotations ---------------------------------------------------
+
+def _pool(dtype=TensorProto.FLOAT):
+    return gp.load(make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+                              {"x": (dtype, [1, 64, 56, 56])}, {"y": (dtype, [1, 64, 27, 27])})).graph
+
+
+def test_fp32_maxpool_has_an_ai_core_kernel_on_910b2_only():
+    """ops-nn's MaxPool takes float32 on Atlas A2; the 910A's and 310P's TBE MaxPool is fp16 only."""
+    for target, engine in (("ascend910b2", "AICORE"), ("ascend910a", "AICPU"), ("ascend310p3", "AICPU")):
+        r = get_target(target).estimate(_pool(), precision_mode="must_keep_origin_dtype")
+        assert {n["op"]: n["engine"] for n in r.nodes}["MaxPool"] == engine, target
+
+
+def test_an_engine_annotation_also_sets_the_dtype_the_op_computes_in():
+    from graphpass.ir import annotations as A
+
+    tgt = get_target("ascend310p3")
+    g = _pool()
+    A.set_engine(g.nodes[0], "AICPU")
+    r = tgt.estimate(g, precision_mode="force_fp16")  # force_fp16 would compute an AI Core MaxPool in fp16
+    node = next(n for n in r.nodes if n["op"] == "MaxPool")
+    pv = tgt.cost_model.pv
+    fp32_bytes = (64 * 56 * 56 + 64 * 27 * 27) * 4  # AI CPU keeps fp32
+    assert node["engine"] == "AICPU" and node["memory_us"] == pytest.approx(fp32_bytes / (pv.aicpu_gbps * 1e3))
+    g2 = _pool()
+    A.set_engine(g2.nodes[0], "AICORE")  # an fp32 MaxPool forced onto the AI Core of a chip without fp32 pooling
+    r2 = tgt.estimate(g2, precision_mode="must_keep_origin_dtype")
+    n2 = next(n for n in r2.nodes if n["op"] == "MaxPool")
+    assert n2["engine"] == "AICORE" and "casts between fp32 and fp16" in n2["note"]
