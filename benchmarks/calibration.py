@@ -35,12 +35,23 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--fit", action="store_true", help="fit cube_efficiency and kernel_launch_us on the networks not kept out")
     ap.add_argument("--markdown", action="store_true", help="rows and summary as Markdown (for the README)")
+    ap.add_argument("--per-network", action="store_true", help="one Markdown line per network (the README's table)")
     args = ap.parse_args(argv)
     results = evaluate(args.target, models=args.models)
     if args.fit:
         e, lu, score = fit(results)
         print(f"fit on the networks not kept out: cube_efficiency {e:.2f}, kernel_launch_us {lu:.1f} "
               f"(mean squared log ratio {score:.4f}); write them into cost_model/data/{args.target}.toml")
+    if args.per_network:
+        print("| network | kind | fit | batches | published fps | estimated fps (NPU-only) | ratio min-max |")
+        print("|---|---|---|---|---|---|---|")
+        nets = list(dict.fromkeys(r.row.network for r in results))
+        for net in nets:
+            rs = sorted((r for r in results if r.row.network == net), key=lambda r: r.row.batch)
+            ratios = [r.ratio for r in rs]
+            print(f"| {net} | {rs[0].row.kind} | {'kept out' if rs[0].kept_out else 'fit'} | "
+                  f"{' / '.join(str(r.row.batch) for r in rs)} | {' / '.join(f'{r.row.fps:,.0f}' for r in rs)} | "
+                  f"{' / '.join(f'{r.est_fps:,.0f}' for r in rs)} | {min(ratios):.2f}-{max(ratios):.2f} |")
     if args.rows or args.markdown:
         if args.markdown:
             print("| network | batch | published fps | estimated fps (NPU) | ratio | estimated fps (end-to-end) | fit |")
