@@ -232,3 +232,35 @@ def test_an_engine_annotation_also_sets_the_dtype_the_op_computes_in():
     r2 = tgt.estimate(g2, precision_mode="must_keep_origin_dtype")
     n2 = next(n for n in r2.nodes if n["op"] == "MaxPool")
     assert n2["engine"] == "AICORE" and "casts between fp32 and fp16" in n2["note"]
+
+
+# -- the pass manager's veto on big graphs -----------------------------------------------------
+
+def test_the_veto_judges_against_a_fresh_estimate_after_unestimated_applications(monkeypatch):
+    """Above ESTIMATE_EACH_MAX_NODES an unscored application is not estimated; the next scored
+    one must not be judged against the estimate from before it (it was: a stale, higher base)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
+    from toy_passes import BreakRelu, NegCost, chain_model
+
+    from graphpass.passes.framework import CostVeto, Pass, PassKind, PassManager, PassResult
+    from graphpass.passes.framework import instruments as I
+
+    class NegToIdentity(Pass):  # unscored; makes the graph cheaper by 10 under NegCost
+        name = "neg_to_identity"
+        summary = "Neg -> Identity (a toy)"
+        kind = PassKind.CLEANUP
+
+        def run(self, graph, ctx):
+            hit = [n for n in graph.nodes if n.op == "Neg"]
+            for n in hit:
+                n.op = "Identity"
+            return PassResult(bool(hit))
+
+    monkeypatch.setattr(I, "ESTIMATE_EACH_MAX_NODES", 0)  # every graph counts as big
+    graph = gp.load(chain_model()).graph
+    records = PassManager([NegToIdentity, BreakRelu], instruments=[CostVeto(NegCost())])(graph).records
+    broke = next(r for r in records if r.name == "break_relu")
+    assert broke.cost_before_us == 5 and broke.cost_after_us == 15  # fresh: 5 nodes, no Neg
+    assert broke.rolled_back
