@@ -497,9 +497,13 @@ class AscendCostModel(CostModel):
             rec["formats_out"] = out_fmts
             items.append(_Item(node, rec, info, engine, compute16, in_fmts, out_fmts, region is not None))
         self._fuse(items, graph, cx, const)
+        scale = self.profile.op_scale
         total = 0.0
         for it in items:
             rec = it.rec
+            if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
+                rec["us"] *= scale[it.node.op]
+                rec["note"] = (rec["note"] + f"; x{scale[it.node.op]:.3g} (op_scale)").strip("; ")
             cx.nodes.append(rec)
             if it.engine == "compile-time":
                 continue

@@ -73,6 +73,8 @@ class HardwareProfile:
     values: dict[str, Any]
     sources: dict[str, tuple[str, str]]  # field -> (source key, tag)
     path: Path
+    #: per-op-type factors on the estimate, measured on a chip (``graphpass calibrate``); ONNX op -> factor
+    op_scale: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __getattr__(self, key: str) -> Any:
         values = self.__dict__.get("values", {})
@@ -144,4 +146,15 @@ def load_profile(target: str | Path) -> HardwareProfile:
             raise _bad(path, f"{key}.tag", "one of P, D, T, E", entry.get("tag"))
         values[key] = float(value) if kind is float else value
         sources[key] = (entry["src"], entry["tag"])
-    return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path)
+    scale = data.get("op_scale", {})
+    if not isinstance(scale, dict):
+        raise _bad(path, "op_scale", "a table of ONNX op -> factor")
+    op_scale: dict[str, float] = {}
+    for op, f in scale.items():
+        if op == "src":
+            continue
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not f > 0:
+            raise _bad(path, f"op_scale.{op}", "a positive number", f)
+        op_scale[op] = float(f)
+    return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path,
+                           op_scale)
