@@ -159,8 +159,9 @@ class _Item:
 
     def kernel(self) -> bool:
         """An AI Core kernel whose memory traffic the fusion model may re-price."""
-        return (self.engine == "AICORE" and self.info is not None and self.info.cost in ("cube", "vector", "datamove")
-                and self.rec.get("us", 0.0) > 0.0)
+        return (self.engine == "AICORE" and self.info is not None
+                and self.info.cost in ("cube", "vector", "datamove", "gather", "transdata")
+                and self.rec.get("us", 0.0) > 0.0 and not self.host)
 
     def eltwise(self) -> bool:
         return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
@@ -197,6 +198,7 @@ class _Ctx:
         self.transdata_us = 0.0
         self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
         self.values: dict[int, np.ndarray] = {}  # folded small integer values (shape arithmetic)
+        self.static_graph = False  # every input shape fixed (set by the estimate)
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
@@ -238,7 +240,10 @@ class AscendCostModel(CostModel):
             if isinstance(d, (int, np.integer)) and d >= 0:
                 out.append(int(d))
             else:
-                cx.assume(f"symbolic dim '{d}' taken as 1 (fix it with --input-shape)")
+                if cx.static_graph:
+                    cx.assume(f"dim '{d}' is not known to shape inference although every input shape is fixed; taken as 1")
+                else:
+                    cx.assume(f"symbolic dim '{d}' taken as 1 (fix it with --input-shape)")
                 out.append(1)
         return tuple(out)
 
@@ -299,6 +304,7 @@ class AscendCostModel(CostModel):
             raise UsageError(f"iterations_per_loop must be at least 1, got {iterations_per_loop}")
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
         cx.costs_out = _costs_out
+        cx.static_graph = self.static_inputs(graph)
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
             _engines_out.update(cx.engines)
@@ -386,8 +392,7 @@ class AscendCostModel(CostModel):
         items: list[_Item] = []
         # ATC compiles a graph whose inputs all have fixed shapes as a static graph: it knows every
         # shape, so shape arithmetic is compile-time work (GE-DYN, P)
-        static_graph = top and all(t.shape is not None and all(type(d) is int or isinstance(d, np.integer) for d in t.shape)
-                                   for t in graph.inputs)
+        static_graph = top and self.static_inputs(graph)
         for node in graph.nodes:
             info = self.ops.lookup(node.op, node.domain)
             op_label = node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
@@ -551,6 +556,12 @@ class AscendCostModel(CostModel):
                 seen = True
         return seen
 
+    @staticmethod
+    def static_inputs(graph: gs.Graph) -> bool:
+        """Every graph input has a fixed shape: ATC compiles the graph as a static one."""
+        return all(t.shape is not None and all(type(d) is int or isinstance(d, np.integer) for d in t.shape)
+                   for t in graph.inputs)
+
     def _fold_value(self, node: gs.Node, cx: _Ctx) -> None:
         """The value of a small integer constant GE folds (shape arithmetic), where it is cheap to
         know: it fixes the output shape of a Reshape the exporter computed from Shape."""
@@ -680,7 +691,8 @@ class AscendCostModel(CostModel):
            TbeReduceElemwiseFusionPass, AutomaticUbFusion) while each link has one consumer, up to
            ``ub_fusion_max_ops`` ops: one kernel, one launch; the intermediates stay in UB (their
            GM write and read are not charged).
-        2. L2 residency (E): a tensor one kernel writes and another reads, up to
+        2. L2 residency (E; every AI Core kernel but a Transpose, whose cost is its strided
+           bursts): a tensor one kernel writes and another reads, up to
            ``l2_resident_fraction`` of L2, moves at the L2 rate instead of the GM rate. As the batch
            grows the activations outgrow L2: this is the knee of the batch curve (fps rises while
            launches and weights are shared by more images, then flattens where the traffic goes to GM).
@@ -697,7 +709,7 @@ class AscendCostModel(CostModel):
         graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
-        save = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0
+        save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
         fused: set[int] = set()
         for it in items:
             if id(it) in fused or not it.kernel():
@@ -722,6 +734,9 @@ class AscendCostModel(CostModel):
             internal = {id(t) for g in group[:-1] for t in g.node.outputs if t.name}
             mem = sum(g.rec["memory_us"] for g in group)
             for g in group:
+                # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
+                eff = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}.get(g.info.cost, 1.0)
+                save = save_gm / eff
                 for i, t in enumerate(g.node.outputs):
                     if not t.name:
                         continue

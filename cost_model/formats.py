@@ -78,9 +78,10 @@ class FormatOracle:
         mode = precision_mode or model.profile.default_precision_mode
         self.cx = _Ctx(model, mode, 1, dict(input_shapes or {}))
         self.const: set[int] = set()
+        static = model.static_inputs(graph)
         for node in graph.nodes:  # GE's compile-time constant folding, as the estimate does it
             info = model.ops.lookup(node.op, node.domain)
-            if model._folded_by_ge(node, info, self.const):
+            if model._folded_by_ge(node, info, self.const, static):
                 self.const.update(id(t) for t in node.outputs)
         self._roles: dict[tuple, NodeRole] = {}
         self._td: dict[tuple, float] = {}
