@@ -199,6 +199,7 @@ class _Ctx:
         self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
         self.values: dict[int, np.ndarray] = {}  # folded small integer values (shape arithmetic)
         self.static_graph = False  # every input shape fixed (set by the estimate)
+        self.fusion = True  # UB fusion and L2 residency (False: every node its own kernel, through GM)
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
@@ -293,6 +294,7 @@ class AscendCostModel(CostModel):
         iterations_per_loop: int = 1,
         loop_trips: int = 1,
         input_shapes: dict[str, list[int]] | None = None,
+        fusion: bool = True,
         _engines_out: dict | None = None,
         _costs_out: dict | None = None,
         **_: Any,
@@ -305,6 +307,7 @@ class AscendCostModel(CostModel):
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
         cx.costs_out = _costs_out
         cx.static_graph = self.static_inputs(graph)
+        cx.fusion = bool(fusion)
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
             _engines_out.update(cx.engines)
@@ -359,8 +362,9 @@ class AscendCostModel(CostModel):
         """FE-SEL broadcast rule: every runtime input 4-D with the same C (C not broadcast);
         a scalar operand needs C to be C0-aligned. Constants are laid out at compile time, so a
         per-channel constant ([C,1,1] or [1,C,1,1]) is accepted too."""
-        runtime = [self._shape(t, cx) for t in node.inputs if t.name and not isinstance(t, gs.Constant) and id(t) not in const]
-        consts = [self._shape(t, cx) for t in node.inputs if t.name and (isinstance(t, gs.Constant) or id(t) in const)]
+        ins = node.inputs[:1] if node.op == "Clip" else node.inputs  # Clip's bounds are scalars of the op (ClipByValue, Relu6)
+        runtime = [self._shape(t, cx) for t in ins if t.name and not isinstance(t, gs.Constant) and id(t) not in const]
+        consts = [self._shape(t, cx) for t in ins if t.name and (isinstance(t, gs.Constant) or id(t) in const)]
         if not runtime or any(len(s) != 4 for s in runtime):
             return False
         c = runtime[0][1]
@@ -501,7 +505,8 @@ class AscendCostModel(CostModel):
             rec["formats_in"] = in_fmts
             rec["formats_out"] = out_fmts
             items.append(_Item(node, rec, info, engine, compute16, in_fmts, out_fmts, region is not None))
-        self._fuse(items, graph, cx, const)
+        if cx.fusion:
+            self._fuse(items, graph, cx, const)
         scale = self.profile.op_scale
         total = 0.0
         for it in items:
@@ -727,6 +732,10 @@ class AscendCostModel(CostModel):
                     if self._shape(outs[0], cx) != self._shape(cons[-1].node.outputs[0], cx):
                         break
                     if len(group) + len(cons) > p.ub_fusion_max_ops:
+                        break
+                    # a fused kernel keeps one storage format: it cannot span a TransData
+                    out_fmt = tail.out_fmts[0] if tail.out_fmts else "ND"
+                    if any(f != out_fmt for c in cons for t, f in zip(c.node.inputs, c.in_fmts) if t is outs[0]):
                         break
                     tail = cons[-1]
                     group.extend(cons)
