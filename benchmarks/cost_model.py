@@ -1,4 +1,6 @@
-"""How long one cost-model estimate takes on 1k/10k/100k-node graphs (issue 3: < 2 s at 100k).
+"""How long one cost-model estimate takes on 1k/10k/100k-node graphs (issue 3: < 2 s at 100k),
+and the estimate of each graph on every target at ATC's default precision (issue 21: the 910B2
+must come out faster than the 910A on every one).
 
     python benchmarks/cost_model.py [--sizes 1000 10000 100000] [--target ascend910a]
 """
@@ -14,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import residual_stack, wide_fanout  # noqa: E402
 
 import graphpass as gp  # noqa: E402
-from graphpass.cost_model import create  # noqa: E402
+from graphpass.cost_model import KNOWN_TARGETS, create  # noqa: E402
 from graphpass.ir.graph import count_nodes  # noqa: E402
 
 
@@ -28,7 +30,8 @@ def main(argv=None) -> int:
 
     cm = create(args.target)
     t = Table(title=f"cost-model estimate time ({args.target}; best of 3)")
-    for col in ("graph", "nodes", "estimate s", "us/node", "estimated total us"):
+    others = [k for k in KNOWN_TARGETS if k != args.target]
+    for col in ("graph", "nodes", "estimate s", "us/node", "estimated total us", *(f"{k} us" for k in others)):
         t.add_column(col, justify="left" if col == "graph" else "right")
     for kind, build in (("residual", lambda n: residual_stack(n, channels=16)), ("fanout", wide_fanout)):
         for n in args.sizes:
@@ -39,7 +42,8 @@ def main(argv=None) -> int:
                 report = cm.estimate(graph)
                 best = min(best, time.perf_counter() - t0)
             nodes = count_nodes(graph)
-            t.add_row(f"{kind} {n // 1000}k", str(nodes), f"{best:.3f}", f"{1e6 * best / nodes:.1f}", f"{report.total_us:,.0f}")
+            rest = [f"{create(k).estimate(graph).total_us:,.0f}" for k in others]
+            t.add_row(f"{kind} {n // 1000}k", str(nodes), f"{best:.3f}", f"{1e6 * best / nodes:.1f}", f"{report.total_us:,.0f}", *rest)
     Console(width=120).print(t)
     return 0
 

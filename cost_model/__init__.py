@@ -64,7 +64,8 @@ def estimate(model, target: "str | Target | None" = None, **options) -> CostRepo
     ``model`` is any form :func:`graphpass.ir.model.as_model` takes: a path, bytes, an
     ``onnx.ModelProto``, a :class:`graphpass.Model` or a ``gs.Graph``; it is not changed.
     ``options`` go to the cost model's ``estimate`` (``precision_mode``,
-    ``iterations_per_loop``, ``loop_trips``, ``input_shapes``).
+    ``iterations_per_loop``, ``loop_trips``, ``input_shapes``, ``fusion``: False prices every node
+    as its own kernel through GM, without ATC's UB fusion and L2 residency).
     """
     from graphpass.ir.model import as_model
 

@@ -38,6 +38,7 @@ Every number comes from the profile data files; none lives in this module.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from types import SimpleNamespace
@@ -57,7 +58,7 @@ from graphpass.ir.graph import subgraphs_of
 from graphpass.ir.model_io import gc_frozen
 from graphpass.ir.shapes import dim_hint, given_shapes
 
-__all__ = ["AscendCostModel", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
+__all__ = ["AscendCostModel", "Fractal", "groups_per_fractal", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
 
 _PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
 _F32 = np.dtype("float32")
@@ -71,49 +72,107 @@ def _ceil(a: float, b: float) -> int:
     return int(math.ceil(a / b)) if b else 0
 
 
-def c0_of(itemsize: int) -> int:
-    """C0: 16 for 2- and 4-byte types, 32 for 1-byte types (GE GetCubeSizeByDataType, P)."""
-    return 32 if itemsize == 1 else 16
+@dataclasses.dataclass(frozen=True)
+class Fractal:
+    """The Cube's tile sizes, from the profile (``fractal_m``, ``c0_2byte``, ``c0_1byte``; GE-FT,
+    INI DtypeMKN, P): M = N = ``m``; C0 (the K of a fractal and the lane count of 5HD) by dtype size."""
+
+    m: int
+    c0_2byte: int
+    c0_1byte: int
+
+    def c0(self, itemsize: int) -> int:
+        return self.c0_1byte if itemsize == 1 else self.c0_2byte
 
 
-def padded_numel(shape: list[int], fmt: str, itemsize: int) -> int:
+def c0_of(itemsize: int, fr: Fractal) -> int:
+    """C0 of a dtype of ``itemsize`` bytes (GE GetCubeSizeByDataType, P)."""
+    return fr.c0(itemsize)
+
+
+def padded_numel(shape: list[int], fmt: str, itemsize: int, fr: Fractal) -> int:
     """Elements a tensor occupies in a storage format, padding included (GE-FT, P)."""
     n = 1
     for d in shape:
         n *= d
     if fmt == "NC1HWC0" and len(shape) == 4:
-        c0 = c0_of(itemsize)
+        c0 = fr.c0(itemsize)
         N, C, H, W = shape
         return N * _ceil(C, c0) * c0 * H * W
     if fmt in ("FRACTAL_NZ", "FRACTAL_Z") and len(shape) >= 2:
-        c0 = c0_of(itemsize)
+        c0 = fr.c0(itemsize)
         *lead, h, w = shape
         base = 1
         for d in lead:
             base *= d
         if fmt == "FRACTAL_Z" and len(shape) == 4:  # conv weight (Cout, Cin, kh, kw)
             co, ci, kh, kw = shape
-            return _ceil(ci, c0) * kh * kw * _ceil(co, 16) * 16 * c0
-        return base * _ceil(h, 16) * 16 * _ceil(w, c0) * c0
+            return _ceil(ci, c0) * kh * kw * _ceil(co, fr.m) * fr.m * c0
+        return base * _ceil(h, fr.m) * fr.m * _ceil(w, c0) * c0
     return n
 
 
-def cube_cycles_conv(n: int, cin: int, cout: int, kh: int, kw: int, ho: int, wo: int, groups: int = 1, c0: int = 16) -> int:
-    """CANN FE estimator for Conv: ceil(H*W/16) * K1 * N1 * N per group (FE-EST, P)."""
-    cin_g, cout_g = cin // max(groups, 1), cout // max(groups, 1)
-    k1 = _ceil(cin_g, c0) * kh * kw
-    n1 = _ceil(cout_g, 16)
-    return _ceil(ho * wo, 16) * k1 * n1 * n * max(groups, 1)
+def groups_per_fractal(cin_g: int, cout_g: int, groups: int, c0: int) -> int:
+    """How many groups of a grouped Conv share one fractal: the Cube packs groups whose channels
+    are fewer than C0 side by side (a block-diagonal weight), so a depthwise Conv (1 channel per
+    group) fills C0 lanes with C0 groups instead of one (DepthwiseConv2D's FRACTAL_Z with
+    C1HWNCoC0 packing, GE-FT; E for the rule beyond depthwise)."""
+    if groups <= 1:
+        return 1
+    return max(1, min(groups, c0 // max(1, cin_g, cout_g)))
 
 
-def cube_cycles_matmul(m: int, k: int, n: int, batch: int = 1, c0: int = 16) -> int:
+def cube_cycles_conv(n: int, cin: int, cout: int, kh: int, kw: int, ho: int, wo: int, groups: int,
+                     fr: Fractal, c0: int) -> int:
+    """CANN FE estimator for Conv: ceil(H*W/M) * K1 * N1 * N per (packed) group (FE-EST, P);
+    groups of fewer than C0 channels are packed into one fractal (:func:`groups_per_fractal`)."""
+    groups = max(groups, 1)
+    cin_g, cout_g = cin // groups, cout // groups
+    pack = groups_per_fractal(cin_g, cout_g, groups, c0)
+    k1 = _ceil(cin_g * pack, c0) * kh * kw
+    n1 = _ceil(cout_g * pack, fr.m)
+    return _ceil(ho * wo, fr.m) * k1 * n1 * n * _ceil(groups, pack)
+
+
+def cube_cycles_matmul(m: int, k: int, n: int, batch: int, fr: Fractal, c0: int) -> int:
     """CANN FE estimator for MatMul: m1 * k1 * n1 * batch (FE-EST, P)."""
-    return _ceil(m, 16) * _ceil(k, c0) * _ceil(n, 16) * batch
+    return _ceil(m, fr.m) * _ceil(k, c0) * _ceil(n, fr.m) * batch
 
 
-def vector_cycles(numel: int, elems_per_cycle: int, ops_per_elem: float = 3.0) -> float:
-    """CANN FE estimator for vector ops: 3 * numel / vec_calc_size (FE-EST, P)."""
+def vector_cycles(numel: int, elems_per_cycle: int, ops_per_elem: float) -> float:
+    """CANN FE estimator for vector ops: ops * numel / vec_calc_size (FE-EST, P; ops from op_info)."""
     return ops_per_elem * numel / elems_per_cycle
+
+
+_SAME_SHAPE = frozenset({"Relu", "Sigmoid", "Clip", "HardSwish", "HardSigmoid", "Tanh", "LeakyRelu", "Identity", "Cast",
+                         "Neg", "Abs", "Exp", "Sqrt", "Erf", "Gelu", "Softmax"})
+_FUSION_HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+class _Item:
+    """One node of a graph and its cost record, as :meth:`AscendCostModel._fuse` sees it."""
+
+    __slots__ = ("node", "rec", "info", "engine", "c16", "in_fmts", "out_fmts", "host")
+
+    def __init__(self, node, rec, info, engine, c16=False, in_fmts=(), out_fmts=(), host=False):
+        self.node, self.rec, self.info, self.engine = node, rec, info, engine
+        self.c16, self.in_fmts, self.out_fmts, self.host = c16, list(in_fmts), list(out_fmts), host
+
+    def kernel(self) -> bool:
+        """An AI Core kernel whose memory traffic the fusion model may re-price."""
+        return (self.engine == "AICORE" and self.info is not None
+                and self.info.cost in ("cube", "vector", "datamove", "gather", "transdata")
+                and self.rec.get("us", 0.0) > 0.0 and not self.host)
+
+    def eltwise(self) -> bool:
+        return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
+                and self.info.layout == "agnostic" and self.node.op not in ("Concat", "Split") and self.rec["us"] > 0.0)
+
+    def head(self) -> bool:
+        if self.engine != "AICORE" or self.info is None:
+            return False
+        return self.node.op in _FUSION_HEADS or self.info.layout == "reduce" or self.eltwise() or (
+            self.info.cost == "vector" and self.info.layout == "fixed")
 
 
 class _Ctx:
@@ -142,6 +201,9 @@ class _Ctx:
         self.explicit_transdata = 0
         self.transdata_us = 0.0
         self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
+        self.values: dict[int, np.ndarray] = {}  # folded small integer values (shape arithmetic)
+        self.static_graph = False  # every input shape fixed (set by the estimate)
+        self.fusion = True  # UB fusion and L2 residency (False: every node its own kernel, through GM)
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
@@ -164,6 +226,7 @@ class AscendCostModel(CostModel):
         self.target = self.profile.name
         # plain attributes for the hot loop (the profile's __getattr__ is slow per node)
         self.pv = SimpleNamespace(**self.profile.values, gm_bytes_per_us=self.profile.gm_bytes_per_us)
+        self.fr = Fractal(self.pv.fractal_m, self.pv.c0_2byte, self.pv.c0_1byte)
 
     # -- shapes, dtypes, formats ----------------------------------------------------------
 
@@ -193,8 +256,11 @@ class AscendCostModel(CostModel):
                 name = d if isinstance(d, str) and d else "?"
                 if name not in cx.assumed_dims:
                     cx.assumed_dims[name] = 1
-                    hint = dim_hint(cx.graph, d) if cx.graph is not None else "fix it with --input-shape or --dim"
-                    cx.assume(f"symbolic dim '{name}' taken as 1 ({hint})")
+                    if cx.static_graph:
+                        cx.assume(f"dim '{name}' is not known to shape inference although every input shape is fixed; taken as 1")
+                    else:
+                        hint = dim_hint(cx.graph, d) if cx.graph is not None else "fix it with --input-shape or --dim"
+                        cx.assume(f"symbolic dim '{name}' taken as 1 ({hint})")
                 out.append(1)
         return tuple(out)
 
@@ -245,6 +311,7 @@ class AscendCostModel(CostModel):
         loop_trips: int = 1,
         input_shapes: dict[str, list[int]] | None = None,
         dims: dict[str, int] | None = None,
+        fusion: bool = True,
         _engines_out: dict | None = None,
         _costs_out: dict | None = None,
         **_: Any,
@@ -257,6 +324,8 @@ class AscendCostModel(CostModel):
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
         cx.set_graph(graph, dims)
         cx.costs_out = _costs_out
+        cx.static_graph = self.static_inputs(graph)
+        cx.fusion = bool(fusion)
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
             _engines_out.update(cx.engines)
@@ -304,7 +373,7 @@ class AscendCostModel(CostModel):
     def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
         dtype = self._dtype(t)
         item = self._storage_itemsize(dtype, compute16)
-        return padded_numel(self._shape(t, cx), fmt, item) * item
+        return padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
 
     # -- formats --------------------------------------------------------------------------
 
@@ -312,8 +381,9 @@ class AscendCostModel(CostModel):
         """FE-SEL broadcast rule: every runtime input 4-D with the same C (C not broadcast);
         a scalar operand needs C to be C0-aligned. Constants are laid out at compile time, so a
         per-channel constant ([C,1,1] or [1,C,1,1]) is accepted too."""
-        runtime = [self._shape(t, cx) for t in node.inputs if t.name and not isinstance(t, gs.Constant) and id(t) not in const]
-        consts = [self._shape(t, cx) for t in node.inputs if t.name and (isinstance(t, gs.Constant) or id(t) in const)]
+        ins = node.inputs[:1] if node.op == "Clip" else node.inputs  # Clip's bounds are scalars of the op (ClipByValue, Relu6)
+        runtime = [self._shape(t, cx) for t in ins if t.name and not isinstance(t, gs.Constant) and id(t) not in const]
+        consts = [self._shape(t, cx) for t in ins if t.name and (isinstance(t, gs.Constant) or id(t) in const)]
         if not runtime or any(len(s) != 4 for s in runtime):
             return False
         c = runtime[0][1]
@@ -322,7 +392,7 @@ class AscendCostModel(CostModel):
         for s in consts:
             numel = math.prod(s)
             if numel == 1:
-                if c % 16:
+                if c % self.fr.c0_2byte:
                     return False
             elif not (numel == c and (tuple(s[-3:]) == (c, 1, 1) or tuple(s) == (c,))) or len(s) > 4:
                 return False
@@ -342,18 +412,25 @@ class AscendCostModel(CostModel):
         seen_cross: set[tuple[int, str]] = set()
         const: set[int] = set()  # tensors GE computes at compile time (its constant folding)
         half: set[int] = set()  # fp32 tensors stored as fp16 (computed under force_fp16 & co.)
-        total = 0.0
+        items: list[_Item] = []
+        # ATC compiles a graph whose inputs all have fixed shapes as a static graph: it knows every
+        # shape, so shape arithmetic is compile-time work (GE-DYN, P)
+        static_graph = top and self.static_inputs(graph)
         for node in graph.nodes:
             info = self.ops.lookup(node.op, node.domain)
             op_label = node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
             if info is None:
                 cx.unknown.setdefault(op_label, None)
-            if self._folded_by_ge(node, info, const):
+            static_here = static_graph and not (region_of and any(id(t) in region_of for t in node.inputs))
+            if self._folded_by_ge(node, info, const, static_here):
                 const.update(id(t) for t in node.outputs)
-                cx.nodes.append({"name": node.name, "op": op_label, "engine": "compile-time", "formats_in": [],
-                                 "formats_out": [], "us": 0.0, "bound": "none", "cube_us": 0.0, "vector_us": 0.0,
-                                 "memory_us": 0.0, "launch_us": 0.0, "note": "constant: folded by GE at compile time"})
+                self._fold_value(node, cx)
+                items.append(_Item(node, {"name": node.name, "op": op_label, "engine": "compile-time", "formats_in": [],
+                                          "formats_out": [], "us": 0.0, "bound": "none", "cube_us": 0.0, "vector_us": 0.0,
+                                          "memory_us": 0.0, "launch_us": 0.0,
+                                          "note": "constant: folded by GE at compile time"}, info, "compile-time"))
                 continue
+            self._static_shapes(node, cx)
             # host-scheduled region: data-dependent output shape upstream
             upstream = None
             if region_of:  # most graphs have no dynamic region: skip the lookup entirely
@@ -374,7 +451,11 @@ class AscendCostModel(CostModel):
 
             engine, compute16, eng_note = self._engine(node, info, cx)
             ann = A.get_engine(node)
-            if ann in ("AICORE", "AICPU", "HOST"):
+            if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
+                # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
+                # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+                compute16 = ann == "AICORE" and info is not None and self._fp32_without_kernel(node, info)
+                eng_note = f"engine {ann} by annotation"
                 engine = ann
             # formats: what the node takes and gives
             in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
@@ -442,12 +523,24 @@ class AscendCostModel(CostModel):
             rec["engine"] = engine
             rec["formats_in"] = in_fmts
             rec["formats_out"] = out_fmts
+            items.append(_Item(node, rec, info, engine, compute16, in_fmts, out_fmts, region is not None))
+        if cx.fusion:
+            self._fuse(items, graph, cx, const)
+        scale = self.profile.op_scale
+        total = 0.0
+        for it in items:
+            rec = it.rec
+            if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
+                rec["us"] *= scale[it.node.op]
+                rec["note"] = (rec["note"] + f"; x{scale[it.node.op]:.3g} (op_scale)").strip("; ")
             cx.nodes.append(rec)
-            if cx.costs_out is not None and node.outputs:
-                cx.costs_out[node.outputs[0].name] = rec["us"]
-            cx.per_engine[engine] += rec["us"]
-            cx.per_op[op_label] += rec["us"]
-            if info is not None and info.cost == "transdata":
+            if it.engine == "compile-time":
+                continue
+            if cx.costs_out is not None and it.node.outputs:
+                cx.costs_out[it.node.outputs[0].name] = rec["us"]
+            cx.per_engine[it.engine] += rec["us"]
+            cx.per_op[rec["op"]] += rec["us"]
+            if it.info is not None and it.info.cost == "transdata":
                 cx.explicit_transdata += 1
                 cx.transdata_us += rec["us"]
             total += rec["us"]
@@ -465,9 +558,20 @@ class AscendCostModel(CostModel):
         return total
 
     @staticmethod
-    def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int]) -> bool:
+    def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int], static_graph: bool = False) -> bool:
+        """GE's compile-time constant folding: every input a constant, or a Shape/Size of a
+        tensor whose shape is static (ATC compiles a static-shape graph: the exporter's
+        Shape -> Gather -> Concat chains become constants, GE-DYN, P)."""
         if info is None or info.cost in ("control", "transdata") or node.op in _NEVER_FOLDED:
             return False
+        if node.op == "Constant" and not node.inputs:
+            return True
+        if node.op in ("Shape", "Size") and node.inputs:
+            if static_graph:  # every input shape fixed and no data-dependent shape upstream
+                return True
+            shape = node.inputs[0].shape
+            return shape is not None and all(type(d) is int or isinstance(d, np.integer) for d in shape) \
+                and all(int(d) >= 0 for d in shape)
         seen = False
         for t in node.inputs:
             if t.name:
@@ -477,12 +581,249 @@ class AscendCostModel(CostModel):
         return seen
 
     @staticmethod
+    def static_inputs(graph: gs.Graph) -> bool:
+        """Every graph input has a fixed shape: ATC compiles the graph as a static one."""
+        return all(t.shape is not None and all(type(d) is int or isinstance(d, np.integer) for d in t.shape)
+                   for t in graph.inputs)
+
+    def _fold_value(self, node: gs.Node, cx: _Ctx) -> None:
+        """The value of a small integer constant GE folds (shape arithmetic), where it is cheap to
+        know: it fixes the output shape of a Reshape the exporter computed from Shape."""
+        vals = cx.values
+        try:
+            ins = []
+            for t in node.inputs:
+                if not t.name:
+                    ins.append(None)
+                elif isinstance(t, gs.Constant):
+                    v = t._values
+                    if not isinstance(v, np.ndarray) and (v.dtype not in (np.int64, np.int32) or math.prod(v.shape) > 64):
+                        return
+                    ins.append(np.asarray(t.values))
+                elif id(t) in vals:
+                    ins.append(vals[id(t)])
+                elif node.op in ("Shape", "Size"):
+                    ins.append(None)
+                else:
+                    return
+            op, a = node.op, node.attrs
+            if op == "Shape":
+                out = np.array(self._shape(node.inputs[0], cx), dtype=np.int64)[a.get("start", 0):a.get("end", None)]
+            elif op == "Size":
+                out = np.array(math.prod(self._shape(node.inputs[0], cx)), dtype=np.int64)
+            elif op == "Constant" and "value" in a:
+                out = np.asarray(a["value"].values)
+            elif op == "Gather":
+                out = np.take(ins[0], ins[1], axis=int(a.get("axis", 0)))
+            elif op == "Unsqueeze":
+                axes = ins[1] if len(ins) > 1 and ins[1] is not None else a.get("axes")
+                out = np.expand_dims(ins[0], tuple(int(x) for x in np.ravel(axes)))
+            elif op == "Squeeze":
+                axes = ins[1] if len(ins) > 1 and ins[1] is not None else a.get("axes")
+                out = np.squeeze(ins[0], tuple(int(x) for x in np.ravel(axes))) if axes is not None else np.squeeze(ins[0])
+            elif op == "Concat":
+                out = np.concatenate([np.atleast_1d(x) for x in ins if x is not None], axis=int(a.get("axis", 0)))
+            elif op == "Cast":
+                out = ins[0].astype(np.int64) if ins[0].dtype.kind in "iu" else None
+            elif op in ("Mul", "Add", "Sub", "Div") and all(x is not None and x.dtype.kind in "iu" for x in ins):
+                if op == "Div":
+                    if np.any(ins[1] == 0):
+                        return
+                    out = np.sign(ins[0]) * np.sign(ins[1]) * (np.abs(ins[0]) // np.abs(ins[1]))  # truncates, as ONNX
+                else:
+                    out = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[op](ins[0], ins[1])
+            elif op == "Slice" and len(ins) >= 3 and ins[0].ndim == 1:
+                st = int(np.ravel(ins[1])[0])
+                en = int(np.ravel(ins[2])[0])
+                step = int(np.ravel(ins[4])[0]) if len(ins) > 4 and ins[4] is not None else 1
+                out = ins[0][st:en:step]
+            else:
+                return
+        except Exception:  # noqa: BLE001 - a value we cannot know only leaves a shape symbolic
+            return
+        if out is not None and out.size <= 64:
+            for t in node.outputs[:1]:
+                vals[id(t)] = out
+
+    def _static_shapes(self, node: gs.Node, cx: _Ctx) -> None:
+        """Output shapes that shape inference left symbolic but a static graph fixes: a Reshape
+        whose target is a folded value, and the Transpose or elementwise op after it."""
+        outs = [t for t in node.outputs if t.name]
+        if not outs or all(t.shape is not None and all(type(d) is int for d in t.shape) for t in outs):
+            return
+        out = outs[0]
+        if node.op == "Reshape" and len(node.inputs) > 1 and id(node.inputs[1]) in cx.values:
+            src = self._shape(node.inputs[0], cx)
+            target = [int(d) for d in np.ravel(cx.values[id(node.inputs[1])])]
+            allow0 = int(node.attrs.get("allowzero", 0))
+            dims = [src[i] if (d == 0 and not allow0 and i < len(src)) else d for i, d in enumerate(target)]
+            if dims.count(-1) == 1:
+                known = math.prod(d for d in dims if d != -1)
+                dims[dims.index(-1)] = math.prod(src) // known if known else 0
+            if all(d >= 0 for d in dims) and math.prod(dims) == math.prod(src):
+                cx.shapes[id(out)] = tuple(dims)
+        elif node.op == "Transpose" and node.inputs:
+            src = self._shape(node.inputs[0], cx)
+            perm = node.attrs.get("perm") or list(range(len(src)))[::-1]
+            if len(perm) == len(src):
+                cx.shapes[id(out)] = tuple(src[int(i)] for i in perm)
+        elif node.op == "Slice" and len(node.inputs) >= 3 and all(id(t) in cx.values or isinstance(t, gs.Constant)
+                                                                  for t in node.inputs[1:] if t.name):
+            def val(t):
+                return np.ravel(cx.values[id(t)] if id(t) in cx.values else np.asarray(t.values)).astype(np.int64)
+            dims = list(self._shape(node.inputs[0], cx))
+            starts, ends = val(node.inputs[1]), val(node.inputs[2])
+            axes = val(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3].name else np.arange(len(starts))
+            steps = val(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else np.ones(len(starts), np.int64)
+            for st, en, ax, sp in zip(starts, ends, axes, steps):
+                ax = int(ax) % len(dims)
+                dims[ax] = len(range(*slice(int(st), int(en), int(sp)).indices(dims[ax])))
+            cx.shapes[id(out)] = tuple(dims)
+        elif node.op == "Concat" and node.inputs:
+            shapes = [self._shape(t, cx) for t in node.inputs if t.name]
+            ax = int(node.attrs.get("axis", 0)) % len(shapes[0])
+            cx.shapes[id(out)] = tuple(sum(sh[ax] for sh in shapes) if i == ax else d for i, d in enumerate(shapes[0]))
+        elif node.op in ("Conv", "MaxPool", "AveragePool") and node.inputs and node.attrs.get("auto_pad", "NOTSET") == "NOTSET":
+            x = self._shape(node.inputs[0], cx)
+            if node.op == "Conv" and len(node.inputs) > 1:
+                w = self._shape(node.inputs[1], cx)
+                co, ks = w[0], list(w[2:])
+            else:
+                co, ks = x[1], list(node.attrs.get("kernel_shape", []))
+            n_sp = len(x) - 2
+            strides = list(node.attrs.get("strides", [1] * n_sp))
+            pads = list(node.attrs.get("pads", [0] * 2 * n_sp))
+            dil = list(node.attrs.get("dilations", [1] * n_sp))
+            if len(ks) == n_sp:
+                sp = [(x[2 + i] + pads[i] + pads[i + n_sp] - dil[i] * (ks[i] - 1) - 1) // strides[i] + 1 for i in range(n_sp)]
+                cx.shapes[id(out)] = (x[0], co, *sp)
+        elif len(outs) == 1 and node.inputs and node.op in _SAME_SHAPE | {"BatchNormalization"}:
+            cx.shapes[id(out)] = self._shape(node.inputs[0], cx)
+        elif len(outs) == 1 and node.op in ("Add", "Sub", "Mul", "Div") and len(node.inputs) == 2:
+            a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
+            try:
+                cx.shapes[id(out)] = tuple(np.broadcast_shapes(a, b))
+            except ValueError:
+                pass
+
+    def _fuse(self, items: "list[_Item]", graph: gs.Graph, cx: _Ctx, const: set[int]) -> None:
+        """What ATC does before the kernels run, applied to the per-node records:
+
+        1. UB fusion (ATC-FSF, P): a Conv/MatMul/Gemm, a pooling or reduce kernel, or an
+           elementwise op absorbs the chain of elementwise ops after it (bias, BN, residual Add,
+           activation: TbeConv2DReluv2Pass, TbeEltwiseFusionPass, ATbeMatMulElemwiseFusionPass,
+           TbeReduceElemwiseFusionPass, AutomaticUbFusion) while each link has one consumer, up to
+           ``ub_fusion_max_ops`` ops: one kernel, one launch; the intermediates stay in UB (their
+           GM write and read are not charged).
+        2. L2 residency (E; every AI Core kernel but a Transpose, whose cost is its strided
+           bursts): a tensor one kernel writes and another reads, up to
+           ``l2_resident_fraction`` of L2, moves at the L2 rate instead of the GM rate. As the batch
+           grows the activations outgrow L2: this is the knee of the batch curve (fps rises while
+           launches and weights are shared by more images, then flattens where the traffic goes to GM).
+
+        Cost of a kernel: launch + max(cube, vector, memory) of its ops together.
+        """
+        p = self.pv
+        if not items:
+            return
+        consumers: dict[int, list[_Item]] = defaultdict(list)
+        for it in items:
+            for t in it.node.inputs:
+                consumers[id(t)].append(it)
+        graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
+        l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
+        gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
+        save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
+        fused: set[int] = set()
+        for it in items:
+            if id(it) in fused or not it.kernel():
+                continue
+            group = [it]
+            if it.head():
+                tail = it
+                while len(group) < p.ub_fusion_max_ops:
+                    outs = [t for t in tail.node.outputs if t.name]
+                    if len(outs) != 1 or id(outs[0]) in graph_io:
+                        break
+                    cons = self._chain_step(consumers.get(id(outs[0]), []), outs[0], consumers)
+                    if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
+                        break
+                    if self._shape(outs[0], cx) != self._shape(cons[-1].node.outputs[0], cx):
+                        break
+                    if len(group) + len(cons) > p.ub_fusion_max_ops:
+                        break
+                    # a fused kernel keeps one storage format: it cannot span a TransData
+                    out_fmt = tail.out_fmts[0] if tail.out_fmts else "ND"
+                    if any(f != out_fmt for c in cons for t, f in zip(c.node.inputs, c.in_fmts) if t is outs[0]):
+                        break
+                    tail = cons[-1]
+                    group.extend(cons)
+                    fused.update(id(c) for c in cons)
+            internal = {id(t) for g in group[:-1] for t in g.node.outputs if t.name}
+            mem = sum(g.rec["memory_us"] for g in group)
+            for g in group:
+                # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
+                eff = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}.get(g.info.cost, 1.0)
+                save = save_gm / eff
+                for i, t in enumerate(g.node.outputs):
+                    if not t.name:
+                        continue
+                    b = self._bytes(t, g.out_fmts[i] if i < len(g.out_fmts) else "ND", cx, g.c16)
+                    if id(t) in internal:
+                        mem -= 2 * b / gm
+                    elif b <= l2_cap and id(t) not in graph_io:
+                        mem -= b * save
+                for i, t in enumerate(g.node.inputs):
+                    if (not t.name or isinstance(t, gs.Constant) or id(t) in const or id(t) in internal
+                            or id(t) in graph_io):
+                        continue
+                    b = self._bytes(t, g.in_fmts[i] if i < len(g.in_fmts) else "ND", cx, g.c16)
+                    if b <= l2_cap:
+                        mem -= b * save
+            head = group[0].rec
+            parts = {"cube": sum(g.rec["cube_us"] for g in group), "vector": sum(g.rec["vector_us"] for g in group),
+                     "memory": max(0.0, mem)}
+            bound = max(parts, key=parts.get)
+            head.update(cube_us=parts["cube"], vector_us=parts["vector"], memory_us=parts["memory"],
+                        us=head["launch_us"] + parts[bound])
+            head["bound"] = bound if parts[bound] >= head["launch_us"] else ("host" if it.host else "launch")
+            if len(group) > 1:
+                head["note"] = (head["note"] + "; UB fusion: " + " + ".join(g.rec["op"] for g in group)).strip("; ")
+                for g in group[1:]:
+                    g.rec.update(us=0.0, cube_us=0.0, vector_us=0.0, memory_us=0.0, launch_us=0.0, bound="fused",
+                                 note=(f"fused into {group[0].node.name or head['op']} (UB fusion)"))
+
+    @staticmethod
+    def _chain_step(cons: "list[_Item]", t: gs.Tensor, consumers: "dict[int, list[_Item]]") -> "list[_Item]":
+        """The elementwise op(s) a fused kernel can take in after its output ``t``: the one reader
+        of ``t``, or a Swish/SiLU diamond ``t -> Sigmoid -> Mul(t, .)`` (ATC's SwishFusionPass makes
+        it one Swish op, which then UB-fuses). [] when neither."""
+        if len(cons) == 1:
+            return cons if cons[0].eltwise() else []
+        if len(cons) == 2:
+            for a, b in (cons, cons[::-1]):
+                outs = [o for o in a.node.outputs if o.name]
+                if (a.eltwise() and b.eltwise() and len(outs) == 1 and consumers.get(id(outs[0])) == [b]
+                        and any(i is t for i in b.node.inputs)):
+                    return [a, b]
+        return []
+
+    @staticmethod
     def _starts_dynamic(node: gs.Node, info: OpInfo | None) -> str:
         if info is not None and info.dynamic_output:
             return "data-dependent output shape"
         if node.op == "TopK" and len(node.inputs) > 1 and not isinstance(node.inputs[1], gs.Constant):
             return "TopK with a runtime k"
         return ""
+
+    def _fp32_without_kernel(self, node: gs.Node, info: OpInfo) -> bool:
+        """The node's data input is fp32 and its AI Core kernel on this target has no fp32."""
+        t = next((t for t in node.inputs if t.name and not isinstance(t, gs.Constant)), None)
+        if t is None or self._dtype(t) != _F32:
+            return False
+        if info.cost == "cube":
+            return not self.profile.cube_fp32
+        return "float32" not in info.dtypes_on(self.target) or info.fp16_only_on(self.target)
 
     def _engine(self, node: gs.Node, info: OpInfo | None, cx: _Ctx) -> tuple[str, bool, str]:
         """(engine, computes fp32 as fp16, note)."""
@@ -499,12 +840,12 @@ class AscendCostModel(CostModel):
         if engine != "AICORE" or info.cost in ("view", "none", "control"):
             return engine, False, ""
         if dtype != np.dtype("float32"):
-            if dtype.name not in info.dtypes and dtype.name not in ("int64", "float64"):
+            if dtype.name not in info.dtypes_on(self.target) and dtype.name not in ("int64", "float64"):
                 return "AICPU", False, f"{dtype.name} has no AI Core kernel"
             return engine, False, ""
         # fp32 input
         cube = info.cost == "cube"
-        fp32_ok = ("float32" in info.dtypes) and not info.fp16_only
+        fp32_ok = ("float32" in info.dtypes_on(self.target)) and not info.fp16_only_on(self.target)
         if cube:
             fp32_ok = bool(self.profile.cube_fp32)
         mode = cx.mode
@@ -610,7 +951,7 @@ class AscendCostModel(CostModel):
             if t.name:
                 f = out_fmts[i] if i < len(out_fmts) else "ND"
                 item = self._storage_itemsize(self._dtype(t), compute16)
-                numel = padded_numel(self._shape(t, cx), f, item)
+                numel = padded_numel(self._shape(t, cx), f, item, self.fr)
                 out_numel = max(out_numel, numel)
                 out_bytes += numel * item
 
@@ -636,7 +977,7 @@ class AscendCostModel(CostModel):
         mem_bytes = in_bytes + out_bytes
         if node.op == "Concat" and out_fmts and out_fmts[0] == "NC1HWC0":
             item = self._storage_itemsize(self._dtype(node.outputs[0]), compute16)
-            c0 = c0_of(item)
+            c0 = c0_of(item, self.fr)
             chans = [self._shape(t, cx) for t in node.inputs if t.name]
             if all(len(s) == 4 and s[1] % c0 == 0 for s in chans) and not host_scheduled:
                 rec["note"] = "no-task Concat: aligned C in 5HD (GE-CNT)"
@@ -645,7 +986,7 @@ class AscendCostModel(CostModel):
             rec["note"] = f"Concat of C not a multiple of {c0} in 5HD: repacking kernel"
         elif node.op == "Split" and out_fmts and out_fmts[0] == "NC1HWC0":
             item = self._storage_itemsize(self._dtype(node.inputs[0]), compute16)
-            c0 = c0_of(item)
+            c0 = c0_of(item, self.fr)
             if any(len(s) == 4 and s[1] % c0 for s in (self._shape(t, cx) for t in node.outputs if t.name)):
                 mem_bytes += in_bytes + out_bytes  # outputs start inside a C0 lane: repack (E), as for Concat
                 rec["note"] = f"Split into C not a multiple of {c0} in 5HD: repacking kernel"
@@ -653,14 +994,14 @@ class AscendCostModel(CostModel):
 
         elems = p.vector_fp16_elems_per_cycle if (compute16 or self._dtype(node.outputs[0]).itemsize <= 2) else p.vector_fp32_elems_per_cycle
         if cost in ("vector", "cube"):
-            ops = info.vector_ops if info is not None else 3.0
+            ops = (info.vector_ops if info is not None else 0.0) or self.ops.default_vector_ops
             rec["vector_us"] = vector_cycles(out_numel, elems, ops) / max(1, p.vector_core_count) / p.vector_freq_mhz
         if cast_numel:
             rec["vector_us"] += cast_numel / p.vector_fp32_elems_per_cycle / max(1, p.vector_core_count) / p.vector_freq_mhz
             rec["note"] = (rec["note"] + "; casts between fp32 and fp16 storage").strip("; ")
         if cost == "cube":
             cycles, tiles = self._cube(node, cx, compute16)
-            rec["cube_us"] = cycles / max(1, min(p.ai_core_count, tiles)) / p.cube_freq_mhz
+            rec["cube_us"] = cycles / max(1, min(p.ai_core_count, tiles)) / p.cube_freq_mhz / p.cube_efficiency
         rec["launch_us"] = p.host_dispatch_us if host_scheduled else p.kernel_launch_us
         parts = {"cube": rec["cube_us"], "vector": rec["vector_us"], "memory": rec["memory_us"]}
         bound = max(parts, key=parts.get)
@@ -673,7 +1014,8 @@ class AscendCostModel(CostModel):
         p = self.pv
         dtype = self._dtype(node.inputs[0]) if node.inputs else np.dtype("float32")
         item = 2 if compute16 else dtype.itemsize
-        c0 = c0_of(item)
+        c0 = c0_of(item, self.fr)
+        m16 = self.fr.m
         scale = 1.0
         if item == 4:  # fp32 on a Cube that has it (910B): fewer MACs per cycle
             scale = p.cube_fp16_macs_per_cycle / max(1, p.cube_fp32_macs_per_cycle)
@@ -687,13 +1029,14 @@ class AscendCostModel(CostModel):
             spatial_out = y[2] * (y[3] if len(y) > 3 else 1)
             if node.op != "ConvTranspose":
                 cin, cout = x[1], w[0]
-                cycles = cube_cycles_conv(x[0], cin, cout, kh, kw, y[2], y[3] if len(y) > 3 else 1, groups, c0)
-                tiles = _ceil(spatial_out, 16) * _ceil(cout // max(groups, 1), 16) * x[0] * groups
+                cycles = cube_cycles_conv(x[0], cin, cout, kh, kw, y[2], y[3] if len(y) > 3 else 1, groups, self.fr, c0)
+                pack = groups_per_fractal(cin // max(groups, 1), cout // max(groups, 1), groups, c0)
+                tiles = _ceil(spatial_out, m16) * _ceil(cout // max(groups, 1) * pack, m16) * x[0] * _ceil(groups, pack)
             else:  # ConvTranspose: each input pixel scatters a kh*kw patch (E)
                 cin, cout = x[1], w[1] * groups
                 spatial_in = x[2] * (x[3] if len(x) > 3 else 1)
-                cycles = _ceil(spatial_in, 16) * _ceil(cin // groups, c0) * _ceil(cout // groups * kh * kw, 16) * x[0] * groups
-                tiles = _ceil(spatial_in, 16) * _ceil(cout // groups, 16) * x[0] * groups
+                cycles = _ceil(spatial_in, m16) * _ceil(cin // groups, c0) * _ceil(cout // groups * kh * kw, m16) * x[0] * groups
+                tiles = _ceil(spatial_in, m16) * _ceil(cout // groups, m16) * x[0] * groups
             return cycles * scale, max(1, tiles)
         if node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
             a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
@@ -708,14 +1051,14 @@ class AscendCostModel(CostModel):
                 batch = 1
                 for d in (a[:-2] if len(a) > len(b) else b[:-2]):
                     batch *= d
-            return cube_cycles_matmul(m, k, n, batch, c0) * scale, max(1, _ceil(m, 16) * _ceil(n, 16) * batch)
+            return cube_cycles_matmul(m, k, n, batch, self.fr, c0) * scale, max(1, _ceil(m, m16) * _ceil(n, m16) * batch)
         if node.op in ("LSTM", "GRU") and len(node.inputs) >= 3:
             x, w = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
             seq, batch = x[0], x[1] if len(x) > 1 else 1
             gates, hidden_in = w[1] if len(w) > 1 else 1, w[2] if len(w) > 2 else 1
             hidden = gates // (4 if node.op == "LSTM" else 3)
-            cycles = seq * cube_cycles_matmul(batch, hidden_in + hidden, gates, 1, c0)
-            return cycles * scale, max(1, _ceil(batch, 16) * _ceil(gates, 16))
+            cycles = seq * cube_cycles_matmul(batch, hidden_in + hidden, gates, 1, self.fr, c0)
+            return cycles * scale, max(1, _ceil(batch, m16) * _ceil(gates, m16))
         return 0.0, 1
 
     def _control_cost(self, node: gs.Node, cx: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:

@@ -79,9 +79,10 @@ class FormatOracle:
         self.cx = _Ctx(model, mode, 1, dict(input_shapes or {}))
         self.cx.set_graph(graph)
         self.const: set[int] = set()
+        static = model.static_inputs(graph)
         for node in graph.nodes:  # GE's compile-time constant folding, as the estimate does it
             info = model.ops.lookup(node.op, node.domain)
-            if model._folded_by_ge(node, info, self.const):
+            if model._folded_by_ge(node, info, self.const, static):
                 self.const.update(id(t) for t in node.outputs)
         self._roles: dict[tuple, NodeRole] = {}
         self._td: dict[tuple, float] = {}
@@ -222,14 +223,15 @@ class FormatOracle:
             parts = [t for t in node.outputs if t.name]
         else:
             return True
-        return all(len(self.shape(t)) == 4 and self.shape(t)[1] % 16 == 0 for t in parts)
+        return all(len(self.shape(t)) == 4 and self.shape(t)[1] % self.model.fr.c0_2byte == 0 for t in parts)
 
     def choice_note(self, node: gs.Node) -> str:
         """Why a node that could run in NC1HWC0 is dearer there (for the report)."""
         if node.op == "Concat":
             chans = [self.shape(t)[1] for t in node.inputs if self.is_runtime(t) and len(self.shape(t)) == 4]
-            if any(c % 16 for c in chans):
-                return f"Concat of C={'/'.join(str(c) for c in chans)} inputs cannot stay in 5HD (C not a multiple of 16: repacking kernel)"
+            c0 = self.model.fr.c0_2byte
+            if any(c % c0 for c in chans):
+                return f"Concat of C={'/'.join(str(c) for c in chans)} inputs cannot stay in 5HD (C not a multiple of {c0}: repacking kernel)"
         return f"{self.label(node)} costs less in ND than in NC1HWC0 here (estimate)"
 
     def transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:

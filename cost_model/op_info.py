@@ -33,8 +33,21 @@ class OpInfo:
     fp16_only: bool = False
     static_only: bool = False
     dynamic_output: bool = False
-    vector_ops: float = 3.0
+    vector_ops: float = 0.0  # set from the table's [defaults] vector_ops where a row does not say
     note: str = ""
+    #: per-target AI Core dtypes where a target's kernel differs from ``dtypes`` (target -> dtypes)
+    target_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def dtypes_on(self, target: str) -> tuple[str, ...]:
+        """The AI Core kernel's dtypes on ``target`` (its own row where the table has one)."""
+        for name, dts in self.target_dtypes:
+            if name == target:
+                return dts
+        return self.dtypes
+
+    def fp16_only_on(self, target: str) -> bool:
+        """fp16 only on ``target``: the row says so and the target's dtypes have no float32."""
+        return self.fp16_only and "float32" not in self.dtypes_on(target)
 
     def input_format(self, i: int) -> str:
         if self.layout == "fixed" and self.inputs:
@@ -48,9 +61,11 @@ class OpInfo:
 
 
 class OpTable:
-    def __init__(self, ops: dict[str, OpInfo], path: Path):
+    def __init__(self, ops: dict[str, OpInfo], path: Path, default_vector_ops: float | None = None):
         self.ops = ops
         self.path = path
+        #: vector instructions per output element where a row does not say (the data file's [defaults])
+        self.default_vector_ops = default_vector_ops if default_vector_ops is not None else _default_vector_ops()
 
     def lookup(self, op: str, domain: str | None) -> OpInfo | None:
         domain = domain or ""
@@ -77,6 +92,10 @@ def parse_op_table(path: Path) -> OpTable:
     ops_raw = data.get("ops")
     if not isinstance(ops_raw, dict) or not ops_raw:
         raise _bad(path, "ops", "a non-empty [ops] table")
+    defaults = data.get("defaults")
+    dv = defaults.get("vector_ops") if isinstance(defaults, dict) else None
+    if not isinstance(dv, (int, float)) or isinstance(dv, bool) or dv <= 0:
+        raise _bad(path, "defaults.vector_ops", "a positive number", dv)
     ops: dict[str, OpInfo] = {}
     for key, e in ops_raw.items():
         where = f"ops.{key}"
@@ -100,17 +119,33 @@ def parse_op_table(path: Path) -> OpTable:
         for k in ("fp16_only", "static_only", "dynamic_output"):
             if not isinstance(e.get(k, False), bool):
                 raise _bad(path, f"{where}.{k}", "true or false", e.get(k))
-        vops = e.get("vector_ops", 3.0)
+        vops = e.get("vector_ops", dv)
         if not isinstance(vops, (int, float)) or isinstance(vops, bool) or vops <= 0:
             raise _bad(path, f"{where}.vector_ops", "a positive number", vops)
+        targets = e.get("targets", {})
+        if not isinstance(targets, dict):
+            raise _bad(path, f"{where}.targets", "a table of target -> {dtypes, src}", targets)
+        per_target = []
+        for tname, te in targets.items():
+            tdt = te.get("dtypes") if isinstance(te, dict) else None
+            if not isinstance(tdt, list) or not all(d in DTYPES for d in tdt):
+                raise _bad(path, f"{where}.targets.{tname}.dtypes", f"a list of {', '.join(DTYPES)}", tdt)
+            if not isinstance(te.get("src"), str) or not te["src"]:
+                raise _bad(path, f"{where}.targets.{tname}.src", "a non-empty string", te.get("src"))
+            per_target.append((tname, tuple(tdt)))
         unknown = set(e) - {"ascend", "engine", "cost", "layout", "dtypes", "src", "inputs", "outputs",
-                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note"}
+                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note", "targets"}
         if unknown:
             raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
         ops[key] = OpInfo(key, e["ascend"], e["engine"], e["cost"], e["layout"], tuple(dtypes), e["src"],
                           tuple(e.get("inputs", [])), tuple(e.get("outputs", [])), e.get("fp16_only", False),
-                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""))
-    return OpTable(ops, path)
+                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""),
+                          tuple(per_target))
+    return OpTable(ops, path, float(dv))
+
+
+def _default_vector_ops() -> float:
+    return load_op_table().default_vector_ops
 
 
 @functools.lru_cache(maxsize=4)

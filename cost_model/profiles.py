@@ -48,13 +48,21 @@ PROFILE_FIELDS: dict[str, type] = {
     "transdata_bw_efficiency": float,
     "transpose_bw_efficiency": float,
     "gather_bw_efficiency": float,
+    "gm_bandwidth_gbps": float,
+    "l2_bandwidth_gbps": float,
+    "cube_efficiency": float,
+    "l2_resident_fraction": float,
+    "ub_fusion_max_ops": int,
+    "fractal_m": int,
+    "c0_2byte": int,
+    "c0_1byte": int,
 }
 
 #: ATC's precision modes, from data/precision_modes.toml (read them through ``Target.precision_modes``)
 PRECISION_MODES = tuple(m.name for m in load_precision_modes())
 
 #: data files that are not hardware profiles
-NOT_PROFILES = frozenset({"op_info", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
+NOT_PROFILES = frozenset({"op_info", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +73,8 @@ class HardwareProfile:
     values: dict[str, Any]
     sources: dict[str, tuple[str, str]]  # field -> (source key, tag)
     path: Path
+    #: per-op-type factors on the estimate, measured on a chip (``graphpass calibrate``); ONNX op -> factor
+    op_scale: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __getattr__(self, key: str) -> Any:
         values = self.__dict__.get("values", {})
@@ -74,8 +84,8 @@ class HardwareProfile:
 
     @property
     def gm_bytes_per_us(self) -> float:
-        """Chip GM bandwidth in bytes/us (D: cores x bytes/cycle x MHz)."""
-        return self.ai_core_count * self.gm_bytes_per_cycle_per_core * self.cube_freq_mhz
+        """Chip GM bandwidth in bytes/us (the data file's ``gm_bandwidth_gbps``)."""
+        return self.gm_bandwidth_gbps * 1e3
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,4 +146,15 @@ def load_profile(target: str | Path) -> HardwareProfile:
             raise _bad(path, f"{key}.tag", "one of P, D, T, E", entry.get("tag"))
         values[key] = float(value) if kind is float else value
         sources[key] = (entry["src"], entry["tag"])
-    return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path)
+    scale = data.get("op_scale", {})
+    if not isinstance(scale, dict):
+        raise _bad(path, "op_scale", "a table of ONNX op -> factor")
+    op_scale: dict[str, float] = {}
+    for op, f in scale.items():
+        if op == "src":
+            continue
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not f > 0:
+            raise _bad(path, f"op_scale.{op}", "a positive number", f)
+        op_scale[op] = float(f)
+    return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path,
+                           op_scale)

@@ -401,6 +401,32 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import graphpass as gp
+    from graphpass.cost_model import get_target
+    from graphpass.cost_model.msprof import calibrate, corrected_profile_text
+
+    target = get_target(args.target)  # an unknown target fails before the model is read
+    if target.profile is None:
+        raise UsageError("calibrate needs a hardware target, not 'none'")
+    from graphpass.outputs import check_output_file
+
+    if not str(args.output).endswith(".toml"):
+        raise UsageError(f"-o {args.output}: the corrected target file must end in .toml (it is read with --target FILE)")
+    check_output_file(args.output)
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None).graph
+    rows, unmatched = calibrate(graph, args.op_summary, target, precision_mode=args.precision_mode)
+    print(f"{'op type':24s} {'measured us':>12s} {'estimated us':>13s} {'estimate/measured':>18s}")
+    for r in rows:
+        ratio = f"{r.estimated_us / r.measured_us:.2f}" if r.measured_us else "-"
+        print(f"{r.op:24s} {r.measured_us:12.1f} {r.estimated_us:13.1f} {ratio:>18s}")
+    if unmatched:
+        print(f"{len(unmatched)} op summary rows matched no node: {', '.join(unmatched[:10])}")
+    _write_text_atomic(Path(args.output), corrected_profile_text(target, rows, args.op_summary))
+    print(f"wrote {args.output}: use it with --target {args.output}")
+    return 0
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphpass.cost_model import create
     from graphpass.diff import diff_models, to_html, to_json, to_markdown, to_text
@@ -691,7 +717,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
-                   help="ATC precision mode (default: the profile's: force_fp16 on 910A/310P, must_keep_origin_dtype on 910B)")
+                   help="ATC precision mode (default: the profile's, ATC's force_fp16 on every target)")
     c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
     c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
@@ -699,6 +725,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=int, default=15, help="rows in the per-op and per-node tables")
     c.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     c.set_defaults(func=cmd_cost)
+
+    cb = sub.add_parser("calibrate", parents=[common],
+                        help="the estimate against msprof's op_summary CSV; writes a corrected target file")
+    cb.add_argument("model")
+    cb.add_argument("op_summary", help="msprof op_summary CSV (Op Name, OP Type, Task Type, Task Duration(us))")
+    cb.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)}) or a profile file")
+    cb.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    cb.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names())
+    cb.add_argument("-o", "--output", required=True, help="the corrected target file (.toml) to write")
+    cb.set_defaults(func=cmd_calibrate)
 
     ps = sub.add_parser("passes", parents=[common], help="list passes")
     ps.add_argument("--write-fusion-switch", default=None, metavar="FILE",

@@ -227,7 +227,7 @@ def test_model_facts_live_on_the_model_not_in_graph_stashes():
 
 def test_to_proto_and_save_share_the_portable_default(tmp_path):
     """Device ops (a fused Conv+Relu) are inlined by default by both, kept with emit='device'."""
-    model = gp.optimize(_model()).model
+    model = gp.optimize(_model(), target="none").model  # no cost veto: the fused op stays (issue 21)
     device_ops = {n.op_type for n in model.to_proto(emit="device").graph.node}
     assert any(op.startswith("Fused") or op == "ConvRelu" for op in device_ops) or "graphpass.ascend" in {
         n.domain for n in model.to_proto(emit="device").graph.node}

@@ -128,9 +128,15 @@ class CostVeto(PassInstrument):
         self._stale = False
 
     def before(self, pass_, graph, ctx, record):
+        self._scored = pass_.scored_in(ctx) and not pass_.required
+        if self._stale and self._scored and self._cost is not None:
+            # an unscored application above ESTIMATE_EACH_MAX_NODES left the estimate behind:
+            # judge this one against the graph as it is now, not as it was (issue 21)
+            report = self._estimate(graph)
+            self._cost = report.total_us if report is not None else None
+            self._stale = False
         cost = self._cost
         record.cost_before_us = cost
-        self._scored = pass_.scored_in(ctx) and not pass_.required
         self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
         if cost is not None and self._scored and self._snapshot is None:
             self._snapshot = model_io.snapshot(graph)

@@ -18,7 +18,7 @@ def test_cost_json_and_csv(light_path, capsys, tmp_path):
     assert main(["cost", light_path("light_squeezenet.onnx"), "--format", "json", "--target", "ascend910b2"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["schema"] == "graphpass.cost_report/1" and d["target"] == "ascend910b2"
-    assert d["precision_mode"] == "must_keep_origin_dtype"  # the 910B profile's default
+    assert d["precision_mode"] == "force_fp16"  # ATC's default on every product, Atlas A2 included (issue 21)
     out = tmp_path / "c.csv"
     assert main(["cost", light_path("light_squeezenet.onnx"), "--format", "csv", "-o", str(out)]) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))

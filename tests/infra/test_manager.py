@@ -139,7 +139,8 @@ def test_choose_picks_the_cheaper_alternative():
     from graphpass.cost_model import create
 
     cheap = gp.load(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]})).graph
-    dear = gp.load(make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+    # two kernels that cannot UB-fuse (ATC would fuse a plain Relu -> Relu chain: issue 21)
+    dear = gp.load(make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Transpose", ["a"], ["y"], perm=[0, 1, 3, 2])],
                               {"x": [1, 16, 8, 8]}, {"y": [1, 16, 8, 8]})).graph
     assert create("ascend910a").choose([dear, cheap]) == 1
     assert create("none").choose([dear, cheap]) == 0

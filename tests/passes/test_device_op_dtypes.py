@@ -75,7 +75,9 @@ def layer_norm(elem, opset, eps=2.0 ** -17):
 def _optimize(model, emit, tmp_path):
     src, dst = tmp_path / "in.onnx", tmp_path / f"out_{emit}.onnx"
     onnx.save(model, src)
-    assert main(["optimize", str(src), "-o", str(dst), "--emit", emit, "-q"]) == 0
+    # no cost veto: these tests are about the dtypes of the emitted device ops (with ATC's UB
+    # fusion in the cost model an explicit fusion that adds a zero bias is rolled back, issue 21)
+    assert main(["optimize", str(src), "-o", str(dst), "--emit", emit, "-q", "--target", "none"]) == 0
     out = onnx.load(dst)
     check_full(out)
     return out

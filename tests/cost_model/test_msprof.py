@@ -1,0 +1,94 @@
+"""graphpass calibrate: msprof op_summary timings -> a corrected target file (issue 21)."""
+
+import csv
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.cli import main
+from graphpass.cost_model import get_target
+from graphpass.cost_model.msprof import COLUMNS, read_op_summary
+from graphpass.testing import make_model
+
+F16 = TensorProto.FLOAT16
+#: measured / estimated per op type: every type its own error
+FACTORS = {"Conv": 2.0, "MaxPool": 0.5, "Transpose": 3.0, "Softmax": 1.3}
+
+
+@pytest.fixture()
+def model(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["c2"], ["t"], name="transpose1", perm=[0, 2, 3, 1]),
+             helper.make_node("Softmax", ["t"], ["y"], name="softmax1", axis=-1)]
+    m = make_model(nodes, {"x": (F16, [4, 32, 32, 32])}, {"y": (F16, [4, 16, 16, 64])},
+                   initializers={"w": np.zeros((32, 32, 3, 3), np.float16), "w2": np.zeros((64, 32, 3, 3), np.float16)})
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Device_id", "Model Name", "Op Name", "OP Type", "Task Type", "Task Start Time(us)", "Task Duration(us)",
+                    "Task Wait Time(us)", "Block Dim"])
+        for i, (name, op_type, us) in enumerate(rows):
+            w.writerow([0, "m", name, op_type, "AI_CORE", 1000.0 + i, f"{us:.3f}", 0.1, 8])
+
+
+def _measured(model, tmp_path, target="ascend310p3"):
+    """A CSV of what the chip 'measured': each node's estimate times its op type's factor; two
+    inferences (each op twice); conv2 under an unknown name (matched by its Ascend type)."""
+    r = get_target(target).estimate(gp.load(str(model)).graph)
+    rows, truth = [], {}
+    for n in r.nodes:
+        if n["us"] > 0 and n["op"] in FACTORS:
+            us = n["us"] * FACTORS[n["op"]]
+            name = n["name"] if n["name"] != "conv2" else "trans_Conv2D_7"
+            op_type = {"Conv": "Conv2D", "MaxPool": "MaxPool", "Transpose": "TransposeD", "Softmax": "SoftmaxV2"}[n["op"]]
+            rows += [(name, op_type, us * 0.99), (name, op_type, us * 1.01)]
+            truth[n["op"]] = truth.get(n["op"], 0.0) + us
+    path = tmp_path / "op_summary_0_1.csv"
+    _write_csv(path, rows)
+    return path, truth
+
+
+def test_calibrate_writes_a_target_with_which_each_op_types_total_is_the_measured_one(model, tmp_path, capsys):
+    csv_path, truth = _measured(model, tmp_path)
+    out = tmp_path / "ascend310p3.calibrated.toml"
+    assert main(["calibrate", str(model), str(csv_path), "--target", "ascend310p3", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Conv" in text and "wrote" in text
+    before = get_target("ascend310p3").estimate(gp.load(str(model)).graph).per_op_us
+    after = get_target(str(out)).estimate(gp.load(str(model)).graph).per_op_us
+    assert set(truth) == set(FACTORS)
+    for op, us in truth.items():
+        assert after[op] == pytest.approx(us, rel=0.05), op
+        assert before[op] != pytest.approx(us, rel=0.05), op  # the errors were real, per type
+    # the corrected file is a valid profile of the same chip; calibrating it again changes nothing
+    out2 = tmp_path / "again.toml"
+    assert main(["calibrate", str(model), str(csv_path), "--target", str(out), "-o", str(out2)]) == 0
+    again = get_target(str(out2)).estimate(gp.load(str(model)).graph).per_op_us
+    for op, us in truth.items():
+        assert again[op] == pytest.approx(us, rel=0.05), op
+
+
+def test_a_csv_without_the_documented_columns_is_one_line_and_exit_2(model, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Op Name,Duration\nconv1,3.0\n")
+    assert main(["calibrate", str(model), str(bad), "--target", "ascend310p3", "-o", str(tmp_path / "o.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "OP Type" in err[0] and "Task Duration(us)" in err[0]
+
+
+def test_a_bad_duration_names_its_row(tmp_path):
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("conv1", "Conv2D", 3.0)])
+    p.write_text(p.read_text().replace("3.000", "n/a"))
+    with pytest.raises(gp.UsageError, match="row 2"):
+        read_op_summary(p)
+    assert set(COLUMNS) <= set(p.read_text().splitlines()[0].split(","))
