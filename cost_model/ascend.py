@@ -256,11 +256,10 @@ class AscendCostModel(CostModel):
                 name = d if isinstance(d, str) and d else "?"
                 if name not in cx.assumed_dims:
                     cx.assumed_dims[name] = 1
-                    if cx.static_graph:
-                        cx.assume(f"dim '{name}' is not known to shape inference although every input shape is fixed; taken as 1")
-                    else:
-                        hint = dim_hint(cx.graph, d) if cx.graph is not None else "fix it with --input-shape or --dim"
-                        cx.assume(f"symbolic dim '{name}' taken as 1 ({hint})")
+                    hint = dim_hint(cx.graph, d) if cx.graph is not None else "fix it with --input-shape or --dim"
+                    if cx.static_graph and hint.startswith("fix"):  # never tell whoever fixed every input to fix them
+                        hint = "unresolved although every input shape is fixed: shape inference cannot size it"
+                    cx.assume(f"symbolic dim '{name}' taken as 1 ({hint})")
                 out.append(1)
         return tuple(out)
 

@@ -92,6 +92,7 @@ def load_graph(network: str, shape: Iterable[int], models: Path | None = None) -
     apply_input_shapes(proto, {proto.graph.input[0].name: list(shape)})
     for o in proto.graph.output:  # the declared batch dim of the output is stale once the input is fixed
         o.type.tensor_type.ClearField("shape")
+    del proto.graph.value_info[:]  # so is the exporter's value_info, traced at another batch: infer anew
     _copy_value_info(infer_shapes(proto).graph, proto.graph)  # the inferred copy lists weights as inputs
     return gs.import_onnx(proto)
 
