@@ -671,6 +671,8 @@ class AscendCostModel(CostModel):
             def val(t):
                 return np.ravel(cx.values[id(t)] if id(t) in cx.values else np.asarray(t.values)).astype(np.int64)
             dims = list(self._shape(node.inputs[0], cx))
+            if not dims:
+                return
             starts, ends = val(node.inputs[1]), val(node.inputs[2])
             axes = val(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3].name else np.arange(len(starts))
             steps = val(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else np.ones(len(starts), np.int64)
@@ -680,12 +682,18 @@ class AscendCostModel(CostModel):
             cx.shapes[id(out)] = tuple(dims)
         elif node.op == "Concat" and node.inputs:
             shapes = [self._shape(t, cx) for t in node.inputs if t.name]
+            if not shapes or not shapes[0] or any(len(sh) != len(shapes[0]) for sh in shapes):
+                return  # an input of unknown shape (costed as one element) says nothing of the rank
             ax = int(node.attrs.get("axis", 0)) % len(shapes[0])
             cx.shapes[id(out)] = tuple(sum(sh[ax] for sh in shapes) if i == ax else d for i, d in enumerate(shapes[0]))
         elif node.op in ("Conv", "MaxPool", "AveragePool") and node.inputs and node.attrs.get("auto_pad", "NOTSET") == "NOTSET":
             x = self._shape(node.inputs[0], cx)
+            if len(x) < 3:
+                return
             if node.op == "Conv" and len(node.inputs) > 1:
                 w = self._shape(node.inputs[1], cx)
+                if len(w) != len(x):
+                    return
                 co, ks = w[0], list(w[2:])
             else:
                 co, ks = x[1], list(node.attrs.get("kernel_shape", []))

@@ -264,3 +264,16 @@ def test_the_veto_judges_against_a_fresh_estimate_after_unestimated_applications
     broke = next(r for r in records if r.name == "break_relu")
     assert broke.cost_before_us == 5 and broke.cost_after_us == 15  # fresh: 5 nodes, no Neg
     assert broke.rolled_back
+
+
+@pytest.mark.parametrize("order", [("x", "r"), ("r", "x")])
+def test_static_shapes_of_inputs_of_unknown_rank_are_left_alone_not_crashed_on(order):
+    """A static graph whose Concat reads a tensor of unknown shape (costed as one element, rank 1):
+    the estimate's own shape derivation must not index past it (the AffineGrid function's
+    Concat crashed the estimate, and with it fold_constants' cost veto)."""
+    n = helper.make_node
+    nodes = [n("Opaque", ["x"], ["r"], domain="custom.test"), n("Concat", list(order), ["y"], axis=1)]
+    model = make_model(nodes, {"x": [2, 2, 1, 1]}, {"y": (TensorProto.FLOAT, None)},
+                       extra_opsets={"custom.test": 1})
+    r = get_target("ascend310p3").estimate(gp.load(model).graph)
+    assert r.total_us > 0 and "Concat" in {m["op"] for m in r.nodes}
