@@ -1,0 +1,621 @@
+"""Partial-shape evaluation: shape arithmetic folded where the dims it reads are known.
+
+    Shape(x)[...] -> Gather/Slice/Concat/Unsqueeze/Squeeze/Cast/Add/Sub/Mul/Div -> v
+        every element of v known                                    =>  constant v
+    Reshape(x, t), t partly known                                    =>  Reshape(x, constant t')
+        t' keeps the known entries, writes 0 ("copy") for an entry that is dim i of x itself at
+        position i (allowzero=0), and -1 for the one entry left unknown when the product of the
+        other entries is known and nonzero (so the -1 can only stand for that entry's value)
+    Reshape(x, t) with t equal to x's own shape                      =>  x
+    Expand(x, t) with broadcast(shape(x), t) == shape(x)             =>  x
+    Tile(x, r) with r all ones                                       =>  x
+
+Each int64/int32 scalar or vector of at most ``_MAX_ELEMS`` elements is evaluated symbolically
+in one walk over the graph (and every If/Loop/Scan body, outer-scope values visible): each
+element is a known int, "dim i of tensor t" (a symbolic dim, equal only to itself), or unknown.
+Nothing assumes that two symbolic dims with the same ``dim_param`` name are equal.
+
+Exactness (for every input on which the original model runs): a folded element is the value the
+original computes; Div is folded only for non-negative operands and a nonzero divisor (onnxruntime
+truncates, ONNX does not say); a symbolic dim survives a Cast only to int64; a Reshape target gets
+a -1 only where the other entries' product is a known nonzero number (onnxruntime refuses to infer
+a -1 next to a 0 product, so an unknown 0 there would turn a run into an error or a wrong shape).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphpass.ir.graph import iter_graphs, peek_values
+from graphpass.passes.cleanup._common import is_onnx_op
+from graphpass.passes.framework import PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, Scope, apply_rules
+
+__all__ = ["SimplifyShapes"]
+
+#: Longest scalar/vector the evaluation tracks (shape vectors are short; this bounds the work).
+_MAX_ELEMS = 64
+
+_INT_TYPES = {onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32)}
+
+
+class _Dim:
+    """Symbolic element: dim ``axis`` of ``tensor`` (compared by identity of the tensor)."""
+
+    __slots__ = ("tensor", "axis")
+
+    def __init__(self, tensor: gs.Tensor, axis: int):
+        self.tensor = tensor
+        self.axis = axis
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Dim) and other.tensor is self.tensor and other.axis == self.axis
+
+    def __hash__(self) -> int:
+        return hash((id(self.tensor), self.axis))
+
+    def __repr__(self) -> str:
+        return f"{self.tensor.name}[{self.axis}]"
+
+
+def _known(e) -> bool:
+    return isinstance(e, int)
+
+
+class _Vec:
+    """A tracked int tensor: its elements (int, _Dim or None), 0-D or 1-D, and its dtype."""
+
+    __slots__ = ("elems", "scalar", "dtype")
+
+    def __init__(self, elems: Sequence, scalar: bool, dtype: np.dtype):
+        self.elems = tuple(elems)
+        self.scalar = scalar
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def known(self) -> bool:
+        return all(_known(e) for e in self.elems)
+
+    def ints(self) -> list[int] | None:
+        return [int(e) for e in self.elems] if self.known else None
+
+    def array(self) -> np.ndarray:
+        a = np.array(self.elems, dtype=self.dtype)
+        return a.reshape(()) if self.scalar else a
+
+
+def _from_array(a: np.ndarray) -> _Vec | None:
+    if a.dtype not in (np.int64, np.int32) or a.ndim > 1 or a.size > _MAX_ELEMS:
+        return None
+    return _Vec([int(v) for v in a.ravel()], a.ndim == 0, a.dtype)
+
+
+#: Ops whose output has the shape of their first input (so a symbolic dim of the output is that
+#: input's dim): unary elementwise ops and normalizations.
+_SAME_SHAPE = frozenset({
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BatchNormalization", "Cast", "CastLike", "Ceil",
+    "Celu", "Clip", "Cos", "Cosh", "Dropout", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish",
+    "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Log",
+    "LogSoftmax", "LpNormalization", "Mish", "Neg", "Not", "PRelu", "Reciprocal", "Relu", "Round", "Selu",
+    "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
+    "ThresholdedRelu",
+})
+#: Ops whose output keeps dim 0 (the batch) of their first input.
+_SAME_BATCH = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
+                         "GlobalMaxPool", "GlobalLpPool", "ConvInteger", "QLinearConv"})
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"})
+class _Analysis:
+    """The symbolic value of every tracked tensor of a graph and its bodies (one walk)."""
+
+    def __init__(self, graph: gs.Graph):
+        self.memo: dict[int, tuple[gs.Tensor, _Vec]] = {}
+        self._roots: dict[tuple[int, int], _Dim] = {}
+        for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
+            for node in g.nodes:
+                if not is_onnx_op(node) or len(node.outputs) != 1:
+                    continue
+                try:
+                    vec = _EVAL[node.op](self, node) if node.op in _EVAL else None
+                except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+                    vec = None  # a malformed node: nothing known about it
+                if vec is not None and len(vec.elems) <= _MAX_ELEMS and vec.dtype in (np.int64, np.int32):
+                    out = node.outputs[0]
+                    self.memo[id(out)] = (out, vec)
+
+    def value(self, t: gs.Tensor | None) -> _Vec | None:
+        if t is None or not t.name and not isinstance(t, gs.Constant):
+            return None
+        if isinstance(t, gs.Constant):
+            shape = t.shape
+            if shape is None or len(shape) > 1 or int(np.prod(shape, dtype=np.int64)) > _MAX_ELEMS:
+                return None
+            return _from_array(np.asarray(peek_values(t)))
+        hit = self.memo.get(id(t))
+        return hit[1] if hit is not None and hit[0] is t else None
+
+    def dims(self, t: gs.Tensor) -> list | None:
+        """t's shape as elements (an int for a known dim, else the _Dim it provably equals), or None."""
+        shape = t.shape
+        if shape is None:
+            return None
+        return [int(d) if isinstance(d, (int, np.integer)) and d >= 0 else self._root(t, i) for i, d in enumerate(shape)]
+
+    def _root(self, t: gs.Tensor, axis: int) -> _Dim:
+        """The dim that dim ``axis`` of ``t`` equals on every input, followed back through ops that
+        keep it (unary elementwise, normalizations, Transpose, the batch of Conv/Pool, broadcasting
+        with a constant that does not widen it)."""
+        seen = []
+        while True:
+            key = (id(t), axis)
+            hit = self._roots.get(key)
+            if hit is not None:
+                break
+            seen.append(key)
+            nxt = _keeps(t, axis)
+            if nxt is None:
+                hit = _Dim(t, axis)
+                break
+            t, axis = nxt
+        for key in seen:
+            self._roots[key] = hit
+        return hit
+
+    def ints(self, t: gs.Tensor | None) -> list[int] | None:
+        v = self.value(t)
+        return None if v is None else v.ints()
+
+    def input(self, node: gs.Node, i: int) -> gs.Tensor | None:
+        return node.inputs[i] if i < len(node.inputs) and (node.inputs[i].name or isinstance(node.inputs[i], gs.Constant)) else None
+
+
+def _rank(t: gs.Tensor) -> int | None:
+    return None if t.shape is None else len(t.shape)
+
+
+def _keeps(t: gs.Tensor, axis: int) -> tuple[gs.Tensor, int] | None:
+    """(x, j) when dim ``axis`` of ``t`` is dim j of its producer's input x on every input."""
+    p = t.inputs[0] if len(t.inputs) == 1 else None
+    if p is None or not is_onnx_op(p) or not p.inputs or p.outputs[0] is not t:
+        return None
+    x = p.inputs[0]
+    r = _rank(t)
+    if p.op in _SAME_SHAPE or (p.op in _SAME_BATCH and axis == 0):
+        return (x, axis) if _rank(x) == r else None
+    if p.op == "Transpose":
+        perm = p.attrs.get("perm")
+        perm = list(range(r))[::-1] if perm is None and r is not None else perm
+        return (x, int(perm[axis])) if perm is not None and _rank(x) == r and axis < len(perm) else None
+    if p.op in _BROADCAST:
+        # the one non-constant operand of the same rank; every other operand a constant whose dim
+        # at this axis (aligned right) is 1 or absent: the broadcast keeps the operand's dim
+        ins = [i for i in p.inputs if i.name or isinstance(i, gs.Constant)]
+        var = [i for i in ins if not isinstance(i, gs.Constant)]
+        if len(var) != 1 or _rank(var[0]) != r or p.op == "Where" and ins[0] is var[0]:
+            return None
+        for c in ins:
+            if c is var[0]:
+                continue
+            off = r - len(c.shape)
+            if off < 0 or (axis >= off and c.shape[axis - off] != 1):
+                return None
+        return var[0], axis
+    return None
+
+
+# -- the evaluation rules, one per op --------------------------------------------------------------
+
+def _shape(a: _Analysis, node: gs.Node) -> _Vec | None:
+    dims = a.dims(node.inputs[0])
+    if dims is None:
+        return None
+    r = len(dims)
+    start = int(node.attrs.get("start", 0))
+    end = node.attrs.get("end")
+    end = r if end is None else int(end)
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = min(max(end + r if end < 0 else end, 0), r)
+    return _Vec(dims[start:end], False, np.int64)
+
+
+def _constant(a: _Analysis, node: gs.Node) -> _Vec | None:
+    if "value" in node.attrs and isinstance(node.attrs["value"], gs.Constant):
+        return a.value(node.attrs["value"])
+    if "value_int" in node.attrs:
+        return _Vec([int(node.attrs["value_int"])], True, np.int64)
+    if "value_ints" in node.attrs:
+        return _Vec([int(v) for v in node.attrs["value_ints"]], False, np.int64)
+    return None
+
+
+def _identity(a: _Analysis, node: gs.Node) -> _Vec | None:
+    return a.value(node.inputs[0])
+
+
+def _gather(a: _Analysis, node: gs.Node) -> _Vec | None:
+    data, idx = a.value(node.inputs[0]), a.value(a.input(node, 1))
+    if data is None or data.scalar or idx is None or not idx.known:
+        return None
+    if int(node.attrs.get("axis", 0)) not in (0, -1):
+        return None
+    n = len(data.elems)
+    out = []
+    for i in idx.ints():
+        if not -n <= i < n:
+            return None  # the original fails: leave it to fail
+        out.append(data.elems[i])
+    return _Vec(out, idx.scalar, data.dtype)
+
+
+def _slice_indices(n: int, start: int, end: int, step: int) -> range:
+    """The indices ONNX Slice takes along an axis of length n."""
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    if step > 0:
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+    else:
+        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+    return range(start, end, step)
+
+
+def _slice(a: _Analysis, node: gs.Node) -> _Vec | None:
+    data = a.value(node.inputs[0])
+    if data is None or data.scalar:
+        return None
+    if "starts" in node.attrs:  # Slice-1
+        starts, ends = list(node.attrs["starts"]), list(node.attrs["ends"])
+        axes, steps = node.attrs.get("axes", [0]), [1]
+    else:
+        starts, ends = a.ints(a.input(node, 1)), a.ints(a.input(node, 2))
+        axes = a.ints(a.input(node, 3)) if a.input(node, 3) is not None else [0]
+        steps = a.ints(a.input(node, 4)) if a.input(node, 4) is not None else [1]
+    if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
+        return None
+    if axes[0] not in (0, -1) or steps[0] == 0:
+        return None
+    idx = _slice_indices(len(data.elems), int(starts[0]), int(ends[0]), int(steps[0]))
+    return _Vec([data.elems[i] for i in idx], False, data.dtype)
+
+
+def _concat(a: _Analysis, node: gs.Node) -> _Vec | None:
+    if int(node.attrs.get("axis", 0)) not in (0, -1):
+        return None
+    parts = [a.value(t) for t in node.inputs]
+    if not parts or any(p is None or p.scalar or p.dtype != parts[0].dtype for p in parts):
+        return None
+    return _Vec([e for p in parts for e in p.elems], False, parts[0].dtype)
+
+
+def _axes(a: _Analysis, node: gs.Node) -> list[int] | None:
+    if "axes" in node.attrs:
+        return [int(v) for v in node.attrs["axes"]]
+    if a.input(node, 1) is not None:
+        return a.ints(node.inputs[1])
+    return []
+
+
+def _unsqueeze(a: _Analysis, node: gs.Node) -> _Vec | None:
+    v = a.value(node.inputs[0])
+    if v is None or not v.scalar or _axes(a, node) not in ([0], [-1]):
+        return None
+    return _Vec(v.elems, False, v.dtype)
+
+
+def _squeeze(a: _Analysis, node: gs.Node) -> _Vec | None:
+    v = a.value(node.inputs[0])
+    if v is None or v.scalar or len(v.elems) != 1 or _axes(a, node) not in ([], [0], [-1]):
+        return None
+    return _Vec(v.elems, True, v.dtype)
+
+
+def _cast(a: _Analysis, node: gs.Node) -> _Vec | None:
+    v = a.value(node.inputs[0])
+    to = _INT_TYPES.get(int(node.attrs.get("to", 0)))
+    if v is None or to is None:
+        return None
+    out = []
+    for e in v.elems:
+        if _known(e):
+            out.append(int(np.array(e, dtype=v.dtype).astype(to)))  # the wrap a narrowing Cast does
+        else:
+            out.append(e if to == np.int64 else None)  # a dim fits int64; int32 might wrap it
+    return _Vec(out, v.scalar, to)
+
+
+def _broadcast(x: _Vec, y: _Vec) -> tuple[list, list, bool] | None:
+    nx, ny = len(x.elems), len(y.elems)
+    if nx != ny and nx != 1 and ny != 1:
+        return None  # the original fails
+    n = max(nx, ny)
+    xs = list(x.elems) * n if nx == 1 else list(x.elems)
+    ys = list(y.elems) * n if ny == 1 else list(y.elems)
+    return xs, ys, x.scalar and y.scalar
+
+
+def _arith(op: str):
+    def ev(a: _Analysis, node: gs.Node) -> _Vec | None:
+        x, y = a.value(node.inputs[0]), a.value(a.input(node, 1))
+        if x is None or y is None or x.dtype != y.dtype:
+            return None
+        b = _broadcast(x, y)
+        if b is None:
+            return None
+        xs, ys, scalar = b
+        return _Vec([_elem(op, p, q, x.dtype) for p, q in zip(xs, ys)], scalar, x.dtype)
+
+    return ev
+
+
+def _elem(op: str, p, q, dtype: np.dtype):
+    if _known(p) and _known(q):
+        if op == "Div":
+            if q == 0 or p < 0 or q < 0:
+                return None  # zero divisor; negative operands: ONNX does not define the rounding
+            return p // q
+        with np.errstate(over="ignore"):  # int arithmetic wraps, as in onnxruntime
+            pa, qa = np.array(p, dtype=dtype), np.array(q, dtype=dtype)
+            r = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op](pa, qa)
+        return int(r)
+    if op == "Add":
+        return p if q == 0 and _known(q) else (q if _known(p) and p == 0 else None)
+    if op == "Sub":
+        return p if _known(q) and q == 0 else None
+    if op == "Mul":
+        if (_known(q) and q == 0) or (_known(p) and p == 0):
+            return 0  # whatever the other factor is
+        return p if _known(q) and q == 1 else (q if _known(p) and p == 1 else None)
+    if op == "Div":
+        return p if _known(q) and q == 1 else None
+    return None
+
+
+_EVAL = {
+    "Shape": _shape,
+    "Constant": _constant,
+    "Identity": _identity,
+    "Gather": _gather,
+    "Slice": _slice,
+    "Concat": _concat,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Cast": _cast,
+    "Add": _arith("Add"),
+    "Sub": _arith("Sub"),
+    "Mul": _arith("Mul"),
+    "Div": _arith("Div"),
+}
+
+#: Ops whose known result is worth a constant (a Constant node is one already).
+_FOLDABLE = tuple(op for op in _EVAL if op != "Constant")
+
+
+# -- the rewrites --------------------------------------------------------------------------------
+
+class _Fold(Rule):
+    """Case 1: a value whose every element is known becomes a constant, where it leaves the
+    evaluated arithmetic (a reader that is not itself folded, or a graph output)."""
+
+    pattern = (_FOLDABLE,)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        if not is_onnx_op(anchor) or len(anchor.outputs) != 1:
+            return None
+        out = anchor.outputs[0]
+        v = self.analysis.value(out)
+        if v is None or not v.known:
+            return None
+        if not scope.is_output(out) and all(self._folded(r) for r in out.outputs):
+            return None  # its readers fold: the constant goes there
+        m = scope.match([anchor])
+        m.vec = v
+        return m
+
+    def _folded(self, reader: gs.Node) -> bool:
+        if reader.op not in _FOLDABLE or not is_onnx_op(reader) or len(reader.outputs) != 1:
+            return False
+        v = self.analysis.value(reader.outputs[0])
+        return v is not None and v.known
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("folded")
+        out = m.anchor.outputs[0]
+        value = gs.Constant(m.names(f"{out.name}_folded"), m.vec.array())
+        if m.writes_graph_output():  # a Constant node writes the output under its own name
+            return m.op("Constant", [], {"value": value}, dtype=m.vec.dtype, shape=list(value.shape))
+        return value
+
+
+def _reshape_parts(node: gs.Node, analysis: _Analysis):
+    x, t = node.inputs[0], analysis.input(node, 1)
+    v = analysis.value(t)
+    if v is None or v.scalar:
+        return None
+    return x, t, v, int(node.attrs.get("allowzero", 0))
+
+
+class _ReshapeNoop(Rule):
+    """Case 3: a Reshape to the shape its input already has (every entry its input's dim at the
+    same position, or one free entry -1/unknown beside dims whose product is a known nonzero)."""
+
+    pattern = ("Reshape",)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        parts = None if m is None else _reshape_parts(anchor, self.analysis)
+        if parts is None:
+            return None
+        x, _, v, allowzero = parts
+        dims = self.analysis.dims(x)
+        if dims is None or len(dims) != len(v.elems):
+            return None
+        free = []
+        for i, (e, d) in enumerate(zip(v.elems, dims)):
+            if e == d or (_known(e) and e == 0 and not allowzero):
+                continue  # x's own dim: the same known int, the same symbolic dim, or a 0 that copies it
+            free.append(i)
+        if len(free) > 1:
+            return None
+        if free:
+            j = free[0]
+            if _known(v.elems[j]) and v.elems[j] != -1:
+                return None  # a known size other than x's dim: a real reshape
+            if any(not (_known(d) and d > 0) for i, d in enumerate(dims) if i != j):
+                return None  # the free entry is x's dim j only when the others' product is nonzero
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
+class _ReshapeTarget(Rule):
+    """Case 2: a computed Reshape target, partly known, becomes a constant with 0 and -1."""
+
+    pattern = ("Reshape",)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        parts = None if m is None else _reshape_parts(anchor, self.analysis)
+        if parts is None or isinstance(parts[1], gs.Constant) or not any(_known(e) or isinstance(e, _Dim)
+                                                                           for e in parts[2].elems):
+            return None
+        m.parts = parts
+        return m
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        x, _, v, allowzero = m.parts
+        xdims = self.analysis.dims(x)
+        target, free = [], []
+        for i, e in enumerate(v.elems):
+            if _known(e):
+                target.append(e)
+            elif isinstance(e, _Dim) and xdims is not None and i < len(xdims) and e == xdims[i] and not allowzero:
+                target.append(0)  # "copy dim i of the input": the same value on every input
+            else:
+                target.append(None)
+                free.append(i)
+        if len(free) > 1:
+            return MatchResult.fail(f"target entries {free} are unknown: at most one can become -1")
+        if free:
+            j = free[0]
+            if -1 in target:
+                return MatchResult.fail(f"target entry {j} is unknown and another entry is already -1")
+            for i, e in enumerate(target):
+                if i == j:
+                    continue
+                if e == 0 and allowzero:
+                    return MatchResult.fail(f"entry {i} is 0 with allowzero=1: a -1 cannot be inferred")
+                size = e if e != 0 else (xdims[i] if xdims is not None and i < len(xdims) else None)
+                if not (_known(size) and size > 0):
+                    return MatchResult.fail(f"entry {i} may be 0 at run time: the -1 for entry {j} would be ambiguous")
+            target[j] = -1
+        if any(e < -1 for e in target):
+            return MatchResult.fail("the target holds a negative entry other than -1 (the Reshape fails)")
+        m.target = np.array(target, dtype=np.int64)
+        return MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("reshape_targets")
+        node = m.anchor
+        shape = gs.Constant(m.names(f"{node.inputs[1].name or 'shape'}_static"), m.target)
+        return m.copy(node, inputs=[node.inputs[0], shape])
+
+
+class _ExpandNoop(Rule):
+    """Case 4: an Expand whose target broadcasts to the input's own shape."""
+
+    pattern = ("Expand",)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None or len(anchor.inputs) < 2:
+            return None
+        x, v = anchor.inputs[0], self.analysis.value(anchor.inputs[1])
+        dims = self.analysis.dims(x)
+        if v is None or v.scalar or dims is None or len(v.elems) > len(dims):
+            return None
+        off = len(dims) - len(v.elems)
+        for j, e in enumerate(v.elems):
+            d = dims[off + j]
+            if not ((_known(e) and e == 1) or e == d):
+                return None
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
+class _TileNoop(Rule):
+    """Case 5: a Tile whose repeats are all ones."""
+
+    pattern = ("Tile",)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None or len(anchor.inputs) < 2:
+            return None
+        reps = self.analysis.ints(anchor.inputs[1])
+        dims = self.analysis.dims(anchor.inputs[0])
+        if reps is None or any(r != 1 for r in reps) or dims is None or len(reps) != len(dims):
+            return None
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
+@register
+class SimplifyShapes(RulePass):
+    """Evaluates shape arithmetic symbolically and folds what it finds.
+
+    Cases:
+      1. an int shape value (Shape, Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Identity,
+         Add, Sub, Mul, Div) whose elements are all known, even though the tensor it measures
+         has symbolic dims, becomes a constant;
+      2. a computed Reshape target that is partly known becomes a constant: 0 for an entry that
+         is the input's own dim at that position, -1 for the one entry left unknown;
+      3. a Reshape to the shape its input already has is removed;
+      4. an Expand whose target broadcasts to the input's own shape is removed;
+      5. a Tile whose repeats are all ones is removed.
+    """
+
+    name = "simplify_shapes"
+    summary = "Fold Shape arithmetic whose used dims are known; constant Reshape targets; drop no-op Reshape/Expand/Tile."
+    kind = PassKind.CLEANUP
+    promise = EXACT
+    preserves_order = True
+    runs_after = ("fold_constants",)
+    runs_before = ("merge_reshapes",)
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        analysis = _Analysis(graph)
+        rules = (_Fold(analysis), _ReshapeNoop(analysis), _ReshapeTarget(analysis), _ExpandNoop(analysis),
+                 _TileNoop(analysis))
+        counts = apply_rules(graph, rules, ctx, self.name)
+        stats = {k: counts.total(k) for k in ("folded", "reshape_targets", "noop_removed")}
+        stats["refused"] = counts.total("refused")
+        stats["rules"] = counts
+        return PassResult(counts.total("rewritten") > 0, stats)
