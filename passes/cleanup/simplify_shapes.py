@@ -114,7 +114,7 @@ class _Analysis:
 
     def __init__(self, graph: gs.Graph):
         self.memo: dict[int, tuple[gs.Tensor, _Vec]] = {}
-        self._roots: dict[tuple[int, int], _Dim] = {}
+        self._roots: dict[tuple[int, int], int | _Dim] = {}
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
             for node in g.nodes:
                 if not is_onnx_op(node) or len(node.outputs) != 1:
@@ -138,32 +138,207 @@ class _Analysis:
         hit = self.memo.get(id(t))
         return hit[1] if hit is not None and hit[0] is t else None
 
+    def refine(self, graph: gs.Graph) -> int:
+        """Write the dims the evaluation proves (ints where a tensor's shape says symbolic or
+        unknown) into the tensors' shapes, for the passes after this one; returns how many."""
+        count = 0
+        for g in iter_graphs(graph):
+            for node in g.nodes:
+                for t in node.outputs:
+                    shape = t.shape
+                    if shape is None or all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+                        continue
+                    dims = self.dims(t)
+                    if dims is None:
+                        continue
+                    new = [d if _known(d) else shape[i] for i, d in enumerate(dims)]
+                    count += sum(1 for a, b in zip(new, shape) if a != b)
+                    t.shape = new
+        return count
+
+    def rank(self, t: gs.Tensor) -> int | None:
+        if t.shape is not None:
+            return len(t.shape)
+        p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is not None and p.op == "Reshape" and is_onnx_op(p) and len(p.inputs) > 1:
+            v = self.value(p.inputs[1])  # a Reshape's rank is its target's length
+            return None if v is None or v.scalar else len(v.elems)
+        return None
+
     def dims(self, t: gs.Tensor) -> list | None:
         """t's shape as elements (an int for a known dim, else the _Dim it provably equals), or None."""
-        shape = t.shape
-        if shape is None:
+        r = self.rank(t)
+        if r is None:
             return None
-        return [int(d) if isinstance(d, (int, np.integer)) and d >= 0 else self._root(t, i) for i, d in enumerate(shape)]
+        try:
+            return [self.dim(t, i) for i in range(r)]
+        except RecursionError:  # a very deep nest of Concats: say nothing rather than guess
+            return None
 
-    def _root(self, t: gs.Tensor, axis: int) -> _Dim:
-        """The dim that dim ``axis`` of ``t`` equals on every input, followed back through ops that
-        keep it (unary elementwise, normalizations, Transpose, the batch of Conv/Pool, broadcasting
-        with a constant that does not widen it)."""
+    def dim(self, t: gs.Tensor, axis: int):
+        """Dim ``axis`` of ``t`` on every input on which the graph runs: an int, or the _Dim it
+        provably equals, followed back through the ops that keep or compute it (:meth:`_step`)."""
         seen = []
         while True:
+            d = t.shape[axis] if t.shape is not None and axis < len(t.shape) else None
+            if isinstance(d, (int, np.integer)) and d >= 0:
+                hit = int(d)
+                break
             key = (id(t), axis)
-            hit = self._roots.get(key)
-            if hit is not None:
+            if key in self._roots:
+                hit = self._roots[key]
                 break
             seen.append(key)
-            nxt = _keeps(t, axis)
-            if nxt is None:
+            step = self._step(t, axis)
+            if step is None:
                 hit = _Dim(t, axis)
                 break
-            t, axis = nxt
+            if not isinstance(step, tuple):
+                hit = step
+                break
+            t, axis = step
         for key in seen:
             self._roots[key] = hit
         return hit
+
+    def _step(self, t: gs.Tensor, axis: int):
+        """(x, j) when dim ``axis`` of ``t`` is dim j of x; an int or _Dim when it is that value;
+        None when nothing is known."""
+        p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is None or not is_onnx_op(p) or not p.inputs:
+            return None
+        if p.op == "Split":
+            return self._split(p, t, axis)
+        if p.outputs[0] is not t:
+            return None
+        if p.op == "Reshape":
+            return self._reshape(p, t, axis)
+        if p.op == "Slice":
+            return self._slice(p, t, axis)
+        if p.op == "Concat":
+            return self._concat(p, t, axis)
+        if p.op in ("Conv", "MaxPool", "AveragePool") and axis > 0:
+            return self._window(p, t, axis)
+        if p.op in ("GlobalAveragePool", "GlobalMaxPool") and axis > 0:
+            return (p.inputs[0], 1) if axis == 1 else 1
+        return _keeps(p, t, axis, self.rank)
+
+    def _window(self, p: gs.Node, t: gs.Tensor, axis: int):
+        """Conv / MaxPool / AveragePool: the channel dim, and a spatial dim by ONNX's formula."""
+        x, r = p.inputs[0], self.rank(t)
+        if r is None or self.rank(x) != r or r < 3:
+            return None
+        w = p.inputs[1] if p.op == "Conv" and len(p.inputs) > 1 else None
+        if axis == 1:
+            if p.op != "Conv":
+                return (x, 1)
+            return int(w.shape[0]) if isinstance(w, gs.Constant) else None
+        if p.op != "Conv" and int(p.attrs.get("ceil_mode", 0)):
+            return None  # ceil_mode's last-window rule differs between opsets: not evaluated
+        i, nsp = axis - 2, r - 2
+        n = self.dim(x, axis)
+        kernel = p.attrs.get("kernel_shape")
+        if kernel is None and isinstance(w, gs.Constant) and len(w.shape) == r:
+            kernel = list(w.shape[2:])
+        if not _known(n) or kernel is None or len(kernel) != nsp:
+            return None
+        strides = list(p.attrs.get("strides", [1] * nsp))
+        dilations = list(p.attrs.get("dilations", [1] * nsp))
+        pads = list(p.attrs.get("pads", [0] * 2 * nsp))
+        auto_pad = p.attrs.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if len(strides) != nsp or len(dilations) != nsp or len(pads) != 2 * nsp or strides[i] <= 0:
+            return None
+        span = int(dilations[i]) * (int(kernel[i]) - 1) + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-n // int(strides[i]))
+        elif auto_pad == "VALID":
+            out = (n - span) // int(strides[i]) + 1
+        elif auto_pad == "NOTSET":
+            out = (n + int(pads[i]) + int(pads[i + nsp]) - span) // int(strides[i]) + 1
+        else:
+            return None
+        return out if out >= 1 else None
+
+    def _reshape(self, p: gs.Node, t: gs.Tensor, axis: int):
+        x, v = p.inputs[0], self.value(self.input(p, 1))
+        if v is None or v.scalar or len(v.elems) != self.rank(t):
+            return None
+        allowzero = int(p.attrs.get("allowzero", 0))
+        e = v.elems[axis]
+        if isinstance(e, _Dim) or _known(e) and e > 0:
+            return e
+        if e == 0:
+            xr = self.rank(x)
+            return 0 if allowzero else ((x, axis) if xr is not None and axis < xr else None)
+        if e != -1:
+            return None
+        xd = self.dims(x)  # -1: the element count of x over the other entries', when all are known
+        if xd is None or not all(_known(d) for d in xd):
+            return None
+        prod = 1
+        for i, o in enumerate(v.elems):
+            if i == axis:
+                continue
+            if _known(o) and o == 0 and not allowzero:
+                o = xd[i] if i < len(xd) else None
+            if not _known(o) or o <= 0:
+                return None
+            prod *= o
+        total = int(np.prod(xd, dtype=object))
+        return total // prod if total % prod == 0 else None
+
+    def _slice(self, p: gs.Node, t: gs.Tensor, axis: int):
+        x, r = p.inputs[0], self.rank(t)
+        if r is None:
+            return None
+        if "starts" in p.attrs:  # Slice-1
+            starts, ends = list(p.attrs["starts"]), list(p.attrs["ends"])
+            axes = list(p.attrs.get("axes", range(len(starts))))
+            steps = [1] * len(starts)
+        else:
+            starts, ends = self.ints(self.input(p, 1)), self.ints(self.input(p, 2))
+            if starts is None or ends is None:
+                return None
+            axes = self.ints(p.inputs[3]) if self.input(p, 3) is not None else list(range(len(starts)))
+            steps = self.ints(p.inputs[4]) if self.input(p, 4) is not None else [1] * len(starts)
+        if axes is None or steps is None or not len(starts) == len(ends) == len(axes) == len(steps):
+            return None
+        axes = [a + r if a < 0 else a for a in axes]
+        if axis not in axes:
+            return (x, axis)
+        k = axes.index(axis)
+        n = self.dim(x, axis)
+        if not _known(n) or steps[k] == 0:
+            return None
+        return len(_slice_indices(n, int(starts[k]), int(ends[k]), int(steps[k])))
+
+    def _concat(self, p: gs.Node, t: gs.Tensor, axis: int):
+        r = self.rank(t)
+        if r is None or "axis" not in p.attrs:
+            return None
+        a = int(p.attrs["axis"])
+        a = a + r if a < 0 else a
+        if axis != a:
+            return (p.inputs[0], axis)  # a valid Concat's inputs agree off its axis
+        sizes = [self.dim(i, a) for i in p.inputs]
+        return sum(sizes) if all(_known(d) for d in sizes) else None
+
+    def _split(self, p: gs.Node, t: gs.Tensor, axis: int):
+        x, r = p.inputs[0], self.rank(t)
+        if r is None:
+            return None
+        a = int(p.attrs.get("axis", 0))
+        a = a + r if a < 0 else a
+        if axis != a:
+            return (x, axis)
+        k = next(i for i, o in enumerate(p.outputs) if o is t)
+        split = list(p.attrs["split"]) if "split" in p.attrs else (
+            self.ints(p.inputs[1]) if self.input(p, 1) is not None else None)
+        if split is not None:
+            return int(split[k]) if len(split) == len(p.outputs) and split[k] >= 0 else None
+        n = self.dim(x, a)
+        return n // len(p.outputs) if _known(n) and n % len(p.outputs) == 0 else None
 
     def ints(self, t: gs.Tensor | None) -> list[int] | None:
         v = self.value(t)
@@ -173,29 +348,22 @@ class _Analysis:
         return node.inputs[i] if i < len(node.inputs) and (node.inputs[i].name or isinstance(node.inputs[i], gs.Constant)) else None
 
 
-def _rank(t: gs.Tensor) -> int | None:
-    return None if t.shape is None else len(t.shape)
-
-
-def _keeps(t: gs.Tensor, axis: int) -> tuple[gs.Tensor, int] | None:
-    """(x, j) when dim ``axis`` of ``t`` is dim j of its producer's input x on every input."""
-    p = t.inputs[0] if len(t.inputs) == 1 else None
-    if p is None or not is_onnx_op(p) or not p.inputs or p.outputs[0] is not t:
-        return None
+def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] | None:
+    """(x, j) when dim ``axis`` of ``t`` (the first output of ``p``) is dim j of p's input x."""
     x = p.inputs[0]
-    r = _rank(t)
+    r = rank(t)
     if p.op in _SAME_SHAPE or (p.op in _SAME_BATCH and axis == 0):
-        return (x, axis) if _rank(x) == r else None
+        return (x, axis) if rank(x) == r else None
     if p.op == "Transpose":
         perm = p.attrs.get("perm")
         perm = list(range(r))[::-1] if perm is None and r is not None else perm
-        return (x, int(perm[axis])) if perm is not None and _rank(x) == r and axis < len(perm) else None
+        return (x, int(perm[axis])) if perm is not None and rank(x) == r and axis < len(perm) else None
     if p.op in _BROADCAST:
         # the one non-constant operand of the same rank; every other operand a constant whose dim
         # at this axis (aligned right) is 1 or absent: the broadcast keeps the operand's dim
         ins = [i for i in p.inputs if i.name or isinstance(i, gs.Constant)]
         var = [i for i in ins if not isinstance(i, gs.Constant)]
-        if len(var) != 1 or _rank(var[0]) != r or p.op == "Where" and ins[0] is var[0]:
+        if len(var) != 1 or rank(var[0]) != r or p.op == "Where" and ins[0] is var[0]:
             return None
         for c in ins:
             if c is var[0]:
@@ -612,10 +780,12 @@ class SimplifyShapes(RulePass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         analysis = _Analysis(graph)
+        refined = analysis.refine(graph)
         rules = (_Fold(analysis), _ReshapeNoop(analysis), _ReshapeTarget(analysis), _ExpandNoop(analysis),
                  _TileNoop(analysis))
         counts = apply_rules(graph, rules, ctx, self.name)
         stats = {k: counts.total(k) for k in ("folded", "reshape_targets", "noop_removed")}
         stats["refused"] = counts.total("refused")
+        stats["dims_resolved"] = refined
         stats["rules"] = counts
         return PassResult(counts.total("rewritten") > 0, stats)
