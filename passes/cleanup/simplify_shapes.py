@@ -89,10 +89,14 @@ class _Vec:
         return a.reshape(()) if self.scalar else a
 
 
+_TRACKED = (np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_))
+
+
 def _from_array(a: np.ndarray) -> _Vec | None:
-    if a.dtype not in (np.int64, np.int32) or a.ndim > 1 or a.size > _MAX_ELEMS:
+    if a.dtype not in _TRACKED or a.ndim > 1 or a.size > _MAX_ELEMS:
         return None
-    return _Vec([int(v) for v in a.ravel()], a.ndim == 0, a.dtype)
+    cast = bool if a.dtype == np.bool_ else int
+    return _Vec([cast(v) for v in a.ravel()], a.ndim == 0, a.dtype)
 
 
 #: Ops whose output has the shape of their first input (so a symbolic dim of the output is that
@@ -109,6 +113,37 @@ _SAME_SHAPE = frozenset({
 _SAME_BATCH = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
                          "GlobalMaxPool", "GlobalLpPool", "ConvInteger", "QLinearConv"})
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"})
+class _Product:
+    """An int times a multiset of symbolic dims."""
+
+    def __init__(self, elems: Sequence):
+        self.coef = 1
+        self.syms: dict[_Dim, int] = {}
+        for e in elems:
+            self.mul(e)
+
+    def mul(self, e) -> None:
+        if _known(e):
+            self.coef *= int(e)
+        else:
+            self.syms[e] = self.syms.get(e, 0) + 1
+
+    def divide(self, other: "_Product"):
+        """self / other as an int or one _Dim, when the division is exact; else None."""
+        left = dict(self.syms)
+        for sym, n in other.syms.items():
+            if left.get(sym, 0) < n:
+                return None
+            left[sym] -= n
+        left = [s for s, n in left.items() for _ in range(n)]
+        if other.coef <= 0 or self.coef % other.coef:
+            return None
+        q = self.coef // other.coef
+        if not left:
+            return q
+        return left[0] if len(left) == 1 and q == 1 else None
+
+
 class _Analysis:
     """The symbolic value of every tracked tensor of a graph and its bodies (one walk)."""
 
@@ -123,7 +158,7 @@ class _Analysis:
                     vec = _EVAL[node.op](self, node) if node.op in _EVAL else None
                 except (TypeError, ValueError, IndexError, KeyError, OverflowError):
                     vec = None  # a malformed node: nothing known about it
-                if vec is not None and len(vec.elems) <= _MAX_ELEMS and vec.dtype in (np.int64, np.int32):
+                if vec is not None and len(vec.elems) <= _MAX_ELEMS and vec.dtype in _TRACKED:
                     out = node.outputs[0]
                     self.memo[id(out)] = (out, vec)
 
@@ -219,9 +254,34 @@ class _Analysis:
             return self._concat(p, t, axis)
         if p.op in ("Conv", "MaxPool", "AveragePool") and axis > 0:
             return self._window(p, t, axis)
+        if p.op == "MatMul" and len(p.inputs) == 2:
+            return self._matmul(p, t, axis)
         if p.op in ("GlobalAveragePool", "GlobalMaxPool") and axis > 0:
             return (p.inputs[0], 1) if axis == 1 else 1
         return _keeps(p, t, axis, self.rank)
+
+    def _matmul(self, p: gs.Node, t: gs.Tensor, axis: int):
+        """x @ y: x's rows, y's columns; a batch dim broadcast from both when they agree."""
+        x, y = p.inputs
+        r, rx, ry = self.rank(t), self.rank(x), self.rank(y)
+        if r is None or r < 2 or rx is None or ry is None:
+            return None
+        if axis == r - 1:
+            return (y, ry - 1) if ry >= 2 else None
+        if axis == r - 2:
+            return (x, rx - 2) if rx == r else None
+        if ry == 2 and rx == r:
+            return (x, axis)
+        if rx == ry == r:
+            dx, dy = self.dim(x, axis), self.dim(y, axis)
+            if dx == dy:
+                return dx
+            if _known(dx) and _known(dy):
+                return dx if dy == 1 else dy if dx == 1 else None
+            for a, b in ((dx, dy), (dy, dx)):
+                if _known(a) and a != 1:
+                    return a  # the other is 1 or equal to it wherever the MatMul runs
+        return None
 
     def _window(self, p: gs.Node, t: gs.Tensor, axis: int):
         """Conv / MaxPool / AveragePool: the channel dim, and a spatial dim by ONNX's formula."""
@@ -273,20 +333,21 @@ class _Analysis:
             return 0 if allowzero else ((x, axis) if xr is not None and axis < xr else None)
         if e != -1:
             return None
-        xd = self.dims(x)  # -1: the element count of x over the other entries', when all are known
-        if xd is None or not all(_known(d) for d in xd):
+        # -1: x's element count over the other entries' product (nonzero wherever the Reshape
+        # runs), as an int times symbolic dims: the symbols of the product must cancel
+        xd = self.dims(x)
+        if xd is None:
             return None
-        prod = 1
+        num, den = _Product(xd), _Product([])
         for i, o in enumerate(v.elems):
             if i == axis:
                 continue
             if _known(o) and o == 0 and not allowzero:
                 o = xd[i] if i < len(xd) else None
-            if not _known(o) or o <= 0:
+            if o is None or _known(o) and o <= 0:
                 return None
-            prod *= o
-        total = int(np.prod(xd, dtype=object))
-        return total // prod if total % prod == 0 else None
+            den.mul(o)
+        return num.divide(den)
 
     def _slice(self, p: gs.Node, t: gs.Tensor, axis: int):
         x, r = p.inputs[0], self.rank(t)
@@ -298,15 +359,19 @@ class _Analysis:
             steps = [1] * len(starts)
         else:
             starts, ends = self.ints(self.input(p, 1)), self.ints(self.input(p, 2))
-            if starts is None or ends is None:
-                return None
-            axes = self.ints(p.inputs[3]) if self.input(p, 3) is not None else list(range(len(starts)))
-            steps = self.ints(p.inputs[4]) if self.input(p, 4) is not None else [1] * len(starts)
-        if axes is None or steps is None or not len(starts) == len(ends) == len(axes) == len(steps):
+            if self.input(p, 3) is not None:
+                axes = self.ints(p.inputs[3])
+            else:
+                n = len(starts) if starts is not None else len(ends) if ends is not None else None
+                axes = None if n is None else list(range(n))
+            steps = self.ints(p.inputs[4]) if self.input(p, 4) is not None else None if axes is None else [1] * len(axes)
+        if axes is None:
             return None
         axes = [a + r if a < 0 else a for a in axes]
         if axis not in axes:
-            return (x, axis)
+            return (x, axis)  # an axis the Slice does not cut (whatever its bounds are)
+        if starts is None or ends is None or steps is None or not len(starts) == len(ends) == len(axes) == len(steps):
+            return None
         k = axes.index(axis)
         n = self.dim(x, axis)
         if not _known(n) or steps[k] == 0:
@@ -543,8 +608,55 @@ def _elem(op: str, p, q, dtype: np.dtype):
     return None
 
 
+def _equal(a: _Analysis, node: gs.Node) -> _Vec | None:
+    x, y = a.value(node.inputs[0]), a.value(a.input(node, 1))
+    if x is None or y is None or x.dtype != y.dtype:
+        return None
+    b = _broadcast(x, y)
+    if b is None:
+        return None
+
+    def eq(p, q):
+        if _known(p) and _known(q):
+            return bool(p == q)
+        if p is not None and p == q:
+            return True  # the same dim of the same tensor
+        if isinstance(p, _Dim) and _known(q) and q < 0 or isinstance(q, _Dim) and _known(p) and p < 0:
+            return False  # a dim is never negative
+        return None
+
+    return _Vec([eq(p, q) for p, q in zip(b[0], b[1])], b[2], np.bool_)
+
+
+def _where(a: _Analysis, node: gs.Node) -> _Vec | None:
+    c, x, y = (a.value(a.input(node, i)) for i in range(3))
+    if c is None or x is None or y is None or x.dtype != y.dtype or c.dtype != np.bool_:
+        return None
+    n = {len(v.elems) for v in (c, x, y)} - {1}
+    if len(n) > 1:
+        return None
+    n = n.pop() if n else 1
+    pick = [(v.elems * n if len(v.elems) == 1 else v.elems) for v in (c, x, y)]
+    out = [None if k is None else (p if k else q) for k, p, q in zip(*pick)]
+    return _Vec(out, c.scalar and x.scalar and y.scalar, x.dtype)
+
+
+def _constant_of_shape(a: _Analysis, node: gs.Node) -> _Vec | None:
+    shape = a.ints(node.inputs[0])
+    value = node.attrs.get("value")
+    if shape is None or len(shape) != 1 or not 0 <= shape[0] <= _MAX_ELEMS or not isinstance(value, gs.Constant):
+        return None  # (the default value is a float 0: not a shape value)
+    v = a.value(value)
+    if v is None or len(v.elems) != 1:
+        return None
+    return _Vec(v.elems * shape[0], False, v.dtype)
+
+
 _EVAL = {
     "Shape": _shape,
+    "Equal": _equal,
+    "Where": _where,
+    "ConstantOfShape": _constant_of_shape,
     "Constant": _constant,
     "Identity": _identity,
     "Gather": _gather,
