@@ -150,8 +150,11 @@ class _Analysis:
     def __init__(self, graph: gs.Graph):
         self.memo: dict[int, tuple[gs.Tensor, _Vec]] = {}
         self._roots: dict[tuple[int, int], int | _Dim] = {}
+        self.refined = 0
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
-            for node in g.nodes:
+            for node in g.nodes:  # in order: each tensor's dims are resolved before its readers ask
+                for t in node.outputs:
+                    self._refine(t)
                 if not is_onnx_op(node) or len(node.outputs) != 1:
                     continue
                 try:
@@ -161,6 +164,24 @@ class _Analysis:
                 if vec is not None and len(vec.elems) <= _MAX_ELEMS and vec.dtype in _TRACKED:
                     out = node.outputs[0]
                     self.memo[id(out)] = (out, vec)
+
+    def _refine(self, t: gs.Tensor) -> None:
+        """Write the dims the evaluation proves (ints where ``t``'s shape says symbolic or
+        unknown) into its shape, for the passes after this one."""
+        shape = t.shape
+        if shape is None or all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+            return
+        try:
+            dims = self.dims(t)
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+            return  # a malformed producer: nothing proven
+        if dims is None:
+            return
+        new = [d if _known(d) else shape[i] for i, d in enumerate(dims)]
+        changed = sum(1 for a, b in zip(new, shape) if a != b)
+        if changed:
+            t.shape = new
+            self.refined += changed
 
     def value(self, t: gs.Tensor | None) -> _Vec | None:
         if t is None or not t.name and not isinstance(t, gs.Constant):
@@ -172,24 +193,6 @@ class _Analysis:
             return _from_array(np.asarray(peek_values(t)))
         hit = self.memo.get(id(t))
         return hit[1] if hit is not None and hit[0] is t else None
-
-    def refine(self, graph: gs.Graph) -> int:
-        """Write the dims the evaluation proves (ints where a tensor's shape says symbolic or
-        unknown) into the tensors' shapes, for the passes after this one; returns how many."""
-        count = 0
-        for g in iter_graphs(graph):
-            for node in g.nodes:
-                for t in node.outputs:
-                    shape = t.shape
-                    if shape is None or all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
-                        continue
-                    dims = self.dims(t)
-                    if dims is None:
-                        continue
-                    new = [d if _known(d) else shape[i] for i, d in enumerate(dims)]
-                    count += sum(1 for a, b in zip(new, shape) if a != b)
-                    t.shape = new
-        return count
 
     def rank(self, t: gs.Tensor) -> int | None:
         if t.shape is not None:
@@ -413,8 +416,9 @@ class _Analysis:
         return node.inputs[i] if i < len(node.inputs) and (node.inputs[i].name or isinstance(node.inputs[i], gs.Constant)) else None
 
 
-def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] | None:
-    """(x, j) when dim ``axis`` of ``t`` (the first output of ``p``) is dim j of p's input x."""
+def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] | int | None:
+    """(x, j) when dim ``axis`` of ``t`` (the first output of ``p``) is dim j of p's input x (or
+    the int it is)."""
     x = p.inputs[0]
     r = rank(t)
     if p.op in _SAME_SHAPE or (p.op in _SAME_BATCH and axis == 0):
@@ -430,12 +434,17 @@ def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] |
         var = [i for i in ins if not isinstance(i, gs.Constant)]
         if len(var) != 1 or rank(var[0]) != r or p.op == "Where" and ins[0] is var[0]:
             return None
+        wide = set()
         for c in ins:
             if c is var[0]:
                 continue
             off = r - len(c.shape)
-            if off < 0 or (axis >= off and c.shape[axis - off] != 1):
+            if off < 0:
                 return None
+            if axis >= off and c.shape[axis - off] != 1:
+                wide.add(int(c.shape[axis - off]))
+        if wide:  # a constant's dim other than 1 is the result's wherever the op runs
+            return wide.pop() if len(wide) == 1 else None
         return var[0], axis
     return None
 
@@ -892,12 +901,11 @@ class SimplifyShapes(RulePass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         analysis = _Analysis(graph)
-        refined = analysis.refine(graph)
         rules = (_Fold(analysis), _ReshapeNoop(analysis), _ReshapeTarget(analysis), _ExpandNoop(analysis),
                  _TileNoop(analysis))
         counts = apply_rules(graph, rules, ctx, self.name)
         stats = {k: counts.total(k) for k in ("folded", "reshape_targets", "noop_removed")}
         stats["refused"] = counts.total("refused")
-        stats["dims_resolved"] = refined
+        stats["dims_resolved"] = analysis.refined
         stats["rules"] = counts
         return PassResult(counts.total("rewritten") > 0, stats)

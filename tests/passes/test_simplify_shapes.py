@@ -374,3 +374,178 @@ def test_the_neutral_pipeline_leaves_one_reshape():
     result = gp.optimize(model, pipeline="neutral", target="none")
     assert ops(result.graph) == ["Relu", "Reshape"]
     _same(model, result.graph, [(0, 3, 4, 5), (1, 3, 4, 5), (7, 3, 4, 5)])
+
+
+# -- dims followed through the ops that keep or compute them ----------------------------------
+
+def _forget(graph, *names):
+    """Make the named tensors' shapes symbolic, as an exporter's stale value_info leaves them."""
+    tensors = graph.tensors()
+    for name in names:
+        t = tensors[name]
+        t.shape = [f"{name}_unk{i}" for i in range(len(t.shape))]
+
+
+def _dims_of(nodes, inputs, t_name, axes, *, inits=None, opset=17, forget=(), feeds_list=()):
+    """A model whose outputs are Shape(t)[k] for k in ``axes``; after simplify_shapes (with the
+    tensors in ``forget`` made symbolic first) each is a constant equal to what onnxruntime
+    computes on every feed."""
+    outs = []
+    for k in axes:
+        nodes = nodes + [helper.make_node("Shape", [t_name], [f"s{k}"]),
+                         helper.make_node("Gather", [f"s{k}", f"k{k}"], [f"d{k}"], axis=0)]
+        outs.append(f"d{k}")
+    inits = dict(inits or {}, **{f"k{k}": np.array(k, I64) for k in axes})
+    model = make_model(nodes, inputs, {o: (TensorProto.INT64, []) for o in outs}, initializers=inits, opset=opset)
+    graph = gp.load(model).graph
+    _forget(graph, *(forget or (t_name,)))
+    ctx = PassContext()
+    result = simplify_shapes(graph, ctx)
+    eliminate_dead_nodes(graph)
+    assert result.stats["folded"] == len(axes), result.stats
+    assert "Shape" not in ops(graph)
+    after = gp.to_proto(graph)
+    check_full(after)
+    for feeds in feeds_list:
+        assert_equivalent(model, after, feeds=feeds, exact=True)
+    return graph
+
+
+@pytest.mark.parametrize("attrs,kernel", [
+    ({"strides": [2, 2], "pads": [1, 0, 2, 1]}, 3),
+    ({"strides": [3, 1], "dilations": [2, 1]}, 3),
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 3]}, 3),
+    ({"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 2),
+    ({"auto_pad": "VALID", "strides": [2, 2]}, 4),
+])
+def test_conv_spatial_dims_follow_onnx_formula(attrs, kernel):
+    w = np.ones((5, 3, kernel, kernel), np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], **attrs)]
+    feeds = [{"x": _data((n, 3, 17, 10))} for n in (1, 2)]
+    _dims_of(nodes, {"x": ["N", 3, 17, 10]}, "c", [1, 2, 3], inits={"w": w}, feeds_list=feeds)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 3], "strides": [2, 1], "dilations": [2, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ("GlobalAveragePool", {}),
+])
+def test_pool_dims(op, attrs):
+    nodes = [helper.make_node(op, ["x"], ["p"], **attrs)]
+    feeds = [{"x": _data((n, 3, 17, 10))} for n in (1, 3)]
+    _dims_of(nodes, {"x": ["N", 3, 17, 10]}, "p", [1, 2, 3], feeds_list=feeds)
+
+
+def test_ceil_mode_pooling_is_not_evaluated():
+    model = make_model([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+                        helper.make_node("Shape", ["p"], ["s"]),
+                        helper.make_node("Gather", ["s", "k"], ["y"], axis=0)],
+                       {"x": ["N", 3, 17, 10]}, {"y": (TensorProto.INT64, [])}, initializers={"k": np.array(2, I64)})
+    graph = gp.load(model).graph
+    _forget(graph, "p")
+    assert not simplify_shapes(graph).modified
+
+
+def test_concat_split_transpose_matmul_and_broadcast_dims():
+    # r = Relu(x) [N, 6, 4]; c = Concat(r, r, axis=1) [N, 12, 4]; a, b = Split(c, [5, 7], axis=1);
+    # t = Transpose(b, (0, 2, 1)) [N, 4, 7]; m = t @ W(7x3) [N, 4, 3]; q = m + bias(1, 3)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Concat", ["r", "r"], ["c"], axis=1),
+             helper.make_node("Split", ["c", "sp"], ["a", "b"], axis=1),
+             helper.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "w"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["q"])]
+    inits = {"sp": np.array([5, 7], I64), "w": np.ones((7, 3), np.float32), "bias": np.ones((1, 3), np.float32)}
+    feeds = [{"x": _data((n, 6, 4))} for n in (1, 2)]
+    _dims_of(nodes, {"x": ["N", 6, 4]}, "q", [1, 2], inits=inits, forget=("c", "a", "b", "t", "m", "q"),
+             feeds_list=feeds)
+
+
+def test_proven_dims_are_written_into_the_shapes():
+    # what the evaluation proves replaces a stale symbolic dim, for the passes after it (the
+    # fusions read static shapes); a dim it cannot prove stays as it was
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]),
+                        helper.make_node("Concat", ["r", "r"], ["c"], axis=1),
+                        helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 1])],
+                       {"x": ["N", 6, 4]}, {"y": ["N", 4, 12]})
+    graph = gp.load(model).graph
+    _forget(graph, "c", "y")
+    result = simplify_shapes(graph)
+    assert not result.modified and result.stats["dims_resolved"] == 4
+    tensors = graph.tensors()
+    assert tensors["c"].shape == ["c_unk0", 12, 4] and tensors["y"].shape == ["y_unk0", 4, 12]
+
+
+def test_reshape_minus_one_as_a_quotient_of_symbolic_dims():
+    # Reshape(x [B, S, 32], [0, 0, -1, 16]): the -1 is 32 / 16 = 2 whatever B and S are;
+    # [0, -1, 16] leaves 2 * S: not one known dim
+    model = make_model([helper.make_node("Reshape", ["x", "t"], ["h"]),
+                        helper.make_node("Reshape", ["x", "t2"], ["h2"]),
+                        helper.make_node("Shape", ["h"], ["s"]),
+                        helper.make_node("Gather", ["s", "k"], ["y"], axis=0),
+                        helper.make_node("Shape", ["h2"], ["s2"]),
+                        helper.make_node("Gather", ["s2", "j"], ["y2"], axis=0)],
+                       {"x": ["B", "S", 32]}, {"y": (TensorProto.INT64, []), "y2": (TensorProto.INT64, [])},
+                       initializers={"t": np.array([0, 0, -1, 16], I64), "t2": np.array([0, -1, 16], I64),
+                                     "k": np.array(2, I64), "j": np.array(1, I64)})
+    graph = gp.load(model).graph
+    _forget(graph, "h", "h2")
+    result = simplify_shapes(graph)
+    eliminate_dead_nodes(graph)
+    assert result.stats["folded"] == 1 and ops(graph).count("Shape") == 1
+    after = gp.to_proto(graph)
+    for b, s in ((1, 3), (2, 7), (3, 1)):
+        assert_equivalent(model, after, feeds={"x": _data((b, s, 32))}, exact=True)
+
+
+def test_torch_expand_export_with_minus_one_sizes():
+    # x.expand(z.size(0), -1, -1) as TorchScript writes it: sizes [B, -1, -1]; ConstantOfShape(1) * -1;
+    # Equal; Where(eq, ones, sizes) = [B, 1, 1]. And e.expand(e.size(0), -1, -1) is a no-op.
+    nodes = [helper.make_node("Shape", ["z"], ["sz"]),
+             helper.make_node("Gather", ["sz", "i0"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "ax0"], ["ub"]),
+             helper.make_node("Concat", ["ub", "m1", "m1"], ["sizes"], axis=0),
+             helper.make_node("ConstantOfShape", ["three"], ["ones"],
+                              value=helper.make_tensor("v", TensorProto.INT64, [1], [1])),
+             helper.make_node("Mul", ["ones", "m1s"], ["neg"]),
+             helper.make_node("Equal", ["sizes", "neg"], ["eq"]),
+             helper.make_node("Where", ["eq", "ones", "sizes"], ["w"]),
+             helper.make_node("Expand", ["x", "w"], ["y"]),
+             helper.make_node("Shape", ["e"], ["se"]),
+             helper.make_node("Gather", ["se", "i0"], ["be"], axis=0),
+             helper.make_node("Unsqueeze", ["be", "ax0"], ["ube"]),
+             helper.make_node("Concat", ["ube", "m1", "m1"], ["sizes_e"], axis=0),
+             helper.make_node("Equal", ["sizes_e", "neg"], ["eq_e"]),
+             helper.make_node("Where", ["eq_e", "ones", "sizes_e"], ["w_e"]),
+             helper.make_node("Expand", ["e", "w_e"], ["ex"]),
+             helper.make_node("Neg", ["ex"], ["y2"])]
+    inits = {"i0": np.array(0, I64), "ax0": np.array([0], I64), "m1": np.array([-1], I64),
+             "three": np.array([3], I64), "m1s": np.array(-1, I64)}
+    model = make_model(nodes, {"x": [1, 4, 5], "z": ["B", 2], "e": ["M", 4, 5]},
+                       {"y": ["B", 4, 5], "y2": ["M", 4, 5]}, initializers=inits)
+    graph, result, _ = _simplify(model)
+    assert result.stats["noop_removed"] == 1
+    assert "Equal" not in ops(graph) and ops(graph).count("Expand") == 1 and "Neg" in ops(graph)
+    after = gp.to_proto(graph)
+    for b, mm in ((0, 2), (1, 1), (7, 3)):
+        feeds = {"x": _data((1, 4, 5)), "z": _data((b, 2)), "e": _data((mm, 4, 5), seed=1)}
+        assert_equivalent(model, after, feeds=feeds, exact=True)
+
+
+def test_a_deep_chain_of_concats_resolves_in_one_linear_walk():
+    # DenseNet-like: each Concat reads the previous one; the dims are resolved in graph order, so
+    # no recursion runs deep (a recursive walk from the end would overflow Python's stack)
+    n = 1500
+    nodes = [helper.make_node("Relu", ["x"], ["c0"])]
+    for i in range(n):
+        nodes.append(helper.make_node("Concat", [f"c{i}", "x"], [f"c{i + 1}"], axis=1))
+    nodes += [helper.make_node("Shape", [f"c{n}"], ["s"]), helper.make_node("Gather", ["s", "k"], ["y"], axis=0)]
+    model = make_model(nodes, {"x": ["N", 1]}, {"y": (TensorProto.INT64, [])}, initializers={"k": np.array(1, I64)})
+    graph = gp.load(model).graph
+    _forget(graph, *[f"c{i}" for i in range(1, n + 1)])
+    result = simplify_shapes(graph)
+    assert result.stats["folded"] == 1 and result.stats["dims_resolved"] == n
+    assert graph.outputs[0].inputs[0].op == "Constant"
+    after = gp.to_proto(graph)
+    assert_equivalent(model, after, feeds={"x": _data((2, 1))}, exact=True)
