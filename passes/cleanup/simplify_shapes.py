@@ -329,10 +329,14 @@ class _Analysis:
             return None
         allowzero = int(p.attrs.get("allowzero", 0))
         e = v.elems[axis]
-        if isinstance(e, _Dim) or _known(e) and e > 0:
+        xr = self.rank(x)
+        if isinstance(e, _Dim):
+            if allowzero or (xr is not None and axis < xr and self.dim(x, axis) == e):
+                return e
+            return None  # e may be 0 at run time, and then the dim is x's (allowzero=0 copies)
+        if _known(e) and e > 0:
             return e
         if e == 0:
-            xr = self.rank(x)
             return 0 if allowzero else ((x, axis) if xr is not None and axis < xr else None)
         if e != -1:
             return None
@@ -347,6 +351,8 @@ class _Analysis:
                 continue
             if _known(o) and o == 0 and not allowzero:
                 o = xd[i] if i < len(xd) else None
+            elif isinstance(o, _Dim) and not allowzero and not (i < len(xd) and xd[i] == o):
+                return None  # o may be 0 at run time and copy x's dim instead
             if o is None or _known(o) and o <= 0:
                 return None
             den.mul(o)
