@@ -150,6 +150,7 @@ class _Analysis:
     def __init__(self, graph: gs.Graph):
         self.memo: dict[int, tuple[gs.Tensor, _Vec]] = {}
         self._roots: dict[tuple[int, int], int | _Dim] = {}
+        self._ranks: dict[int, int | None] = {}
         self.refined = 0
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
             for node in g.nodes:  # in order: each tensor's dims are resolved before its readers ask
@@ -169,14 +170,16 @@ class _Analysis:
         """Write the dims the evaluation proves (ints where ``t``'s shape says symbolic or
         unknown) into its shape, for the passes after this one."""
         shape = t.shape
-        if shape is None or all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        if shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
             return
         try:
             dims = self.dims(t)
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):
             return  # a malformed producer: nothing proven
-        if dims is None:
+        if dims is None or shape is None and not any(_known(d) for d in dims):
             return
+        if shape is None:
+            shape = [None] * len(dims)  # the rank is proven too
         new = [d if _known(d) else shape[i] for i, d in enumerate(dims)]
         changed = sum(1 for a, b in zip(new, shape) if a != b)
         if changed:
@@ -195,12 +198,34 @@ class _Analysis:
         return hit[1] if hit is not None and hit[0] is t else None
 
     def rank(self, t: gs.Tensor) -> int | None:
+        """t's rank: its shape's, else what its producer implies (an exporter's value_info may
+        have none); cached."""
         if t.shape is not None:
             return len(t.shape)
+        key = id(t)
+        if key in self._ranks:
+            return self._ranks[key]
+        self._ranks[key] = None  # (a cycle guard; graphs are acyclic)
+        r = self._producer_rank(t)
+        self._ranks[key] = r
+        return r
+
+    def _producer_rank(self, t: gs.Tensor) -> int | None:
         p = t.inputs[0] if len(t.inputs) == 1 else None
-        if p is not None and p.op == "Reshape" and is_onnx_op(p) and len(p.inputs) > 1:
+        if p is None or not is_onnx_op(p) or not p.inputs:
+            return None
+        if p.op == "Reshape" and len(p.inputs) > 1:
             v = self.value(p.inputs[1])  # a Reshape's rank is its target's length
             return None if v is None or v.scalar else len(v.elems)
+        if p.op == "Split" or (p.outputs[0] is t and (
+                p.op in _SAME_SHAPE or p.op in _SAME_BATCH or p.op in ("Transpose", "Concat", "Slice"))):
+            return self.rank(p.inputs[0])
+        if p.outputs[0] is t and p.op in _BROADCAST:
+            ranks = [self.rank(i) for i in p.inputs if i.name or isinstance(i, gs.Constant)]
+            return None if None in ranks or not ranks else max(ranks)
+        if p.outputs[0] is t and p.op == "MatMul" and len(p.inputs) == 2:
+            rx, ry = self.rank(p.inputs[0]), self.rank(p.inputs[1])
+            return max(rx, ry) if rx is not None and ry is not None and rx >= 2 and ry >= 2 else None
         return None
 
     def dims(self, t: gs.Tensor) -> list | None:
