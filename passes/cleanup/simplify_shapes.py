@@ -820,15 +820,20 @@ class _ReshapeTarget(Rule):
     def check(self, m: Match, ctx) -> MatchResult:
         x, _, v, allowzero = m.parts
         xdims = self.analysis.dims(x)
-        target, free = [], []
+        # an entry proven equal to x's own dim at its place becomes 0 ("copy"); under allowzero=1
+        # too, by writing allowzero=0, when the target holds no literal 0 that would change meaning
+        can_copy = not (allowzero and any(_known(e) and e == 0 for e in v.elems))
+        target, free, copies = [], [], False
         for i, e in enumerate(v.elems):
             if _known(e):
                 target.append(e)
-            elif isinstance(e, _Dim) and xdims is not None and i < len(xdims) and e == xdims[i] and not allowzero:
-                target.append(0)  # "copy dim i of the input": the same value on every input
+            elif isinstance(e, _Dim) and can_copy and xdims is not None and i < len(xdims) and e == xdims[i]:
+                target.append(0)  # the same value on every input, 0 included
+                copies = True
             else:
                 target.append(None)
                 free.append(i)
+        m.allowzero = 0 if copies else allowzero
         if len(free) > 1:
             return MatchResult.fail(f"target entries {free} are unknown: at most one can become -1")
         if free:
@@ -838,7 +843,7 @@ class _ReshapeTarget(Rule):
             for i, e in enumerate(target):
                 if i == j:
                     continue
-                if e == 0 and allowzero:
+                if e == 0 and m.allowzero:
                     return MatchResult.fail(f"entry {i} is 0 with allowzero=1: a -1 cannot be inferred")
                 size = e if e != 0 else (xdims[i] if xdims is not None and i < len(xdims) else None)
                 if not (_known(size) and size > 0):
@@ -853,7 +858,8 @@ class _ReshapeTarget(Rule):
         m.count("reshape_targets")
         node = m.anchor
         shape = gs.Constant(m.names(f"{node.inputs[1].name or 'shape'}_static"), m.target)
-        return m.copy(node, inputs=[node.inputs[0], shape])
+        attrs = {"allowzero": m.allowzero} if "allowzero" in node.attrs else None
+        return m.copy(node, inputs=[node.inputs[0], shape], attrs=attrs)
 
 
 class _ExpandNoop(Rule):

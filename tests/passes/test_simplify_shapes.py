@@ -261,14 +261,37 @@ def test_a_minus_one_is_not_written_next_to_an_entry_that_may_be_zero():
         assert_equivalent(model, after, feeds={"x": _data((n, k)), "z": _data((b,))}, exact=True)
 
 
-def test_allowzero_keeps_a_symbolic_dim_as_it_is():
-    # allowzero=1: a 0 is a size, not "copy"; [N, 12] with N symbolic has one unknown -> -1 is fine
+def test_allowzero_copies_only_by_switching_it_off_and_a_literal_zero_blocks_that():
+    # allowzero=1: a 0 is a size, not "copy"; N is x's own dim 0, so [N, 12] becomes [0, 12] with
+    # allowzero=0 (copy gives N, 0 included); from another tensor, [B, 12] becomes [-1, 12]
     nodes, inits = _gather_concat("x", [0], [12])
     nodes[-1] = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
     model = make_model(nodes, {"x": ["N", 3, 4]}, {"y": ["N", 12]}, initializers=inits, opset=14)
     graph, result, _ = _simplify(model)
-    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [-1, 12])
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [0, 12])
+    assert graph.nodes[0].attrs["allowzero"] == 0
     _same(model, graph, [(0, 3, 4), (1, 3, 4), (7, 3, 4)])
+    nodes, inits = _gather_concat("x", [0], [12], src="z")
+    nodes[-1] = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
+    model = make_model(nodes, {"x": ["N", 3, 4], "z": ["B"]}, {"y": ["B", 12]}, initializers=inits, opset=14)
+    graph, result, _ = _simplify(model)
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [-1, 12])
+    assert graph.nodes[0].attrs["allowzero"] == 1
+    after = gp.to_proto(graph)
+    for n in (0, 1, 7):
+        assert_equivalent(model, after, feeds={"x": _data((n, 3, 4)), "z": _data((n,))}, exact=True)
+    # a literal 0 beside x's own dim: copying would change what the 0 means, so nothing is rewritten
+    model = make_model([helper.make_node("Shape", ["x"], ["s"]),
+                        helper.make_node("Gather", ["s", "i0"], ["g"], axis=0),
+                        helper.make_node("Unsqueeze", ["g", "ax0"], ["u"]),
+                        helper.make_node("Shape", ["w"], ["k"]),
+                        helper.make_node("Concat", ["u", "zero", "k"], ["t"], axis=0),
+                        helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)],
+                       {"x": ["N", 0, 3], "w": ["K"]}, {"y": ["N", 0, "K"]},
+                       initializers={"i0": np.array(0, I64), "ax0": np.array([0], I64), "zero": np.array([0], I64)},
+                       opset=14)
+    graph, result, reasons = _simplify(model)
+    assert not result.modified and reasons == ["target entries [0, 2] are unknown: at most one can become -1"]
     # allowzero=1 and a known 0 entry: no -1 may stand beside it
     nodes, inits = _gather_concat("x", [0], [0], src="z")
     nodes[-1] = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
