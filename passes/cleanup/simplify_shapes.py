@@ -9,6 +9,7 @@
     Reshape(x, t) with t equal to x's own shape                      =>  x
     Expand(x, t) with broadcast(shape(x), t) == shape(x)             =>  x
     Tile(x, r) with r all ones                                       =>  x
+    Slice(x, ...) taking every element                               =>  x
 
 Each int64/int32 scalar or vector of at most ``_MAX_ELEMS`` elements is evaluated symbolically
 in one walk over the graph (and every If/Loop/Scan body, outer-scope values visible): each
@@ -40,6 +41,8 @@ __all__ = ["SimplifyShapes"]
 
 #: Longest scalar/vector the evaluation tracks (shape vectors are short; this bounds the work).
 _MAX_ELEMS = 64
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 _INT_TYPES = {onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32)}
 
@@ -913,6 +916,46 @@ class _TileNoop(Rule):
         return m.anchor.inputs[0]
 
 
+class _SliceNoop(Rule):
+    """Case 6: a Slice that takes every element (step 1 from the start to the end of each axis it
+    cuts: an end of INT64_MAX, or at least the dim when the dim is known)."""
+
+    pattern = ("Slice",)
+
+    def __init__(self, analysis: _Analysis):
+        self.analysis = analysis
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None or "starts" in anchor.attrs:
+            return None
+        a = self.analysis
+        x = anchor.inputs[0]
+        r = a.rank(x)
+        starts, ends = a.ints(a.input(anchor, 1)), a.ints(a.input(anchor, 2))
+        if r is None or starts is None or ends is None or len(starts) != len(ends):
+            return None
+        axes = a.ints(anchor.inputs[3]) if a.input(anchor, 3) is not None else list(range(len(starts)))
+        steps = a.ints(anchor.inputs[4]) if a.input(anchor, 4) is not None else [1] * len(starts)
+        if axes is None or steps is None or not len(axes) == len(steps) == len(starts):
+            return None
+        for axis, start, end, step in zip(axes, starts, ends, steps):
+            axis = axis + r if axis < 0 else axis
+            if step != 1 or not 0 <= axis < r:
+                return None
+            n = a.dim(x, axis)
+            if _known(n):
+                if len(_slice_indices(n, start, end, 1)) != n:
+                    return None
+            elif start != 0 or end != _INT64_MAX:
+                return None
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
 @register
 class SimplifyShapes(RulePass):
     """Evaluates shape arithmetic symbolically and folds what it finds.
@@ -925,7 +968,8 @@ class SimplifyShapes(RulePass):
          is the input's own dim at that position, -1 for the one entry left unknown;
       3. a Reshape to the shape its input already has is removed;
       4. an Expand whose target broadcasts to the input's own shape is removed;
-      5. a Tile whose repeats are all ones is removed.
+      5. a Tile whose repeats are all ones is removed;
+      6. a Slice that takes every element is removed.
     """
 
     name = "simplify_shapes"
@@ -939,7 +983,7 @@ class SimplifyShapes(RulePass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         analysis = _Analysis(graph)
         rules = (_Fold(analysis), _ReshapeNoop(analysis), _ReshapeTarget(analysis), _ExpandNoop(analysis),
-                 _TileNoop(analysis))
+                 _TileNoop(analysis), _SliceNoop(analysis))
         counts = apply_rules(graph, rules, ctx, self.name)
         stats = {k: counts.total(k) for k in ("folded", "reshape_targets", "noop_removed")}
         stats["refused"] = counts.total("refused")

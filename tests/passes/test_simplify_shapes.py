@@ -632,3 +632,23 @@ def test_the_exporter_corpus_keeps_its_outputs(path):
     after = model.to_proto()
     check_full(after)
     assert_equivalent(original, after, seed=1, exact=True)
+
+
+def test_a_slice_that_takes_everything_is_removed():
+    # x [1, 3, H, W]: [0:1] on axis 0 (dim known), [0:INT64_MAX] on axis 2 (dim symbolic) take all;
+    # [0:H-ish] with a finite end on a symbolic dim, or a step of -1, do not
+    model = make_model([helper.make_node("Slice", ["x", "z1", "o1", "z1", "o1"], ["a"]),
+                        helper.make_node("Slice", ["a", "z1", "big", "two"], ["b"]),
+                        helper.make_node("Slice", ["b", "z1", "thousand", "three"], ["c"]),
+                        helper.make_node("Slice", ["c", "m1", "lowest", "z1", "m1"], ["y"])],
+                       {"x": [1, 3, "H", "W"]}, {"y": [1, 3, "H", "W"]},
+                       initializers={"z1": np.array([0], I64), "o1": np.array([1], I64),
+                                     "big": np.array([INT64_MAX], I64), "two": np.array([2], I64),
+                                     "thousand": np.array([1000], I64), "three": np.array([3], I64),
+                                     "m1": np.array([-1], I64), "lowest": np.array([np.iinfo(np.int64).min], I64)})
+    graph, result, _ = _simplify(model)
+    assert result.stats["noop_removed"] == 2 and ops(graph) == ["Slice", "Slice"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    after = gp.to_proto(graph)
+    for h, w in ((0, 5), (4, 1001), (7, 3)):
+        assert_equivalent(model, after, feeds={"x": _data((1, 3, h, w))}, exact=True)
