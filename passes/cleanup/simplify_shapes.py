@@ -66,6 +66,26 @@ class _Dim:
         return f"{self.tensor.name}[{self.axis}]"
 
 
+class _Param(_Dim):
+    """Symbolic element under ``trust_dim_params``: the dim named ``name`` (any tensor's dim
+    whose ``dim_param`` is that name)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        super().__init__(None, -1)
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Param) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("param", self.name))
+
+    def __repr__(self) -> str:
+        return f"'{self.name}'"
+
+
 def _known(e) -> bool:
     return isinstance(e, int)
 
@@ -150,7 +170,8 @@ class _Product:
 class _Analysis:
     """The symbolic value of every tracked tensor of a graph and its bodies (one walk)."""
 
-    def __init__(self, graph: gs.Graph):
+    def __init__(self, graph: gs.Graph, trust_dim_params: bool = False):
+        self.trust = trust_dim_params
         self.memo: dict[int, tuple[gs.Tensor, _Vec]] = {}
         self._roots: dict[tuple[int, int], int | _Dim] = {}
         self._ranks: dict[int, int | None] = {}
@@ -226,6 +247,9 @@ class _Analysis:
         if p.outputs[0] is t and p.op in _BROADCAST:
             ranks = [self.rank(i) for i in p.inputs if i.name or isinstance(i, gs.Constant)]
             return None if None in ranks or not ranks else max(ranks)
+        if p.outputs[0] is t and p.op == "Gather" and len(p.inputs) == 2:
+            rd, ri = self.rank(p.inputs[0]), self.rank(p.inputs[1])
+            return rd - 1 + ri if rd is not None and ri is not None and rd >= 1 else None
         if p.outputs[0] is t and p.op == "MatMul" and len(p.inputs) == 2:
             rx, ry = self.rank(p.inputs[0]), self.rank(p.inputs[1])
             return max(rx, ry) if rx is not None and ry is not None and rx >= 2 and ry >= 2 else None
@@ -263,6 +287,11 @@ class _Analysis:
                 hit = step
                 break
             t, axis = step
+        if self.trust and isinstance(hit, _Dim) and not isinstance(hit, _Param):
+            shape = hit.tensor.shape
+            name = shape[hit.axis] if shape is not None and hit.axis < len(shape) else None
+            if isinstance(name, str) and name:
+                hit = _Param(name)  # the user vouches: one dim_param name, one value
         for key in seen:
             self._roots[key] = hit
         return hit
@@ -287,9 +316,50 @@ class _Analysis:
             return self._window(p, t, axis)
         if p.op == "MatMul" and len(p.inputs) == 2:
             return self._matmul(p, t, axis)
+        if p.op in _BROADCAST:
+            return self._broadcast(p, t, axis)
+        if p.op == "Gather" and len(p.inputs) == 2:
+            return self._gather(p, t, axis)
         if p.op in ("GlobalAveragePool", "GlobalMaxPool") and axis > 0:
             return (p.inputs[0], 1) if axis == 1 else 1
         return _keeps(p, t, axis, self.rank)
+
+    def _broadcast(self, p: gs.Node, t: gs.Tensor, axis: int):
+        """Multidirectional broadcasting: the operands' dims at this axis (aligned right) other
+        than 1 must agree wherever the op runs; a known one, or a symbol they all are, is the result."""
+        r = self.rank(t)
+        if r is None:
+            return None
+        dims = []
+        for i in p.inputs:
+            if not (i.name or isinstance(i, gs.Constant)):
+                continue
+            ri = self.rank(i)
+            if ri is None or ri > r:
+                return None
+            if axis >= r - ri:
+                dims.append(self.dim(i, axis - (r - ri)))
+        dims = [d for d in dims if not (_known(d) and d == 1)]
+        if not dims:
+            return 1
+        known = {d for d in dims if _known(d)}
+        if known:
+            return known.pop() if len(known) == 1 else None
+        return dims[0] if all(d == dims[0] for d in dims) else None
+
+    def _gather(self, p: gs.Node, t: gs.Tensor, axis: int):
+        """Gather(data, indices, axis=a): data's dims before a, indices' dims, data's dims after a."""
+        data, idx = p.inputs
+        rd, ri = self.rank(data), self.rank(idx)
+        if rd is None or ri is None or rd < 1:
+            return None
+        a = int(p.attrs.get("axis", 0))
+        a = a + rd if a < 0 else a
+        if axis < a:
+            return (data, axis)
+        if axis < a + ri:
+            return (idx, axis - a)
+        return (data, axis - ri + 1)
 
     def _matmul(self, p: gs.Node, t: gs.Tensor, axis: int):
         """x @ y: x's rows, y's columns; a batch dim broadcast from both when they agree."""
@@ -461,25 +531,6 @@ def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] |
         perm = p.attrs.get("perm")
         perm = list(range(r))[::-1] if perm is None and r is not None else perm
         return (x, int(perm[axis])) if perm is not None and rank(x) == r and axis < len(perm) else None
-    if p.op in _BROADCAST:
-        # the one non-constant operand of the same rank; every other operand a constant whose dim
-        # at this axis (aligned right) is 1 or absent: the broadcast keeps the operand's dim
-        ins = [i for i in p.inputs if i.name or isinstance(i, gs.Constant)]
-        var = [i for i in ins if not isinstance(i, gs.Constant)]
-        if len(var) != 1 or rank(var[0]) != r or p.op == "Where" and ins[0] is var[0]:
-            return None
-        wide = set()
-        for c in ins:
-            if c is var[0]:
-                continue
-            off = r - len(c.shape)
-            if off < 0:
-                return None
-            if axis >= off and c.shape[axis - off] != 1:
-                wide.add(int(c.shape[axis - off]))
-        if wide:  # a constant's dim other than 1 is the result's wherever the op runs
-            return wide.pop() if len(wide) == 1 else None
-        return var[0], axis
     return None
 
 
@@ -980,8 +1031,17 @@ class SimplifyShapes(RulePass):
     runs_after = ("fold_constants",)
     runs_before = ("merge_reshapes",)
 
+    def __init__(self, *, trust_dim_params: bool = False):
+        """Args:
+            trust_dim_params: take two dims with the same ``dim_param`` name as equal (what the
+                ONNX IR intends and torch's dynamo exporter guarantees), so a Reshape target
+                built from one input's dims may copy another's. Off by default: onnxruntime
+                does not check it, and a pass promising EXACT must hold for every input it runs.
+        """
+        self.trust_dim_params = bool(trust_dim_params)
+
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        analysis = _Analysis(graph)
+        analysis = _Analysis(graph, self.trust_dim_params)
         rules = (_Fold(analysis), _ReshapeNoop(analysis), _ReshapeTarget(analysis), _ExpandNoop(analysis),
                  _TileNoop(analysis), _SliceNoop(analysis))
         counts = apply_rules(graph, rules, ctx, self.name)
