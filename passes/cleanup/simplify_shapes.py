@@ -4,8 +4,9 @@
         every element of v known                                    =>  constant v
     Reshape(x, t), t partly known                                    =>  Reshape(x, constant t')
         t' keeps the known entries, writes 0 ("copy") for an entry that is dim i of x itself at
-        position i (allowzero=0), and -1 for the one entry left unknown when the product of the
-        other entries is known and nonzero (so the -1 can only stand for that entry's value)
+        position i (under allowzero=1 too, by writing allowzero=0, when t holds no literal 0),
+        and -1 for the one entry left unknown when the product of the other entries is known
+        and nonzero (so the -1 can only stand for that entry's value)
     Reshape(x, t) with t equal to x's own shape                      =>  x
     Expand(x, t) with broadcast(shape(x), t) == shape(x)             =>  x
     Tile(x, r) with r all ones                                       =>  x
@@ -14,7 +15,11 @@
 Each int64/int32 scalar or vector of at most ``_MAX_ELEMS`` elements is evaluated symbolically
 in one walk over the graph (and every If/Loop/Scan body, outer-scope values visible): each
 element is a known int, "dim i of tensor t" (a symbolic dim, equal only to itself), or unknown.
-Nothing assumes that two symbolic dims with the same ``dim_param`` name are equal.
+A tensor's dims are followed back through the ops that keep or compute them (elementwise and
+broadcasting ops, Transpose, Reshape, Slice, Concat, Split, Gather, MatMul, Conv/pool windows),
+in graph order so no recursion runs deep; the ints proven where a tensor's shape says symbolic
+or nothing are written into its shape for the passes after this one. Two symbolic dims with the
+same ``dim_param`` name are not assumed equal unless ``trust_dim_params`` says so.
 
 Exactness (for every input on which the original model runs): a folded element is the value the
 original computes; Div is folded only for non-negative operands and a nonzero divisor (onnxruntime
