@@ -794,3 +794,32 @@ def test_random_shape_computations_keep_every_value():
             assert_equivalent(model, after, feeds=feeds, exact=True)
             ran += 1
     assert ran >= 40 and changed >= 30, (ran, changed)
+
+
+def test_runs_inside_a_loop_body_with_outer_scope_and_carried_values():
+    # body: acc = Reshape(acc + x, [N (from Shape(x) outside), 12]) on a carried [?, 12]: the
+    # Reshape keeps the shape wherever it runs (12 is known and nonzero), so it goes
+    body_nodes = [helper.make_node("Add", ["acc_in", "x"], ["s"]),
+                  helper.make_node("Reshape", ["s", "t"], ["acc_out"]),
+                  helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, ["N", 12])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, ["N", 12])])
+    model = make_model([helper.make_node("Shape", ["x"], ["sx"]),
+                        helper.make_node("Slice", ["sx", "z1", "o1"], ["n"]),
+                        helper.make_node("Concat", ["n", "twelve"], ["t"], axis=0),
+                        helper.make_node("Loop", ["trips", "", "x"], ["acc"], body=body)],
+                       {"x": ["N", 12], "trips": (TensorProto.INT64, [])}, {"acc": ["N", 12]},
+                       initializers={"z1": np.array([0], I64), "o1": np.array([1], I64),
+                                     "twelve": np.array([12], I64)})
+    graph, result, _ = _simplify(model)
+    assert result.stats["noop_removed"] == 1
+    assert ops(graph) == ["Loop"] and ops(graph.nodes[0].attrs["body"]) == ["Add", "Identity"]
+    after = gp.to_proto(graph)
+    for n, trips in ((0, 2), (1, 0), (3, 3)):
+        feeds = {"x": _data((n, 12)), "trips": np.array(trips, I64)}
+        assert_equivalent(model, after, feeds=feeds, exact=True)
