@@ -38,6 +38,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import iter_graphs, peek_values
 from graphpass.passes.cleanup._common import is_onnx_op
+from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, Scope, apply_rules
@@ -797,6 +798,18 @@ class _Fold(Rule):
         m = scope.match([anchor])
         m.vec = v
         return m
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        value = m.vec.array()
+        for reader in m.anchor.outputs[0].outputs:
+            for i, t in enumerate(reader.inputs):
+                if t is not m.anchor.outputs[0]:
+                    continue
+                # (Range's bounds: a [1] tensor runs when computed, not as an initializer)
+                if not valid_shape_operand(reader.op, i, value) or reader.op == "Range" and value.ndim:
+                    return MatchResult.fail(f"{reader.op} cannot take this value as a constant input {i} "
+                                            "(onnxruntime refuses it at load)")
+        return MatchResult.success()
 
     def _folded(self, reader: gs.Node) -> bool:
         if reader.op not in _FOLDABLE or not is_onnx_op(reader) or len(reader.outputs) != 1:

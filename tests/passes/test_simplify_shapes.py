@@ -823,3 +823,16 @@ def test_runs_inside_a_loop_body_with_outer_scope_and_carried_values():
     for n, trips in ((0, 2), (1, 0), (3, 3)):
         feeds = {"x": _data((n, 12)), "trips": np.array(trips, I64)}
         assert_equivalent(model, after, feeds=feeds, exact=True)
+
+
+def test_a_value_no_reader_accepts_as_an_initializer_is_not_folded():
+    # Range takes a [1] bound computed at run time but onnxruntime refuses one as an initializer
+    # (the ONNX function of AffineGrid reads one through an If or an Identity)
+    model = make_model([helper.make_node("Identity", ["one_1d"], ["d"]),
+                        helper.make_node("Range", ["z", "d", "o"], ["r"])],
+                       {}, {"r": (TensorProto.INT64, [None])}, opset=20,
+                       initializers={"one_1d": np.array([2], I64), "z": np.array(0, I64), "o": np.array(1, I64)})
+    graph, result, reasons = _simplify(model)
+    assert not result.modified and ops(graph) == ["Identity", "Range"]
+    assert reasons == ["Range cannot take this value as a constant input 1 (onnxruntime refuses it at load)"]
+    assert_equivalent(model, gp.to_proto(graph), feeds={}, exact=True)
