@@ -18,6 +18,7 @@ from graphpass.passes.cleanup import (
     InlineControlFlow,
     MergeReshapes,
     MergeTransposes,
+    SimplifyShapes,
     SpecializeShapes,
 )
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
@@ -35,6 +36,7 @@ fold_constants = FoldConstants.as_function()
 inline_control_flow = InlineControlFlow.as_function()
 merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
+simplify_shapes = SimplifyShapes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
@@ -70,6 +72,7 @@ __all__ = [
     "InlineControlFlow",
     "MergeReshapes",
     "MergeTransposes",
+    "SimplifyShapes",
     "SpecializeShapes",
     "FoldBatchNorm",
     "MixedPrecision",
@@ -94,6 +97,7 @@ __all__ = [
     "inline_control_flow",
     "merge_reshapes",
     "merge_transposes",
+    "simplify_shapes",
     "specialize_shapes",
     "fold_batchnorm",
     "mixed_precision",

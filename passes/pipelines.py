@@ -18,6 +18,7 @@ CLEANUP = (
     "specialize_shapes",
     "fold_constants",
     "inline_control_flow",
+    "simplify_shapes",
     "eliminate_identity",
     "merge_transposes",
     "merge_reshapes",

@@ -8,6 +8,7 @@ from graphpass.passes.cleanup.fold_constants import FoldConstants
 from graphpass.passes.cleanup.inline_control_flow import InlineControlFlow
 from graphpass.passes.cleanup.merge_reshapes import MergeReshapes
 from graphpass.passes.cleanup.merge_transposes import MergeTransposes
+from graphpass.passes.cleanup.simplify_shapes import SimplifyShapes
 from graphpass.passes.cleanup.specialize_shapes import SpecializeShapes
 
 __all__ = [
@@ -19,5 +20,6 @@ __all__ = [
     "InlineControlFlow",
     "MergeReshapes",
     "MergeTransposes",
+    "SimplifyShapes",
     "SpecializeShapes",
 ]
