@@ -17,6 +17,7 @@ from graphpass.passes.cleanup import (
     FoldConstants,
     MergeReshapes,
     MergeTransposes,
+    SimplifyShapes,
     SpecializeShapes,
 )
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
@@ -33,6 +34,7 @@ eliminate_identity = EliminateIdentity.as_function()
 fold_constants = FoldConstants.as_function()
 merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
+simplify_shapes = SimplifyShapes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
@@ -67,6 +69,7 @@ __all__ = [
     "FoldConstants",
     "MergeReshapes",
     "MergeTransposes",
+    "SimplifyShapes",
     "SpecializeShapes",
     "FoldBatchNorm",
     "MixedPrecision",
@@ -90,6 +93,7 @@ __all__ = [
     "fold_constants",
     "merge_reshapes",
     "merge_transposes",
+    "simplify_shapes",
     "specialize_shapes",
     "fold_batchnorm",
     "mixed_precision",

@@ -17,6 +17,7 @@ __all__ = ["PIPELINES", "DEFAULT_PIPELINE", "get_pipeline", "build", "check_orde
 CLEANUP = (
     "specialize_shapes",
     "fold_constants",
+    "simplify_shapes",
     "eliminate_identity",
     "merge_transposes",
     "merge_reshapes",

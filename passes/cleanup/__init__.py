@@ -7,6 +7,7 @@ from graphpass.passes.cleanup.eliminate_identity import EliminateIdentity
 from graphpass.passes.cleanup.fold_constants import FoldConstants
 from graphpass.passes.cleanup.merge_reshapes import MergeReshapes
 from graphpass.passes.cleanup.merge_transposes import MergeTransposes
+from graphpass.passes.cleanup.simplify_shapes import SimplifyShapes
 from graphpass.passes.cleanup.specialize_shapes import SpecializeShapes
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "FoldConstants",
     "MergeReshapes",
     "MergeTransposes",
+    "SimplifyShapes",
     "SpecializeShapes",
 ]
