@@ -55,6 +55,7 @@ from graphpass.errors import UsageError
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import subgraphs_of
 from graphpass.ir.model_io import gc_frozen
+from graphpass.ir.shapes import dim_hint, given_shapes
 
 __all__ = ["AscendCostModel", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
 
@@ -128,6 +129,9 @@ class _Ctx:
         self.loop_trips = loop_trips
         self.defaults = defaults
         self.assumptions: dict[str, None] = {}
+        self.assumed_dims: dict[str, int] = {}  # symbolic dim name -> the value the estimate took
+        self.fixed_dims: dict[str, int] = {}
+        self.graph: gs.Graph | None = None
         self.unknown: dict[str, None] = {}
         self.crossings: list[dict[str, Any]] = []
         self.dynamic_regions: list[dict[str, Any]] = []
@@ -141,6 +145,12 @@ class _Ctx:
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
+
+    def set_graph(self, graph: gs.Graph, dims: dict[str, int] | None = None) -> None:
+        """The graph estimated: the dims --input-shape/--dim fixed on it (and ``dims``) are used
+        where a stale shape still names them; every other symbolic dim is assumed 1 and listed."""
+        self.graph = graph
+        self.fixed_dims = {**given_shapes(graph)["dims"], **(dims or {})}
 
 
 class AscendCostModel(CostModel):
@@ -177,8 +187,14 @@ class AscendCostModel(CostModel):
         for d in shape:
             if isinstance(d, (int, np.integer)) and d >= 0:
                 out.append(int(d))
+            elif isinstance(d, str) and d in cx.fixed_dims:  # fixed by --dim / --input-shape
+                out.append(cx.fixed_dims[d])
             else:
-                cx.assume(f"symbolic dim '{d}' taken as 1 (fix it with --input-shape)")
+                name = d if isinstance(d, str) and d else "?"
+                if name not in cx.assumed_dims:
+                    cx.assumed_dims[name] = 1
+                    hint = dim_hint(cx.graph, d) if cx.graph is not None else "fix it with --input-shape or --dim"
+                    cx.assume(f"symbolic dim '{name}' taken as 1 ({hint})")
                 out.append(1)
         return tuple(out)
 
@@ -228,6 +244,7 @@ class AscendCostModel(CostModel):
         iterations_per_loop: int = 1,
         loop_trips: int = 1,
         input_shapes: dict[str, list[int]] | None = None,
+        dims: dict[str, int] | None = None,
         _engines_out: dict | None = None,
         _costs_out: dict | None = None,
         **_: Any,
@@ -238,6 +255,7 @@ class AscendCostModel(CostModel):
         if iterations_per_loop < 1:
             raise UsageError(f"iterations_per_loop must be at least 1, got {iterations_per_loop}")
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
+        cx.set_graph(graph, dims)
         cx.costs_out = _costs_out
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
@@ -273,6 +291,7 @@ class AscendCostModel(CostModel):
             dynamic_regions=cx.dynamic_regions,
             unknown_ops=list(cx.unknown),
             assumptions=list(cx.assumptions),
+            assumed_dims=dict(cx.assumed_dims),
         )
 
     def _step_cost(self, graph: gs.Graph, cx: _Ctx) -> tuple[float, bool]:

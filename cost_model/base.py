@@ -16,7 +16,7 @@ from graphpass.cost_model.report import CostReport
 __all__ = ["CostModel", "NullCostModel", "ESTIMATE_OPTIONS", "check_estimate_options"]
 
 #: The keyword options every cost model's ``estimate`` takes.
-ESTIMATE_OPTIONS = ("precision_mode", "iterations_per_loop", "loop_trips", "input_shapes")
+ESTIMATE_OPTIONS = ("precision_mode", "iterations_per_loop", "loop_trips", "input_shapes", "dims")
 
 
 def check_estimate_options(options: dict[str, Any]) -> None:

@@ -77,6 +77,7 @@ class FormatOracle:
         self.graph = graph
         mode = precision_mode or model.profile.default_precision_mode
         self.cx = _Ctx(model, mode, 1, dict(input_shapes or {}))
+        self.cx.set_graph(graph)
         self.const: set[int] = set()
         for node in graph.nodes:  # GE's compile-time constant folding, as the estimate does it
             info = model.ops.lookup(node.op, node.domain)
@@ -94,14 +95,16 @@ class FormatOracle:
     def is_runtime(self, t: gs.Tensor) -> bool:
         return bool(t.name) and not self.is_const(t)
 
-    @staticmethod
-    def opaque_reason(t: gs.Tensor) -> str:
+    def opaque_reason(self, t: gs.Tensor) -> str:
         """Why a runtime tensor cannot be priced in another format ('' when it can)."""
+        from graphpass.ir.shapes import dim_hint
+
         shape = t.shape
         if shape is None:
             return f"tensor '{t.name}' has unknown rank"
-        if not all(type(d) is int or isinstance(d, np.integer) for d in shape) or any(int(d) < 0 for d in shape):
-            return f"tensor '{t.name}' has a symbolic shape {list(shape)} (fix it with --input-shape)"
+        odd = [d for d in shape if not (type(d) is int or isinstance(d, np.integer)) or int(d) < 0]
+        if odd:
+            return f"tensor '{t.name}' has a symbolic shape {list(shape)} ({dim_hint(self.graph, odd[0])})"
         return ""
 
     def shape(self, t: gs.Tensor) -> tuple[int, ...]:

@@ -50,6 +50,12 @@ class CostReport(Report):
     dynamic_regions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     unknown_ops: list[str] = dataclasses.field(default_factory=list)
     assumptions: list[str] = dataclasses.field(default_factory=list)
+    #: symbolic dim name -> the value the estimate assumed for it (not fixed by --input-shape/--dim)
+    assumed_dims: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def assumed_dims_text(self) -> str:
+        """``batch=1, seq=1``: the symbolic dims the estimate assumed, and their values."""
+        return ", ".join(f"{k}={v}" for k, v in self.assumed_dims.items())
 
     @property
     def per_node(self) -> list[dict[str, Any]]:
@@ -73,6 +79,7 @@ class CostReport(Report):
             "dynamic_regions": self.dynamic_regions,
             "unknown_ops": self.unknown_ops,
             "assumptions": self.assumptions,
+            "assumed_dims": self.assumed_dims,
             "nodes": self.nodes,
         }
 
@@ -97,6 +104,8 @@ class CostReport(Report):
                 c.print(f"assumption: {a}")
             return buf.getvalue()
         c.print("  (every figure here is a cost-model estimate, not a measurement)")
+        if self.assumed_dims:
+            c.print(f"  assumed dims: {self.assumed_dims_text()}")
         b = self.breakdown_us
         c.print("  nodes {nodes:,.1f} us, implicit TransData {implicit_transdata:,.1f} us, crossings {crossings:,.1f} us, "
                 "step (launch + I/O + sync) {step:,.1f} us".format(**{k: b.get(k, 0.0) for k in ("nodes", "implicit_transdata", "crossings", "step")}))
@@ -155,6 +164,8 @@ class CostReport(Report):
             lines += ["", "</details>"]
         if self.unknown_ops:
             lines += ["", f"unknown ops (costed as AI CPU): {', '.join(self.unknown_ops)}"]
+        if self.assumed_dims:
+            lines += ["", f"assumed dims: {self.assumed_dims_text()}"]
         lines += [f"- assumption: {a}" for a in self.assumptions]
         lines.append("")
         return "\n".join(lines)

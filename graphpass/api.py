@@ -38,25 +38,30 @@ def load(
     *,
     max_memory: int | str | None = None,
     freeze_initializer_inputs: bool = False,
+    dims: Mapping[str, int] | None = None,
 ) -> Model:
     """Load a model into a :class:`graphpass.Model`.
 
     Args:
         source: a path, the serialized bytes, or a ModelProto (copied, never changed); a Model
             is returned as it is.
-        input_shapes: fixes graph input dims before shape inference (static-shape specialization).
+        input_shapes: fixes graph input dims before shape inference (static-shape specialization);
+            -1 keeps a dim dynamic.
         shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
         max_memory: bytes (or "8G") graphpass may hold for this model: the file, its external
             data and every tensor a pass folds (see :mod:`graphpass.ir.limits`).
         freeze_initializer_inputs: an initializer that is also a graph input (IR >= 4) is a
             default the caller may override; by default it stays an input. True treats it as a
             constant (and drops the input), so passes can fold it.
+        dims: symbolic dim name -> value (``{"batch": 1}``), fixed on every input and tensor
+            that names it.
 
     Raises:
         BadModelError: ``source`` is not a valid model (one line saying why).
+        UsageError: ``input_shapes`` or ``dims`` name no input or dim, or contradict each other.
     """
     return as_model(source, input_shapes=input_shapes, shape_inference=shape_inference, max_memory=max_memory,
-                    freeze_initializer_inputs=freeze_initializer_inputs)
+                    freeze_initializer_inputs=freeze_initializer_inputs, dims=dict(dims) if dims else None)
 
 
 def save(model: ModelLike, path: str | Path, external_data: bool | None = None, emit: str = DEFAULT_EMIT) -> Path:
@@ -118,6 +123,7 @@ def optimize(
     max_applications: int | None = None,
     max_memory: int | None = None,
     freeze_initializer_inputs: bool = False,
+    dims: Mapping[str, int] | None = None,
 ) -> OptimizeResult:
     """Run a pipeline over ``model``: a path, bytes, a ModelProto, or a :class:`graphpass.Model`
     (a ``gs.Graph``, for compatibility).
@@ -135,6 +141,11 @@ def optimize(
     constants. Both reach the passes as ``PassContext.max_memory`` /
     ``PassContext.freeze_initializer_inputs`` and, for a model loaded here, the loader.
 
+    ``input_shapes`` (-1 keeps a dim dynamic) and ``dims`` (symbolic dim name -> value,
+    ``{"batch": 1}``) fix input dims: for a model loaded here before shape inference, and in
+    any case through the ``specialize_shapes`` pass (``PassContext.input_shapes`` /
+    ``PassContext.dims``).
+
     ``options`` holds each pass's constructor arguments, ``{"fold_constants": {"size_limit":
     1 << 20}}``: an unknown pass name is a UsageError, a misspelled option a TypeError naming
     the valid ones (checked before the model is loaded).
@@ -151,7 +162,7 @@ def optimize(
         label = name or m.graph.name or "<graph>"
     else:
         label = name or (str(model) if isinstance(model, (str, Path)) else "<model>")
-        m = as_model(model, input_shapes=shapes or None,
+        m = as_model(model, input_shapes=shapes or None, dims=dict(dims) if dims else None,
                      max_memory=max_memory, freeze_initializer_inputs=freeze_initializer_inputs)
     graph = m.graph
     cost_options = {"precision_mode": precision_mode, "iterations_per_loop": iterations_per_loop, "loop_trips": loop_trips}
@@ -163,6 +174,7 @@ def optimize(
         seed=seed,
         max_memory=max_memory,
         freeze_initializer_inputs=freeze_initializer_inputs,
+        dims=dict(dims or {}),
     )
     instruments = standard_instruments(
         cost_options=cost_options, verify_each=verify_each, seed=seed, input_shapes=shapes,

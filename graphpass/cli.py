@@ -47,6 +47,24 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
     return shapes
 
 
+def parse_dims(values: Sequence[str] | None) -> dict[str, int]:
+    """``["batch=1", "seq=128"]`` -> ``{"batch": 1, "seq": 128}`` (``--dim``, repeatable)."""
+    dims: dict[str, int] = {}
+    for item in values or []:
+        for spec in item.split():
+            name, sep, value = spec.rpartition("=")
+            if not sep or not name:
+                raise UsageError(f"--dim '{spec}': expected NAME=VALUE (e.g. batch=1)")
+            try:
+                v = int(value)
+            except ValueError:
+                raise UsageError(f"--dim '{spec}': the value must be an integer") from None
+            if name in dims and dims[name] != v:
+                raise UsageError(f"--dim '{name}' given twice: {dims[name]} and {v}")
+            dims[name] = v
+    return dims
+
+
 def parse_size(text: str) -> int:
     """``"512M"`` -> 536870912; plain bytes or K/M/G/T (powers of 1024), as ``graphpass.ir.limits`` reads them."""
     from graphpass.ir.limits import parse_bytes
@@ -70,8 +88,9 @@ def _check_input_bytes(model, shapes: dict[str, list[int]], limit: int, what: st
         if inp.name in inits or not inp.type.HasField("tensor_type"):
             continue
         given = shapes.get(inp.name)
-        dims = list(given) if given is not None else [
-            d.dim_value if d.HasField("dim_value") else SYMBOLIC_DIM for d in inp.type.tensor_type.shape.dim]
+        declared = [d.dim_value if d.HasField("dim_value") else SYMBOLIC_DIM for d in inp.type.tensor_type.shape.dim]
+        dims = declared if given is None else [
+            int(g) if int(g) >= 0 else (declared[k] if k < len(declared) else SYMBOLIC_DIM) for k, g in enumerate(given)]
         n = 1
         for d in dims:
             n *= max(int(d), 0)
@@ -124,6 +143,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
 #: API argument -> the CLI flag that sets it, for errors that name one (``GraphpassError.option``).
 _FLAGS = {
     "input_shapes": "--input-shape",
+    "dims": "--dim",
     "max_memory": "--max-memory",
     "feeds": "--inputs FILE.npz",
     "emit": "--emit",
@@ -198,6 +218,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     from graphpass.outputs import check_output_file, check_output_folder, write_error
 
     shapes = parse_input_shapes(args.input_shape)
+    dims = parse_dims(args.dim)
     # refuse output paths before any work; the staging folders come only when needed (a run
     # killed while loading leaves nothing)
     check_output_file(args.output)
@@ -229,8 +250,12 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
-    graph = gp.load(args.model, input_shapes=shapes or None,
+    graph = gp.load(args.model, input_shapes=shapes or None, dims=dims or None,
                     max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
+    if dims:  # --verify feeds what --dim fixed too (-1 where a dim stays dynamic)
+        from graphpass.ir.shapes import given_shapes
+
+        shapes = given_shapes(graph.graph)["inputs"]
     from graphpass.ir.graph import count_nodes
 
     progress, on_pass = _progress(count_nodes(graph.graph), args.quiet)
@@ -246,6 +271,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             enable=_split_names(args.enable),
             target=args.target,
             input_shapes=shapes,
+            dims=dims,
             verify_each=args.verify_each,
             dump_dir=staged_dumps,
             max_rounds=args.max_rounds,
@@ -361,7 +387,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from graphpass.outputs import check_output_file
 
         check_output_file(args.output)
-    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None).graph
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None,
+                    dims=parse_dims(args.dim) or None).graph
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
     text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()
@@ -604,7 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--passes", action="append", help="run exactly these passes (comma-separated)")
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
     o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
-    o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
+                   help="fix an input's shape (-1 keeps a dim dynamic)")
+    o.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     o.add_argument("--target", default=DEFAULT_TARGET, choices=list(KNOWN_TARGETS) + [NONE_TARGET],
                    help="hardware profile of the cost model ('none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
@@ -651,7 +681,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
     c.add_argument("model")
     c.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
-    c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
+                   help="fix an input's shape (-1 keeps a dim dynamic)")
+    c.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
                    help="ATC precision mode (default: the profile's: force_fp16 on 910A/310P, must_keep_origin_dtype on 910B)")
     c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",

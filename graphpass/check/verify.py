@@ -391,7 +391,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
         if given is None or not vi.type.HasField("tensor_type"):
             continue
         for d, v in zip(vi.type.tensor_type.shape.dim, given):
-            if d.dim_param and not d.HasField("dim_value"):
+            if d.dim_param and not d.HasField("dim_value") and int(v) >= 0:  # -1: left dynamic
                 bound.setdefault(d.dim_param, int(v))
     for vi in _graph_inputs(model):
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
@@ -407,12 +407,14 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
                                 "which graphpass cannot generate")
         given = (input_shapes or {}).get(vi.name)
         symbolic: dict[int, str] = {}
-        if given is not None:
+        if given is not None and all(int(d) >= 0 for d in given):
             shape = [int(d) for d in given]
         else:
             shape = []
             for k, d in enumerate(tt.shape.dim if tt.HasField("shape") else []):
-                if d.HasField("dim_value") and d.dim_value >= 0:
+                if given is not None and int(given[k]) >= 0:  # -1 in input_shapes: the dim stays dynamic
+                    shape.append(int(given[k]))
+                elif d.HasField("dim_value") and d.dim_value >= 0:
                     shape.append(int(d.dim_value))
                 else:
                     symbolic[k] = d.dim_param or f"{vi.name}[{k}]"
@@ -505,7 +507,8 @@ def random_inputs(
     feeds: dict[str, np.ndarray] = {}
     for inp in sess.get_inputs():
         given = (input_shapes or {}).get(inp.name)
-        shape = list(given) if given is not None else [d if isinstance(d, int) and d >= 0 else 1 for d in inp.shape]
+        shape = [g if g is not None and int(g) >= 0 else (d if isinstance(d, int) and d >= 0 else 1)
+                 for g, d in zip(list(given) if given is not None else [None] * len(inp.shape), inp.shape)]
         dtype = _ORT_TYPES.get(inp.type)
         if dtype is None:
             raise BadModelError(f"input '{inp.name}' has type {inp.type}, which graphpass cannot generate")
@@ -727,7 +730,7 @@ def load_inputs(path: str, sess, input_shapes: Mapping[str, Sequence[int]] | Non
         if len(dims) != arr.ndim or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(dims, arr.shape)):
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, the model wants {dims}")
         given = (input_shapes or {}).get(inp.name)
-        if given is not None and [int(d) for d in given] != list(arr.shape):
+        if given is not None and (len(given) != arr.ndim or any(0 <= int(d) != s for d, s in zip(given, arr.shape))):
             raise UsageError(f"{path}: input '{inp.name}' has shape {list(arr.shape)}, input_shapes says "
                              f"{[int(d) for d in given]}", option="input_shapes")
         feeds[inp.name] = arr

@@ -476,6 +476,8 @@ def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, s
             cost_info = {"target": target, "before_us": round(ra.total_us, 3), "after_us": round(rb.total_us, 3),
                          "transdata_before": ra.transdata, "transdata_after": rb.transdata,
                          "note": "cost-model estimates, not measurements"}
+            if ra.assumed_dims or rb.assumed_dims:  # symbolic dims the estimates took a value for
+                cost_info["assumed_dims"] = {"before": dict(ra.assumed_dims), "after": dict(rb.assumed_dims)}
     elif target != "none":
         cost_info = {"target": target, "skipped": f"graphs over {COST_MAX_NODES:,} nodes: per-node estimates skipped"}
     oa = {o.domain or "ai.onnx": o.version for o in ma.opset_import}

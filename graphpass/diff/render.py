@@ -12,7 +12,8 @@ JSON schema ``graphpass.diff/1`` (stable: fields are only ever added):
       "ops": {op: [before, after]},                 # only ops whose count changed
       "transdata": {"before": int, "after": int,    # explicit graphpass.ascend::TransData nodes
                     "implicit_before"?, "implicit_after"?, "us_before"?, "us_after"?},
-      "cost": null | {"target", "before_us", "after_us", "note"} | {"target", "skipped"},
+      "cost": null | {"target", "before_us", "after_us", "note",
+                      "assumed_dims"?: {"before": {dim: value}, "after": {...}}} | {"target", "skipped"},
       "rewrites": [{"label": "Reshape×2+Transpose → Gather", "pass": str, "count": int,
                     "cost_delta_us": float | null,
                     "sites": [{"removed": [node], "added": [node], "cost_delta_us"?: float}]}],
@@ -98,6 +99,11 @@ def _summary_lines(d: GraphDiff) -> list[str]:
     if d.cost and "before_us" in d.cost:
         s.append(f"estimated cost ({d.cost['target']}, cost model, not measured): {d.cost['before_us']:,.1f} -> "
                  f"{d.cost['after_us']:,.1f} us ({d.cost['after_us'] - d.cost['before_us']:+,.1f})")
+        assumed = d.cost.get("assumed_dims")
+        if assumed:
+            sides = {k: ", ".join(f"{n}={v}" for n, v in dims.items()) or "none" for k, dims in assumed.items()}
+            text = sides["before"] if sides["before"] == sides["after"] else f"before {sides['before']}; after {sides['after']}"
+            s.append(f"the estimates assume symbolic dims {text} (the models leave them dynamic)")
     elif d.cost and "skipped" in d.cost:
         s.append(f"estimated cost: {d.cost['skipped']}")
     w = d.weights

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from graphpass.errors import UsageError
@@ -13,7 +14,8 @@ from graphpass.ir import limits
 from graphpass.ir.graph import graph_protos
 from graphpass.ir.validate import _itemsize, _numel
 
-__all__ = ["apply_input_shapes", "check_input_shape", "infer_shapes"]
+__all__ = ["KEEP_DYNAMIC", "apply_input_shapes", "check_input_shape", "infer_shapes", "input_dims",
+           "resolve_input_shapes"]
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,9 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
                       model_dims: "Sequence[int | None] | None") -> list[int]:
     """The one check of a given input shape (``input_shapes``, ``--input-shape``), for the loader,
     ``verify`` and the specialize_shapes pass: ``name`` must be one of ``inputs``; every dim in
-    1..2^31; the rank and every fixed dim (``model_dims``: the input's dims, an int where the model
-    fixes it, None where it is symbolic or unknown; None for an unknown rank) must agree.
+    1..2^31, or -1 (keep this dim dynamic, as Paddle users write it); the rank and every fixed dim
+    (``model_dims``: the input's dims, an int where the model fixes it, None where it is symbolic
+    or unknown; None for an unknown rank) must agree.
 
     Returns the shape as ints. Raises UsageError naming ``input_shapes`` (the CLI names the flag).
     """
@@ -36,8 +39,10 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
     if model_dims is not None and len(model_dims) != len(dims):
         raise refuse(f"{name}: rank {len(dims)} given, the model's input has rank {len(model_dims)}")
     for k, v in enumerate(dims):
+        if v == KEEP_DYNAMIC:
+            continue
         if v <= 0:
-            raise refuse(f"{name}: dimension {k} must be positive, got {v}")
+            raise refuse(f"{name}: dimension {k} must be positive (or -1 to keep it dynamic), got {v}")
         if v > limits.MAX_DIM:
             raise refuse(f"{name}: dimension {k} is {v}, above the limit of 2^31")
         fixed = model_dims[k] if model_dims is not None and k < len(model_dims) else None
@@ -46,19 +51,135 @@ def check_input_shape(name: str, shape: Sequence[int], inputs: Sequence[str],
     return dims
 
 
-def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+#: An ``input_shapes`` entry of -1 keeps that dim as the model has it (dynamic).
+KEEP_DYNAMIC = -1
+
+
+def resolve_input_shapes(
+    inputs: Mapping[str, "Sequence[int | str | None] | None"],
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    already: Mapping[str, int] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """``input_shapes`` and ``dims`` (symbolic dim name -> value) as one shape per input.
+
+    ``inputs``: each graph input's dims (an int where fixed, the symbol's name, None where
+    unknown; None for an unknown rank). Returns ``(shapes, fixed)``: ``shapes`` maps every input
+    that gets a value to its shape, -1 where a dim stays dynamic; ``fixed`` maps each symbolic
+    dim name the run fixes to its value (a dim fixed by ``--input-shape`` on one input holds for
+    every input and every tensor that names it, as ``--dim`` does). ``already``: symbols fixed
+    before (when the model was loaded); giving one again with the same value is no change.
+
+    Raises:
+        UsageError: an input shape :func:`check_input_shape` refuses; a dim name no graph
+            input carries; a value outside 1..2^31; the same dim given two values (by ``--dim``
+            and ``--input-shape``, or by two inputs' shapes).
+    """
+    names = list(inputs)
+    shapes: dict[str, list[int]] = {}
+    for name, shape in (input_shapes or {}).items():
+        model_dims = inputs.get(name)
+        ints = None if model_dims is None else [d if isinstance(d, int) and not isinstance(d, bool) else None
+                                               for d in model_dims]
+        shapes[name] = check_input_shape(name, shape, names, ints)
+    symbols: dict[str, list[tuple[str, int]]] = {}
+    for name, model_dims in inputs.items():
+        for k, d in enumerate(model_dims or []):
+            if isinstance(d, str) and d:
+                symbols.setdefault(d, []).append((name, k))
+    fixed: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for sym, value in (dims or {}).items():
+        if not isinstance(sym, str) or not sym:
+            raise UsageError(f"dims: a dim name must be a non-empty string, got {sym!r}", option="dims")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"dims: '{sym}' must be a positive integer, got {value!r}", option="dims")
+        if not 0 < int(value) <= limits.MAX_DIM:
+            raise UsageError(f"dims: '{sym}' must be in 1..2^31, got {int(value)}", option="dims")
+        if already and sym in already and sym not in symbols:
+            if int(value) != already[sym]:
+                raise UsageError(f"dims: '{sym}' was fixed to {already[sym]} when the model was loaded, got "
+                                 f"{value!r}", option="dims")
+            continue
+        if sym not in symbols:
+            known = ", ".join(sorted(symbols)) or "none: every input dim is fixed or unnamed"
+            raise UsageError(f"dims names '{sym}', which is no symbolic dim of a graph input (the inputs' dim names: "
+                             f"{known})", option="dims")
+        fixed[sym] = int(value)
+        origin[sym] = f"the dim '{sym}' is given as {int(value)}"
+    for name, shape in shapes.items():  # a symbol an input shape fixes: the same value everywhere
+        for k, d in enumerate(inputs.get(name) or []):
+            v = shape[k]
+            if not isinstance(d, str) or not d or v == KEEP_DYNAMIC:
+                continue
+            if d in fixed and fixed[d] != v:
+                raise UsageError(f"input_shapes {name}: dimension {k} ('{d}') is {v}, but {origin[d]}",
+                                 option="input_shapes")
+            fixed.setdefault(d, v)
+            origin.setdefault(d, f"the shape of input '{name}' sets '{d}' to {v}")
+    for sym, value in fixed.items():
+        for name, k in symbols.get(sym, []):
+            shape = shapes.setdefault(name, [KEEP_DYNAMIC] * len(inputs[name] or []))
+            shape[k] = value
+    return shapes, fixed
+
+
+def input_dims(vi: onnx.ValueInfoProto) -> "list[int | str | None] | None":
+    """A ValueInfoProto's dims as :func:`resolve_input_shapes` takes them."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None,
+                        dims: Mapping[str, int] | None = None) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Fix the main graph's input dims (``input_shapes``, ``dims``: see
+    :func:`resolve_input_shapes`) and make every other declared shape agree.
+
+    Specializing makes the exporter's ``value_info`` stale: the value_info of default-domain node
+    outputs (in every graph) is dropped, so shape inference is the only source of their shapes
+    (a model with exporter value_info then folds exactly as the same model without it), and so
+    are the numbers declared on graph outputs of default-domain nodes (inference sizes them
+    again); a fixed symbol is replaced by its value in what stays (graph outputs, other
+    domains' outputs).
+    Returns the input shapes set (-1 where a dim stays dynamic) and the fixed symbols.
+    """
     inits = {i.name for i in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
-    for name, shape in input_shapes.items():
-        vi = inputs.get(name)
-        tt = vi.type.tensor_type if vi is not None else None
-        dims = None
-        if tt is not None and tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        shape = check_input_shape(name, shape, list(inputs), dims)
-        tt.ClearField("shape")
-        for v in shape:
-            tt.shape.dim.add().dim_value = v
+    shapes, fixed = resolve_input_shapes({n: input_dims(vi) for n, vi in inputs.items()}, input_shapes, dims)
+    for name, shape in shapes.items():
+        tt = inputs[name].type.tensor_type
+        old = list(tt.shape.dim) if tt.HasField("shape") else []
+        new = onnx.TensorShapeProto()
+        for k, v in enumerate(shape):
+            d = new.dim.add()
+            if v != KEEP_DYNAMIC:
+                d.dim_value = v
+            elif k < len(old):
+                d.CopyFrom(old[k])
+        tt.shape.CopyFrom(new)
+    if shapes:
+        for g in graph_protos(model.graph):
+            inferable = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output}
+            keep = [vi for vi in g.value_info if vi.name not in inferable]
+            if len(keep) != len(g.value_info):
+                del g.value_info[:]
+                g.value_info.extend(keep)
+            for vi in list(g.value_info) + list(g.output) + (list(g.input) if g is not model.graph else []):
+                _substitute(vi, fixed)
+            for vi in g.output:  # a number declared on a standard op's output was traced, not inferred
+                if vi.name in inferable and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape") \
+                        and any(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
+                    vi.type.tensor_type.ClearField("shape")
+    return shapes, fixed
+
+
+def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
+    if not fixed or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return
+    for d in vi.type.tensor_type.shape.dim:
+        if d.HasField("dim_param") and d.dim_param in fixed:
+            d.dim_value = fixed[d.dim_param]
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -71,8 +192,10 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     derives those shapes itself instead of trusting them. Inference runs without data
     propagation first; only if that leaves a shape unknown, and data propagation is safe (see
     :func:`_data_prop_safe`: it allocates per element of the 1-D tensors it follows), it runs
-    again with it. Returns the inferred copy; on failure logs a warning and returns ``model``
-    unchanged.
+    again with it. Where onnx stops, graphpass's own rules (:func:`_own_rules`) add what they
+    can tell and inference runs again from there (at most :data:`_OWN_RULE_ROUNDS` times, only
+    while a rule adds something). Returns the inferred copy; on failure logs a warning and
+    returns ``model`` unchanged.
     """
     light = _light_copy(model)
     try:
@@ -82,14 +205,103 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     if not _has_unknown_shapes(first.graph):
         return first
-    if not _data_prop_safe(model, first.graph):
+    data_prop = _data_prop_safe(model, first.graph)
+    if not data_prop:
         log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
-        return first
-    try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
-        log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
-        return first
+        result = first
+    else:
+        try:
+            result = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # noqa: BLE001 - keep what inference without data propagation found
+            log.info("shape inference with data propagation failed (%s); using it without", str(e).splitlines()[0])
+            result, data_prop = first, False
+    for _ in range(_OWN_RULE_ROUNDS):
+        extra = _own_rules(light, result.graph)
+        if not extra:
+            break
+        light.graph.value_info.extend(extra)  # onnx starts from them and carries them downstream
+        try:
+            result = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
+        except Exception as e:  # noqa: BLE001 - keep what inference found without the rules
+            log.info("shape inference after graphpass's own rules failed (%s)", str(e).splitlines()[0])
+            break
+    return result
+
+
+#: Inference runs again at most this many times after graphpass's own rules added shapes.
+_OWN_RULE_ROUNDS = 3
+
+
+def _known_dim(d: onnx.TensorShapeProto.Dimension) -> bool:
+    return d.HasField("dim_value") or (d.HasField("dim_param") and not d.dim_param.startswith("unk__"))
+
+
+def _int_constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Small integer constants of ``graph`` (initializers, Constant nodes) by name, flattened."""
+    out: dict[str, list[int]] = {}
+    ints = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    for t in graph.initializer:
+        if t.data_type in ints and _numel(t) <= 64:
+            out[t.name] = [int(v) for v in onnx.numpy_helper.to_array(t).reshape(-1)]
+    for n in graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1:
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type in ints \
+                        and _numel(a.t) <= 64:
+                    out[n.output[0]] = [int(v) for v in onnx.numpy_helper.to_array(a.t).reshape(-1)]
+                elif a.name == "value_ints":
+                    out[n.output[0]] = [int(v) for v in a.ints]
+                elif a.name == "value_int":
+                    out[n.output[0]] = [int(a.i)]
+    return out
+
+
+def _own_rules(light: onnx.ModelProto, inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """Shapes of main-graph node outputs that onnx's inference left (partly) unknown and
+    graphpass's own rules can tell. Each returned entry only adds dims; none contradicts
+    inference.
+
+    Rules:
+      1. Slice (opset 10+) with constant ``axes`` and bounds onnx cannot read (computed from
+         ``Shape``, as ``torch.chunk`` exports): every dim not on a sliced axis is the input's.
+    """
+    if not any(n.op_type == "Slice" for n in inferred.node):
+        return []
+    version = next((o.version for o in light.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version < 10:
+        return []
+    known = {vi.name: vi for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output)}
+    consts = _int_constants(light.graph)
+    extra = []
+    for n in inferred.node:
+        if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 4 or not n.input[3]:
+            continue
+        axes = consts.get(n.input[3])
+        src, out = known.get(n.input[0]), known.get(n.output[0]) if n.output else None
+        if axes is None or src is None or out is None or not src.type.HasField("tensor_type") \
+                or not src.type.tensor_type.HasField("shape") or not out.type.HasField("tensor_type"):
+            continue
+        sdims = src.type.tensor_type.shape.dim
+        rank = len(sdims)
+        ot = out.type.tensor_type
+        if ot.HasField("shape") and len(ot.shape.dim) != rank:
+            continue
+        if any(not -rank <= a < rank for a in axes):
+            continue
+        sliced = {a % rank for a in axes}
+        new = onnx.ValueInfoProto()
+        new.CopyFrom(out)
+        if not ot.HasField("shape"):
+            for _ in range(rank):
+                new.type.tensor_type.shape.dim.add()
+        added = False
+        for k, (sd, nd) in enumerate(zip(sdims, new.type.tensor_type.shape.dim)):
+            if k not in sliced and not _known_dim(nd) and _known_dim(sd):
+                nd.CopyFrom(sd)
+                added = True
+        if added:
+            extra.append(new)
+    return extra
 
 
 def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
@@ -203,10 +415,28 @@ def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
                 _drop_inferable_value_info(sub)
 
 
-def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
+def inputs_static(graph: onnx.GraphProto) -> bool:
+    """Every dim of every main-graph input (initializers aside) is a number."""
+    inits = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+            return False
+    return True
+
+
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: bool | None = None) -> int:
     """Put the inferred value_info of ``src`` into ``dst`` (same structure); returns how many of
     dst's own entries contradicted inference (a concrete dim, the rank or the dtype differs) and
-    were replaced. Dims inference left unknown keep dst's value."""
+    were replaced. A dim inference left unknown keeps dst's name for it; dst's number only when
+    ``trust_numbers`` (default: the model's inputs are all static, so the exporter traced the
+    only shapes there are). In a model with a dynamic input a declared number inference cannot
+    confirm is stale: an exporter that traced at batch 1 writes 1 where the batch is dynamic,
+    and folding Shape to it breaks the model at batch 2."""
+    if trust_numbers is None:
+        trust_numbers = inputs_static(dst)
     inferred = {vi.name: vi for vi in src.value_info}
     contradicted = 0
     first = None
@@ -214,7 +444,7 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
         new = inferred.pop(vi.name, None)
         if new is None or new == vi:
             continue
-        merged, conflict = _merge_value_info(vi, new)
+        merged, conflict = _merge_value_info(vi, new, trust_numbers)
         if conflict:
             contradicted += 1
             first = first or (vi.name, _dims_text(vi), _dims_text(new))
@@ -232,10 +462,10 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto) -> int:
     for n_src, n_dst in zip(src.node, dst.node):
         for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
             if a_src.type == onnx.AttributeProto.GRAPH:
-                contradicted += _copy_value_info(a_src.g, a_dst.g)
+                contradicted += _copy_value_info(a_src.g, a_dst.g, trust_numbers)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
                 for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
-                    contradicted += _copy_value_info(g_src, g_dst)
+                    contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
     return contradicted
 
 
@@ -246,7 +476,8 @@ def _dims_text(vi: onnx.ValueInfoProto) -> str:
     return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim) + "]"
 
 
-def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tuple[onnx.ValueInfoProto, bool]:
+def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto,
+                      trust_numbers: bool = True) -> tuple[onnx.ValueInfoProto, bool]:
     """Inferred ``new`` over declared ``old``: (merged, whether they contradicted)."""
     if not (old.type.HasField("tensor_type") and new.type.HasField("tensor_type")):
         return new, old.type.WhichOneof("value") != new.type.WhichOneof("value")
@@ -268,8 +499,8 @@ def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto) -> tup
         if md.HasField("dim_value"):
             if od.HasField("dim_value") and od.dim_value != md.dim_value:
                 conflict = True
-        elif od.HasField("dim_value") or (od.HasField("dim_param") and not md.HasField("dim_param")):
-            md.CopyFrom(od)
+        elif (od.HasField("dim_value") and trust_numbers) or (od.HasField("dim_param") and not md.HasField("dim_param")):
+            md.CopyFrom(od)  # a name is only a label; a number only where it can be trusted
     if not old.metadata_props or merged.metadata_props:
         return merged, conflict
     merged.metadata_props.extend(old.metadata_props)

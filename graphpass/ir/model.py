@@ -216,7 +216,8 @@ def model_of(graph: gs.Graph, attach: bool = True) -> Model:
 
 
 #: The load options and their defaults (see :func:`graphpass.ir.serialize.load`).
-_LOAD_DEFAULTS = {"input_shapes": None, "shape_inference": True, "max_memory": None, "freeze_initializer_inputs": False}
+_LOAD_DEFAULTS = {"input_shapes": None, "shape_inference": True, "max_memory": None, "freeze_initializer_inputs": False,
+                  "dims": None}
 
 
 def as_model(source: ModelLike, **load_options) -> Model:
@@ -225,7 +226,7 @@ def as_model(source: ModelLike, **load_options) -> Model:
     A path, bytes or ModelProto is read with :func:`graphpass.ir.serialize.load` (validated,
     external data checked; a ModelProto is copied, never changed); ``load_options`` are its
     keyword arguments (``input_shapes``, ``shape_inference``, ``max_memory``,
-    ``freeze_initializer_inputs``). A Model is returned as it is, and a ``gs.Graph`` (accepted
+    ``freeze_initializer_inputs``, ``dims``). A Model is returned as it is, and a ``gs.Graph`` (accepted
     for compatibility) as its Model (:func:`model_of`); a load option other than its default
     cannot apply to them and is a UsageError, never silently ignored.
 

@@ -49,6 +49,7 @@ from graphpass.ir.external import (
 from graphpass.ir.files import atomic_output, check_output_path, read_regular_file
 from graphpass.ir.graph import graph_protos, iter_graphs, subgraph_pairs, toposort
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
+from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
 from graphpass.ir.validate import _validate_at, parse, validate  # noqa: F401 - validate: re-exported
 
@@ -259,6 +260,7 @@ def from_proto(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     shape_inference: bool = True,
     freeze_initializer_inputs: bool = False,
+    dims: Mapping[str, int] | None = None,
 ) -> gs.Graph:
     """Import a validated ModelProto into a gs.Graph with annotations and model data attached.
 
@@ -293,11 +295,11 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
-    if input_shapes:
+    if input_shapes or dims:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
         model = model2
-        _apply_input_shapes(model, input_shapes)
+        given = _apply_input_shapes(model, input_shapes, dims)
     if shape_inference:
         inferred = infer_shapes(model)
         if inferred is not model:
@@ -308,6 +310,8 @@ def from_proto(
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
+    if input_shapes or dims:
+        record_given(graph, *given)
     _remember_types(model.graph, graph)
     _remember_raw_attrs(model.graph, graph)
     Model(
@@ -418,13 +422,16 @@ def load(
     *,
     max_memory: int | str | None = None,
     freeze_initializer_inputs: bool = False,
+    dims: Mapping[str, int] | None = None,
 ) -> gs.Graph:
     """Load a model into the graphpass IR; returns the main gs.Graph of a new
     :class:`~graphpass.ir.model.Model` (``model_of(graph)``). ``graphpass.load`` returns the Model.
 
     Args:
         source: a path, the serialized bytes, or a ModelProto.
-        input_shapes: fixes graph input dims before shape inference (static-shape specialization).
+        input_shapes: fixes graph input dims before shape inference (static-shape specialization);
+            -1 keeps a dim dynamic.
+        dims: symbolic dim name -> value, fixed on every input (and tensor) that names it.
         shape_inference: run onnx shape inference so passes see tensor shapes and dtypes.
         max_memory: bytes (or "8G") graphpass may hold for this model: the file, its external
             data and every tensor a pass folds (see :mod:`graphpass.ir.limits`).
@@ -435,7 +442,7 @@ def load(
     limit = limits.resolve_max_memory(max_memory)
     model, held = _load_proto(source, True, limit)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
-                       freeze_initializer_inputs=freeze_initializer_inputs)
+                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
     model_of(graph).budget = limits.Budget(limit, held)
     for g in iter_graphs(graph):
         for node in g.nodes:

@@ -12,9 +12,11 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.ir import inference, serialize
-from graphpass.ir.graph import subgraph_pairs
+from graphpass.ir.graph import iter_graphs, subgraph_pairs
 
-__all__ = ["refresh_shapes", "static_shape", "numel", "tensor_elem_type", "ONNX_TO_NP"]
+__all__ = ["refresh_shapes", "static_shape", "numel", "tensor_elem_type", "ONNX_TO_NP", "substitute_dims",
+           "count_unresolved", "unresolved_dims", "bound_symbols", "record_given", "given_shapes",
+           "shape_epoch", "dim_hint"]
 
 ONNX_TO_NP = {
     onnx.TensorProto.FLOAT: np.dtype("float32"),
@@ -83,7 +85,7 @@ def _dims(vi: onnx.ValueInfoProto):
     return dims
 
 
-def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
+def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph, forget: bool = False) -> int:
     infos = {}
     for vi in list(graph_proto.value_info) + list(graph_proto.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
@@ -91,11 +93,19 @@ def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
     updated = 0
     for node in graph.nodes:
         for t in node.outputs:
+            if not isinstance(t, gs.Variable):
+                continue
             vi = infos.get(t.name)
-            if vi is None or not isinstance(t, gs.Variable):
+            if vi is None:
+                # inference knows nothing of it: a shape kept from before is stale (forget=True)
+                if forget and t.shape is not None and (node.domain or "") in ("", "ai.onnx") and t.name:
+                    t.shape = None
+                    updated += 1
                 continue
             dims = _dims(vi)
             dtype = ONNX_TO_NP.get(vi.type.tensor_type.elem_type)
+            if dims is not None and not forget and t.shape is not None and len(t.shape) == len(dims):
+                dims = [_merge_dim(old, new) for old, new in zip(t.shape, dims)]
             if dims is not None and dims != t.shape:
                 t.shape = dims
                 updated += 1
@@ -103,14 +113,135 @@ def _apply(graph_proto: onnx.GraphProto, graph: gs.Graph) -> int:
                 t.dtype = dtype
     for proto_node, node in zip(graph_proto.node, graph.nodes):
         for gp, g in subgraph_pairs(proto_node, node):
-            updated += _apply(gp, g)
+            updated += _apply(gp, g, forget)
     return updated
 
 
-def refresh_shapes(graph: gs.Graph) -> int:
-    """Re-run shape inference on ``graph`` and update its tensors; returns how many changed."""
+def _merge_dim(old, new):
+    """Inferred ``new`` over ``old``, except where inference found nothing (None or onnx's
+    ``unk__N``) and ``old`` is a number: as the loader merges declared value_info."""
+    if (new is None or (isinstance(new, str) and new.startswith("unk__"))) and isinstance(old, (int, np.integer)) \
+            and not isinstance(old, bool) and old >= 0:
+        return old
+    return new
+
+
+def refresh_shapes(graph: gs.Graph, forget_stale: bool = False) -> int:
+    """Re-run shape inference on ``graph`` and update its tensors; returns how many changed.
+
+    What inference finds replaces the shape a tensor had (inferred over declared: the exporter's
+    value_info never wins over what inference knows); a dim inference cannot tell keeps a number
+    it had (as the loader merges declared value_info). ``forget_stale`` (the input shapes just
+    changed, so what a tensor had may be stale): inference alone decides, and a default-domain
+    node output it says nothing about loses its old shape. Every run bumps the
+    graph's shape epoch (:func:`shape_epoch`), which the pass manager reads to skip a refresh
+    the pass itself just did.
+    """
+    graph.__dict__[_EPOCH_KEY] = graph.__dict__.get(_EPOCH_KEY, 0) + 1
     model = serialize.snapshot(graph)[0]  # weightless: inference needs dims and dtypes, not bytes
     inferred = inference.infer_shapes(model)
     if inferred is model:
         return 0
-    return _apply(inferred.graph, graph)
+    return _apply(inferred.graph, graph, forget_stale)
+
+
+_EPOCH_KEY = "_gp_shape_epoch"
+
+
+def shape_epoch(graph: gs.Graph) -> int:
+    """How many times :func:`refresh_shapes` ran on ``graph`` (a cheap "were shapes re-inferred
+    since" check)."""
+    return graph.__dict__.get(_EPOCH_KEY, 0)
+
+
+def bound_symbols(graph: gs.Graph) -> set[str]:
+    """Symbolic dim names carried by the main graph's inputs (the ones a user can fix)."""
+    return {d for t in graph.inputs if t.shape is not None for d in t.shape if isinstance(d, str) and d}
+
+
+def _unresolved_dim(d, bound: set[str]) -> bool:
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return d < 0
+    return not (isinstance(d, str) and d in bound)
+
+
+def count_unresolved(graph: gs.Graph) -> int:
+    """Node outputs (in every graph) whose shape is unknown or has a dim that is neither a
+    number nor a symbol of a main-graph input: an unknown dim, onnx's ``unk__N``, or a name
+    only the exporter's value_info gave (stale once inference knows better). Linear, no export."""
+    bound = bound_symbols(graph)
+    n = 0
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            for t in node.outputs:
+                if isinstance(t, gs.Variable) and t.name and (
+                        t.shape is None or any(_unresolved_dim(d, bound) for d in t.shape)):
+                    n += 1
+    return n
+
+
+def unresolved_dims(graph: gs.Graph) -> dict[str, str]:
+    """Each unresolved symbolic dim name of the main graph's node outputs (see
+    :func:`count_unresolved`) -> the first tensor that carries it."""
+    bound = bound_symbols(graph)
+    out: dict[str, str] = {}
+    for node in graph.nodes:
+        for t in node.outputs:
+            for d in t.shape or ():
+                if isinstance(d, str) and d not in bound:
+                    out.setdefault(d, t.name)
+    return out
+
+
+def substitute_dims(graph: gs.Graph, fixed: dict[str, int]) -> int:
+    """Replace each symbolic dim named in ``fixed`` by its value in every tensor shape of every
+    graph (inputs, outputs, node outputs). Returns how many tensors changed."""
+    if not fixed:
+        return 0
+    changed = 0
+    seen: set[int] = set()
+    for g in iter_graphs(graph):
+        tensors = list(g.inputs) + list(g.outputs) + [t for n in g.nodes for t in n.outputs]
+        for t in tensors:
+            if id(t) in seen or isinstance(t, gs.Constant) or t.shape is None:
+                continue
+            seen.add(id(t))
+            if any(isinstance(d, str) and d in fixed for d in t.shape):
+                t.shape = [fixed[d] if isinstance(d, str) and d in fixed else d for d in t.shape]
+                changed += 1
+    return changed
+
+
+_GIVEN_KEY = "_gp_shapes_given"
+
+
+def record_given(graph: gs.Graph, shapes: dict[str, list[int]], fixed: dict[str, int]) -> None:
+    """Remember on ``graph`` what the user fixed (input shapes, -1 where a dim stays dynamic;
+    symbolic dim name -> value), for the messages and estimates that follow."""
+    given = graph.__dict__.setdefault(_GIVEN_KEY, {"inputs": {}, "dims": {}})
+    given["inputs"].update({k: list(v) for k, v in shapes.items()})
+    given["dims"].update(fixed)
+
+
+def given_shapes(graph: gs.Graph) -> dict[str, dict]:
+    """``{"inputs": {name: shape}, "dims": {symbol: value}}``: what --input-shape / --dim fixed
+    on this graph (empty dicts when nothing was given)."""
+    given = graph.__dict__.get(_GIVEN_KEY)
+    return {"inputs": dict(given["inputs"]), "dims": dict(given["dims"])} if given else {"inputs": {}, "dims": {}}
+
+
+def dim_hint(graph: gs.Graph, dim) -> str:
+    """What to tell the user about a symbolic or unknown ``dim`` of ``graph``: how to fix it when
+    they fixed nothing yet; when --input-shape/--dim were given, what is still unresolved (never
+    "pass --input-shape" to someone who did)."""
+    given = given_shapes(graph)
+    bound = bound_symbols(graph)
+    if isinstance(dim, str) and dim in bound:
+        return f"fix it with --dim {dim}=VALUE or --input-shape"
+    if not (given["inputs"] or given["dims"]):
+        return "fix the inputs with --input-shape or --dim"
+    fixed = ", ".join(given["inputs"]) or "the inputs"
+    if given["dims"]:
+        fixed += " (" + ", ".join(f"{k}={v}" for k, v in given["dims"].items()) + ")"
+    return (f"unresolved although --input-shape/--dim fixed {fixed}: the dim is computed inside the model "
+            "and shape inference cannot size it")

@@ -30,7 +30,7 @@ from graphpass.errors import BadModelError
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
-from graphpass.ir.shapes import numel, refresh_shapes, static_shape, tensor_elem_type
+from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
 
@@ -206,7 +206,7 @@ class FoldConstants(Pass):
                 break
             if not refresh_shapes(graph) and not deferred:
                 break
-        if total.get("folded") and any(t.shape is None for n in graph.nodes for t in n.outputs):
+        if total.get("folded") and count_unresolved(graph):
             refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
         return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
 

@@ -39,7 +39,9 @@ class PassContext:
             given and is resolved once, on assignment. None (the default) is the ``none``
             target: no hardware facts, so passes that need them refuse to run
             (``graphpass.optimize`` passes the default target).
-        input_shapes: graph input name -> static shape, for static-shape specialization.
+        input_shapes: graph input name -> static shape, for static-shape specialization (-1
+            keeps a dim dynamic).
+        dims: symbolic dim name -> value, fixed wherever the name appears (``--dim``).
         cost_model: the target's cost model (``ctx.target.cost_model``); giving one replaces the
             target's cost model for estimates (the target's hardware facts stay).
         cost_options: keyword arguments of every estimate (precision_mode, iterations_per_loop, loop_trips).
@@ -58,6 +60,7 @@ class PassContext:
     explanations: list[Explanation] = dataclasses.field(default_factory=list)
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
+    dims: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __setattr__(self, key: str, value: Any) -> None:
         # the target is resolved once, here; ctx.cost_model is always ctx.target.cost_model

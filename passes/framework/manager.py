@@ -26,6 +26,7 @@ from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResu
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, toposort
+from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
 
@@ -69,7 +70,10 @@ class PassManager(Pass):
     """Runs ``passes`` (names, classes or instances) over a model, in order, round after round.
 
     Rounds repeat until no pass changes the graph or ``max_rounds`` is reached; ``run_once``
-    passes run in the first round only. Passes named in ``disabled`` are skipped and reported
+    passes run in the first round only. Shapes are a fact the manager keeps true: after a round
+    in which a pass changed the graph without re-inferring shapes itself, if some tensor's shape
+    is unresolved (unknown, ``unk__N``, or a symbol no graph input carries), shapes are inferred
+    again, once per round (one export), so the next round and the written model see them. Passes named in ``disabled`` are skipped and reported
     in ``result.skipped``. ``instruments`` hook into every application (see
     :mod:`graphpass.infra.instruments`); without any, the manager only runs the passes.
     """
@@ -125,6 +129,8 @@ class PassManager(Pass):
                        for p in self.passes if p.needs_target and not ctx.target.has_hardware}
         for ins in instruments:
             ins.enter(self, graph, ctx)
+        stale = False  # a pass changed the graph since shapes were last inferred
+        futile = -1  # the unresolved count a manager refresh could not lower
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for p in self.passes:
@@ -137,11 +143,14 @@ class PassManager(Pass):
                 try:
                     for ins in instruments:
                         ins.before(p, graph, ctx, rec)
+                    epoch = shape_epoch(graph)
                     result = p.apply_to(model, graph, ctx)
                     if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
                         ctx.explanations.extend(result.explanations)
                     if result.modified and not p.preserves_order:
                         toposort(graph)
+                    if result.modified:  # a pass that re-inferred shapes itself leaves them fresh
+                        stale = shape_epoch(graph) == epoch
                     rec.modified, rec.stats = result.modified, dict(result.stats)
                     if result.modified:
                         rec.nodes_after = count_nodes(graph)
@@ -158,6 +167,15 @@ class PassManager(Pass):
                     rec.application = applied
                     changed = True
                 records.append(rec)
+            if stale:
+                unresolved = count_unresolved(graph)
+                # one export per round at most; none once a refresh resolved nothing and no pass
+                # has added unresolved tensors since (dims only the data decides: NonZero, ...)
+                if unresolved and unresolved != futile:
+                    refresh_shapes(graph)
+                    after = count_unresolved(graph)
+                    futile = after if after == unresolved else -1
+            stale = False
             if not changed:
                 break
         for ins in instruments:
