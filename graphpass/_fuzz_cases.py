@@ -11,7 +11,7 @@ is run on (special values mixed in), the storage form of its initializers and th
   concat       Concat of Concats
   loop         Loop: trip count only, cond only, both (cond false at entry, zero trips), with a
                loop-invariant op in the body (one that can fail: Cast from a string)
-  if           If on a bool input, each branch reading outer values
+  if           If on a bool input or a constant, each branch reading outer values
   scan         Scan with a state, over a scan axis of length 0..3
   topk         TopK with k constant or a graph input, sorted 0/1, largest 0/1, ties, the values
                summed (lower_dynamic_topk's pattern)
@@ -290,7 +290,8 @@ def t_loop(draw, st, b: _Builder):
     m_name = b.const(np.array(trips, np.int64), "int64") if mode != "cond" else ""
     cond_name = ""
     if mode != "trip":
-        cond_name = b.input([], family="bool", arr=np.array(draw(st.booleans())))
+        go = np.array(draw(st.booleans()))  # an input, or a constant (M=1 and true: inlined)
+        cond_name = b.const(go, "bool") if draw(st.booleans()) else b.input([], family="bool", arr=go)
     vt = b.t
     body_nodes = []
     # the loop-invariant part: outer op outer (hoistable), or a Cast from a string input that
@@ -326,7 +327,9 @@ def t_loop(draw, st, b: _Builder):
 def t_if(draw, st, b: _Builder):
     shape = [draw(st.integers(0, 3))]
     x = b.input(shape)
-    c = b.input([], family="bool", arr=np.array(draw(st.booleans())))
+    flag = np.array(draw(st.booleans()))
+    # the condition an input, or a constant (inline_control_flow replaces the If by its branch)
+    c = b.const(flag, "bool") if draw(st.booleans()) else b.input([], family="bool", arr=flag)
     un = _unary_ops(b.family)
     then_g = helper.make_graph([helper.make_node(draw(st.sampled_from(un)), [x], ["o1"])], b.name("then"), [],
                                [helper.make_tensor_value_info("o1", b.t, shape)])

@@ -15,6 +15,7 @@ from graphpass.passes.cleanup import (
     EliminateDeadNodes,
     EliminateIdentity,
     FoldConstants,
+    InlineControlFlow,
     MergeReshapes,
     MergeTransposes,
     SimplifyShapes,
@@ -32,6 +33,7 @@ eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
 eliminate_dead_nodes = EliminateDeadNodes.as_function()
 eliminate_identity = EliminateIdentity.as_function()
 fold_constants = FoldConstants.as_function()
+inline_control_flow = InlineControlFlow.as_function()
 merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
 simplify_shapes = SimplifyShapes.as_function()
@@ -67,6 +69,7 @@ __all__ = [
     "EliminateDeadNodes",
     "EliminateIdentity",
     "FoldConstants",
+    "InlineControlFlow",
     "MergeReshapes",
     "MergeTransposes",
     "SimplifyShapes",
@@ -91,6 +94,7 @@ __all__ = [
     "eliminate_dead_nodes",
     "eliminate_identity",
     "fold_constants",
+    "inline_control_flow",
     "merge_reshapes",
     "merge_transposes",
     "simplify_shapes",

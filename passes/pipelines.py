@@ -18,6 +18,7 @@ CLEANUP = (
     "specialize_shapes",
     "fold_constants",
     "simplify_shapes",
+    "inline_control_flow",
     "eliminate_identity",
     "merge_transposes",
     "merge_reshapes",

@@ -5,6 +5,7 @@ from graphpass.passes.cleanup.eliminate_common_subexpressions import EliminateCo
 from graphpass.passes.cleanup.eliminate_dead_nodes import EliminateDeadNodes
 from graphpass.passes.cleanup.eliminate_identity import EliminateIdentity
 from graphpass.passes.cleanup.fold_constants import FoldConstants
+from graphpass.passes.cleanup.inline_control_flow import InlineControlFlow
 from graphpass.passes.cleanup.merge_reshapes import MergeReshapes
 from graphpass.passes.cleanup.merge_transposes import MergeTransposes
 from graphpass.passes.cleanup.simplify_shapes import SimplifyShapes
@@ -16,6 +17,7 @@ __all__ = [
     "EliminateDeadNodes",
     "EliminateIdentity",
     "FoldConstants",
+    "InlineControlFlow",
     "MergeReshapes",
     "MergeTransposes",
     "SimplifyShapes",

@@ -6,7 +6,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import has_subgraph
 
-__all__ = ["NONDETERMINISTIC_OPS", "is_onnx_op", "is_pure"]
+__all__ = ["NONDETERMINISTIC_OPS", "is_onnx_op", "is_pure", "prepacked_operand"]
 
 #: Ops whose result is not a function of their inputs: never folded, merged or hoisted.
 NONDETERMINISTIC_OPS = frozenset(
@@ -20,6 +20,19 @@ NONDETERMINISTIC_OPS = frozenset(
         "Dropout",
     }
 )
+
+
+#: Inputs onnxruntime's CPU kernels prepack when they are initializers and then compute with other
+#: rounding than on the same values computed at run time (measured with onnxruntime 1.2x, ~1e-8:
+#: LSTM's and GRU's weights W and recurrence weights R, depending on the sizes; B, RNN, Conv,
+#: Gemm and MatMul came out bit for bit). A rewrite that turns such an input into a constant is
+#: not exact.
+_PREPACKED = {"LSTM": frozenset({1, 2}), "GRU": frozenset({1, 2})}
+
+
+def prepacked_operand(node: gs.Node, index: int) -> bool:
+    """Whether input ``index`` of ``node`` computes differently when it is a constant."""
+    return index in _PREPACKED.get(node.op, ()) and is_onnx_op(node)
 
 
 def is_onnx_op(node: gs.Node, *ops: str) -> bool:

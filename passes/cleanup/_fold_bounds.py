@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.shapes import static_shape
 
-__all__ = ["bound_nodes", "valid_shape_operand"]
+__all__ = ["bound_nodes", "valid_shape_operand", "judges_operand"]
 
 _UNARY = frozenset({
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike", "Ceil", "Celu",
@@ -60,12 +60,22 @@ def _value(t: gs.Tensor) -> np.ndarray | None:
         return None
 
 
+def judges_operand(op: str, index: int) -> bool:
+    """Whether :func:`valid_shape_operand` looks at input ``index`` of ``op`` (any other input is
+    valid whatever it holds: a caller need not load the value)."""
+    return op == "Range" or (_VALUE_SHAPED.get(op) == index and op not in ("Pad", "Resize", "Upsample", "OneHot"))
+
+
 def valid_shape_operand(op: str, index: int, value: np.ndarray) -> bool:
     """Whether ``value`` is a legal shape operand for input ``index`` of ``op``.
 
     Reshape's shape holds dims >= -1 with at most one -1; Expand/Tile/ConstantOfShape operands
-    hold dims >= 0. A fold that would create any other operand (Cast of NaN to int64) is refused.
+    hold dims >= 0; Range's bounds are scalars (onnxruntime runs a [1] tensor computed at run
+    time, but refuses it as an initializer). A fold that would create any other operand (Cast of
+    NaN to int64) is refused.
     """
+    if op == "Range":
+        return value.ndim == 0
     if _VALUE_SHAPED.get(op) != index or op in ("Range", "Pad", "Resize", "Upsample", "OneHot"):
         return True
     if value.dtype.kind not in "iu":

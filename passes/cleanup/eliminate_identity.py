@@ -8,7 +8,10 @@
     x + 0, 0 + x, x - 0                          =>  as Identity (integers)
 
 Kept when ``y`` is a graph output and ``x`` cannot take its name: ``x`` is a graph input, another
-graph output, a constant, or comes from an enclosing scope. A Dropout is an identity only in
+graph output, a constant, or comes from an enclosing scope. Also kept when ``x`` is a constant that
+a reader of ``y`` takes computed but not as an initializer: a Range bound of shape [1] (onnxruntime
+refuses it at load), an LSTM/GRU weight W or R (onnxruntime prepacks it and rounds otherwise).
+A Dropout is an identity only in
 inference: no ``training_mode`` input, or a constant false one, and no consumer of its mask.
 A neutral element goes only when the constant does not broadcast ``x`` to a bigger shape and the
 result has ``x``'s dtype (both known). For floats the sign of a zero decides: ``-0.0 + (+0.0)`` is
@@ -24,7 +27,10 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.passes.framework.rewrite import Match, Rule, RuleCounts, RulePass, Scope
+from graphpass.ir.graph import peek_values
+from graphpass.passes.cleanup._common import prepacked_operand
+from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
+from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
 
 __all__ = ["EliminateIdentity"]
 
@@ -83,6 +89,22 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
     return True
 
 
+def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
+    """Readers of ``y`` that take ``x`` when it is computed but refuse it as an initializer (a
+    Range bound of shape [1]) or compute otherwise with it (LSTM's R, prepacked) keep the Identity."""
+    if not isinstance(x, gs.Constant):
+        return MatchResult.success()
+    for c in y.outputs:
+        for k, t in enumerate(c.inputs):
+            if t is y and prepacked_operand(c, k):
+                return MatchResult.fail(f"{c.op} '{c.name}' computes with other rounding when its input {k} is "
+                                        f"a constant (onnxruntime prepacks it)")
+            if t is y and judges_operand(c.op, k) and not valid_shape_operand(c.op, k, np.asarray(peek_values(x))):
+                return MatchResult.fail(f"{c.op} '{c.name}' would read the constant '{x.name}' of shape "
+                                        f"{list(x.shape)} as input {k}, which it refuses")
+    return MatchResult.success()
+
+
 class _Identity(Rule):
     """Cases 1 and 2 (the engine rewires a graph output to x's producer, or refuses: kept_at_output)."""
 
@@ -91,6 +113,9 @@ class _Identity(Rule):
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
         return m if m is not None and anchor.inputs and anchor.outputs else None
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        return _constant_accepted(m.anchor.inputs[0], m.anchor.outputs[0])
 
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         m.count("identity")

@@ -31,7 +31,7 @@ from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, 
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
-from graphpass.passes.cleanup._common import is_onnx_op, is_pure
+from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
@@ -164,7 +164,11 @@ class FoldConstants(Pass):
          (``max_memory``, see :mod:`graphpass.ir.limits`) is not evaluated, nor anything after it;
          a node whose shape operand is computed in the same batch waits for the next round;
       6. a result that would become an invalid shape operand (a Reshape dim below -1, a
-         negative Expand/Tile dim: Cast of NaN to int64) is not folded.
+         negative Expand/Tile dim: Cast of NaN to int64, a Range bound that is not a scalar) is
+         not folded;
+      7. a result read as an input onnxruntime prepacks when it is constant (LSTM/GRU weights W
+         and R: other rounding than on the computed value) is folded to a constant read through
+         an Identity, so the kernel still gets a computed value.
     Options (constructor arguments): ``size_limit`` (bytes), ``max_iterations``, ``max_single_retries``.
     """
 
@@ -268,6 +272,8 @@ class FoldConstants(Pass):
                 continue
             fold_ids = {id(n) for n in foldable}
             wanted: list[gs.Tensor] = []
+            guarded: set[int] = set()  # Case 7: folded, but read through an Identity
+            inserted: dict[int, gs.Node] = {}
             for node in foldable:
                 for t in node.outputs:
                     if not t.name or id(t) in outs:
@@ -279,6 +285,10 @@ class FoldConstants(Pass):
                             continue
                         if t.dtype is not None and _kind(t.dtype) in "OSU?":
                             continue  # strings, and ONNX-only types numpy cannot name (bfloat16 as 16)
+                        if any(prepacked_operand(c, k) for c in t.outputs for k, x in enumerate(c.inputs) if x is t):
+                            if node.op == "Identity" and isinstance(node.inputs[0], gs.Constant):
+                                continue  # Case 7, done: the kernel reads the constant through an Identity
+                            guarded.add(id(t))
                         wanted.append(t)
             if not wanted:
                 continue
@@ -309,8 +319,16 @@ class FoldConstants(Pass):
                 budget.take(v.nbytes)
                 prod = t.inputs[0]
                 prod.outputs[prod.outputs.index(t)] = gs.Variable(names(t.name))
-                t.to_constant(np.asarray(v, order="C"))  # ascontiguousarray would make a 0-d value 1-d
+                if id(t) in guarded:  # Case 7: t stays a computed value, of the folded constant
+                    value = gs.Constant(names(f"{t.name}_folded"), np.asarray(v, order="C"))
+                    inserted[id(prod)] = gs.Node("Identity", name=names(f"{t.name}_computed"), inputs=[value],
+                                                 outputs=[t])
+                    stats["prepacked"] = stats.get("prepacked", 0) + 1
+                else:
+                    t.to_constant(np.asarray(v, order="C"))  # ascontiguousarray would make a 0-d value 1-d
                 stats["folded"] += 1
+            if inserted:
+                g.nodes = [m for n in g.nodes for m in ((inserted[id(n)], n) if id(n) in inserted else (n,))]
             stats["removed"] += self._sweep(g, foldable)
         modified = any(stats[k] for k in ("constant_nodes", "shapes", "folded", "removed"))
         return PassResult(modified, stats)

@@ -161,3 +161,41 @@ def test_an_op_of_two_runtime_operands_is_not_a_neutral_element():
         model = make_model([helper.make_node(op, ["x", "z"], ["y"])], {"x": [3], "z": [3]}, {"y": [3]})
         graph = gp.load(model).graph
         assert not eliminate_identity(graph).modified and ops(graph) == [op]
+
+
+def test_identity_of_a_one_element_constant_read_by_range_stays():
+    # Range takes a [1] tensor computed at run time but onnxruntime refuses it as an initializer
+    # when it loads the model: Range(0, Identity(one_1d), 1) must keep its Identity (the ONNX
+    # function of AffineGrid, once its If on a constant is inlined, reads its bound so)
+    model = make_model([helper.make_node("Identity", ["one_1d"], ["d"]), helper.make_node("Range", ["z", "d", "o"], ["r"]),
+                        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT), helper.make_node("Add", ["rf", "x"], ["y"])],
+                       {"x": [1]}, {"y": [1]}, opset=20,
+                       initializers={"one_1d": np.array([1], np.int64), "z": np.array(0, np.int64), "o": np.array(1, np.int64)})
+    from graphpass.passes.framework import PassContext
+
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    result = eliminate_identity(graph, ctx)
+    assert not result.modified and "Identity" in ops(graph)
+    assert any("Range" in e.reason for e in ctx.explanations)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([-0.0], np.float32)}, exact=True)
+
+
+def test_identity_of_an_lstm_recurrence_weight_stays():
+    # onnxruntime prepacks LSTM's R when it is an initializer and then rounds differently (1e-8)
+    # than on the same values computed at run time (an Identity output): not bit for bit
+    from graphpass.passes.framework import PassContext
+
+    rng = np.random.default_rng(0)
+    model = make_model([helper.make_node("Identity", ["R0"], ["R"]),
+                        helper.make_node("LSTM", ["x", "W", "R"], ["", "y"], hidden_size=16)],
+                       {"x": [3, 2, 16]}, {"y": [1, 2, 16]},
+                       initializers={"W": rng.standard_normal((1, 64, 16)).astype(np.float32),
+                                     "R0": rng.standard_normal((1, 64, 16)).astype(np.float32)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    assert not eliminate_identity(graph, ctx).modified
+    assert any("LSTM" in e.reason for e in ctx.explanations)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((3, 2, 16)).astype(np.float32)
+        assert_equivalent(model, gp.to_proto(graph), feeds={"x": x}, exact=True)
