@@ -230,6 +230,8 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     options = {}
     if args.fold_size_limit is not None:
         options["fold_constants"] = {"size_limit": args.fold_size_limit}
+    if args.fold_growing:
+        options.setdefault("fold_constants", {})["fold_growing"] = True
     if args.layout == "off":
         args.disable = [",".join(_split_names(args.disable) + ["propagate_layout"])]
     else:
@@ -641,7 +643,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
     o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
     o.add_argument("--fold-size-limit", type=int, default=None, metavar="BYTES",
-                   help="largest constant fold_constants may create (default 1 MiB)")
+                   help="with --fold-growing: largest constant a fold that grows the file may store (default 1 MiB)")
+    o.add_argument("--fold-growing", action="store_true",
+                   help="also fold what makes the file bigger (ConstantOfShape/Tile/Expand results, weight fills) "
+                        "up to --fold-size-limit per tensor; by default a fold never grows the file")
     o.add_argument("--verify-each", action="store_true", help="check and compare outputs after every pass")
     o.add_argument("--verify", action="store_true", help="compare outputs of the result with the input model")
     o.add_argument("--keep-failed", action="store_true",

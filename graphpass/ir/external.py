@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +31,11 @@ from graphpass.ir.validate import _expected_bytes, _has_typed_data, _itemsize, _
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
+    "ExternalLayout",
     "ExternalValues",
     "is_on_disk",
     "iter_external_bytes",
+    "layout_of",
     "load_external_data",
     "read_on_disk",
 ]
@@ -40,6 +44,42 @@ log = logging.getLogger(__name__)
 
 #: Serialized size beyond which a model is saved with external data (protobuf's limit is 2 GiB).
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000 - 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExternalLayout:
+    """How a model's weights are laid out beside it, kept from load to save.
+
+    ``per_tensor``: one file per tensor (else one ``<name>.data`` file); ``threshold``: a main-graph
+    tensor of at least this many bytes goes to external data, a smaller one stays in the model.
+    """
+
+    per_tensor: bool = False
+    threshold: int = 1024
+
+
+#: the layout of a model written with external data that had none (past 2 GB, or when asked)
+DEFAULT_LAYOUT = ExternalLayout()
+
+
+def layout_of(model: onnx.ModelProto) -> ExternalLayout | None:
+    """The layout of ``model``'s external data (checked by :func:`load_external_data`), or None
+    when it has none: one file per tensor when every external tensor has its own file, the
+    threshold the smallest external tensor's length (the torch dynamo exporter puts tensors
+    of 864 bytes in its ``.data`` file, ``onnx.save`` those of 1 KiB and more)."""
+    tensors = list(_external_tensors(model))
+    if not tensors:
+        return None
+    locations, lengths = set(), []
+    for t in tensors:
+        info = {e.key: e.value for e in t.external_data}
+        locations.add(info.get("location", ""))
+        try:
+            lengths.append(int(info.get("length") or _numel(t) * _itemsize(t)))
+        except (TypeError, ValueError):
+            lengths.append(0)
+    per_tensor = len(tensors) > 1 and len(locations) == len(tensors)
+    return ExternalLayout(per_tensor=per_tensor, threshold=max(1, min(lengths)))
 
 
 def _external_tensors(model: onnx.ModelProto):
@@ -276,24 +316,66 @@ def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None
             f.write(body)
 
 
-def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name: str) -> None:
-    from onnx import numpy_helper
+def _data_names(name: str, per_tensor: bool, avoid: frozenset[str] = frozenset()):
+    """File names for external data beside the model ``name``: ``<name>.data``, or one per
+    tensor, ``<name>.<tensor>.data`` (the tensor name made a safe, unique file name). A name in
+    ``avoid`` (a file the model being saved still reads its weights from) gets a number."""
+    used: set[str] = {a.lower() for a in avoid}
+    single: list[str] = []
 
-    data_name = name + ".data"
-    offset = 0
-    with open(folder / data_name, "wb") as data:
+    def unique(stem: str) -> str:
+        candidate, k = f"{stem}.data", 0
+        while candidate.lower() in used:
+            k += 1
+            candidate = f"{stem}.{k}.data"
+        used.add(candidate.lower())
+        return candidate
+
+    def of(tensor: str) -> str:
+        if not per_tensor:
+            if not single:
+                single.append(unique(name))
+            return single[0]
+        return unique(f"{name}.{re.sub(r'[^A-Za-z0-9._-]', '_', tensor)[:120] or 'tensor'}")
+
+    return of
+
+
+def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name: str,
+                    layout: ExternalLayout = DEFAULT_LAYOUT, avoid: frozenset[str] = frozenset()) -> None:
+    """Write the main graph's tensors of at least ``layout.threshold`` bytes to external data in
+    ``folder`` (64-byte aligned in one file, or one file per tensor) and the model to
+    ``folder/name``; smaller tensors are written into the model. File names in ``avoid`` are
+    not used (the input's own data files, when the output goes beside them)."""
+    file_of = _data_names(name, layout.per_tensor, avoid)
+    offsets: dict[str, int] = {}
+    handles: dict[str, object] = {}
+    try:
         for init in model.graph.initializer:
             original = originals.get(init.name)
+            nbytes = _nbytes(original) if original is not None else (
+                int(next((e.value for e in init.external_data if e.key == "length"), 0) or 0) if _is_on_disk(init)
+                else _numel(init) * _itemsize(init))
+            if nbytes < layout.threshold or not _externalizable(init, original):
+                if original is not None:
+                    init.CopyFrom(_as_proto(init.name, original))
+                elif _is_on_disk(init):
+                    init.CopyFrom(_read_on_disk(init))
+                continue
             if isinstance(original, np.ndarray):
                 raw = np.ascontiguousarray(original).reshape(-1).view(np.uint8).data  # len() = bytes
             elif original is not None:
-                raw = original.raw_data if original.HasField("raw_data") else numpy_helper.to_array(original).tobytes()
+                raw = original.raw_data if original.HasField("raw_data") else _proto_bytes(original)
             elif _is_on_disk(init):
                 raw = _read_on_disk(init).raw_data
-            elif init.ByteSize() > 1024 and (init.HasField("raw_data") or _has_typed_data(init)):
-                raw = init.raw_data if init.HasField("raw_data") else numpy_helper.to_array(init).tobytes()
             else:
-                continue
+                raw = init.raw_data if init.HasField("raw_data") else _proto_bytes(init)
+            data_name = file_of(init.name)
+            data = handles.get(data_name)
+            if data is None:
+                data = handles[data_name] = open(folder / data_name, "wb")
+                offsets[data_name] = 0
+            offset = offsets[data_name]
             pad = (-offset) % 64  # keep every tensor 64-byte aligned, as onnx does for mmap
             data.write(b"\0" * pad)
             offset += pad
@@ -305,10 +387,38 @@ def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name:
             init.external_data.add(key="location", value=data_name)
             init.external_data.add(key="offset", value=str(offset))
             init.external_data.add(key="length", value=str(len(raw)))
-            offset += len(raw)
+            offsets[data_name] = offset + len(raw)
+    finally:
+        for h in handles.values():
+            h.close()
     with open(folder / name, "wb") as f:
         f.write(model.SerializeToString())
 
+
+_PLAIN_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+})
+
+
+def _externalizable(init: onnx.TensorProto, original) -> bool:
+    """Whether a tensor's bytes can be moved out as stored: raw bytes (an array a pass computed,
+    raw_data, a tensor already on disk), or a typed field of a plain numeric type (strings and
+    packed types, int4 and the like, stay in the model)."""
+    if isinstance(original, np.ndarray):
+        return True
+    proto = original if original is not None else init
+    if _is_on_disk(proto) or proto.HasField("raw_data"):
+        return proto.data_type != onnx.TensorProto.STRING
+    return _has_typed_data(proto) and proto.data_type in _PLAIN_TYPES
+
+
+def _proto_bytes(t: onnx.TensorProto) -> bytes:
+    """The little-endian bytes of a tensor stored in a typed field (as raw_data would hold them)."""
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(numpy_helper.to_array(t)).raw_data
 
 
 # public names for the helpers the rest of graphpass uses

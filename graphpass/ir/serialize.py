@@ -295,6 +295,7 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
+    declared = {vi.name for g in graph_protos(model.graph) for vi in g.value_info}
     if input_shapes or dims:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
@@ -322,12 +323,33 @@ def from_proto(
         domain=model.domain,
         model_version=model.model_version,
         input_defaults=defaults,
+        meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
     toposort(graph)
     return graph
 
 
 _TYPE_KEY = "_gp_type"
+
+#: ``Model.meta`` key: the :class:`~graphpass.ir.external.ExternalLayout` of the loaded model's
+#: external data; :func:`save` writes the weights the same way (one file or one per tensor,
+#: the same size threshold) beside the output, never into the input's data files.
+EXTERNAL_LAYOUT = "graphpass.external_layout"
+
+#: ``Model.meta`` key: the names the loaded model declared ``value_info`` for. :func:`save`
+#: writes value_info for those (with the shapes graphpass knows now) and for annotated tensors,
+#: not for every tensor inference reached: a file with no value_info does not gain any.
+DECLARED_VALUE_INFO = "graphpass.declared_value_info"
+
+
+def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None) -> None:
+    if declared is None:
+        return
+    for g in graph_protos(model.graph):
+        keep = [vi for vi in g.value_info if vi.name in declared or len(vi.metadata_props)]
+        if len(keep) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(keep)
 
 
 def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
@@ -441,9 +463,12 @@ def load(
     """
     limit = limits.resolve_max_memory(max_memory)
     model, held = _load_proto(source, True, limit)
+    layout = external.layout_of(model)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
                        freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
     model_of(graph).budget = limits.Budget(limit, held)
+    if layout is not None:
+        model_of(graph).meta[EXTERNAL_LAYOUT] = layout
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:
@@ -467,10 +492,16 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
     arrays: list[tuple[gs.Constant, np.ndarray]] = []
     seen: set[int] = set()
+    graphs_of: dict[int, set[int]] = {}  # Constant -> the graphs that read it (outer weights in bodies)
+    by_name: dict[str, set[int]] = {}
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.inputs:
-                if not isinstance(t, gs.Constant) or id(t) in seen:
+                if not isinstance(t, gs.Constant):
+                    continue
+                graphs_of.setdefault(id(t), set()).add(id(g))
+                by_name.setdefault(t.name, set()).add(id(t))
+                if id(t) in seen:
                     continue
                 seen.add(id(t))
                 values = t._values
@@ -515,7 +546,34 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
             values.tensor = original
         for t, arr in arrays:
             t._values = arr
-    return model, originals
+    shared = {name for name, ids in by_name.items() if len(ids) == 1 and len(graphs_of[next(iter(ids))]) > 1}
+    return model, originals, shared
+
+
+def _hoist_shared_initializers(model: onnx.ModelProto, shared: set[str]) -> None:
+    """One copy of each weight that several graphs read, in the main graph.
+
+    gs writes a Constant into the initializers of every graph that reads it, so a weight of the
+    main graph read inside an If body was stored twice (once per branch, and the body's copy
+    of a weight over 1 KiB left as a header: an invalid model). Outer-scope names are visible
+    in every nested body, so the main graph's copy serves all of them.
+    """
+    if not shared:
+        return
+    main = model.graph
+    have = {t.name for t in main.initializer}
+    for g in list(graph_protos(main))[1:]:
+        if not any(t.name in shared for t in g.initializer):
+            continue
+        keep = []
+        for t in g.initializer:
+            if t.name not in shared:
+                keep.append(t)
+            elif t.name not in have:
+                main.initializer.add().CopyFrom(t)
+                have.add(t.name)
+        del g.initializer[:]
+        g.initializer.extend(keep)
 
 
 def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
@@ -526,6 +584,9 @@ def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = No
     model.doc_string = facts.doc_string or ""
     model.domain = facts.domain or ""
     model.model_version = facts.model_version or 0
+    for field in ("doc_string", "domain", "model_version", "producer_name", "producer_version"):
+        if not getattr(model, field):
+            model.ClearField(field)  # an empty field set is still written (proto2): bytes for nothing
     _merge_opsets(model, list(facts.opset_imports.items()))
     defaults = facts.input_defaults
     if defaults:
@@ -566,10 +627,11 @@ def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
         try:
-            model, originals = _export_weightless(graph)
+            model, originals, shared = _export_weightless(graph)
         except Exception as e:
             raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
         model = _finish(graph, model, originals)
+    _hoist_shared_initializers(model, shared)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable
 
@@ -687,11 +749,16 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 
     The weightless model is serialized first; each main-graph weight is then appended as its
     own ``graph.initializer`` record (protobuf merges repeated embedded-message fields, so the
-    file parses as one model). Past 2 GB, or when ``external_data`` is True, the weights go to
-    ``<name>.data`` beside the model instead.
+    file parses as one model). Past 2 GB, when ``external_data`` is True, or (``external_data``
+    None) when the model was loaded with external data, the weights go to external data beside
+    the model instead: in the loaded model's layout (``<name>.data``, or ``<name>.<tensor>.data``
+    per tensor, tensors of at least its smallest external tensor's size), else ``<name>.data``
+    for tensors of 1 KiB or more. ``external_data=False`` writes everything into the model.
     """
     out = check_output_path(path)
-    model, originals = _export(_graph_of(graph), emit)
+    graph = _graph_of(graph)
+    model, originals = _export(graph, emit)
+    _prune_value_info(model, model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO))
     main_inits = {init.name for init in model.graph.initializer}
     for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
@@ -702,14 +769,32 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
     on_disk = sum(int(next((e.value for e in t.external_data if e.key == "length"), 0) or 0)
                   for t in model.graph.initializer if _is_on_disk(t))
     payload = sum(_nbytes(t) for t in originals.values()) + _payload_bytes(model) + on_disk
+    layout = model_of(graph, attach=False).meta.get(EXTERNAL_LAYOUT)
     if external_data is None:
-        external_data = payload > external.EXTERNAL_DATA_THRESHOLD
+        external_data = payload > external.EXTERNAL_DATA_THRESHOLD or layout is not None
     with atomic_output(out) as tmpdir:
         if external_data:
-            external._write_external(model, originals, tmpdir, out.name)
+            external._write_external(model, originals, tmpdir, out.name, layout or external.DEFAULT_LAYOUT,
+                                     _data_files_read(model, out))
         else:
             external._write_streaming(model, originals, tmpdir / out.name)
     return out
+
+
+def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:
+    """Names of the files in ``out``'s folder that ``model`` still reads weights from (lazily
+    loaded external data): the output's data must not overwrite them. When ``out`` is in a
+    hidden staging folder (``graphpass optimize`` stages its outputs), its parent counts."""
+    folder = (out.parent if str(out.parent) else Path(".")).resolve()
+    folders = {folder, folder.parent} if folder.name.startswith(".") else {folder}  # a staging folder
+    names = set()
+    for g in graph_protos(model.graph):
+        for t in g.initializer:
+            if _is_on_disk(t):
+                loc = Path(next(e.value for e in t.external_data if e.key == "location"))
+                if loc.parent in folders:
+                    names.add(loc.name)
+    return frozenset(names)
 
 
 def _graph_of(graph: "gs.Graph | Model") -> gs.Graph:

@@ -6,13 +6,18 @@
 Nodes are keyed by (domain, op, input identities, attributes) in topological order, so chains
 of duplicates collapse in one sweep. Nondeterministic ops and nodes with subgraphs are never
 merged. A duplicate whose output is a graph output is kept (output names never change).
-Constants are deduplicated in the main graph only (up to 64 KiB each, compared byte for byte).
+Equal constants are merged model-wide, whatever their size (compared by dtype, shape and
+bytes: exact), outer ones kept; a graph input with a default initializer is never merged.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import onnx_graphsurgeon as gs
+
+from graphpass.ir import annotations as A
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
@@ -20,9 +25,6 @@ from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, replace_
 from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
-
-_MAX_CONST_BYTES = 64 * 1024
-
 
 def _attr_key(value):
     if isinstance(value, gs.Constant):
@@ -37,30 +39,86 @@ def _attr_key(value):
     return value
 
 
+def _bytes_of(t: gs.Constant) -> np.ndarray:
+    """The value of ``t``; a weight on disk is read for this call only (never cached on it)."""
+    values = t._values
+    if isinstance(values, gs.ir.tensor.LazyValues):
+        return np.asarray(values.load())
+    return np.asarray(values)
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+
+
+#: constants up to this size are keyed by their bytes; larger ones by a digest, then compared
+_KEY_BYTES = 64 * 1024
+
+
+def _value_key(t: gs.Constant) -> tuple | None:
+    """(dtype, shape, bytes or sha256 of the bytes, annotations) of ``t``; a digest is cached on
+    ``t`` while its value object is the same (passes replace a Constant's values, never change
+    them in place). None for strings."""
+    cached = t.__dict__.get("_gp_digest")
+    if cached is not None and cached[0] is t._values:
+        key = cached[1]
+    else:
+        arr = _bytes_of(t)
+        if arr.dtype.kind in "OSU":
+            return None
+        raw = _raw(arr)
+        body = raw.tobytes() if raw.nbytes <= _KEY_BYTES else ("sha256", hashlib.sha256(raw.data).digest())
+        key = (arr.dtype.str, arr.shape, body)
+        if raw.nbytes > _KEY_BYTES:
+            t.__dict__["_gp_digest"] = (t._values, key)
+    meta = A.meta(t)
+    return key + (tuple(sorted(meta.items())),) if meta else key
+
+
+def _header_key(t: gs.Constant) -> tuple | None:
+    try:
+        return (np.dtype(t.dtype).str, tuple(int(d) for d in t.shape))
+    except TypeError:
+        return None
+
+
 def _dedupe_constants(graph: gs.Graph) -> int:
-    main = {id(n) for n in graph.nodes}
-    canon: dict[tuple, gs.Constant] = {}
-    pairs: list[tuple[gs.Constant, gs.Constant]] = []
+    """Case 1: equal constants (dtype, shape, bytes; -0.0 is not 0.0, NaN payloads count) read
+    anywhere in the model become the first one (outermost graph first). A constant of the
+    main graph is visible in every body; one that ends up read by several graphs is saved
+    once, in the main graph (``graphpass.ir.serialize``). Graph inputs with a default
+    initializer are inputs (gs Variables), never merged. Weights are compared by header first,
+    then by a digest read one weight at a time, then byte for byte."""
+    outputs = {id(t) for g in iter_graphs(graph) for t in g.outputs}
+    groups: dict[tuple, list[gs.Constant]] = {}
     seen: set[int] = set()
-    for node in graph.nodes:
-        for t in node.inputs:
-            if not isinstance(t, gs.Constant) or id(t) in seen:
-                continue
-            seen.add(id(t))
-            if any(id(c) not in main for c in t.outputs):
-                continue
-            try:  # size from the header first: never load a big lazy weight just to compare it
-                if int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize > _MAX_CONST_BYTES:
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            for t in node.inputs:
+                if not isinstance(t, gs.Constant) or id(t) in seen:
                     continue
-            except TypeError:
+                seen.add(id(t))
+                key = _header_key(t) if id(t) not in outputs else None
+                if key is not None:
+                    groups.setdefault(key, []).append(t)
+    pairs: list[tuple[gs.Constant, gs.Constant]] = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        canon: dict[tuple, list[gs.Constant]] = {}
+        for t in members:
+            key = _value_key(t)
+            if key is None:
                 continue
-            arr = np.asarray(t.values)
-            if arr.nbytes > _MAX_CONST_BYTES or arr.dtype.kind in "OSU":
-                continue
-            key = (arr.dtype.str, arr.shape, arr.tobytes())
-            first = canon.setdefault(key, t)
-            if first is not t:
-                pairs.append((t, first))
+            firsts = canon.setdefault(key, [])
+            if isinstance(key[2], bytes):  # keyed by the bytes themselves: equal keys, equal bytes
+                same = firsts[0] if firsts else None
+            else:  # a digest: compare the bytes (one weight in memory at a time besides the first)
+                same = next((f for f in firsts if np.array_equal(_raw(_bytes_of(f)), _raw(_bytes_of(t)))), None)
+            if same is None:
+                firsts.append(t)
+            else:
+                pairs.append((t, same))
     replace_uses_many(pairs)  # one sweep: a Sum of 100,000 equal constants stays linear
     return len(pairs)
 
@@ -70,14 +128,14 @@ class EliminateCommonSubexpressions(Pass):
     """Merges nodes that compute the same thing from the same inputs.
 
     Cases:
-      1. equal small constants become one (main graph);
+      1. equal constants become one, across the model's graphs (see ``_dedupe_constants``);
       2. pure nodes with identical op, inputs and attributes: the later one's readers read the
          earlier one's outputs, and the later one is removed;
       3. the same inside subgraph bodies, per body.
     """
 
     name = "eliminate_common_subexpressions"
-    summary = "Merge duplicate nodes (same op, inputs, attributes) and equal small constants."
+    summary = "Merge duplicate nodes (same op, inputs, attributes) and equal constants (initializers shared)."
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True

@@ -1,4 +1,4 @@
-"""Constant folding through onnxruntime, with a size guard.
+"""Constant folding through onnxruntime; the file never grows unless asked.
 
     Constant node                                  =>  initializer
     Shape(x) / Size(x), x of static shape          =>  int64 constant
@@ -6,9 +6,13 @@
 
 Every foldable node of a graph is evaluated in one onnxruntime session (one export of the
 foldable subgraph, not one per node), so the pass is linear in the graph size. Only the
-boundary tensors (read by a node that stays, or by a subgraph) are materialized, and a boundary
-tensor larger than ``size_limit`` bytes (default 1 MiB) is not folded: a ConstantOfShape, Tile or
-Expand never bloats the model (onnxsim's most common complaint). Nondeterministic ops (random
+boundary tensors (read by a node that stays, or by a subgraph) are materialized, and they replace
+their subgraph only when the bytes stored do not grow (the size policy of ``_fold_size``: the
+folded tensors' bytes are at most the bytes of the constants only that subgraph read, plus 64
+bytes per node removed), whatever their size: a ConstantOfShape, Tile or Expand never bloats the
+model (onnxsim's most common complaint), and a 100 MB weight transposed is stored transposed.
+``fold_growing`` also folds what grows the file, up to ``size_limit`` bytes (default 1 MiB) per
+tensor. Nondeterministic ops (random
 generators, Dropout), ops with subgraphs, sequence/optional ops and custom domains are never
 folded; neither is a tensor that is a graph output. If onnxruntime cannot evaluate the whole
 foldable set, the nodes are retried one by one (up to ``max_single_retries``) and the ones that
@@ -33,6 +37,7 @@ from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
+from graphpass.passes.cleanup._fold_size import plan
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
 
@@ -89,18 +94,6 @@ def _has_unresolved_shape(graph: gs.Graph) -> bool:
     return False
 
 
-_RELAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-
-
-def _relayout_of_weight(t: gs.Tensor) -> bool:
-    """``t`` is a weight only re-laid-out (Reshape/Transpose/...) and the weight has no other
-    reader: folding replaces it by a tensor of the same size, so the model does not grow."""
-    p = t.inputs[0] if len(t.inputs) == 1 else None
-    if p is None or p.op not in _RELAYOUT or not p.inputs or not isinstance(p.inputs[0], gs.Constant):
-        return False
-    return len(p.inputs[0].outputs) == 1
-
-
 def _nbytes_known(t: gs.Tensor) -> int | None:
     shape = static_shape(t)
     if shape is None or t.dtype is None:
@@ -154,9 +147,11 @@ class FoldConstants(Pass):
       2. Shape/Size of a tensor whose shape is static become constants (after
          ``specialize_shapes`` this collapses Shape -> Gather -> ... -> Reshape chains);
       3. pure default-domain nodes whose inputs are all constant are evaluated by onnxruntime;
-      4. a boundary result above ``size_limit`` bytes stays computed at run time, unless it is
-         only a weight re-laid-out (Reshape/Transpose/Squeeze/... of a weight nothing else reads:
-         the folded tensor replaces it, the model does not grow);
+      4. a boundary result replaces its subgraph only when the file does not grow (the folded
+         bytes <= the bytes of the constants only that subgraph read + 64 per node removed;
+         results sharing a node or a constant are decided together, then one by one); refused:
+         ``would_grow``. With ``fold_growing`` a growing result up to ``size_limit`` bytes folds
+         too (over it: ``too_large``);
       5. before onnxruntime runs, every output of the set is sized from its inputs' shapes and
          constant values (ConstantOfShape, Expand, Tile, Range, Reshape, Pad, Resize, OneHot
          from their shape operands): a node whose output cannot be sized, grows past the limit
@@ -169,23 +164,28 @@ class FoldConstants(Pass):
       7. a result read as an input onnxruntime prepacks when it is constant (LSTM/GRU weights W
          and R: other rounding than on the computed value) is folded to a constant read through
          an Identity, so the kernel still gets a computed value.
-    Options (constructor arguments): ``size_limit`` (bytes), ``max_iterations``, ``max_single_retries``.
+    Options (constructor arguments): ``size_limit`` (bytes), ``fold_growing``, ``max_iterations``,
+    ``max_single_retries``.
     """
 
     name = "fold_constants"
-    summary = "Evaluate constant subgraphs with onnxruntime (size guard, default 1 MiB)."
+    summary = "Evaluate constant subgraphs with onnxruntime (never grows the file unless fold_growing)."
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True
 
-    def __init__(self, *, size_limit: int = DEFAULT_SIZE_LIMIT, max_iterations: int = 32,
+    def __init__(self, *, size_limit: int = DEFAULT_SIZE_LIMIT, fold_growing: bool = False, max_iterations: int = 32,
                  max_single_retries: int = 500):
         """Args:
-            size_limit: bytes above which a computed constant is not folded (kept as the op).
+            size_limit: with ``fold_growing``, the largest constant a fold that grows the file may
+                store; it also bounds what onnxruntime may compute (Case 5).
+            fold_growing: fold even when the file grows (a ConstantOfShape weight fill stored as
+                the weight), up to ``size_limit`` per tensor; off by default.
             max_iterations: rounds of fold -> re-infer shapes -> fold within one application.
             max_single_retries: nodes retried one by one after a batch failed to evaluate.
         """
         self.size_limit = int(size_limit)
+        self.fold_growing = bool(fold_growing)
         self.max_iterations = int(max_iterations)
         self.max_single_retries = int(max_single_retries)
 
@@ -225,7 +225,7 @@ class FoldConstants(Pass):
         names = None
         budget = model_io.budget(graph)
         stats = {"constant_nodes": 0, "shapes": 0, "folded": 0, "too_large": 0, "failed": 0, "removed": 0,
-                 "invalid_shape": 0, "over_memory": 0}
+                 "invalid_shape": 0, "over_memory": 0, "would_grow": 0}
         for g in list(iter_graphs(graph)):
             outs = {id(t) for t in g.outputs}
             lowered = _lower_constant_nodes(g, outs)
@@ -279,10 +279,6 @@ class FoldConstants(Pass):
                     if not t.name or id(t) in outs:
                         continue
                     if any(id(c) not in fold_ids for c in t.outputs):
-                        size = _nbytes_known(t)
-                        if size is not None and size > limit and not _relayout_of_weight(t):
-                            stats["too_large"] += 1
-                            continue
                         if t.dtype is not None and _kind(t.dtype) in "OSU?":
                             continue  # strings, and ONNX-only types numpy cannot name (bfloat16 as 16)
                         if any(prepacked_operand(c, k) for c in t.outputs for k, x in enumerate(c.inputs) if x is t):
@@ -290,6 +286,8 @@ class FoldConstants(Pass):
                                 continue  # Case 7, done: the kernel reads the constant through an Identity
                             guarded.add(id(t))
                         wanted.append(t)
+            # Case 4: the size policy, first on the sizes shapes give (unknown: decided after)
+            wanted = self._size_policy(wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats)
             if not wanted:
                 continue
             needed = self._needed(wanted, fold_ids)
@@ -300,12 +298,10 @@ class FoldConstants(Pass):
                 log.info("fold_constants: batch evaluation failed (%s); retrying node by node", e)
                 values = self._one_by_one(nodes, wanted, opsets, ir_version, retries, stats)
             names = names or NameGen(graph)
+            computed: list[gs.Tensor] = []
             for t in wanted:
                 v = values.get(t.name)
                 if v is None or not isinstance(v, np.ndarray) or v.dtype.kind in "OSU":
-                    continue
-                if v.nbytes > limit and not _relayout_of_weight(t):
-                    stats["too_large"] += 1
                     continue
                 if not all(valid_shape_operand(c.op, k, v) for c in t.outputs if id(c) not in fold_ids
                            for k, x in enumerate(c.inputs) if x is t):
@@ -313,6 +309,11 @@ class FoldConstants(Pass):
                     log.warning("fold_constants: '%s' would become an invalid shape operand %s; left unfolded",
                                 t.name, np.array2string(v.reshape(-1)[:8]))
                     continue
+                computed.append(t)
+            # Case 4 again on the computed sizes, over the tensors that can fold
+            for t in self._size_policy(computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
+                                       outs, stats):
+                v = values[t.name]
                 if not budget.fits(v.nbytes):
                     stats["over_memory"] += 1
                     continue
@@ -332,6 +333,14 @@ class FoldConstants(Pass):
             stats["removed"] += self._sweep(g, foldable)
         modified = any(stats[k] for k in ("constant_nodes", "shapes", "folded", "removed"))
         return PassResult(modified, stats)
+
+    def _size_policy(self, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
+                     outs: set[int], stats: dict[str, int]) -> list[gs.Tensor]:
+        """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``)."""
+        fold, grow, over = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None)
+        stats["would_grow"] += len(grow)
+        stats["too_large"] += len(over)
+        return fold
 
     @staticmethod
     def _needed(wanted: list[gs.Tensor], fold_ids: set[int]) -> set[int]:

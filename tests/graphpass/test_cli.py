@@ -282,7 +282,10 @@ def test_external_data_is_staged_with_the_model(tmp_path):
     """A model saved with external data: both files appear only on commit, neither on discard."""
     from graphpass.outputs import Outputs
 
-    graph = model_io.load(str(_add_model(tmp_path)))
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], {"x": [512]}, {"y": [512]},
+                       initializers={"w": np.arange(512, dtype=np.float32)})  # 2 KiB: external (1 KiB and more)
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    graph = model_io.load(str(tmp_path / "m.onnx"))
     for commit in (False, True):
         with Outputs() as outs:
             staged = outs.file(tmp_path / "big.onnx")

@@ -36,6 +36,15 @@ def _const_model():
                       {"x": [4, 4]}, {"y": [4, 4]}, initializers={"c": c})
 
 
+def _growing_model():
+    """y = x + (c + c), z = x * c: c stays (z reads it), so folding c + c adds 256 bytes to the
+    file: only with fold_growing, and only up to the size limit."""
+    c = np.ones((8, 8), np.float32)
+    return make_model([helper.make_node("Add", ["c", "c"], ["cc"]), helper.make_node("Add", ["x", "cc"], ["y"]),
+                       helper.make_node("Mul", ["x", "c"], ["z"])],
+                      {"x": [8, 8]}, {"y": [8, 8], "z": [8, 8]}, initializers={"c": c})
+
+
 class _Holder:
     """Stands in for graphpass.ir.model.Model: anything with a ``graph`` attribute."""
 
@@ -165,12 +174,12 @@ def test_run_must_return_a_pass_result():
 def test_a_misspelled_option_is_a_type_error_naming_the_valid_ones():
     FoldConstants = gp.get_pass("fold_constants")
     with pytest.raises(TypeError, match=r"'fold_constants' has no option 'size_limt'; its options: size_limit, "
-                                        r"max_iterations, max_single_retries"):
+                                        r"fold_growing, max_iterations, max_single_retries"):
         FoldConstants(size_limt=1)
     assert FoldConstants(size_limit=7).size_limit == 7
     with pytest.raises(TypeError, match="'fold_pad' has no option 'size_limit'; its options: none"):
         gp.get_pass("fold_pad")(size_limit=1)
-    assert FoldConstants.option_names() == ["size_limit", "max_iterations", "max_single_retries"]
+    assert FoldConstants.option_names() == ["size_limit", "fold_growing", "max_iterations", "max_single_retries"]
     assert gp.get_pass("fold_pad").option_names() == []
 
 
@@ -191,11 +200,19 @@ def test_options_reach_the_pass():
         return rep.passes[0].stats
 
     assert folded()["folded"] >= 1 and folded()["too_large"] == 0
-    small = folded(size_limit=0)
+
+    def grown(**opts):
+        rep = gp.optimize(_growing_model(), passes=["fold_constants"], target="none",
+                          options={"fold_constants": opts} if opts else None).report
+        return rep.passes[0].stats
+
+    assert grown()["folded"] == 0 and grown()["would_grow"] == 1
+    assert grown(fold_growing=True)["folded"] == 1
+    small = grown(fold_growing=True, size_limit=0)
     assert small["folded"] == 0 and small["too_large"] >= 1
-    graph = gp.load(_const_model()).graph
-    assert gp.get_pass("fold_constants")(size_limit=0)(graph).stats["too_large"] >= 1
-    assert "Add" in ops(graph) and len(graph.nodes) == 2
+    graph = gp.load(_growing_model()).graph
+    assert gp.get_pass("fold_constants")(size_limit=0, fold_growing=True)(graph).stats["too_large"] >= 1
+    assert "Add" in ops(graph) and len(graph.nodes) == 3
 
 
 def test_option_values_are_checked_when_the_pass_is_built():
@@ -211,12 +228,15 @@ def test_cli_option_flags_still_set_options(tmp_path):
     from graphpass.cli import main
 
     src = tmp_path / "m.onnx"
-    onnx.save(_const_model(), src)
+    onnx.save(_growing_model(), src)
     report = tmp_path / "r.json"
     assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-q", "--passes", "fold_constants",
-                 "--target", "none", "--fold-size-limit", "0", "--report", str(report)]) == 0
+                 "--target", "none", "--fold-growing", "--fold-size-limit", "0", "--report", str(report)]) == 0
     stats = json.loads(report.read_text())["passes"][0]["stats"]
     assert stats["folded"] == 0 and stats["too_large"] >= 1
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-q", "--passes", "fold_constants",
+                 "--target", "none", "--fold-growing", "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["passes"][0]["stats"]["folded"] == 1
 
 
 # -- the function form ----------------------------------------------------------------------
@@ -227,7 +247,7 @@ def test_function_form_has_the_pass_signature():
     from graphpass.passes.cleanup.fold_constants import DEFAULT_SIZE_LIMIT
 
     sig = inspect.signature(passes.fold_constants)
-    assert list(sig.parameters) == ["model", "ctx", "size_limit", "max_iterations", "max_single_retries"]
+    assert list(sig.parameters) == ["model", "ctx", "size_limit", "fold_growing", "max_iterations", "max_single_retries"]
     assert sig.parameters["ctx"].default is None
     assert sig.parameters["size_limit"].kind is inspect.Parameter.KEYWORD_ONLY
     assert sig.parameters["size_limit"].default == DEFAULT_SIZE_LIMIT
@@ -238,8 +258,8 @@ def test_function_form_has_the_pass_signature():
         assert list(inspect.signature(cls).parameters) == cls.option_names(), name
     with pytest.raises(TypeError, match="has no option 'size_limt'"):
         passes.fold_constants(gp.load(_const_model()), size_limt=1)
-    graph = gp.load(_const_model()).graph
-    assert passes.fold_constants(graph, size_limit=0).stats["too_large"] >= 1
+    graph = gp.load(_growing_model()).graph
+    assert passes.fold_constants(graph, size_limit=0, fold_growing=True).stats["too_large"] >= 1
 
 
 def test_manager_is_a_pass():

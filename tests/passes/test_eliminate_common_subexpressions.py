@@ -96,3 +96,101 @@ def test_nodes_reading_different_tensors_do_not_merge():
     assert ops(graph) == ["Relu", "Relu", "Sub", "Sub", "Add"]
     feeds = {"x": np.array([1.0, -0.0, np.nan], np.float32), "z": np.array([2.0, 0.0, -np.inf], np.float32)}
     assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+# -- identical initializers shared (issue 20) ----------------------------------------------------
+
+import onnx  # noqa: E402
+from onnx import TensorProto as T, numpy_helper as nh  # noqa: E402
+
+
+def _sum_model(values: dict, inputs_with_default=(), dtype_of=None):
+    """y = x + c0 + c1 + ...; every constant an initializer (some also graph inputs)."""
+    names = list(values)
+    nodes, prev = [], "x"
+    for k, n in enumerate(names):
+        nodes.append(helper.make_node("Add", [prev, n], [f"s{k}"]))
+        prev = f"s{k}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    shape = list(next(iter(values.values())).shape)
+    elem = helper.np_dtype_to_tensor_dtype(next(iter(values.values())).dtype)
+    inputs = [helper.make_tensor_value_info("x", elem, shape)]
+    inputs += [helper.make_tensor_value_info(n, elem, shape) for n in inputs_with_default]
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", elem, shape)],
+                          initializer=[nh.from_array(v, k) for k, v in values.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_equal_weights_of_any_size_are_stored_once():
+    w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)  # 256 KiB: past the old 64 KiB
+    model = _sum_model({"a": w, "b": w.copy(), "c": w + 1})
+    graph = gp.load(model).graph
+    assert eliminate_common_subexpressions(graph).stats["constants_merged"] == 1
+    out = gp.to_proto(graph)
+    assert sorted(t.name for t in out.graph.initializer) == ["a", "c"]
+    assert_equivalent(model, out, exact=True)
+
+
+def test_constants_that_differ_in_sign_of_zero_nan_payload_dtype_or_shape_stay_apart():
+    nan2 = np.array([np.nan, 1.0], np.float32)
+    nan2.view(np.uint32)[0] = 0x7FC00001  # another NaN payload
+    cases = [
+        {"a": np.array([0.0, 1.0], np.float32), "b": np.array([-0.0, 1.0], np.float32)},
+        {"a": np.array([np.nan, 1.0], np.float32), "b": nan2},
+    ]
+    for values in cases:
+        graph = gp.load(_sum_model(values)).graph
+        assert eliminate_common_subexpressions(graph).stats["constants_merged"] == 0, values
+    # same bytes, another dtype or shape
+    model = make_model([helper.make_node("Cast", ["i"], ["ic"], to=T.FLOAT), helper.make_node("Add", ["f", "ic"], ["y"]),
+                        helper.make_node("Reshape", ["x", "s1"], ["r1"]), helper.make_node("Reshape", ["x", "s2"], ["r2"])],
+                       {"x": [6]}, {"y": [2], "r1": [2, 3], "r2": [6]},
+                       initializers={"f": np.zeros(2, np.float32), "i": np.zeros(2, np.int32),
+                                     "s1": np.array([2, 3], np.int64), "s2": np.array([6], np.int64)})
+    graph = gp.load(model).graph
+    assert eliminate_common_subexpressions(graph).stats["constants_merged"] == 0
+
+
+def test_a_graph_input_with_a_default_initializer_is_never_merged():
+    """An initializer that is also a graph input is a default the caller may override."""
+    w = np.ones((4,), np.float32)
+    model = _sum_model({"a": w, "b": w.copy()}, inputs_with_default=("b",))
+    graph = gp.load(model).graph
+    assert eliminate_common_subexpressions(graph).stats["constants_merged"] == 0
+    out = gp.to_proto(graph)
+    assert "b" in [i.name for i in out.graph.input]
+    from graphpass.check import verify as V
+    feeds = {"x": np.zeros(4, np.float32), "b": np.full(4, 5.0, np.float32)}
+    np.testing.assert_array_equal(V.run(V.session(out), feeds)["y"], V.run(V.session(model), feeds)["y"])
+    # frozen on request: then they are constants and merge
+    graph = gp.load(model, freeze_initializer_inputs=True).graph
+    assert eliminate_common_subexpressions(graph).stats["constants_merged"] == 1
+
+
+def test_equal_weights_across_if_branches_become_one_in_the_main_graph(tmp_path):
+    w = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+
+    def body(tag):
+        return helper.make_graph([helper.make_node("MatMul", ["x", f"{tag}_w"], [f"{tag}_y"])], tag, [],
+                                 [helper.make_tensor_value_info(f"{tag}_y", T.FLOAT, [2, 64])],
+                                 initializer=[nh.from_array(w, f"{tag}_w")])
+
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=body("then"), else_branch=body("else")),
+                           helper.make_node("MatMul", ["y", "main_w"], ["z"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2, 64]), helper.make_tensor_value_info("c", T.BOOL, [])],
+                          [helper.make_tensor_value_info("z", T.FLOAT, [2, 64])], initializer=[nh.from_array(w, "main_w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    m = gp.load(str(src))
+    assert eliminate_common_subexpressions(m.graph).stats["constants_merged"] == 2
+    m.save(tmp_path / "o.onnx")
+    out = onnx.load(tmp_path / "o.onnx")
+    from graphpass.ir.graph import graph_protos
+    assert [t.name for g in graph_protos(out.graph) for t in g.initializer] == ["main_w"]
+    assert (tmp_path / "o.onnx").stat().st_size < src.stat().st_size - 2 * w.nbytes + 1024
+    for c in (True, False):
+        assert_equivalent(model, out, feeds={"x": np.ones((2, 64), np.float32), "c": np.array(c)}, exact=True)

@@ -56,18 +56,25 @@ def test_size_guard_keeps_big_constant_of_shape():
     )
     graph = gp.load(model).graph
     result = fold_constants(graph)
-    assert result.stats["too_large"] >= 1
-    assert "ConstantOfShape" in ops(graph)
-    # the small reduction of the big tensor is still folded (the big one is never stored);
+    # by default nothing that grows the file folds: neither the 2 MiB fill nor its 2 KiB sum
+    assert result.stats["would_grow"] == 2 and result.stats["folded"] == 0
+    assert ops(graph) == ["ConstantOfShape", "ReduceSum", "Add", "Add"]
+    # fold_growing: the small reduction of the big tensor is folded (the big one is never stored);
     # it is read by a node, not a graph output (outputs are never folded)
+    graph = gp.load(model).graph
+    result = fold_constants(graph, fold_growing=True)
+    assert result.stats["too_large"] >= 1 and "ConstantOfShape" in ops(graph)
     assert result.stats["folded"] == 1 and "ReduceSum" not in ops(graph)
     add_z = next(n for n in graph.nodes if n.inputs[0].name == "z")
     np.testing.assert_array_equal(add_z.inputs[1].values, np.full(512, 1024.0, np.float32))
     assert_equivalent(model, gp.to_proto(graph))
     # with a larger limit it folds
     graph2 = gp.load(model).graph
-    fold_constants(graph2, size_limit=4 << 20)
+    fold_constants(graph2, size_limit=4 << 20, fold_growing=True)
     assert "ConstantOfShape" not in ops(graph2)
+    # the limit alone authorizes no growth
+    graph3 = gp.load(model).graph
+    assert fold_constants(graph3, size_limit=4 << 20).stats["folded"] == 0 and "ConstantOfShape" in ops(graph3)
 
 
 def test_a_big_weight_only_reshaped_is_folded_past_the_size_limit():
@@ -88,7 +95,7 @@ def test_a_big_weight_only_reshaped_is_folded_past_the_size_limit():
                         {"x": [2, 1000]}, {"y": [2, 1024], "z": [1000, 1024]},
                         initializers={"w": w, "s": np.array([1000, 1024], np.int64)})
     graph = gp.load(shared).graph
-    assert fold_constants(graph).stats["too_large"] >= 1 and "Reshape" in ops(graph)
+    assert fold_constants(graph).stats["would_grow"] >= 1 and "Reshape" in ops(graph)
 
 
 def test_never_folds_random_ops():
@@ -458,3 +465,94 @@ def test_inside_a_loop_body_outer_constants_fold_with_the_body_s_own():
     for m in (0, 1, 3):
         assert_equivalent(model, out, feeds={"x": np.array([np.nan, -0.0, -np.inf], np.float32),
                                              "M": np.array(m, np.int64)}, exact=True)
+
+
+# -- the size policy (issue 20): a fold never grows the file unless fold_growing ------------------
+
+
+def test_a_weight_split_in_three_folds_because_all_parts_together_free_it():
+    """Each Slice alone would add a third of the weight (the weight stays for the other two);
+    the three together replace it: decided together as one component."""
+    w = np.arange(6 * 64, dtype=np.float32).reshape(6, 64)
+    nodes, inits = [], {"w": w, "ax": np.array([0], np.int64)}
+    for k in range(3):
+        inits[f"s{k}"], inits[f"e{k}"] = np.array([2 * k], np.int64), np.array([2 * k + 2], np.int64)
+        nodes += [helper.make_node("Slice", ["w", f"s{k}", f"e{k}", "ax"], [f"p{k}"]),
+                  helper.make_node("Add", ["x", f"p{k}"], [f"y{k}"])]
+    model = make_model(nodes, {"x": [2, 64]}, {f"y{k}": [2, 64] for k in range(3)}, initializers=inits)
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 3 and result.stats["would_grow"] == 0 and ops(graph) == ["Add"] * 3
+    assert all(n.inputs[1].values.shape == (2, 64) for n in graph.nodes)
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+    # two parts only (the third read at run time from a graph input): the weight stays, nothing folds
+    model2 = make_model(nodes[:4] + [helper.make_node("Slice", ["w", "s2", "e", "ax"], ["p2"]),
+                                     helper.make_node("Add", ["x", "p2"], ["y2"])],
+                        {"x": [2, 64], "e": (TensorProto.INT64, [1])}, {f"y{k}": [2, 64] for k in range(3)},
+                        initializers=inits)
+    graph = gp.load(model2).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 0 and result.stats["would_grow"] == 2 and ops(graph).count("Slice") == 3
+
+
+def test_shape_vectors_still_fold_when_their_inputs_are_shared():
+    """Concat of two shared int64 constants into a 4-element shape: 32 new bytes, nothing freed,
+    one node removed: within the 64-byte allowance (rank <= 8 shape vectors always fold)."""
+    a, b = np.array([2, 3], np.int64), np.array([4, 1], np.int64)
+    model = make_model([helper.make_node("Concat", ["a", "b"], ["shape"], axis=0),
+                        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+                        helper.make_node("Add", ["a", "b"], ["z"])],
+                       {"x": [24]}, {"y": [2, 3, 4, 1], "z": (TensorProto.INT64, [2])},
+                       initializers={"a": a, "b": b})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and ops(graph) == ["Reshape", "Add"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, [2, 3, 4, 1])
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_transposed_weight_over_the_size_limit_folds_the_file_does_not_grow():
+    w = np.random.default_rng(0).standard_normal((768, 768)).astype(np.float32)  # 2.25 MiB
+    model = make_model([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+                        helper.make_node("Add", ["x", "wt"], ["y"])],
+                       {"x": [768, 768]}, {"y": [768, 768]}, initializers={"w": w})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and result.stats["too_large"] == 0 and ops(graph) == ["Add"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, w.T)
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_growing_result_is_refused_but_a_non_growing_sibling_folds():
+    """w is read by a Transpose (kept: same size) and a Tile (x4: grows). The component grows as
+    a whole; tried one by one, the Transpose alone frees nothing (w stays for the Tile) and
+    grows too: neither folds. With the Tile's input a graph input, the Transpose frees w."""
+    w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("Add", ["x", "wt"], ["y"]),
+             helper.make_node("Tile", ["w", "r"], ["wr"]), helper.make_node("Add", ["x4", "wr"], ["z"])]
+    model = make_model(nodes, {"x": [64, 64], "x4": [256, 64]}, {"y": [64, 64], "z": [256, 64]},
+                       initializers={"w": w, "r": np.array([4, 1], np.int64)})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 0 and result.stats["would_grow"] == 2
+    graph = gp.load(model).graph
+    result = fold_constants(graph, fold_growing=True, size_limit=1 << 20)
+    assert result.stats["folded"] == 2 and ops(graph) == ["Add", "Add"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_a_component_that_grows_is_retried_tensor_by_tensor():
+    """Reshape(w1, r) and Tile(w2, r) share the shape constant r: one component, which grows
+    (the Tile). One by one the Reshape still folds (it frees w1); the Tile does not."""
+    w1 = np.arange(64 * 64, dtype=np.float32).reshape(4096)
+    w2 = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) * 2
+    r = np.array([64, 64], np.int64)
+    model = make_model([helper.make_node("Reshape", ["w1", "r"], ["a"]), helper.make_node("Add", ["x", "a"], ["y"]),
+                        helper.make_node("Tile", ["w2", "r"], ["b"]), helper.make_node("Add", ["x2", "b"], ["z"])],
+                       {"x": [64, 64], "x2": [4096, 4096]}, {"y": [64, 64], "z": [4096, 4096]},
+                       initializers={"w1": w1, "w2": w2, "r": r})
+    graph = gp.load(model).graph
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and result.stats["would_grow"] == 1
+    assert ops(graph) == ["Add", "Tile", "Add"]
+    np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, w1.reshape(64, 64))

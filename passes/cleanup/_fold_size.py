@@ -1,0 +1,145 @@
+"""fold_constants' size policy: a fold never makes the file bigger unless asked to.
+
+    new bytes (the folded tensors)  <=  freed bytes (the constants only the folded subgraph read)
+                                        + NODE_ALLOWANCE x (the nodes the fold removes)
+
+Folding a set S of boundary tensors removes every fold node whose outputs are all either in S
+or read only by removed nodes, and frees every constant (initializer, lowered Constant) that only
+removed nodes read. Tensors are decided by *components*: two wanted tensors whose subgraphs are
+joined through a node or a constant are decided together (a weight split in three is freed only when all three
+parts fold), and when a component as a whole would grow, its tensors are tried one at a time
+in topological order (each kept only if it does not grow the file given the ones kept before).
+
+``NODE_ALLOWANCE`` (64 bytes): a removed node takes its NodeProto out of the file: an op type, an
+output name and one name per input, each length-prefixed; exporter names run 20-60 bytes, so
+a node of exporter output is 60-200 bytes and never less than ~10 even in hand-made graphs. 64
+bytes is an int64 shape vector of rank 8, so ``Shape -> Gather -> Concat`` chains that become a
+shape vector fold; a fold that stores more (a ConstantOfShape weight fill, a Tile, an Expand)
+needs ``fold_growing``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphpass.ir.shapes import numel, static_shape
+
+__all__ = ["NODE_ALLOWANCE", "constant_bytes", "plan"]
+
+#: bytes of tensor data a fold may add per node it removes (see the module docstring)
+NODE_ALLOWANCE = 64
+
+#: a component with more (tensors x nodes) than this is not retried tensor by tensor
+_MAX_GREEDY_WORK = 1 << 20
+
+
+def constant_bytes(t: gs.Tensor) -> int:
+    """Data bytes of a tensor from its shape and dtype (a weight on disk is not read)."""
+    shape = static_shape(t)
+    if shape is None:
+        return 0
+    try:
+        size = np.dtype(t.dtype).itemsize if t.dtype is not None else 8
+    except TypeError:
+        size = 8
+    return numel(shape) * size
+
+
+class _Component:
+    def __init__(self) -> None:
+        self.tensors: list[gs.Tensor] = []
+        self.nodes: dict[int, gs.Node] = {}
+
+
+def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int]) -> int:
+    """Bytes the file grows by when ``chosen`` (tensors produced inside ``nodes``, a component
+    in topological order) are folded."""
+    chosen_ids = {id(t) for t in chosen}
+    removed: set[int] = set()
+    for n in reversed(nodes):  # topological order: readers first
+        if all(id(o) in chosen_ids or (id(o) not in graph_outputs and all(id(r) in removed for r in o.outputs))
+               for o in n.outputs):
+            removed.add(id(n))
+    freed = 0
+    counted: set[int] = set()
+    for n in nodes:
+        if id(n) not in removed:
+            continue
+        for c in n.inputs:
+            if (isinstance(c, gs.Constant) and id(c) not in counted and id(c) not in graph_outputs
+                    and all(id(r) in removed for r in c.outputs)):
+                counted.add(id(c))
+                freed += constant_bytes(c)
+    new = sum(sizes.get(id(t), 0) for t in chosen)
+    return new - freed - NODE_ALLOWANCE * len(removed)
+
+
+def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
+         growing_limit: int | None) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor]]:
+    """Split ``wanted`` (boundary tensors of the foldable set, topologically ordered) into the
+    ones to fold, the ones refused because the file would grow, and (only with
+    ``growing_limit``, the ``fold_growing`` mode) the growing ones refused as over that limit.
+
+    Args:
+        sizes: bytes of each wanted tensor by id (0 when not known yet: evaluation tells).
+        graph_outputs: ids of the graph's outputs (never freed).
+        growing_limit: None by default; with ``fold_growing`` the size limit up to which a
+            tensor is folded even when the file grows.
+    """
+    order = {id(n): k for k, n in enumerate(foldable)}
+    # components: fold nodes joined through the tensors and constants they share (linear)
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        root = i
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[i] != root:
+            parent[i], i = root, parent[i]
+        return root
+
+    for n in foldable:
+        for x in n.inputs:
+            p = x.inputs[0] if len(x.inputs) else None
+            if p is not None and id(p) in order:
+                parent[find(id(p))] = find(id(n))
+            elif isinstance(x, gs.Constant):
+                parent[find(id(x))] = find(id(n))
+    comps: dict[int, _Component] = {}
+    for n in foldable:
+        comps.setdefault(find(id(n)), _Component()).nodes[id(n)] = n
+    for t in wanted:
+        comps[find(id(t.inputs[0]))].tensors.append(t)
+    fold: list[gs.Tensor] = []
+    grow: list[gs.Tensor] = []
+    over: list[gs.Tensor] = []
+    for c in comps.values():
+        if not c.tensors:
+            continue
+        nodes = sorted(c.nodes.values(), key=lambda n: order[id(n)])
+        if _growth(c.tensors, nodes, sizes, graph_outputs) <= 0:
+            fold.extend(c.tensors)
+            continue
+        kept: list[gs.Tensor] = []
+        if len(c.tensors) > 1 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
+            base = _growth([], nodes, sizes, graph_outputs)
+            for t in c.tensors:
+                g = _growth(kept + [t], nodes, sizes, graph_outputs)
+                if g - base <= 0:
+                    kept.append(t)
+                    base = g
+        fold.extend(kept)
+        kept_ids = {id(t) for t in kept}
+        for t in c.tensors:
+            if id(t) in kept_ids:
+                continue
+            if growing_limit is None:
+                grow.append(t)
+            elif sizes.get(id(t), 0) <= growing_limit:
+                fold.append(t)
+            else:
+                over.append(t)
+    rank = {id(t): k for k, t in enumerate(wanted)}
+    fold.sort(key=lambda t: rank[id(t)])
+    return fold, grow, over
