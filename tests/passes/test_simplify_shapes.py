@@ -652,3 +652,18 @@ def test_a_slice_that_takes_everything_is_removed():
     after = gp.to_proto(graph)
     for h, w in ((0, 5), (4, 1001), (7, 3)):
         assert_equivalent(model, after, feeds={"x": _data((1, 3, h, w))}, exact=True)
+
+
+def test_a_known_range_bound_of_shape_1_is_not_folded_to_an_initializer_range_refuses():
+    # integration of simplify_shapes with inline_control_flow (attack branch): Range runs a [1]
+    # bound computed at run time, but onnxruntime refuses a [1] initializer there at load
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Identity", ["s"], ["d"]),
+             helper.make_node("Range", ["z", "d", "o"], ["r"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [3, "n"])}, {"r": (TensorProto.INT64, [None])}, opset=20,
+                       initializers={"z": np.array(0, I64), "o": np.array(1, I64)})
+    graph, result, _ = _simplify(model)
+    assert "Range" in ops(graph)
+    after = gp.to_proto(graph)
+    check_full(after)
+    assert_equivalent(model, after, feeds={"x": _data((3, 2))}, exact=True)
