@@ -829,7 +829,9 @@ class _ReshapeTarget(Rule):
         xdims = self.analysis.dims(x)
         # an entry proven equal to x's own dim at its place becomes 0 ("copy"); under allowzero=1
         # too, by writing allowzero=0, when the target holds no literal 0 that would change meaning
-        can_copy = not (allowzero and any(_known(e) and e == 0 for e in v.elems))
+        # and no -1 (onnxruntime infers a -1 next to a 0 under allowzero=1: [0, -1] on a (0, 3, 2)
+        # input gives (0, 6); under allowzero=0 the copied 0 makes the Reshape fail)
+        can_copy = not (allowzero and any(_known(e) and e in (0, -1) for e in v.elems))
         target, free, copies = [], [], False
         for i, e in enumerate(v.elems):
             if _known(e):

@@ -667,3 +667,15 @@ def test_a_known_range_bound_of_shape_1_is_not_folded_to_an_initializer_range_re
     after = gp.to_proto(graph)
     check_full(after)
     assert_equivalent(model, after, feeds={"x": _data((3, 2))}, exact=True)
+
+
+def test_allowzero_with_a_minus_one_is_not_switched_to_copy():
+    # (attack branch) Reshape(x, [N, -1], allowzero=1) with N x's own dim 0: onnxruntime runs it at
+    # N = 0 ((0, 3, 2) -> (0, 6)); [0, -1] with allowzero=0 copies the 0 and then fails to infer -1
+    nodes, inits = _gather_concat("x", [0], [-1])
+    nodes[-1] = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
+    model = make_model(nodes, {"x": ["N", 3, "C"]}, {"y": ["N", None]}, initializers=inits, opset=14)
+    graph, result, _ = _simplify(model)
+    reshape = [n for n in graph.nodes if n.op == "Reshape"][0]
+    assert reshape.attrs["allowzero"] == 1
+    _same(model, graph, [(0, 3, 2), (0, 3, 0), (1, 3, 2), (4, 3, 1)])
