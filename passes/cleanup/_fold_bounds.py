@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.shapes import static_shape
 
-__all__ = ["bound_nodes", "valid_shape_operand", "judges_operand"]
+__all__ = ["bound_nodes", "valid_shape_operand", "judges_operand", "constant_source"]
 
 _UNARY = frozenset({
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike", "Ceil", "Celu",
@@ -58,6 +58,17 @@ def _value(t: gs.Tensor) -> np.ndarray | None:
         return np.asarray(t.values)
     except Exception:  # noqa: BLE001 - unreadable value: no bound
         return None
+
+
+def constant_source(t: gs.Tensor) -> gs.Constant | None:
+    """``t`` itself when it is a constant, the value of the Constant node that writes it (onnxruntime
+    makes that an initializer at load), else None."""
+    if isinstance(t, gs.Constant):
+        return t
+    p = t.inputs[0] if len(t.inputs) == 1 else None
+    if p is not None and p.op == "Constant" and p.domain in (None, "", "ai.onnx") and isinstance(p.attrs.get("value"), gs.Constant):
+        return p.attrs["value"]
+    return None
 
 
 def judges_operand(op: str, index: int) -> bool:

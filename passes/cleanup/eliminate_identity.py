@@ -29,7 +29,7 @@ from graphpass.passes.framework import PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.ir.graph import peek_values
 from graphpass.passes.cleanup._common import prepacked_operand
-from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
+from graphpass.passes.cleanup._fold_bounds import constant_source, judges_operand, valid_shape_operand
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleCounts, RulePass, Scope
 
 __all__ = ["EliminateIdentity"]
@@ -92,7 +92,8 @@ def _dropout_is_identity(node: gs.Node, graph_outputs: set[int]) -> bool:
 def _constant_accepted(x: gs.Tensor, y: gs.Tensor) -> MatchResult:
     """Readers of ``y`` that take ``x`` when it is computed but refuse it as an initializer (a
     Range bound of shape [1]) or compute otherwise with it (LSTM's R, prepacked) keep the Identity."""
-    if not isinstance(x, gs.Constant):
+    x = constant_source(x)  # a Constant node's value too: onnxruntime makes it an initializer
+    if x is None:
         return MatchResult.success()
     for c in y.outputs:
         for k, t in enumerate(c.inputs):

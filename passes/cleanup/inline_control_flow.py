@@ -30,7 +30,7 @@ import onnx_graphsurgeon as gs
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, peek_values, replace_uses, subgraphs_of
 from graphpass.passes.cleanup._common import is_onnx_op, prepacked_operand
-from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
+from graphpass.passes.cleanup._fold_bounds import constant_source, judges_operand, valid_shape_operand
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 
@@ -157,7 +157,8 @@ def _refused_as_constant(out: gs.Tensor, src: gs.Tensor) -> bool:
     """Whether a reader of ``out`` takes ``src`` computed at run time but refuses it as an
     initializer (a Range bound of shape [1]: the ONNX function of AffineGrid reads one from an If),
     or computes otherwise with it (LSTM's R, prepacked)."""
-    if not isinstance(src, gs.Constant):
+    src = constant_source(src)  # a Constant node's value too (simplify_shapes writes one for a branch output)
+    if src is None:
         return False
     return any(prepacked_operand(c, k) or (judges_operand(c.op, k)
                                            and not valid_shape_operand(c.op, k, np.asarray(peek_values(src))))
@@ -346,7 +347,7 @@ class _Inliner:
             _take_shape(out, src.shape)
             writer = src.inputs[0] if len(src.inputs) == 1 else None
             if writer is not None and id(writer) in moved_ids and not isinstance(src, gs.Constant) \
-                    and src is not claimed_by:
+                    and src is not claimed_by and not _refused_as_constant(out, src):
                 # the moved node writes the output tensor itself (its name and type stay); a
                 # second output of the same source then reads this one
                 self.claimed[id(src)] = out

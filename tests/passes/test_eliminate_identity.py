@@ -199,3 +199,22 @@ def test_identity_of_an_lstm_recurrence_weight_stays():
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal((3, 2, 16)).astype(np.float32)
         assert_equivalent(model, gp.to_proto(graph), feeds={"x": x}, exact=True)
+
+
+def test_identity_of_a_constant_node_of_one_element_read_by_range_stays():
+    # (attack branch) the same bound written by a Constant node: onnxruntime makes that node an
+    # initializer at load and refuses it there too (simplify_shapes writes such a node)
+    from graphpass.passes.framework import PassContext
+
+    one = onnx.numpy_helper.from_array(np.array([1], np.int64), "one_v")
+    model = make_model([helper.make_node("Constant", [], ["one_1d"], value=one),
+                        helper.make_node("Identity", ["one_1d"], ["d"]), helper.make_node("Range", ["z", "d", "o"], ["r"]),
+                        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT), helper.make_node("Add", ["rf", "x"], ["y"])],
+                       {"x": [1]}, {"y": [1]}, opset=20,
+                       initializers={"z": np.array(0, np.int64), "o": np.array(1, np.int64)})
+    graph = gp.load(model).graph
+    ctx = PassContext()
+    eliminate_identity(graph, ctx)
+    assert "Identity" in ops(graph)
+    assert any("Range" in e.reason for e in ctx.explanations)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([-0.0], np.float32)}, exact=True)

@@ -692,3 +692,21 @@ def test_the_iteration_number_and_an_absent_cond_reach_the_body_as_onnxruntime_f
     got = ort_run(gp.to_proto(graph), {"x": SPECIAL})
     for k in ("shapes", "iters"):
         assert got[k].shape == ref[k].shape and np.array_equal(got[k], ref[k]), k
+
+
+def test_a_branch_output_written_by_a_constant_node_that_range_refuses_keeps_an_identity():
+    # (attack branch) the AffineGrid function after simplify_shapes: the branch's D = Identity(one_1d)
+    # became a Constant node; moved out, it would write the Range bound itself, and onnxruntime
+    # makes a Constant node an initializer at load (conformance test_affine_grid_2d_expanded failed)
+    then_g = helper.make_graph([_const("dc", np.array([2], np.int64))], "then", [], [_vi("dc", TP.INT64, [1])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["n"], ["e"])], "else", [], [_vi("e", TP.INT64, [1])])
+    nodes = [_const("c", np.array(True)),
+             helper.make_node("If", ["c"], ["d"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Range", ["z", "d", "o"], ["r"])]
+    model = make_model(nodes, {"n": (TP.INT64, [1])}, {"r": (TP.INT64, [None])}, opset=20,
+                       initializers={"z": np.array(0, np.int64), "o": np.array(1, np.int64)})
+    graph, result = _inline(model)
+    assert result.modified and "If" not in ops(graph) and "Identity" in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"n": np.array([5], np.int64)}, exact=True)
+    out = gp.optimize(model, pipeline="cleanup", target="none").model.to_proto()
+    assert_equivalent(model, out, feeds={"n": np.array([5], np.int64)}, exact=True)

@@ -836,3 +836,30 @@ def test_a_value_no_reader_accepts_as_an_initializer_is_not_folded():
     assert not result.modified and ops(graph) == ["Identity", "Range"]
     assert reasons == ["Range cannot take this value as a constant input 1 (onnxruntime refuses it at load)"]
     assert_equivalent(model, gp.to_proto(graph), feeds={}, exact=True)
+
+
+def test_a_known_range_bound_of_shape_1_is_not_folded_to_an_initializer_range_refuses():
+    # integration of simplify_shapes with inline_control_flow (attack branch): Range runs a [1]
+    # bound computed at run time, but onnxruntime refuses a [1] initializer there at load
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Identity", ["s"], ["d"]),
+             helper.make_node("Range", ["z", "d", "o"], ["r"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [3, "n"])}, {"r": (TensorProto.INT64, [None])}, opset=20,
+                       initializers={"z": np.array(0, I64), "o": np.array(1, I64)})
+    graph, result, _ = _simplify(model)
+    assert "Range" in ops(graph)
+    after = gp.to_proto(graph)
+    check_full(after)
+    assert_equivalent(model, after, feeds={"x": _data((3, 2))}, exact=True)
+
+
+def test_allowzero_with_a_minus_one_is_not_switched_to_copy():
+    # (attack branch) Reshape(x, [N, -1], allowzero=1) with N x's own dim 0: onnxruntime runs it at
+    # N = 0 ((0, 3, 2) -> (0, 6)); [0, -1] with allowzero=0 copies the 0 and then fails to infer -1
+    nodes, inits = _gather_concat("x", [0], [-1])
+    nodes[-1] = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
+    model = make_model(nodes, {"x": ["N", 3, "C"]}, {"y": ["N", None]}, initializers=inits, opset=14)
+    graph, result, _ = _simplify(model)
+    reshape = [n for n in graph.nodes if n.op == "Reshape"][0]
+    assert reshape.attrs["allowzero"] == 1
+    _same(model, graph, [(0, 3, 2), (0, 3, 0), (1, 3, 2), (4, 3, 1)])
