@@ -38,7 +38,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import iter_graphs, peek_values
 from graphpass.passes.cleanup._common import is_onnx_op
-from graphpass.passes.cleanup._fold_bounds import judges_operand, valid_shape_operand
+from graphpass.passes.cleanup._fold_bounds import valid_shape_operand
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, Scope, apply_rules
@@ -795,9 +795,6 @@ class _Fold(Rule):
             return None
         if not scope.is_output(out) and all(self._folded(r) for r in out.outputs):
             return None  # its readers fold: the constant goes there
-        if any(t is out and judges_operand(r.op, k) and not valid_shape_operand(r.op, k, v.array())
-               for r in out.outputs for k, t in enumerate(r.inputs)):
-            return None  # a constant its reader refuses at load (Range bound of shape [1])
         m = scope.match([anchor])
         m.vec = v
         return m

@@ -129,10 +129,7 @@ def test_shufflenet_all_16_shuffles_fused_with_input_shape(entry):
 
 
 #: file -> why not every shuffle is fused with the batch left symbolic today
-SHUFFLE_GAPS: dict[str, str] = {
-    "shufflenet_v2.torchscript.onnx": "torch.chunk's Slice bounds and the shuffle's Reshape targets are "
-                                      "Shape->Gather->Unsqueeze->Concat arithmetic on a symbolic batch",
-}
+SHUFFLE_GAPS: dict[str, str] = {}  # none since simplify_shapes folds torch.chunk's bounds on a symbolic batch
 
 
 @pytest.mark.parametrize("entry", [pytest.param(e, id=_id(e), marks=[pytest.mark.xfail(strict=True, reason=SHUFFLE_GAPS[e["file"]])]
