@@ -36,7 +36,8 @@ __all__ = ["EliminateIdentity"]
 
 
 #: op -> (neutral value, commutes, for floats: the sign bit the zero must have (None: any))
-_NEUTRAL = {"Mul": (1.0, True, None), "Div": (1.0, False, None), "Add": (0.0, True, True), "Sub": (0.0, False, False)}
+_NEUTRAL = {"Mul": (1.0, True, None), "Div": (1.0, False, None), "Add": (0.0, True, True), "Sub": (0.0, False, False),
+            "And": (True, True, None), "Or": (False, True, None)}
 
 
 def _is_neutral(values: np.ndarray, unit: float, negative_zero: bool | None) -> bool:
@@ -66,9 +67,14 @@ def _neutral_operand(node: gs.Node) -> gs.Tensor | None:
         values = np.asarray(c.values)
         if values.size > 4096 or not _is_neutral(values, unit, negative_zero):
             continue
-        if x.shape is None or y.shape is None or list(x.shape) != list(y.shape) or len(values.shape) > len(x.shape):
+        if x.shape is None or len(values.shape) > len(x.shape):
             continue
-        if not all(isinstance(d, (int, np.integer)) for d in x.shape):
+        # the constant must not broadcast x: all its dims 1 (x's own dims may then be anything,
+        # symbolic or 0), or x static and the output's shape x's
+        ones = all(d == 1 for d in values.shape)
+        same = (y.shape is not None and list(x.shape) == list(y.shape)
+                and all(isinstance(d, (int, np.integer)) for d in x.shape))
+        if not (ones or same):
             continue
         if x_dtype != y_dtype or values.dtype != x_dtype:
             continue
@@ -162,12 +168,14 @@ class EliminateIdentity(RulePass):
       1. ``y`` is an internal tensor: its consumers read ``x``;
       2. ``y`` is a graph output and ``x`` is a local intermediate: ``x``'s producer writes ``y``;
       3. Dropout in inference mode with an unused mask: treated as case 1/2;
-      4. Mul/Div by a constant 1, Add of -0.0, Sub of +0.0 (of any zero for integers), the
-         constant not broadcasting x: as case 1/2.
+      4. Mul/Div by a constant 1, Add of -0.0, Sub of +0.0 (of any zero for integers), And with
+         true, Or with false, the constant not broadcasting x (every dim of it 1, or x static with
+         the output's shape): as case 1/2.
     """
 
     name = "eliminate_identity"
-    summary = "Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+(-0.0), x-(+0.0) (x+0, x-0 for ints)."
+    summary = ("Remove Identity nodes, inference-mode Dropout, and x*1, x/1, x+(-0.0), x-(+0.0) (x+0, x-0 for ints), "
+               "x and true, x or false.")
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True

@@ -4,6 +4,8 @@
         when s is a constant with no 0 entry (or allowzero=1), or its 0 entries can be resolved
         from the static shape of the intermediate tensor
     Reshape(x, s) with static output shape == static input shape  =>  removed
+    Unsqueeze(Unsqueeze(x, a1), a2)  =>  Unsqueeze(x, a)    (a: a1's dims mapped past a2's, and a2;
+        on any shape, symbolic dims included; negative axes need x's rank)
 
 A reshape only rearranges the shape, not the data order, so the last one alone decides the result.
 The intermediate op stays if something else reads its output.
@@ -68,6 +70,66 @@ class _Chain(Rule):
         return m.copy(node, inputs=[m.source, shape])
 
 
+def _unsqueeze_axes(node: gs.Node) -> list[int] | None:
+    """The constant axes of an Unsqueeze (input from opset 13, attribute before), or None."""
+    if len(node.inputs) > 1:
+        axes = node.inputs[1]
+        return [int(v) for v in np.asarray(axes.values).ravel()] if isinstance(axes, gs.Constant) else None
+    axes = node.attrs.get("axes")
+    return None if axes is None else [int(v) for v in axes]
+
+
+def compose_unsqueezes(a1: list[int], a2: list[int], rank: int | None) -> list[int] | None:
+    """The axes of one Unsqueeze doing Unsqueeze(a1) then Unsqueeze(a2) on a tensor of ``rank``
+    (None: unknown, then only non-negative axes are resolved). None where not resolvable or not
+    valid (a repeated or out-of-range axis: the model would fail; it is left to fail as it was)."""
+    r1 = None if rank is None else rank + len(a1)
+    r2 = None if r1 is None else r1 + len(a2)
+    if any(a < 0 for a in a1 + a2) and rank is None:
+        return None
+    a1 = [a % r1 if a < 0 else a for a in a1] if r1 is not None else a1
+    a2 = [a % r2 if a < 0 else a for a in a2] if r2 is not None else a2
+    if len(set(a1)) != len(a1) or len(set(a2)) != len(a2):
+        return None
+    if (r1 is not None and any(a >= r1 for a in a1)) or (r2 is not None and any(a >= r2 for a in a2)):
+        return None
+    taken, kept = set(a2), []  # kept[p]: where the intermediate's dim p lands in the result
+    k = 0
+    while len(kept) <= max(a1, default=-1):
+        if k not in taken:
+            kept.append(k)
+        k += 1
+    return sorted(taken | {kept[p] for p in a1})
+
+
+class _Unsqueezes(Rule):
+    """Case 4: two Unsqueezes in a row become one (the first stays if read elsewhere)."""
+
+    pattern = ("Unsqueeze", "Unsqueeze")
+    exclusive = False
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        m = super().match(anchor, scope)
+        if m is None:
+            return None
+        inner, outer = m.nodes
+        a1, a2 = _unsqueeze_axes(inner), _unsqueeze_axes(outer)
+        if a1 is None or a2 is None or (len(inner.inputs) > 1) != (len(outer.inputs) > 1) or not inner.inputs:
+            return None
+        x = inner.inputs[0]
+        m.axes = compose_unsqueezes(a1, a2, None if x.shape is None else len(x.shape))
+        return m if m.axes is not None else None
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        inner, outer = m.nodes
+        m.count("merged")
+        x = inner.inputs[0]
+        if len(outer.inputs) > 1:  # opset 13+: axes as an input
+            axes = gs.Constant(m.names(outer.inputs[1].name or "axes"), np.array(m.axes, dtype=np.int64))
+            return m.copy(outer, inputs=[x, axes])
+        return m.copy(outer, inputs=[x], attrs={**outer.attrs, "axes": m.axes})
+
+
 class _Noop(Rule):
     """Case 3: a Reshape that does not change a static shape (not writing a graph output)."""
 
@@ -93,16 +155,18 @@ class MergeReshapes(RulePass):
       1. the final Reshape's target has no 0: it reads the chain's input directly;
       2. its 0 entries copy dims of the intermediate tensor, known statically: they are
          replaced by those dims (a new shape constant), then as case 1;
-      3. a Reshape that does not change a static shape is removed.
+      3. a Reshape that does not change a static shape is removed;
+      4. Unsqueeze after Unsqueeze: one Unsqueeze of the composed axes, whatever the dims
+         (negative axes need the input's rank; an invalid axis list is left as it is).
     """
 
     name = "merge_reshapes"
-    summary = "Collapse Reshape/Flatten/Squeeze/Unsqueeze -> Reshape chains; drop no-op Reshapes."
+    summary = "Collapse Reshape/Flatten/Squeeze/Unsqueeze -> Reshape chains and Unsqueeze pairs; drop no-op Reshapes."
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True
 
-    rules = (_Chain(), _Noop())
+    rules = (_Chain(), _Unsqueezes(), _Noop())
 
     def summarize(self, counts: RuleCounts) -> dict:
         return {"merged": counts.total("merged"), "noop_removed": counts.total("noop_removed"), "rules": counts}

@@ -218,3 +218,42 @@ def test_identity_of_a_constant_node_of_one_element_read_by_range_stays():
     assert "Identity" in ops(graph)
     assert any("Range" in e.reason for e in ctx.explanations)
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([-0.0], np.float32)}, exact=True)
+
+
+@pytest.mark.parametrize("op, unit, kept", [("And", True, False), ("Or", False, True)])
+def test_and_true_and_or_false_on_a_symbolic_shape_are_removed_exactly(op, unit, kept):
+    """What the dynamo exporter writes for masks (``new_ones & ge``): the neutral bool goes, on any
+    batch; the absorbing one (and false, or true) stays."""
+    for const, fires in ((unit, True), (kept, False)):
+        for shape in ([], [1], [1, 1]):  # never wider than x (rank 2): x's shape is the output's
+            model = make_model([helper.make_node("Greater", ["a", "b"], ["g"]), helper.make_node(op, ["c", "g"], ["y"])],
+                               {"a": ["n", 3], "b": ["n", 3]}, {"y": (TensorProto.BOOL, ["n", 3])},
+                               initializers={"c": np.full(shape, const, bool)})
+            graph = gp.load(model).graph
+            assert eliminate_identity(graph).modified == fires
+            assert ops(graph) == (["Greater"] if fires else ["Greater", op])
+            after = gp.to_proto(graph)
+            for n in (0, 1, 4):
+                a = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
+                a.ravel()[::2] = np.nan
+                assert_equivalent(model, after, feeds={"a": a, "b": np.zeros((n, 3), np.float32)}, exact=True)
+
+
+def test_a_neutral_constant_that_would_broadcast_a_symbolic_x_stays():
+    # x [n] and true of shape [1, 1]: the output is [1, n], not x
+    model = make_model([helper.make_node("Not", ["x"], ["nx"]), helper.make_node("And", ["c", "nx"], ["y"])],
+                       {"x": (TensorProto.BOOL, ["n"])}, {"y": (TensorProto.BOOL, [1, "n"])},
+                       initializers={"c": np.ones((1, 1), bool)})
+    graph = gp.load(model).graph
+    assert not eliminate_identity(graph).modified and ops(graph) == ["Not", "And"]
+
+
+def test_times_one_of_shape_1_on_a_symbolic_batch_is_removed_with_special_values():
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "one"], ["y"])],
+                       {"x": ["batch", 4]}, {"y": ["batch", 4]}, initializers={"one": np.ones([1], np.float32)})
+    graph = gp.load(model).graph
+    assert eliminate_identity(graph).stats["neutral"] == 1 and ops(graph) == ["Relu"]
+    after = gp.to_proto(graph)
+    x = np.array([[np.nan, np.inf, -np.inf, -0.0], [1e-45, 3.4e38, -2.0, 0.0]], np.float32)
+    for batch in (x[:0], x[:1], x):
+        assert_equivalent(model, after, feeds={"x": batch}, exact=True)

@@ -126,3 +126,75 @@ def test_a_zero_entry_after_an_intermediate_of_unknown_shape_is_not_merged():
                        initializers={"s2": np.array([0, -1], np.int64)})
     graph = gp.load(model).graph
     assert not merge_reshapes(graph).modified and ops(graph) == ["Reshape", "Reshape"]
+
+
+import pytest  # noqa: E402
+from onnx import TensorProto  # noqa: E402
+
+from graphpass.passes.cleanup.merge_reshapes import compose_unsqueezes  # noqa: E402
+
+
+def test_composed_unsqueeze_axes_match_numpy_on_every_small_case():
+    import itertools
+
+    for rank in range(0, 3):
+        x = np.zeros(tuple(range(2, 2 + rank)))
+        for n1 in (1, 2):
+            for a1 in itertools.permutations(range(-(rank + n1), rank + n1), n1):
+                y = np.expand_dims(x, a1) if len(set(np.mod(a1, rank + n1))) == n1 else None
+                if y is None:
+                    continue
+                for a2 in itertools.combinations(range(-(y.ndim + 1), y.ndim + 1), 1):
+                    z = np.expand_dims(y, a2)
+                    axes = compose_unsqueezes(list(a1), list(a2), rank)
+                    assert np.expand_dims(x, axes).shape == z.shape, (rank, a1, a2, axes)
+                    if min(a1 + a2) >= 0:  # non-negative axes need no rank
+                        assert compose_unsqueezes(list(a1), list(a2), None) == axes
+
+
+def _unsqueezes(opset, a1, a2, x_shape=("n",), extra_reader=False):
+    def unsq(src, axes, out):
+        if opset >= 13:
+            return helper.make_node("Unsqueeze", [src, out + "_axes"], [out])
+        return helper.make_node("Unsqueeze", [src], [out], axes=axes)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), unsq("r", a1, "u1"), unsq("u1", a2, "y")]
+    outputs = {"y": (TensorProto.FLOAT, None)}
+    if extra_reader:
+        nodes.append(unsq("u1", [0], "z"))
+        outputs["z"] = (TensorProto.FLOAT, None)
+    inits = {"u1_axes": np.array(a1, np.int64), "y_axes": np.array(a2, np.int64), "z_axes": np.array([0], np.int64)} if opset >= 13 else {}
+    inits = {k: v for k, v in inits.items() if k != "z_axes" or extra_reader}
+    return make_model(nodes, {"x": list(x_shape) if x_shape is not None else (TensorProto.FLOAT, None)}, outputs,
+                      initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 21])
+@pytest.mark.parametrize("a1, a2", [([0], [2]), ([1, 2], [0]), ([-1], [-1]), ([0, -1], [2])])
+def test_two_unsqueezes_on_a_symbolic_dim_become_one(opset, a1, a2):
+    """The dynamo exporter's position ids: Unsqueeze(Unsqueeze(arange(S), [0, 1]), [3])."""
+    model = _unsqueezes(opset, a1, a2)
+    graph = gp.load(model).graph
+    assert merge_reshapes(graph).stats["merged"] == 1 and ops(graph) == ["Relu", "Unsqueeze"]
+    after = gp.to_proto(graph)
+    for n in (0, 1, 5):
+        x = np.linspace(-2, 2, n).astype(np.float32)
+        if n:
+            x[0] = np.nan
+        assert_equivalent(model, after, feeds={"x": x}, exact=True)
+
+
+def test_an_unsqueeze_read_twice_feeds_both_readers_from_its_input():
+    model = _unsqueezes(17, [0], [2], extra_reader=True)
+    graph = gp.load(model).graph
+    merge_reshapes(graph)
+    from graphpass.passes import eliminate_dead_nodes
+    eliminate_dead_nodes(graph)
+    assert ops(graph) == ["Relu", "Unsqueeze", "Unsqueeze"]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.arange(3, dtype=np.float32)}, exact=True)
+
+
+def test_negative_axes_on_an_input_of_unknown_rank_are_left_alone():
+    model = _unsqueezes(17, [-1], [0], x_shape=None)
+    graph = gp.load(model).graph
+    graph.nodes[0].outputs[0].shape = None  # nobody knows r's rank
+    assert not merge_reshapes(graph).modified and ops(graph) == ["Relu", "Unsqueeze", "Unsqueeze"]
