@@ -27,7 +27,8 @@ from pathlib import Path
 ADDRESS_SPACE = 2 << 30  # bytes
 TIMEOUT = 10  # CPU seconds for graphpass itself (RLIMIT_CPU: the machine's load does not count)
 CHECK_TIMEOUT = 20  # further CPU seconds for checking an exit-0 output
-WALL_TIMEOUT = 20.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU)
+WALL_TIMEOUT = 60.0  # wall seconds for graphpass itself (a run blocked on a read uses no CPU); the
+# promise is the 10 s of CPU: on 2 loaded cores the 100k-output case took 6.7 s CPU in 20.1 s wall
 CHECK_WALL_TIMEOUT = 60.0  # further wall seconds for the harness's own check of an exit-0 output
 
 
