@@ -256,7 +256,10 @@ def measure(name: str, src: Path, feeds: dict, tools: list[str], folder: Path, t
         rows.append(row)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(_command(tool, src, dst), capture_output=True, text=True, timeout=timeout)
+            # each tool runs in its own output folder: some write temporaries (uuid-named external
+            # data, onnxruntime's sym_shape_infer_temp.onnx) into the current directory
+            proc = subprocess.run(_command(tool, src.resolve(), dst.resolve()), capture_output=True, text=True, timeout=timeout,
+                                  cwd=out_dir)
         except subprocess.TimeoutExpired:
             row["error"] = f"timed out after {timeout} s"
             continue
