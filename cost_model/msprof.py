@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -61,14 +62,17 @@ def read_op_summary(path: str | Path) -> dict[str, tuple[str, float]]:
             us = float(row["Task Duration(us)"])
         except (TypeError, ValueError):
             raise UsageError(f"{path}: row {i}: 'Task Duration(us)' is not a number: {row['Task Duration(us)']!r}") from None
-        if us < 0:
-            raise UsageError(f"{path}: row {i}: 'Task Duration(us)' is negative: {us}")
+        if not math.isfinite(us) or us < 0:
+            raise UsageError(f"{path}: row {i}: 'Task Duration(us)' is not a finite non-negative number: {row['Task Duration(us)']!r}")
         name = row["Op Name"]
         total[name] += us
         count[name] += 1
         kind[name] = row["OP Type"]
     if not total:
         raise UsageError(f"{path}: the op summary has no rows")
+    over = next((name for name, t in total.items() if not math.isfinite(t)), None)
+    if over is not None:
+        raise UsageError(f"{path}: the durations of op '{over}' add up past the largest float")
     return {name: (kind[name], total[name] / count[name]) for name in total}
 
 
@@ -97,6 +101,10 @@ def calibrate(graph: Any, csv_path: str | Path, target: Any, **estimate_options:
             unmatched.append(name)
             continue
         meas[op] += us
+    if not meas:
+        shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
+        raise UsageError(f"{Path(csv_path)}: its {len(unmatched)} op names matched no node of the model and its op types "
+                         f"no op of the model's ops ({shown}): an op summary of another model?")
     rows = [OpTypeError(op, meas[op], est.get(op, 0.0)) for op in sorted(meas)]
     return rows, unmatched
 

@@ -7,6 +7,7 @@ and what was expected (a :class:`graphpass.UsageError`, exit code 2 in the CLI).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,10 @@ def load_profile(target: str | Path) -> HardwareProfile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path.name}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path.name}: not a UTF-8 text file: {e}") from e
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the target file: {e.strerror or e}") from e
     head = data.get("profile")
     if not isinstance(head, dict):
         raise _bad(path, "profile", "a [profile] table with name, description, default_precision_mode")
@@ -137,8 +142,8 @@ def load_profile(target: str | Path) -> HardwareProfile:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok:
             raise _bad(path, f"{key}.value", f"a {kind.__name__}", value)
-        if kind is not bool and value < 0:
-            raise _bad(path, f"{key}.value", "a non-negative number", value)
+        if kind is not bool and not (math.isfinite(value) and value >= 0):
+            raise _bad(path, f"{key}.value", "a finite non-negative number", value)
         for meta in ("unit", "src"):
             if not isinstance(entry.get(meta), str) or not entry[meta]:
                 raise _bad(path, f"{key}.{meta}", "a non-empty string", entry.get(meta))
@@ -153,8 +158,8 @@ def load_profile(target: str | Path) -> HardwareProfile:
     for op, f in scale.items():
         if op == "src":
             continue
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not f > 0:
-            raise _bad(path, f"op_scale.{op}", "a positive number", f)
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not (f > 0 and math.isfinite(f)):
+            raise _bad(path, f"op_scale.{op}", "a finite positive number", f)
         op_scale[op] = float(f)
     return HardwareProfile(head["name"], head["description"], head["default_precision_mode"], values, sources, path,
                            op_scale)

@@ -663,8 +663,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix an input's shape (-1 keeps a dim dynamic)")
     o.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
-    o.add_argument("--target", default=DEFAULT_TARGET, choices=list(KNOWN_TARGETS) + [NONE_TARGET],
-                   help="hardware profile of the cost model ('none': no cost model)")
+    o.add_argument("--target", default=DEFAULT_TARGET,
+                   help=f"hardware profile of the cost model ({', '.join(KNOWN_TARGETS)}, a profile file such as "
+                        "'graphpass calibrate' writes, or 'none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
     o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
     o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
@@ -755,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--fusion-off", action="store_true")
     bs.add_argument("--fusion-switch", default=None, metavar="FILE")
     bs.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
-    bs.add_argument("--target", default=DEFAULT_TARGET, choices=list(KNOWN_TARGETS) + [NONE_TARGET])
+    bs.add_argument("--target", default=DEFAULT_TARGET, help=f"{', '.join(KNOWN_TARGETS)}, a profile file or 'none'")
     bs.add_argument("--seed", type=_seed_arg, default=0)
     bs.add_argument("--rtol", type=_tolerance_arg, default=None,
                     help="default: exact when only exact passes ran, else the loosest promise of the passes that ran (at least 1e-4)")

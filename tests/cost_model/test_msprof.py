@@ -92,3 +92,76 @@ def test_a_bad_duration_names_its_row(tmp_path):
     with pytest.raises(gp.UsageError, match="row 2"):
         read_op_summary(p)
     assert set(COLUMNS) <= set(p.read_text().splitlines()[0].split(","))
+
+
+# --- hostile review (attack2) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("duration", ["nan", "inf", "-inf", "1e400"])
+def test_a_non_finite_duration_names_its_row_exit_2(model, tmp_path, capsys, duration):
+    """A NaN or infinite Task Duration was accepted: the table showed nan/inf and the corrected
+    file silently lacked the op type's factor (exit 0)."""
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("conv1", "Conv2D", 3.0)])
+    p.write_text(p.read_text().replace("3.000", duration))
+    out = tmp_path / "o.toml"
+    assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 2" in err[0], err
+    assert not out.exists()
+
+
+def test_durations_whose_sum_overflows_are_exit_2(model, tmp_path, capsys):
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("conv1", "Conv2D", 1.5e308), ("conv1", "Conv2D", 1.5e308)])
+    out = tmp_path / "o.toml"
+    assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(out)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_csv_that_matches_no_node_is_exit_2_and_writes_nothing(model, tmp_path, capsys):
+    """An op summary of another model (no name, no Ascend type matches) wrote an uncalibrated copy
+    of the target and exited 0."""
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("other_op", "FooBar", 3.0), ("another", "BarBaz", 1.0)])
+    out = tmp_path / "o.toml"
+    assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matched no node" in err[0], err
+    assert not out.exists()
+
+
+def test_the_calibrated_file_is_accepted_by_optimize_and_bisect(model, tmp_path, capsys):
+    """calibrate says 'use it with --target FILE', but optimize's --target took only the known
+    names (argparse choices): exit 2 'invalid choice'."""
+    csv_path, _ = _measured(model, tmp_path)
+    out = tmp_path / "mine.toml"
+    assert main(["calibrate", str(model), str(csv_path), "--target", "ascend310p3", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["optimize", str(model), "-o", str(tmp_path / "o.onnx"), "--target", str(out)]) == 0
+    assert (tmp_path / "o.onnx").is_file()
+    # an unknown name is still one line, exit 2
+    assert main(["optimize", str(model), "-o", str(tmp_path / "o2.onnx"), "--target", "ascend999"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ascend999" in err[0]
+
+
+@pytest.mark.parametrize("bad", ["non_utf8", "nan_value", "inf_value", "inf_scale", "nan_scale"])
+def test_a_bad_target_file_is_one_line_exit_2(model, tmp_path, capsys, bad):
+    """A target file that is not UTF-8 crashed (exit 3); NaN/inf hardware numbers or op_scale
+    factors were accepted and the estimate came out nan/inf us."""
+    base = get_target("ascend310p3").profile.path.read_text(encoding="utf-8")
+    f = tmp_path / "t.toml"
+    if bad == "non_utf8":
+        f.write_bytes(b"\xff\xfe" + base.encode("utf-16-le"))
+    elif bad in ("nan_value", "inf_value"):
+        import re
+
+        text, n = re.subn(r"(\[cube_freq_mhz\][^\[]*?value = )[-0-9.e+]+", r"\g<1>" + bad[:3], base, count=1, flags=re.S)
+        assert n == 1
+        f.write_text(text)
+    else:
+        f.write_text(base + f'\n[op_scale]\n"Conv" = {bad[:3]}\n')
+    assert main(["cost", str(model), "--target", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "t.toml" in err[0], err
