@@ -496,6 +496,18 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     by_name: dict[str, set[int]] = {}
     for g in iter_graphs(graph):
         for node in g.nodes:
+            for t in node.attrs.values():
+                # a Constant node's value (or any tensor attribute) whose values were read: gs
+                # would write the unpacked bytes and the numpy dtype's ONNX type (an int4 value
+                # 'expected 2 bytes, got 4'; a FLOAT8E4M3FNUZ one as FLOAT8E4M3FN)
+                if isinstance(t, gs.Constant) and isinstance(t._values, np.ndarray) and t._values.dtype.kind not in "biuf":
+                    try:
+                        proto = onnx.numpy_helper.from_array(t._values, t.name)
+                    except Exception as e:  # noqa: BLE001 - let gs's exporter say what it cannot do
+                        log.debug("cannot convert attribute '%s' (%s): %s", t.name, t._values.dtype, e)
+                    else:
+                        arrays.append((t, t._values))
+                        t._values = gs.ir.tensor.LazyValues(proto)
             for t in node.inputs:
                 if not isinstance(t, gs.Constant):
                     continue

@@ -27,12 +27,19 @@ from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
 
+def _dtype_key(dtype) -> tuple[str, str]:
+    """A dtype's identity: its byte layout and its name (ml_dtypes' int4, uint4, float4_e2m1fn
+    and the float8 types are all '<V1' to numpy; only the name tells them apart)."""
+    dtype = np.dtype(dtype)
+    return (dtype.str, dtype.name)
+
+
 def _attr_key(value):
     if isinstance(value, gs.Constant):
         arr = np.asarray(value.values)
-        return ("T", arr.dtype.str, arr.shape, arr.tobytes())
+        return ("T", _dtype_key(arr.dtype), getattr(value, "export_dtype", None), arr.shape, arr.tobytes())
     if isinstance(value, np.ndarray):
-        return ("A", value.dtype.str, value.shape, value.tobytes())
+        return ("A", _dtype_key(value.dtype), value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
         return tuple(_attr_key(v) for v in value)
     if isinstance(value, float):
@@ -69,7 +76,7 @@ def _value_key(t: gs.Constant) -> tuple | None:
             return None
         raw = _raw(arr)
         body = raw.tobytes() if raw.nbytes <= _KEY_BYTES else ("sha256", hashlib.sha256(raw.data).digest())
-        key = (arr.dtype.str, arr.shape, body)
+        key = (_dtype_key(arr.dtype), arr.shape, body, str(getattr(t, "export_dtype", None)))
         if raw.nbytes > _KEY_BYTES:
             t.__dict__["_gp_digest"] = (t._values, key)
     meta = A.meta(t)
@@ -90,7 +97,7 @@ def _sample_key(t: gs.Constant) -> bytes:
 
 def _header_key(t: gs.Constant) -> tuple | None:
     try:
-        return (np.dtype(t.dtype).str, tuple(int(d) for d in t.shape))
+        return (_dtype_key(t.dtype), tuple(int(d) for d in t.shape))
     except TypeError:
         return None
 
@@ -119,7 +126,7 @@ def _dedupe_constants(graph: gs.Graph) -> int:
     for (dtype, shape), members in groups.items():
         if len(members) < 2:
             continue
-        if math.prod(shape) * np.dtype(dtype).itemsize <= _KEY_BYTES:
+        if math.prod(shape) * np.dtype(dtype[0]).itemsize <= _KEY_BYTES:
             candidates.append(members)
             continue
         by_sample: dict[bytes, list[gs.Constant]] = {}

@@ -166,3 +166,26 @@ def test_streamed_save_writes_one_valid_model_with_every_weight(tmp_path):
     body_back = back.graph.node[-1].attribute[0].g
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(body_back.initializer[0]), w_body)
     assert_equivalent(model, back, exact=True)
+
+
+@pytest.mark.parametrize("dtype", ["INT4", "UINT4", "FLOAT4E2M1", "FLOAT8E4M3FNUZ", "FLOAT8E5M2FNUZ", "BFLOAT16"])
+def test_a_constant_nodes_exotic_value_survives_being_read(dtype):
+    """A pass reading a Constant node's INT4 value (CSE keys it) made the export fail ('Raw data
+    size does not match tensor's size', exit 2 blaming the input); a FLOAT8E4M3FNUZ value read
+    was written back as FLOAT8E4M3FN (the numpy dtype's ONNX type), an invalid model."""
+    _onnx, _T, _h = onnx, TensorProto, helper
+    dt = getattr(_T, dtype)
+    nbytes = {"INT4": 2, "UINT4": 2, "FLOAT4E2M1": 2, "BFLOAT16": 8}.get(dtype, 4)
+    value = _h.make_tensor("v", dt, [4], vals=bytes([0x3C, 0x40, 0x01, 0x82, 5, 6, 7, 8][:nbytes]), raw=True)
+    g = _h.make_graph([_h.make_node("Constant", [], ["c"], value=value), _h.make_node("Cast", ["c"], ["y"], to=_T.FLOAT)],
+                      "g", [], [_h.make_tensor_value_info("y", _T.FLOAT, [4])])
+    m = _h.make_model(g, opset_imports=[_h.make_opsetid("", 23)])
+    m.ir_version = 11
+    graph = gp.load(m).graph
+    const = graph.nodes[0].attrs["value"]
+    before = np.asarray(const.values).copy()  # what any pass keying or folding it does
+    out = gp.to_proto(graph)
+    _onnx.checker.check_model(out, full_check=True)
+    t = out.graph.node[0].attribute[0].t
+    assert t.data_type == dt and t.raw_data == value.raw_data
+    assert np.array_equal(_onnx.numpy_helper.to_array(t).view(np.uint8), before.view(np.uint8))

@@ -194,3 +194,48 @@ def test_equal_weights_across_if_branches_become_one_in_the_main_graph(tmp_path)
     assert (tmp_path / "o.onnx").stat().st_size < src.stat().st_size - 2 * w.nbytes + 1024
     for c in (True, False):
         assert_equivalent(model, out, feeds={"x": np.ones((2, 64), np.float32), "c": np.array(c)}, exact=True)
+
+
+# --- hostile review (attack2): the sub-byte and 8-bit float types numpy sees as one void dtype ---
+
+import onnx  # noqa: E402
+import pytest  # noqa: E402
+from onnx import TensorProto  # noqa: E402
+
+_T = TensorProto
+#: pairs of ONNX types whose numpy (ml_dtypes) dtypes share ``dtype.str`` ('<V1'), with raw bytes
+#: that unpack to the same bytes under both
+_SAME_STR = [(_T.INT4, _T.UINT4, [0x9A, 0x7F], 4), (_T.INT4, _T.FLOAT4E2M1, [0x12, 0x34], 4),
+             (_T.UINT4, _T.FLOAT4E2M1, [0x12, 0x34], 4),
+             (_T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, [0x3C, 0x40, 0x01, 0x02], 4),
+             (_T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2FNUZ, [0x3C, 0x40, 0x01, 0x02], 4)]
+
+
+def _two_constants(dt_a, dt_b, raw, n, as_nodes):
+    tensors = [helper.make_tensor(name, dt, [n], vals=bytes(raw), raw=True) for name, dt in (("a", dt_a), ("b", dt_b))]
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in tensors] if as_nodes else []
+    nodes += [helper.make_node("Cast", ["a"], ["ya"], to=_T.FLOAT), helper.make_node("Cast", ["b"], ["yb"], to=_T.FLOAT)]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(y, _T.FLOAT, [n]) for y in ("ya", "yb")],
+                          [] if as_nodes else tensors)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 11
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+@pytest.mark.parametrize("as_nodes", [False, True], ids=["initializers", "constant_nodes"])
+@pytest.mark.parametrize("dt_a,dt_b,raw,n", _SAME_STR,
+                         ids=[f"{_T.DataType.Name(a)}-{_T.DataType.Name(b)}" for a, b, _, _ in _SAME_STR])
+def test_constants_of_types_numpy_spells_alike_stay_apart(dt_a, dt_b, raw, n, as_nodes):
+    """An INT4 and a UINT4 initializer of equal bytes were merged into the INT4 one (both are
+    '<V1' to numpy): the UINT4 reader then read signed values, and the model changed."""
+    model = _two_constants(dt_a, dt_b, raw, n, as_nodes)
+    graph = gp.load(model).graph
+    eliminate_common_subexpressions(graph)
+    out = gp.to_proto(graph)
+    onnx.checker.check_model(out, full_check=True)
+    casts = [n for n in graph.nodes if n.op == "Cast"]
+    assert casts[0].inputs[0] is not casts[1].inputs[0]
+    types = {i.name: i.data_type for i in out.graph.initializer}
+    types.update({n.output[0]: n.attribute[0].t.data_type for n in out.graph.node if n.op_type == "Constant"})
+    assert types == {"a": dt_a, "b": dt_b}
