@@ -123,6 +123,7 @@ def _number_arg(kind: type, ok, what: str):
 #: --rtol/--atol: NaN or inf would pass every difference, a negative one none
 _tolerance_arg = _number_arg(float, lambda v: math.isfinite(v) and v >= 0, "a tolerance is a finite number >= 0")
 _seed_arg = _number_arg(int, lambda v: v >= 0, "a seed is an integer >= 0")
+_bytes_arg = _number_arg(int, lambda v: v >= 0, "a size in bytes is an integer >= 0")
 _cosine_arg = _number_arg(float, lambda v: -1.0 <= v <= 1.0, "a cosine similarity is between -1 and 1")  # NaN fails
 
 
@@ -669,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
     o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
     o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
-    o.add_argument("--fold-size-limit", type=int, default=None, metavar="BYTES",
+    o.add_argument("--fold-size-limit", type=_bytes_arg, default=None, metavar="BYTES",
                    help="with --fold-growing: largest constant a fold that grows the file may store (default 1 MiB)")
     o.add_argument("--fold-growing", action="store_true",
                    help="also fold what makes the file bigger (ConstantOfShape/Tile/Expand results, weight fills) "

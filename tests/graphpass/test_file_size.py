@@ -161,3 +161,17 @@ def test_the_neutral_pipeline_never_grows_a_real_model_by_more_than_one_percent(
     assert main(["optimize", path, "-o", str(out), "--pipeline", "neutral", "-q"]) == 0
     before, after = _stored_bytes(path), _stored_bytes(str(out))
     assert after <= before * 1.01, (before, after)
+
+
+@pytest.mark.parametrize("value", ["-1", "-1048576"])
+def test_a_negative_fold_size_limit_is_one_line_exit_2(tmp_path, capsys, value):
+    """--fold-size-limit -1 was taken (as 'fold nothing that grows') without a word."""
+    src = tmp_path / "fill.onnx"
+    onnx.save(_weight_fill_model(), src)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(SystemExit) as e:  # argparse's own one-line error
+        main(["optimize", str(src), "-o", str(out), "--fold-growing", "--fold-size-limit", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fold-size-limit" in err[0], err
+    assert not out.exists()
