@@ -184,3 +184,29 @@ def test_shufflenet_fused_on_a_symbolic_batch_is_bitwise_at_any_batch(entry, bat
     for a, b in zip(*outs):
         assert a.shape == b.shape == (batch, 10)
         assert np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a), np.signbit(b))
+
+
+def test_peers_runs_each_tool_outside_the_callers_folder(tmp_path, monkeypatch):
+    """onnxruntime's symbolic shape inference (run by some peers) writes sym_shape_infer_temp.onnx
+    and <uuid>.data into its working folder when it gives up; peers.py ran the tools in the
+    caller's folder, and 10 such files (up to 575 MB each) were committed at the repository root.
+    Each tool now runs in its own output folder."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("peers", Path(__file__).parents[2] / "benchmarks" / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    litter = ("import shutil, sys; open('sym_shape_infer_temp.onnx', 'wb').write(b'x'); "
+              "shutil.copyfile(sys.argv[1], sys.argv[2])")
+    monkeypatch.setitem(peers._JOBS, "littering_tool", litter)
+    entry = next(e for e in FILES if e["file"] == "resnet18.torchscript.onnx")
+    src = tmp_path / "src" / entry["file"]
+    src.parent.mkdir()
+    shutil.copyfile(DATA / entry["file"], src)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    monkeypatch.chdir(caller)
+    rows = peers.measure("resnet18", src, feeds_for(entry), ["littering_tool"], tmp_path / "out", 60, 0)
+    assert rows[-1]["tool"] == "littering_tool" and rows[-1]["runs"] and rows[-1]["matches"], rows[-1]
+    assert list(caller.iterdir()) == []
