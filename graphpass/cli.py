@@ -415,7 +415,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not str(args.output).endswith(".toml"):
         raise UsageError(f"-o {args.output}: the corrected target file must end in .toml (it is read with --target FILE)")
     check_output_file(args.output)
-    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None).graph
+    graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None,
+                    dims=parse_dims(args.dim) or None).graph
+    symbolic = sorted({str(d) for t in graph.inputs for d in (t.shape or ["?"]) if not hasattr(d, "__index__")})
+    if symbolic:  # the op summary was profiled at one shape: factors against a guessed one would be off by it
+        raise UsageError(f"{args.model}: symbolic input dims {', '.join(symbolic)}: give the shapes the op summary "
+                         "was profiled at with --input-shape or --dim (e.g. --dim batch=8)")
     rows, unmatched = calibrate(graph, args.op_summary, target, precision_mode=args.precision_mode)
     print(f"{'op type':24s} {'measured us':>12s} {'estimated us':>13s} {'estimate/measured':>18s}")
     for r in rows:
@@ -733,7 +738,10 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("model")
     cb.add_argument("op_summary", help="msprof op_summary CSV (Op Name, OP Type, Task Type, Task Duration(us))")
     cb.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)}) or a profile file")
-    cb.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    cb.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
+                    help="fix an input's shape (the shape the op summary was profiled at)")
+    cb.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                    help="fix a symbolic dim by name on every input that has it (e.g. --dim batch=8)")
     cb.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names())
     cb.add_argument("-o", "--output", required=True, help="the corrected target file (.toml) to write")
     cb.set_defaults(func=cmd_calibrate)

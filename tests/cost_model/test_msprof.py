@@ -165,3 +165,33 @@ def test_a_bad_target_file_is_one_line_exit_2(model, tmp_path, capsys, bad):
     assert main(["cost", str(model), "--target", str(f)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "t.toml" in err[0], err
+
+
+def _dynamic_model(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu1")]
+    m = make_model(nodes, {"x": (F16, ["batch", 32, 32, 32])}, {"y": (F16, ["batch", 32, 32, 32])},
+                   initializers={"w": np.zeros((32, 32, 3, 3), np.float16)})
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_calibrating_a_model_with_a_symbolic_batch_names_it_exit_2(tmp_path, capsys):
+    """The op summary was profiled at one batch; calibrate estimated the model at an assumed
+    batch of 1 without a word and wrote factors off by the batch (and took no --dim)."""
+    model = _dynamic_model(tmp_path)
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("conv1", "Conv2D", 40.0)])
+    out = tmp_path / "o.toml"
+    assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "batch" in err[0] and "--dim" in err[0], err
+    assert not out.exists()
+    # fixed either way, it calibrates; the batch the CSV was profiled at is what the estimate takes
+    totals = {}
+    for flag in (["--dim", "batch=8"], ["--input-shape", "x:8,32,32,32"]):
+        o = tmp_path / f"{flag[0][2:]}.toml"
+        assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(o), *flag]) == 0
+        totals[flag[0]] = get_target(str(o)).estimate(gp.load(str(model), dims={"batch": 8}).graph).per_op_us["Conv"]
+    assert totals["--dim"] == pytest.approx(40.0, rel=0.01) and totals["--input-shape"] == pytest.approx(40.0, rel=0.01)
