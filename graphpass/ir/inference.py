@@ -447,7 +447,7 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
         merged, conflict = _merge_value_info(vi, new, trust_numbers)
         if conflict:
             contradicted += 1
-            first = first or (vi.name, _dims_text(vi), _dims_text(new))
+            first = first or (vi.name, _dims_text(vi, new), _dims_text(new, vi))
         vi.CopyFrom(merged)
     dst.value_info.extend(inferred.values())
     outputs = {o.name: o for o in dst.output}
@@ -469,11 +469,17 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
     return contradicted
 
 
-def _dims_text(vi: onnx.ValueInfoProto) -> str:
+def _dims_text(vi: onnx.ValueInfoProto, other: onnx.ValueInfoProto | None = None) -> str:
+    """``[batch,4]``; with the dtype in front (``float16 [batch,4]``) when ``other``'s differs."""
     tt = vi.type.tensor_type
+    head = ""
+    if other is not None and tt.elem_type != other.type.tensor_type.elem_type:
+        head = (onnx.helper.tensor_dtype_to_string(tt.elem_type).removeprefix("TensorProto.").lower()
+                if tt.elem_type else "no dtype") + " "
     if not tt.HasField("shape"):
-        return "?"
-    return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim) + "]"
+        return head + "?"
+    return head + "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                                 for d in tt.shape.dim) + "]"
 
 
 def _merge_value_info(old: onnx.ValueInfoProto, new: onnx.ValueInfoProto,
