@@ -428,6 +428,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"{r.op:24s} {r.measured_us:12.1f} {r.estimated_us:13.1f} {ratio:>18s}")
     if unmatched:
         print(f"{len(unmatched)} op summary rows matched no node: {', '.join(unmatched[:10])}")
+    zero = [r.op for r in rows if r.measured_us > 0 and not r.estimated_us > 0]
+    if zero:
+        print(f"measured but estimated at 0 us (fused or folded in the estimate), no factor written: {', '.join(zero)}")
     _write_text_atomic(Path(args.output), corrected_profile_text(target, rows, args.op_summary))
     print(f"wrote {args.output}: use it with --target {args.output}")
     return 0

@@ -195,3 +195,22 @@ def test_calibrating_a_model_with_a_symbolic_batch_names_it_exit_2(tmp_path, cap
         assert main(["calibrate", str(model), str(p), "--target", "ascend310p3", "-o", str(o), *flag]) == 0
         totals[flag[0]] = get_target(str(o)).estimate(gp.load(str(model), dims={"batch": 8}).graph).per_op_us["Conv"]
     assert totals["--dim"] == pytest.approx(40.0, rel=0.01) and totals["--input-shape"] == pytest.approx(40.0, rel=0.01)
+
+
+def test_an_op_type_measured_but_estimated_at_zero_is_named(tmp_path, capsys):
+    """A Relu the estimate fuses into its Conv (0 us) but the chip ran on its own: its measured
+    time was printed with a ratio of 0.00 and silently given no factor."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu1")]
+    m = make_model(nodes, {"x": (F16, [4, 32, 32, 32])}, {"y": (F16, [4, 32, 32, 32])},
+                   initializers={"w": np.zeros((32, 32, 3, 3), np.float16)})
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    est = get_target("ascend310p3").estimate(gp.load(str(path)).graph).per_op_us
+    assert est.get("Relu", 0.0) == 0.0 and est["Conv"] > 0  # the premise: the estimate fuses the Relu
+    p = tmp_path / "op_summary.csv"
+    _write_csv(p, [("conv1", "Conv2D", 30.0), ("relu1", "Relu", 4.0)])
+    assert main(["calibrate", str(path), str(p), "--target", "ascend310p3", "-o", str(tmp_path / "o.toml")]) == 0
+    out = capsys.readouterr().out
+    note = [ln for ln in out.splitlines() if "Relu" in ln and "no factor" in ln]
+    assert note, out
