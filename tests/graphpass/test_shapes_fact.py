@@ -436,13 +436,25 @@ def test_a_traced_number_on_a_graph_output_is_sized_again(where):
     check_full(out)
 
 
-def test_a_value_info_whose_dtype_lies_is_reported_with_its_dtype(caplog):
+def test_a_value_info_whose_dtype_lies_is_reported_with_its_dtype():
     """A value_info of the right shape and a wrong dtype was reported as "declared [batch,4],
     inferred [batch,4]": the message named no difference."""
     m = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
                    {"x": (TensorProto.FLOAT, ["batch", 4])}, {"y": (TensorProto.FLOAT, ["batch", 4])})
     m.graph.value_info.append(helper.make_tensor_value_info("r", TensorProto.FLOAT16, ["batch", 4]))
-    with caplog.at_level("WARNING"):
+    import logging
+
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # the CLI's -q/-v in earlier tests set levels; listen on the logger itself
+    logger = logging.getLogger("graphpass.ir.inference")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
         gp.load(m)
-    text = " ".join(r.getMessage() for r in caplog.records if "contradicted" in r.getMessage())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    text = " ".join(r.getMessage() for r in records if "contradicted" in r.getMessage())
     assert "'r'" in text and "float16" in text and "float" in text.replace("float16", ""), text
