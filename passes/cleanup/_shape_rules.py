@@ -25,14 +25,26 @@ __all__ = ["ExpandNoop", "Fold", "ReshapeNoop", "ReshapeTarget", "SliceNoop", "T
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
-class Fold(Rule):
+class _AnalysisRule(Rule):
+    """A rule reading the pass's one shape analysis (the walk's facts, shared by every rule)."""
+
+    def __init__(self, analysis: ShapeAnalysis):
+        self.analysis = analysis
+
+
+class _NoopRule(_AnalysisRule):
+    """A rule whose match proves the node changes nothing: its input replaces its output."""
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("noop_removed")
+        return m.anchor.inputs[0]
+
+
+class Fold(_AnalysisRule):
     """Case 1: a value whose every element is known becomes a constant, where it leaves the
     evaluated arithmetic (a reader that is not itself folded, or a graph output)."""
 
     pattern = (FOLDABLE,)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         if not is_onnx_op(anchor) or len(anchor.outputs) != 1:
@@ -82,14 +94,11 @@ def _reshape_parts(node: gs.Node, analysis: ShapeAnalysis):
     return x, t, v, int(node.attrs.get("allowzero", 0))
 
 
-class ReshapeNoop(Rule):
+class ReshapeNoop(_NoopRule):
     """Case 3: a Reshape to the shape its input already has (every entry its input's dim at the
     same position, or one free entry -1/unknown beside dims whose product is a known nonzero)."""
 
     pattern = ("Reshape",)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
@@ -115,18 +124,11 @@ class ReshapeNoop(Rule):
                 return None  # the free entry is x's dim j only when the others' product is nonzero
         return m
 
-    def rewrite(self, m: Match, ctx) -> gs.Tensor:
-        m.count("noop_removed")
-        return m.anchor.inputs[0]
 
-
-class ReshapeTarget(Rule):
+class ReshapeTarget(_AnalysisRule):
     """Case 2: a computed Reshape target, partly known, becomes a constant with 0 and -1."""
 
     pattern = ("Reshape",)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
@@ -184,13 +186,10 @@ class ReshapeTarget(Rule):
         return m.copy(node, inputs=[node.inputs[0], shape], attrs=attrs)
 
 
-class ExpandNoop(Rule):
+class ExpandNoop(_NoopRule):
     """Case 4: an Expand whose target broadcasts to the input's own shape."""
 
     pattern = ("Expand",)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
@@ -207,18 +206,11 @@ class ExpandNoop(Rule):
                 return None
         return m
 
-    def rewrite(self, m: Match, ctx) -> gs.Tensor:
-        m.count("noop_removed")
-        return m.anchor.inputs[0]
 
-
-class TileNoop(Rule):
+class TileNoop(_NoopRule):
     """Case 5: a Tile whose repeats are all ones."""
 
     pattern = ("Tile",)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
@@ -230,19 +222,12 @@ class TileNoop(Rule):
             return None
         return m
 
-    def rewrite(self, m: Match, ctx) -> gs.Tensor:
-        m.count("noop_removed")
-        return m.anchor.inputs[0]
 
-
-class SliceNoop(Rule):
+class SliceNoop(_NoopRule):
     """Case 6: a Slice that takes every element (step 1 from the start to the end of each axis it
     cuts: an end of INT64_MAX, or at least the dim when the dim is known)."""
 
     pattern = ("Slice",)
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)
@@ -270,6 +255,3 @@ class SliceNoop(Rule):
                 return None
         return m
 
-    def rewrite(self, m: Match, ctx) -> gs.Tensor:
-        m.count("noop_removed")
-        return m.anchor.inputs[0]
