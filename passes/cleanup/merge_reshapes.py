@@ -4,6 +4,8 @@
         when s is a constant with no 0 entry (or allowzero=1), or its 0 entries can be resolved
         from the static shape of the intermediate tensor
     Reshape(x, s) with static output shape == static input shape  =>  removed
+    Reshape(f(Reshape(x, t1)), t2) with f elementwise (scalar constants only) and t2 giving x's
+        own shape  =>  f(x)     (the flatten/unflatten exporters write around an MLP's GELU)
     Unsqueeze(Unsqueeze(x, a1), a2)  =>  Unsqueeze(x, a)    (a: a1's dims mapped past a2's, and a2;
         on any shape, symbolic dims included; negative axes need x's rank)
 
@@ -130,6 +132,93 @@ class _Unsqueezes(Rule):
         return m.copy(outer, inputs=[x], attrs={**outer.attrs, "axes": m.axes})
 
 
+#: Ops that compute each output element from the same element of each input (with scalar constants):
+#: a reshape before them and its inverse after them commute with them, bit for bit.
+_ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid",
+    "HardSigmoid", "Tanh", "Erf", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Floor", "Ceil",
+    "Softplus", "Softsign", "Sin", "Cos", "Not", "Cast", "Clip", "Identity",
+})
+
+
+def _restores(t2: gs.Tensor, x: gs.Tensor, allowzero: int) -> bool:
+    """Reshaping a tensor of x's element count to the constant ``t2`` gives exactly x's shape."""
+    if not isinstance(t2, gs.Constant) or x.shape is None:
+        return False
+    target = [int(v) for v in np.asarray(t2.values).ravel()]
+    if len(target) != len(x.shape) or (0 in target and not allowzero) or target.count(-1) > 1:
+        return False
+    for v, d in zip(target, x.shape):
+        if v == -1:
+            continue  # the one -1: the element count, the same as x's, leaves x's dim here
+        if not isinstance(d, (int, np.integer)) or int(d) != v:
+            return False
+    return True
+
+
+class _AroundElementwise(Rule):
+    """Case 5: a Reshape, elementwise ops, and a Reshape back to the first one's input shape: the
+    elementwise ops run on the input as it is (both Reshapes go). Every tensor in between is read
+    only inside the region; the constants are scalars (one element, rank 0 or 1), so no operand
+    broadcasts differently at the other rank."""
+
+    pattern = ("Reshape",)
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        if anchor.op != "Reshape" or len(anchor.inputs) < 2 or not anchor.inputs[0].name:
+            return None
+        y = anchor.inputs[0]
+        if not scope.single_reader(y):
+            return None
+        region, first, todo, seen = [], None, [y], set()
+        while todo:
+            t = todo.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            node = scope.producer(t)
+            if node is None:
+                return None
+            if node.op == "Reshape":
+                if first is not None and first is not node:
+                    return None
+                first = node
+                continue
+            if node.op not in _ELEMENTWISE or len(node.outputs) != 1 or len(region) > 64:
+                return None
+            region.append(node)
+            for i in node.inputs:
+                if isinstance(i, gs.Constant):
+                    if np.asarray(i.values).size != 1 or np.asarray(i.values).ndim > 1:
+                        return None
+                elif i.name:
+                    todo.append(i)
+        if first is None or not region or len(first.inputs) < 2 or not first.inputs[0].name:
+            return None
+        inside = {id(n) for n in region}
+        for t in [first.outputs[0]] + [n.outputs[0] for n in region]:
+            readers = [r for r in t.outputs if id(r) in inside or r is anchor]
+            if len(readers) != len(t.outputs) or scope.is_output(t):
+                return None
+        x = first.inputs[0]
+        if x.shape is None or not len(x.shape):  # a [1] constant would make a scalar x rank 1
+            return None
+        if not _restores(anchor.inputs[1], x, int(anchor.attrs.get("allowzero", 0))):
+            return None
+        order = {id(n): k for k, n in enumerate(scope.graph.nodes)}
+        m = scope.match([first] + sorted(region, key=lambda n: order.get(id(n), 0)) + [anchor])
+        m.x, m.mid, m.y = x, first.outputs[0], y
+        return m
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        m.count("around_elementwise")
+        new = {id(m.mid): m.x}
+        for node in m.nodes[1:-1]:
+            out = m.copy(node, inputs=[new.get(id(i), i) for i in node.inputs])
+            new[id(node.outputs[0])] = out
+        return new[id(m.y)]
+
+
 class _Noop(Rule):
     """Case 3: a Reshape that does not change a static shape (not writing a graph output)."""
 
@@ -157,7 +246,9 @@ class MergeReshapes(RulePass):
          replaced by those dims (a new shape constant), then as case 1;
       3. a Reshape that does not change a static shape is removed;
       4. Unsqueeze after Unsqueeze: one Unsqueeze of the composed axes, whatever the dims
-         (negative axes need the input's rank; an invalid axis list is left as it is).
+         (negative axes need the input's rank; an invalid axis list is left as it is);
+      5. Reshape -> elementwise ops with scalar constants -> Reshape back to the first input's
+         shape (its static dims and at most one -1): the elementwise ops read the input itself.
     """
 
     name = "merge_reshapes"
@@ -166,7 +257,8 @@ class MergeReshapes(RulePass):
     promise = EXACT
     preserves_order = True
 
-    rules = (_Chain(), _Unsqueezes(), _Noop())
+    rules = (_AroundElementwise(), _Chain(), _Unsqueezes(), _Noop())
 
     def summarize(self, counts: RuleCounts) -> dict:
-        return {"merged": counts.total("merged"), "noop_removed": counts.total("noop_removed"), "rules": counts}
+        return {"merged": counts.total("merged"), "noop_removed": counts.total("noop_removed"),
+                "around_elementwise": counts.total("around_elementwise"), "rules": counts}

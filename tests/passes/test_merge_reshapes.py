@@ -198,3 +198,61 @@ def test_negative_axes_on_an_input_of_unknown_rank_are_left_alone():
     graph = gp.load(model).graph
     graph.nodes[0].outputs[0].shape = None  # nobody knows r's rank
     assert not merge_reshapes(graph).modified and ops(graph) == ["Relu", "Unsqueeze", "Unsqueeze"]
+
+
+def _gelu_between_reshapes(t2=(-1, 8), bias=None, extra_reader=False, middle="Tanh", x_shape=("n", 8)):
+    """What torch's dynamo exporter writes around GPT-2's MLP GELU: [N, 8] -> [B, S, 8] -> tanh-GELU
+    -> [-1, 8] (here B = N, S = 1)."""
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["r"]), n("Reshape", ["r", "t1"], ["v"]),
+             n("Mul", ["v", "half"], ["a"]), n("Pow", ["v", "three"], ["p"]), n("Mul", ["p", "k"], ["b"]),
+             n("Add", ["v", "b"], ["c"]), n(middle, ["c"], ["d"]), n("Add", ["d", "one"], ["e"]),
+             n("Mul", ["a", "e"], ["f"]), n("Reshape", ["f", "t2"], ["y"])]
+    inits = {"t1": np.array([-1, 1, 8], np.int64), "t2": np.array(t2, np.int64), "half": np.array(0.5, np.float32),
+             "three": np.array(3.0, np.float32), "k": np.array([0.044715], np.float32), "one": np.array(1.0, np.float32)}
+    outputs = {"y": list(x_shape) if len(t2) == len(x_shape) else (TensorProto.FLOAT, None)}
+    if bias is not None:
+        inits["half"] = bias
+    if extra_reader:
+        outputs["c"] = (TensorProto.FLOAT, None)
+    return make_model(nodes, {"x": list(x_shape)}, outputs, initializers=inits)
+
+
+def _special(n, width=8):
+    x = np.linspace(-6, 6, n * width).astype(np.float32).reshape(n, width)
+    flat = x.ravel()
+    flat[::5] = np.resize(np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38], np.float32), flat[::5].size)
+    return {"x": x}
+
+
+def test_reshapes_around_an_elementwise_region_go_and_the_result_is_bitwise_equal():
+    model = _gelu_between_reshapes()
+    graph = gp.load(model).graph
+    assert merge_reshapes(graph).stats["around_elementwise"] == 1
+    assert "Reshape" not in ops(graph) and ops(graph).count("Mul") == 3
+    after = gp.to_proto(graph)
+    for n in (0, 1, 7):
+        assert_equivalent(model, after, feeds=_special(n), exact=True)
+
+
+@pytest.mark.parametrize("case", ["vector constant", "read elsewhere", "not back", "softmax", "scalar x"])
+def test_reshapes_around_elementwise_ops_stay_where_the_region_is_not_shape_free(case):
+    if case == "vector constant":  # a per-channel constant broadcasts by position: rank matters
+        model = _gelu_between_reshapes(bias=np.full(8, 0.5, np.float32))
+    elif case == "read elsewhere":
+        model = _gelu_between_reshapes(extra_reader=True)
+    elif case == "not back":
+        model = _gelu_between_reshapes(t2=(-1, 4, 2), x_shape=("n", 8))
+    elif case == "softmax":
+        model = _gelu_between_reshapes(middle="Softmax")
+    else:
+        model = make_model([helper.make_node("Reshape", ["x", "t1"], ["v"]), helper.make_node("Add", ["v", "one"], ["a"]),
+                            helper.make_node("Reshape", ["a", "t2"], ["y"])], {"x": []}, {"y": []},
+                           initializers={"t1": np.array([1], np.int64), "t2": np.zeros([0], np.int64),
+                                         "one": np.ones([1], np.float32)})
+    graph = gp.load(model).graph
+    before = ops(graph)
+    result = merge_reshapes(graph)
+    assert result.stats["around_elementwise"] == 0 and ops(graph).count("Reshape") >= 1
+    assert_equivalent(model, gp.to_proto(graph), feeds=None if case == "scalar x" else _special(3), exact=True)
+    assert before.count("Reshape") >= ops(graph).count("Reshape")
