@@ -36,8 +36,14 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
             name, sep, dims = spec.rpartition(":")
             if not sep or not name:
                 raise UsageError(f"--input-shape '{spec}': expected NAME:D1,D2,... (e.g. x:1,3,224,224)")
+            if name in shapes:  # --dim refuses a name given twice: so does --input-shape
+                raise UsageError(f"--input-shape '{spec}': input '{name}' is given twice")
+            parts = dims.replace("x", ",").split(",") if dims.strip() else []
+            if any(not d.strip() for d in parts):
+                raise UsageError(f"--input-shape '{spec}': an empty dimension (expected NAME:D1,D2,... or "
+                                 "NAME:D1xD2x..., integers, -1 to keep a dim dynamic)")
             try:
-                shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+                shapes[name] = [int(d) for d in parts]
             except ValueError:
                 raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
             for k, d in enumerate(shapes[name]):

@@ -69,6 +69,20 @@ def test_disable_and_passes_options(tmp_path, capsys):
 
 def test_parse_input_shapes():
     assert parse_input_shapes(["x:1,3,224,224", "ns:scope/y:4"]) == {"x": [1, 3, 224, 224], "ns:scope/y": [4]}
+    assert parse_input_shapes(["x:1x3x224x224", "s:"]) == {"x": [1, 3, 224, 224], "s": []}  # D1xD2..., a scalar
+
+
+@pytest.mark.parametrize("values, says", [
+    (["a:3,x"], "empty dimension"),            # was read as a:3 (rank 1): 'x' is a separator
+    (["a:3,,4"], "empty dimension"),
+    (["a:1,3", "a:2,3"], "given twice"),       # was: the last one silently
+    (["a:1,3 a:1,3"], "given twice"),
+])
+def test_an_input_shape_with_an_empty_dim_or_given_twice_is_refused(values, says):
+    from graphpass.errors import UsageError
+
+    with pytest.raises(UsageError, match=says):
+        parse_input_shapes(values)
 
 
 # -- nothing left behind, exit codes, onnxruntime's logs (issue 18) ------------------------------
