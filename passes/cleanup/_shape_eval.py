@@ -142,16 +142,22 @@ def _broadcast(x: Vec, y: Vec) -> tuple[list, list, bool] | None:
     return xs, ys, x.scalar and y.scalar
 
 
+def _operands(a: ShapeAnalysis, node: gs.Node) -> tuple[list, list, bool, np.dtype] | None:
+    """A binary op's two values broadcast against each other (elements, scalar flag, dtype), or None."""
+    x, y = a.value(node.inputs[0]), a.value(a.input(node, 1))
+    if x is None or y is None or x.dtype != y.dtype:
+        return None
+    b = _broadcast(x, y)
+    return None if b is None else (*b, x.dtype)
+
+
 def _arith(op: str):
     def ev(a: ShapeAnalysis, node: gs.Node) -> Vec | None:
-        x, y = a.value(node.inputs[0]), a.value(a.input(node, 1))
-        if x is None or y is None or x.dtype != y.dtype:
-            return None
-        b = _broadcast(x, y)
+        b = _operands(a, node)
         if b is None:
             return None
-        xs, ys, scalar = b
-        return Vec([_elem(op, p, q, x.dtype) for p, q in zip(xs, ys)], scalar, x.dtype)
+        xs, ys, scalar, dtype = b
+        return Vec([_elem(op, p, q, dtype) for p, q in zip(xs, ys)], scalar, dtype)
 
     return ev
 
@@ -180,10 +186,7 @@ def _elem(op: str, p, q, dtype: np.dtype):
 
 
 def _equal(a: ShapeAnalysis, node: gs.Node) -> Vec | None:
-    x, y = a.value(node.inputs[0]), a.value(a.input(node, 1))
-    if x is None or y is None or x.dtype != y.dtype:
-        return None
-    b = _broadcast(x, y)
+    b = _operands(a, node)
     if b is None:
         return None
 
