@@ -156,6 +156,29 @@ def _restores(t2: gs.Tensor, x: gs.Tensor, allowzero: int) -> bool:
     return True
 
 
+def _producers_first(region: list[gs.Node], inside: set[int]) -> list[gs.Node]:
+    """The region's nodes, each after the region nodes it reads (a walk of the region only, not
+    of the graph)."""
+    done: set[int] = set()
+    out: list[gs.Node] = []
+    for start in region:
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in done:
+                continue
+            if expanded:
+                done.add(id(node))
+                out.append(node)
+                continue
+            stack.append((node, True))
+            for t in node.inputs:
+                p = t.inputs[0] if len(t.inputs) == 1 else None
+                if p is not None and id(p) in inside and id(p) not in done:
+                    stack.append((p, False))
+    return out
+
+
 class _AroundElementwise(Rule):
     """Case 5: a Reshape, elementwise ops, and a Reshape back to the first one's input shape: the
     elementwise ops run on the input as it is (both Reshapes go). Every tensor in between is read
@@ -205,8 +228,7 @@ class _AroundElementwise(Rule):
             return None
         if not _restores(anchor.inputs[1], x, int(anchor.attrs.get("allowzero", 0))):
             return None
-        order = {id(n): k for k, n in enumerate(scope.graph.nodes)}
-        m = scope.match([first] + sorted(region, key=lambda n: order.get(id(n), 0)) + [anchor])
+        m = scope.match([first] + _producers_first(region, inside) + [anchor])
         m.x, m.mid, m.y = x, first.outputs[0], y
         return m
 
