@@ -20,6 +20,7 @@ from graphpass.passes.cleanup import (
     MergeTransposes,
     SimplifyShapes,
     SpecializeShapes,
+    StripDebugInfo,
 )
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
@@ -38,6 +39,7 @@ merge_reshapes = MergeReshapes.as_function()
 merge_transposes = MergeTransposes.as_function()
 simplify_shapes = SimplifyShapes.as_function()
 specialize_shapes = SpecializeShapes.as_function()
+strip_debug_info = StripDebugInfo.as_function()
 fold_batchnorm = FoldBatchNorm.as_function()
 mixed_precision = MixedPrecision.as_function()
 lower_extract_image_patches = LowerExtractImagePatches.as_function()
@@ -74,6 +76,7 @@ __all__ = [
     "MergeTransposes",
     "SimplifyShapes",
     "SpecializeShapes",
+    "StripDebugInfo",
     "FoldBatchNorm",
     "MixedPrecision",
     "LowerExtractImagePatches",
@@ -99,6 +102,7 @@ __all__ = [
     "merge_transposes",
     "simplify_shapes",
     "specialize_shapes",
+    "strip_debug_info",
     "fold_batchnorm",
     "mixed_precision",
     "lower_extract_image_patches",

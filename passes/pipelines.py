@@ -15,6 +15,7 @@ __all__ = ["PIPELINES", "DEFAULT_PIPELINE", "get_pipeline", "build", "check_orde
 
 #: Hardware-neutral cleanup, in the order each pass feeds the next.
 CLEANUP = (
+    "strip_debug_info",
     "specialize_shapes",
     "fold_constants",
     "inline_control_flow",

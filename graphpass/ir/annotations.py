@@ -29,6 +29,7 @@ __all__ = [
     "SINK",
     "REASON",
     "meta",
+    "stored_meta",
     "get",
     "set",
     "set_format",
@@ -59,6 +60,11 @@ def meta(obj: Any) -> dict[str, str]:
         d = {}
         obj.__dict__[_KEY] = d
     return d
+
+
+def stored_meta(obj: Any) -> dict[str, str] | None:
+    """The annotation dict of ``obj`` if it has one (None, and nothing created, otherwise)."""
+    return obj.__dict__.get(_KEY)
 
 
 def get(obj: Any, key: str, default: str | None = None) -> str | None:

@@ -10,6 +10,7 @@ from graphpass.passes.cleanup.merge_reshapes import MergeReshapes
 from graphpass.passes.cleanup.merge_transposes import MergeTransposes
 from graphpass.passes.cleanup.simplify_shapes import SimplifyShapes
 from graphpass.passes.cleanup.specialize_shapes import SpecializeShapes
+from graphpass.passes.cleanup.strip_debug_info import StripDebugInfo
 
 __all__ = [
     "EliminateCastPairs",
@@ -22,4 +23,5 @@ __all__ = [
     "MergeTransposes",
     "SimplifyShapes",
     "SpecializeShapes",
+    "StripDebugInfo",
 ]

@@ -1,0 +1,93 @@
+"""Exporter debug information dropped, like a compiler's output without ``-g``.
+
+    node  metadata_props: namespace, pkg.torch.onnx.stack_trace, ...   =>  node without them
+    tensor metadata_props: pkg.torch.export.graph_signature...          =>  tensor without them
+
+torch's dynamo exporter writes, on every node, where it came from: the Python stack trace (with
+the exporting machine's file paths), the module hierarchy, the FX node and name scopes; and on
+tensors, torch.export's signature. That is most of a small model's file (192 of the 241 kB
+of a small GPT-2), nothing after graphpass reads it (ATC, onnxruntime), and it stops being true
+for the nodes graphpass fuses or folds. onnxsim, onnxslim, onnxruntime's optimizer and
+Polygraphy drop it too (they drop every ``metadata_props``). This pass drops only the keys under
+:data:`DEBUG_PREFIXES` and the node key ``namespace`` (both the torch exporters' and
+onnxscript's); graphpass's own annotations and anybody else's keys stay.
+
+Keep them with ``--disable strip_debug_info`` (``disable=["strip_debug_info"]`` in Python).
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from graphpass.ir.annotations import stored_meta
+from graphpass.ir.graph import iter_graphs
+from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
+from graphpass.passes.framework.pass_base import EXACT
+
+__all__ = ["StripDebugInfo", "DEBUG_PREFIXES", "is_debug_key"]
+
+#: key prefixes of exporter provenance (torch.onnx's dynamo exporter, torch.export, onnxscript)
+DEBUG_PREFIXES = ("pkg.torch.", "pkg.onnxscript.")
+#: keys the dynamo exporter writes on nodes without a prefix
+_DEBUG_NODE_KEYS = frozenset({"namespace"})
+
+
+def is_debug_key(key: str, on_node: bool) -> bool:
+    return key.startswith(DEBUG_PREFIXES) or (on_node and key in _DEBUG_NODE_KEYS)
+
+
+def _strip(obj, on_node: bool) -> int:
+    """Bytes of debug keys and values removed from ``obj``'s annotations."""
+    d = stored_meta(obj)
+    if not d:
+        return 0
+    dropped = [k for k in d if is_debug_key(k, on_node)]
+    freed = 0
+    for k in dropped:
+        freed += len(k.encode()) + len(d.pop(k).encode())
+    return freed
+
+
+@register
+class StripDebugInfo(Pass):
+    """Drops exporter provenance from node and tensor ``metadata_props``.
+
+    Cases:
+      1. a node key under ``pkg.torch.`` / ``pkg.onnxscript.`` or ``namespace``: dropped;
+      2. a tensor key under those prefixes (graph inputs, outputs, initializers, value_info): dropped;
+      3. the same inside If/Loop/Scan bodies;
+      4. every other key (graphpass's own annotations, a user's) stays; the model's own
+         ``metadata_props`` stay.
+    """
+
+    name = "strip_debug_info"
+    summary = "Drop exporter debug metadata (stack traces, module paths); --disable strip_debug_info keeps it."
+    kind = PassKind.CLEANUP
+    promise = EXACT
+    preserves_order = True
+    run_once = True
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        nodes = tensors = freed = 0
+        seen: set[int] = set()
+        for g in iter_graphs(graph):
+            for n in g.nodes:
+                b = _strip(n, True)
+                if b:
+                    nodes += 1
+                    freed += b
+                for t in list(n.inputs) + list(n.outputs):
+                    if id(t) not in seen:
+                        seen.add(id(t))
+                        b = _strip(t, False)
+                        if b:
+                            tensors += 1
+                            freed += b
+            for t in list(g.inputs) + list(g.outputs):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    b = _strip(t, False)
+                    if b:
+                        tensors += 1
+                        freed += b
+        return PassResult(nodes + tensors > 0, {"nodes": nodes, "tensors": tensors, "bytes": freed})

@@ -1,0 +1,94 @@
+"""strip_debug_info: exporter provenance dropped from node and tensor metadata, nothing else."""
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper
+
+import graphpass as gp
+from graphpass.cli import main
+from graphpass.ir import annotations
+from graphpass.passes import strip_debug_info
+from graphpass.testing import assert_equivalent, make_model, ops
+
+HERE = os.path.dirname(__file__)
+GPT2 = os.path.join(HERE, "..", "data", "exporters", "gpt2.dynamo.onnx")
+
+TRACE = 'File "/home/someone/model.py", line 12, in forward\n    return self.fc(x)'
+
+
+def _props(holder, **kv):
+    for k, v in kv.items():
+        holder.metadata_props.add(key=k, value=v)
+
+
+def _model():
+    """Relu -> If(cond) whose branches Neg/Abs the Relu's output; every node and tensor carries
+    dynamo-style provenance next to a graphpass annotation and a user's key."""
+    def branch(op, tag):
+        n = helper.make_node(op, ["r"], [f"o_{tag}"], name=f"{op}_{tag}")
+        _props(n, **{"pkg.torch.onnx.stack_trace": TRACE, "namespace": f": M/{tag}", "user.tag": tag})
+        return helper.make_graph([n], tag, [], [helper.make_tensor_value_info(f"o_{tag}", T.FLOAT, [3])])
+
+    relu = helper.make_node("Relu", ["x"], ["r"], name="relu")
+    _props(relu, **{"pkg.torch.onnx.stack_trace": TRACE, "pkg.torch.onnx.class_hierarchy": "['M', 'ReLU']",
+                    "namespace": ": M/relu", "pkg.onnxscript.rewriter.rule_name": "r", "graphpass.engine": "AICORE",
+                    "user.owner": "team-a"})
+    cond = helper.make_node("If", ["c"], ["y"], then_branch=branch("Neg", "then"), else_branch=branch("Abs", "else"))
+    m = make_model([relu, cond], {"x": [3], "c": (T.BOOL, [])}, {"y": [3]})
+    _props(m.graph.input[0], **{"pkg.torch.export.graph_signature.InputSpec.kind": "USER_INPUT", "user.unit": "m"})
+    m.metadata_props.add(key="pkg.torch.onnx.producer", value="model level stays")
+    return m
+
+
+def _node_keys(graph):
+    return {n.name: sorted(annotations.stored_meta(n) or {}) for g in gp.ir.iter_graphs(graph) for n in g.nodes}
+
+
+def test_drops_provenance_on_nodes_bodies_and_tensors_and_keeps_every_other_key():
+    src = _model()
+    model = gp.load(src)
+    result = strip_debug_info(model)
+    assert result.modified
+    assert result.stats["nodes"] == 3 and result.stats["tensors"] == 1
+    assert result.stats["bytes"] > 3 * len(TRACE)
+    keys = _node_keys(model.graph)
+    assert keys["relu"] == ["graphpass.engine", "user.owner"]
+    assert keys["Neg_then"] == keys["Abs_else"] == ["user.tag"]
+    assert annotations.stored_meta(model.graph.inputs[0]) == {"user.unit": "m"}
+    out = model.to_proto()
+    assert {p.key: p.value for p in out.metadata_props} == {"pkg.torch.onnx.producer": "model level stays"}
+    assert ops(out) == ["Relu", "If"]
+    feeds = {"x": np.array([-1.5, -0.0, np.nan], np.float32)}
+    for c in (True, False):
+        assert_equivalent(src, out, {**feeds, "c": np.array(c)}, exact=True)
+
+
+def test_nothing_to_drop_is_no_change():
+    src = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [3]}, {"y": [3]})
+    _props(src.graph.node[0], **{"user.namespace": "mine", "graphpass.engine": "AICORE", "pkg.torchvision": "x"})
+    model = gp.load(src)
+    result = strip_debug_info(model)
+    assert not result.modified and result.stats == {"nodes": 0, "tensors": 0, "bytes": 0}
+    assert sorted(annotations.stored_meta(model.graph.nodes[0])) == ["graphpass.engine", "pkg.torchvision",
+                                                                      "user.namespace"]
+
+
+def test_a_dynamo_export_loses_its_stack_traces_and_only_them(tmp_path):
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", GPT2, "-o", str(out), "--pipeline", "neutral", "-q"]) == 0
+    m = onnx.load(out, load_external_data=False)
+    keys = {p.key for n in m.graph.node for p in n.metadata_props}
+    assert not any(k.startswith("pkg.torch.") or k == "namespace" for k in keys), keys
+    src = onnx.load(GPT2, load_external_data=False)
+    assert sum(len(p.value) for n in src.graph.node for p in n.metadata_props) > 150_000
+    assert os.path.getsize(out) < os.path.getsize(GPT2) / 5
+
+
+def test_disable_keeps_them(tmp_path):
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", GPT2, "-o", str(out), "--pipeline", "neutral", "-q", "--disable", "strip_debug_info"]) == 0
+    m = onnx.load(out, load_external_data=False)
+    traces = [p.value for n in m.graph.node for p in n.metadata_props if p.key == "pkg.torch.onnx.stack_trace"]
+    assert len(traces) > 100
