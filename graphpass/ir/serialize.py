@@ -134,8 +134,9 @@ def load_proto(source: ModelSource, lazy_external: bool = False, *, max_memory: 
     return _load_proto(source, lazy_external, limits.resolve_max_memory(max_memory))[0]
 
 
-def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int]:
-    """:func:`load_proto` and the bytes graphpass will hold for it (model + external data)."""
+def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int]:
+    """:func:`load_proto`, the bytes graphpass will hold for it (model + external data, sparse
+    tensors made dense) and the bytes of the source itself (model + external data)."""
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # never mutate the caller's proto
@@ -156,8 +157,9 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[o
     validate(model, where)
     held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
+    source_bytes = held
     held += _densify_sparse(model, where, limit - held)
-    return _upgrade_old_opset(model), held
+    return _upgrade_old_opset(model), held, source_bytes
 
 
 def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
@@ -335,6 +337,9 @@ _TYPE_KEY = "_gp_type"
 #: external data; :func:`save` writes the weights the same way (one file or one per tensor,
 #: the same size threshold) beside the output, never into the input's data files.
 EXTERNAL_LAYOUT = "graphpass.external_layout"
+#: Model.meta key: bytes of the model as loaded (the file or bytes, plus its external data);
+#: fold_constants keeps the saved model within it (graphpass.ir.size)
+SOURCE_BYTES = "graphpass.source_bytes"
 
 #: ``Model.meta`` key: the names the loaded model declared ``value_info`` for. :func:`save`
 #: writes value_info for those (with the shapes graphpass knows now) and for annotated tensors,
@@ -462,11 +467,12 @@ def load(
             constant (and drops the input), so passes can fold it.
     """
     limit = limits.resolve_max_memory(max_memory)
-    model, held = _load_proto(source, True, limit)
+    model, held, source_bytes = _load_proto(source, True, limit)
     layout = external.layout_of(model)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
                        freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
     model_of(graph).budget = limits.Budget(limit, held)
+    model_of(graph).meta[SOURCE_BYTES] = source_bytes
     if layout is not None:
         model_of(graph).meta[EXTERNAL_LAYOUT] = layout
     for g in iter_graphs(graph):

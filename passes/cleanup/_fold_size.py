@@ -15,7 +15,15 @@ output name and one name per input, each length-prefixed; exporter names run 20-
 a node of exporter output is 60-200 bytes and never less than ~10 even in hand-made graphs. 64
 bytes is an int64 shape vector of rank 8, so ``Shape -> Gather -> Concat`` chains that become a
 shape vector fold; a fold that stores more (a ConstantOfShape weight fill, a Tile, an Expand)
-needs ``fold_growing``.
+needs ``fold_growing`` or room in the file.
+
+Room: the rule above keeps each fold from growing its own part of the file. A fold that would
+grow it still happens while the whole model stays no bigger than it was loaded: ``room`` is the
+input's bytes minus an upper bound of the model's bytes now (:func:`graphpass.ir.size.bytes_bound`;
+what earlier passes removed, exporter debug metadata stripped included), and each such fold is
+charged its most bytes (data and initializer overhead, minus the constants it frees, nothing for
+removed nodes) in topological order until the room is spent. A small GPT-2's tied lm_head weight,
+transposed for the MatMul, folds this way (as onnxsim folds it) while the file still shrinks.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.shapes import numel, static_shape
+from graphpass.ir.size import constant_overhead
 
 __all__ = ["NODE_ALLOWANCE", "constant_bytes", "plan"]
 
@@ -52,9 +61,11 @@ class _Component:
         self.nodes: dict[int, gs.Node] = {}
 
 
-def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int]) -> int:
+def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
+            bound: bool = False) -> int:
     """Bytes the file grows by when ``chosen`` (tensors produced inside ``nodes``, a component
-    in topological order) are folded."""
+    in topological order) are folded. ``bound``: the most it can grow (what the model-wide room
+    is charged): each new initializer's own overhead counted, nothing for the removed nodes."""
     chosen_ids = {id(t) for t in chosen}
     removed: set[int] = set()
     for n in reversed(nodes):  # topological order: readers first
@@ -72,11 +83,13 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
                 counted.add(id(c))
                 freed += constant_bytes(c)
     new = sum(sizes.get(id(t), 0) for t in chosen)
+    if bound:
+        return new + sum(constant_overhead(t.name, len(t.shape) if t.shape is not None else 8) for t in chosen) - freed
     return new - freed - NODE_ALLOWANCE * len(removed)
 
 
 def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
-         growing_limit: int | None) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor]]:
+         growing_limit: int | None, room: int = 0) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor], int]:
     """Split ``wanted`` (boundary tensors of the foldable set, topologically ordered) into the
     ones to fold, the ones refused because the file would grow, and (only with
     ``growing_limit``, the ``fold_growing`` mode) the growing ones refused as over that limit.
@@ -86,6 +99,11 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         graph_outputs: ids of the graph's outputs (never freed).
         growing_limit: None by default; with ``fold_growing`` the size limit up to which a
             tensor is folded even when the file grows.
+        room: bytes the model may still grow by (see the module docstring); unused with
+            ``growing_limit``.
+
+    Returns:
+        (fold, grow, over, room used).
     """
     order = {id(n): k for k, n in enumerate(foldable)}
     # components: fold nodes joined through the tensors and constants they share (linear)
@@ -114,6 +132,7 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
     fold: list[gs.Tensor] = []
     grow: list[gs.Tensor] = []
     over: list[gs.Tensor] = []
+    used = 0
     for c in comps.values():
         if not c.tensors:
             continue
@@ -129,6 +148,18 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
                 if g - base <= 0:
                     kept.append(t)
                     base = g
+        if growing_limit is None and room - used > 0 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
+            # the model-wide room, charged at the most each fold can grow the file
+            base = _growth(kept, nodes, sizes, graph_outputs, bound=True)
+            taken = {id(t) for t in kept}
+            for t in c.tensors:
+                if id(t) in taken:
+                    continue
+                g = _growth(kept + [t], nodes, sizes, graph_outputs, bound=True)
+                if g - base <= room - used:
+                    used += max(0, g - base)
+                    kept.append(t)
+                    base = g
         fold.extend(kept)
         kept_ids = {id(t) for t in kept}
         for t in c.tensors:
@@ -142,4 +173,4 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
                 over.append(t)
     rank = {id(t): k for k, t in enumerate(wanted)}
     fold.sort(key=lambda t: rank[id(t)])
-    return fold, grow, over
+    return fold, grow, over, used

@@ -9,7 +9,8 @@ foldable subgraph, not one per node), so the pass is linear in the graph size. O
 boundary tensors (read by a node that stays, or by a subgraph) are materialized, and they replace
 their subgraph only when the bytes stored do not grow (the size policy of ``_fold_size``: the
 folded tensors' bytes are at most the bytes of the constants only that subgraph read, plus 64
-bytes per node removed), whatever their size: a ConstantOfShape, Tile or Expand never bloats the
+bytes per node removed, or fit in the room the model as a whole has before it is bigger than it
+was loaded), whatever their size: a ConstantOfShape, Tile or Expand never bloats the
 model (onnxsim's most common complaint), and a 100 MB weight transposed is stored transposed.
 ``fold_growing`` also folds what grows the file, up to ``size_limit`` bytes (default 1 MiB) per
 tensor. Nondeterministic ops (random
@@ -34,6 +35,9 @@ from graphpass.errors import BadModelError
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
+from graphpass.ir.model import model_of
+from graphpass.ir.serialize import SOURCE_BYTES
+from graphpass.ir.size import bytes_bound
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
@@ -197,8 +201,9 @@ class FoldConstants(Pass):
         loop runs at most ``max_iterations`` (default 32) times and only while it progresses.
         """
         total: dict[str, int] = {}
+        room = [self._room(graph)]  # bytes the saved model may still grow by (spent by the folds)
         for _ in range(self.max_iterations):
-            result = self._fold_once(graph, ctx)
+            result = self._fold_once(graph, ctx, room)
             for k, v in result.stats.items():
                 total[k] = total.get(k, 0) + v
             if not result.modified:
@@ -214,7 +219,7 @@ class FoldConstants(Pass):
             refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
         return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
 
-    def _fold_once(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+    def _fold_once(self, graph: gs.Graph, ctx: PassContext, room: list[int]) -> PassResult:
         limit = self.size_limit
         retries = self.max_single_retries
         opsets = [
@@ -287,7 +292,8 @@ class FoldConstants(Pass):
                             guarded.add(id(t))
                         wanted.append(t)
             # Case 4: the size policy, first on the sizes shapes give (unknown: decided after)
-            wanted = self._size_policy(wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats)
+            wanted = self._size_policy(wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats,
+                                       list(room))
             if not wanted:
                 continue
             needed = self._needed(wanted, fold_ids)
@@ -312,7 +318,7 @@ class FoldConstants(Pass):
                 computed.append(t)
             # Case 4 again on the computed sizes, over the tensors that can fold
             for t in self._size_policy(computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
-                                       outs, stats):
+                                       outs, stats, room):
                 v = values[t.name]
                 if not budget.fits(v.nbytes):
                     stats["over_memory"] += 1
@@ -335,12 +341,24 @@ class FoldConstants(Pass):
         return PassResult(modified, stats)
 
     def _size_policy(self, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
-                     outs: set[int], stats: dict[str, int]) -> list[gs.Tensor]:
-        """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``)."""
-        fold, grow, over = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None)
+                     outs: set[int], stats: dict[str, int], room: list[int]) -> list[gs.Tensor]:
+        """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``);
+        ``room[0]`` (the model-wide room) is lowered by what the folds chosen spend of it."""
+        fold, grow, over, used = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None,
+                                      room[0])
+        room[0] -= used
         stats["would_grow"] += len(grow)
         stats["too_large"] += len(over)
         return fold
+
+    def _room(self, graph: gs.Graph) -> int:
+        """Bytes the model may grow by before it is bigger than it was loaded (0 when its source
+        size is not known, e.g. a graph built in Python)."""
+        if self.fold_growing:
+            return 0
+        model = model_of(graph, attach=False)
+        source = model.meta.get(SOURCE_BYTES)
+        return max(0, int(source) - bytes_bound(graph, model)) if source is not None else 0
 
     @staticmethod
     def _needed(wanted: list[gs.Tensor], fold_ids: set[int]) -> set[int]:

@@ -1,0 +1,104 @@
+"""graphpass.ir.size.bytes_bound is an upper bound of what save writes, and fold_constants
+spends only the room the model made (the saved model stays no bigger than it was loaded)."""
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T, helper, numpy_helper as nh
+
+import graphpass as gp
+from graphpass.cli import main
+from graphpass.ir.serialize import SOURCE_BYTES
+from graphpass.ir.size import bytes_bound
+from graphpass.passes import fold_constants, strip_debug_info
+from graphpass.testing import assert_equivalent, make_model
+
+HERE = os.path.dirname(__file__)
+CORPUS = sorted(glob.glob(os.path.join(HERE, "..", "data", "exporters", "*.onnx")))
+LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "*.onnx")))
+
+
+def _stored(path) -> int:
+    return sum(os.path.getsize(f) for f in glob.glob(str(path) + "*"))
+
+
+@pytest.mark.parametrize("path", CORPUS + LIGHT, ids=os.path.basename)
+def test_the_bound_holds_for_what_save_writes_as_loaded_and_after_the_pipeline(path, tmp_path):
+    model = gp.load(path)
+    bound = bytes_bound(model.graph, model)
+    model.save(tmp_path / "a.onnx")
+    assert _stored(tmp_path / "a.onnx") <= bound
+    assert bound <= 2 * _stored(tmp_path / "a.onnx") + 64 * 1024  # loose enough to hold, tight enough to use
+    optimized = gp.optimize(model, pipeline="neutral").model
+    optimized.save(tmp_path / "b.onnx")
+    assert _stored(tmp_path / "b.onnx") <= bytes_bound(optimized.graph, optimized)
+
+
+def test_the_bound_counts_strings_bodies_functions_and_metadata(tmp_path):
+    then = helper.make_graph([helper.make_node("Identity", ["s"], ["o1"])], "then", [],
+                             [helper.make_tensor_value_info("o1", T.STRING, [3])])
+    other = helper.make_graph([helper.make_node("Identity", ["s"], ["o2"])], "else", [],
+                              [helper.make_tensor_value_info("o2", T.STRING, [3])])
+    m = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   {"c": (T.BOOL, [])}, {"y": (T.STRING, [3])},
+                   initializers={"s": np.array(["a" * 5000, "b" * 7000, ""], dtype=object)})
+    m.graph.node[0].metadata_props.add(key="user.note", value="n" * 20_000)
+    model = gp.load(m)
+    model.save(tmp_path / "s.onnx")
+    size = _stored(tmp_path / "s.onnx")
+    assert size > 32_000
+    assert size <= bytes_bound(model.graph, model) <= 2 * size
+
+
+def _tied_weight_model(padding: int):
+    """An embedding read by a Gather and, transposed, by a MatMul (a tied lm_head); ``padding``
+    bytes of exporter debug metadata on the nodes."""
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["w", "ids"], ["e"], name="embed"),
+             helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="tie"),
+             helper.make_node("MatMul", ["e", "wt"], ["y"], name="head")]
+    m = make_model(nodes, {"ids": (T.INT64, [2])}, {"y": [2, 64]}, initializers={"w": w})
+    for n in m.graph.node:
+        n.metadata_props.add(key="pkg.torch.onnx.stack_trace", value="x" * (padding // 3))
+    return m
+
+
+@pytest.mark.parametrize("padding, folds", [(0, False), (30_000, True)])
+def test_a_fold_that_grows_its_part_uses_the_room_the_model_made(tmp_path, padding, folds):
+    src = tmp_path / "tied.onnx"
+    onnx.save(_tied_weight_model(padding), src)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--pipeline", "neutral", "-q"]) == 0
+    kept = onnx.load(out)
+    assert [n.op_type for n in kept.graph.node] == (["Gather", "MatMul"] if folds else ["Gather", "Transpose", "MatMul"])
+    assert _stored(out) <= _stored(src)
+    feeds = {"ids": np.array([0, 63], np.int64)}
+    assert_equivalent(onnx.load(src), kept, feeds, exact=True)
+
+
+def test_no_room_without_a_source_size_and_none_spent_twice():
+    model = gp.load(_tied_weight_model(30_000))
+    assert model.meta[SOURCE_BYTES] > 30_000
+    strip_debug_info(model)
+    assert fold_constants(model).stats["folded"] == 1
+    # a graph built in Python has no source size: the per-fold rule alone
+    bare = gp.load(_tied_weight_model(30_000))
+    del bare.meta[SOURCE_BYTES]
+    strip_debug_info(bare)
+    assert fold_constants(bare).stats["would_grow"] == 1
+    # the room is what is left, not what there was: two tied weights, room for one
+    m = _tied_weight_model(0)
+    m.graph.initializer.append(nh.from_array(np.ones((64, 32), np.float32), "w2"))
+    m.graph.node.extend([helper.make_node("Transpose", ["w2"], ["w2t"], perm=[1, 0]),
+                         helper.make_node("MatMul", ["e", "w2t"], ["y2"]),
+                         helper.make_node("Gather", ["w2", "ids"], ["e2"])])
+    m.graph.output.extend([helper.make_tensor_value_info("y2", T.FLOAT, [2, 64]),
+                           helper.make_tensor_value_info("e2", T.FLOAT, [2, 32])])
+    two = gp.load(m)
+    room = bytes_bound(two.graph, two) - two.meta[SOURCE_BYTES]
+    two.meta[SOURCE_BYTES] += room + 64 * 32 * 4 + 2000  # room for one transposed copy, not two
+    stats = fold_constants(two).stats
+    assert stats["folded"] == 1 and stats["would_grow"] == 1
