@@ -28,31 +28,17 @@ transposed for the MatMul, folds this way (as onnxsim folds it) while the file s
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.shapes import numel, static_shape
-from graphpass.ir.size import constant_overhead
+from graphpass.ir.size import constant_overhead, tensor_bytes
 
-__all__ = ["NODE_ALLOWANCE", "constant_bytes", "plan"]
+__all__ = ["NODE_ALLOWANCE", "plan"]
 
 #: bytes of tensor data a fold may add per node it removes (see the module docstring)
 NODE_ALLOWANCE = 64
 
 #: a component with more (tensors x nodes) than this is not retried tensor by tensor
 _MAX_GREEDY_WORK = 1 << 20
-
-
-def constant_bytes(t: gs.Tensor) -> int:
-    """Data bytes of a tensor from its shape and dtype (a weight on disk is not read)."""
-    shape = static_shape(t)
-    if shape is None:
-        return 0
-    try:
-        size = np.dtype(t.dtype).itemsize if t.dtype is not None else 8
-    except TypeError:
-        size = 8
-    return numel(shape) * size
 
 
 class _Component:
@@ -81,7 +67,7 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
             if (isinstance(c, gs.Constant) and id(c) not in counted and id(c) not in graph_outputs
                     and all(id(r) in removed for r in c.outputs)):
                 counted.add(id(c))
-                freed += constant_bytes(c)
+                freed += tensor_bytes(c)
     new = sum(sizes.get(id(t), 0) for t in chosen)
     if bound:
         return new + sum(constant_overhead(t.name, len(t.shape) if t.shape is not None else 8) for t in chosen) - freed

@@ -68,26 +68,23 @@ class StripDebugInfo(Pass):
     run_once = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        nodes = tensors = freed = 0
+        count = {"nodes": 0, "tensors": 0, "bytes": 0}
         seen: set[int] = set()
+
+        def strip(obj, kind: str) -> None:
+            freed = _strip(obj, kind == "nodes")
+            if freed:
+                count[kind] += 1
+                count["bytes"] += freed
+
         for g in iter_graphs(graph):
+            tensors = list(g.inputs) + list(g.outputs)
             for n in g.nodes:
-                b = _strip(n, True)
-                if b:
-                    nodes += 1
-                    freed += b
-                for t in list(n.inputs) + list(n.outputs):
-                    if id(t) not in seen:
-                        seen.add(id(t))
-                        b = _strip(t, False)
-                        if b:
-                            tensors += 1
-                            freed += b
-            for t in list(g.inputs) + list(g.outputs):
+                strip(n, "nodes")
+                tensors.extend(n.inputs)
+                tensors.extend(n.outputs)
+            for t in tensors:
                 if id(t) not in seen:
                     seen.add(id(t))
-                    b = _strip(t, False)
-                    if b:
-                        tensors += 1
-                        freed += b
-        return PassResult(nodes + tensors > 0, {"nodes": nodes, "tensors": tensors, "bytes": freed})
+                    strip(t, "tensors")
+        return PassResult(count["nodes"] + count["tensors"] > 0, count)
