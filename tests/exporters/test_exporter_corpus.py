@@ -11,6 +11,7 @@ passes that changed it. No torch needed: the files are committed.
 from __future__ import annotations
 
 import functools
+import json
 import hashlib
 from pathlib import Path
 
@@ -210,3 +211,17 @@ def test_peers_runs_each_tool_outside_the_callers_folder(tmp_path, monkeypatch):
     rows = peers.measure("resnet18", src, feeds_for(entry), ["littering_tool"], tmp_path / "out", 60, 0)
     assert rows[-1]["tool"] == "littering_tool" and rows[-1]["runs"] and rows[-1]["matches"], rows[-1]
     assert list(caller.iterdir()) == []
+
+
+PEERS_BEST = json.loads((DATA / "peers_best.json").read_text())["best"]
+
+
+@pytest.mark.parametrize("entry", [e for e in FILES if _id(e) in PEERS_BEST], ids=_id)
+def test_neutral_leaves_no_more_nodes_than_the_best_standard_peer(entry):
+    """Issue 20's bar: the recorded best of onnxsim, onnxslim, onnxoptimizer, onnxruntime (basic)
+    and Polygraphy on this file (benchmarks/peers.py; re-record when a peer improves)."""
+    result = _optimized(entry["file"], "neutral")
+    graph = result.model.graph
+    nodes = sum(len(g.nodes) for g in gp.ir.iter_graphs(graph)) + sum(len(f.nodes) for f in graph.functions)
+    best = PEERS_BEST[_id(entry)]
+    assert nodes <= best["nodes"], f"{nodes} nodes left; {best['tool']} leaves {best['nodes']}"
