@@ -18,7 +18,7 @@ import gzip
 import statistics
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -51,6 +51,8 @@ class Result:
     kept_out: bool
     #: the kernels' (launch, cube, vector, memory) us and the rest of the NPU time, for :func:`fit`
     parts: tuple = ()
+    #: symbolic dims the estimate had to assume (none once the shapes are proven)
+    assumed_dims: tuple = ()
 
     @property
     def est_fps(self) -> float:
@@ -98,8 +100,13 @@ def load_graph(network: str, shape: Iterable[int], models: Path | None = None) -
 
 
 def evaluate(target: Any = "ascend310p3", rows: list[Row] | None = None, models: Path | None = None,
-             **estimate_options: Any) -> list[Result]:
-    """Estimate every row of the table whose chip is ``target``'s."""
+             prepare: Callable[[gs.Graph], gs.Graph] | None = None, **estimate_options: Any) -> list[Result]:
+    """Estimate every row of the table whose chip is ``target``'s.
+
+    ``prepare``: what turns the loaded graph into the graph estimated; the benchmark and the
+    tests give ``graphpass.passes.shape_proof``'s proof (the shapes ATC proves when it compiles:
+    the exporter's shape arithmetic folded, every ``unk__N`` dim sized), as ``graphpass cost`` does.
+    It lives in the passes layer, above this one, hence a parameter."""
     from graphpass.cost_model.target import get_target
 
     tgt = get_target(target)
@@ -112,13 +119,16 @@ def evaluate(target: Any = "ascend310p3", rows: list[Row] | None = None, models:
         if models is None and not (STRIPPED_DIR / f"{row.network}.onnx.gz").is_file():
             continue  # not built (benchmarks/calibration_models.py)
         graph = load_graph(row.network, row.input, models)
+        if prepare is not None:
+            graph = prepare(graph)
         report = tgt.estimate(graph, precision_mode=row.precision, **estimate_options)
         step = report.breakdown_us.get("step", 0.0)
         npu = report.total_us - step
         kernels = [(n["launch_us"], n["cube_us"], n["vector_us"], n["memory_us"]) for n in report.nodes
                    if n.get("engine") == "AICORE" and n.get("us", 0.0) > 0.0 and n.get("bound") in ("cube", "vector", "memory", "launch")]
         rest = npu - sum(max(c, v, m) + lu for lu, c, v, m in kernels)
-        results.append(Result(row, npu, report.total_us, row.network in out, (tuple(kernels), rest)))
+        results.append(Result(row, npu, report.total_us, row.network in out, (tuple(kernels), rest),
+                              tuple(report.assumed_dims)))
     return results
 
 
