@@ -20,7 +20,7 @@ import logging
 import sys
 from pathlib import Path
 
-from graphpass.cost_model.calibration import evaluate, fit, summary
+from graphpass.cost_model.calibration import evaluate, excluded, fit, summary
 from graphpass.passes.shape_proof import prove_shapes
 
 
@@ -61,8 +61,9 @@ def main(argv=None) -> int:
         nets = list(dict.fromkeys(r.row.network for r in results))
         for net in nets:
             rs = sorted((r for r in results if r.row.network == net), key=lambda r: r.row.batch)
-            ratios = [r.ratio for r in rs]
-            print(f"| {net} | {rs[0].row.kind} | {'kept out' if rs[0].kept_out else 'fit'} | "
+            ratios = [r.ratio for r in rs if not r.row.excluded]
+            out = [f"b{r.row.batch} excluded ({r.ratio:.2f})" for r in rs if r.row.excluded]
+            print(f"| {net} | {rs[0].row.kind} | {'; '.join(['kept out' if rs[0].kept_out else 'fit', *out])} | "
                   f"{' / '.join(str(r.row.batch) for r in rs)} | {' / '.join(f'{r.row.fps:,.0f}' for r in rs)} | "
                   f"{' / '.join(f'{r.est_fps:,.0f}' for r in rs)} | {min(ratios):.2f}-{max(ratios):.2f} |")
     if args.rows or args.markdown:
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
             print("| network | batch | published fps | estimated fps (NPU) | ratio | estimated fps (end-to-end) | fit |")
             print("|---|---:|---:|---:|---:|---:|---|")
         for r in results:
-            used = "kept out" if r.kept_out else "fit"
+            used = ("excluded, " if r.row.excluded else "") + ("kept out" if r.kept_out else "fit")
             if args.markdown:
                 print(f"| {r.row.network} | {r.row.batch} | {r.row.fps:,.0f} | {r.est_fps:,.0f} | {r.ratio:.2f} | "
                       f"{r.est_fps_e2e:,.0f} | {used} |")
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
                 print(f"{r.row.network:20s} b{r.row.batch:<4d} published {r.row.fps:9.1f}  estimated {r.est_fps:9.1f} "
                       f"ratio {r.ratio:5.2f}  end-to-end {r.est_fps_e2e:9.1f}  {used}")
     print()
+    for r in excluded(results):
+        print(f"excluded from the summaries and the fit: {r.row.network} b{r.row.batch} published {r.row.fps:,.1f} "
+              f"estimated {r.est_fps:,.1f} ratio {r.ratio:.2f}: {r.row.excluded}")
     for kind in ("cnn", "transformer"):
         rows = [r for r in results if r.row.kind == kind]
         label = "judged" if kind == "cnn" else "reported, not judged yet"
