@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.shapes import bound_symbols, count_unresolved, given_shapes, record_given
+from graphpass.ir.shapes import count_unresolved, forget_given, given_shapes, record_given
 
 __all__ = ["PROOF_PASSES", "ASSUMED_DIM", "SHAPE_FOLD_LIMIT", "ShapeProof", "prove_shapes", "annotate"]
 
@@ -63,7 +63,7 @@ class ShapeProof:
 def _open_dims(graph: gs.Graph) -> tuple[dict[str, int], dict[str, list[int]], dict[str, int]]:
     """(dims: symbol -> assumed value, input_shapes: input -> shape with -1 kept, assumed: what
     the report lists) for every input dim the user left open."""
-    dims = {d: ASSUMED_DIM for d in sorted(bound_symbols(graph))}
+    dims = {d: ASSUMED_DIM for t in graph.inputs for d in (t.shape or ()) if isinstance(d, str) and d}
     shapes: dict[str, list[int]] = {}
     assumed = dict(dims)
     for t in graph.inputs:
@@ -108,6 +108,8 @@ def prove_shapes(graph: Any) -> ShapeProof:
     except Exception as e:  # noqa: BLE001 - the proof is an analysis: the plain estimate still stands
         log.info("shape proof failed (%s: %s); estimating the graph as it is", type(e).__name__, e)
         return ShapeProof(graph, note=f"shapes could not be proven ({type(e).__name__}); estimated as loaded")
+    forget_given(copy)  # the messages speak of what the user fixed; the assumed dims are listed apart
+    record_given(copy, given["inputs"], given["dims"])
     how = ", ".join(f"{k}={v}" for k, v in assumed.items())
     note = ("shapes proven on a copy as ATC does for static shapes (" + " + ".join(PROOF_PASSES) + ")"
             + (f" with the open input dims assumed: {how}" if how else ""))

@@ -88,3 +88,39 @@ def test_diff_cost_columns_price_the_proven_shapes(tmp_path):
     fixed = get_target("ascend310p3").estimate(prove_shapes(gp.load(str(src), dims={"batch": 1}).graph).graph)
     assert d.cost["before_us"] == pytest.approx(fixed.total_us, abs=1e-3)
     assert d.cost["assumed_dims"] == {"before": {"batch": 1}, "after": {"batch": 1}}
+
+
+def test_assumed_dims_come_in_input_order_and_are_never_said_to_be_fixed_by_the_user(tmp_path, capsys):
+    w = np.ones((4, 3, 3, 3), np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": ["N", 3, "H", "W"]},
+                   {"y": None}, initializers={"w": w})
+    src = tmp_path / "conv.onnx"
+    src.write_bytes(m.SerializeToString())
+    d = _cost(src, capsys)
+    assert list(d["assumed_dims"]) == ["N", "H", "W"]
+    assert not any("fixed x" in a for a in d["assumptions"])  # the user fixed nothing
+    fixed = _cost(src, capsys, "--input-shape", "x:1,3,-1,-1")
+    assert list(fixed["assumed_dims"]) == ["H", "W"] and fixed["total_us"] == d["total_us"]
+
+
+def test_a_proof_that_fails_leaves_the_plain_estimate_and_says_so(monkeypatch):
+    from graphpass.passes.framework import PassManager
+
+    def boom(self, *a, **k):
+        raise RuntimeError("a pass broke")
+
+    monkeypatch.setattr(PassManager, "__call__", boom)
+    graph = gp.load(_reshape_by_shape_arithmetic()).graph
+    proof = prove_shapes(graph)
+    assert proof.graph is graph and not proof.proven and "could not be proven (RuntimeError)" in proof.note
+    t = get_target("ascend310p3")
+    report = annotate(t.estimate(graph), proof)
+    assert report.total_us == t.estimate(graph).total_us and proof.note in report.assumptions
+
+
+def test_under_target_none_nothing_is_proven(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_reshape_by_shape_arithmetic().SerializeToString())
+    assert main(["cost", str(src), "--target", "none", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total_us"] is None and not any("proven" in a for a in d["assumptions"])
