@@ -390,6 +390,7 @@ def _print_explanations(explanations, only: str) -> None:
 def cmd_cost(args: argparse.Namespace) -> int:
     import graphpass as gp
     from graphpass.cost_model import create
+    from graphpass.passes.shape_proof import ShapeProof, annotate, prove_shapes
 
     model = create(args.target)  # an unknown target fails before the model is read
     if args.output:
@@ -398,8 +399,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
         check_output_file(args.output)
     graph = gp.load(args.model, input_shapes=parse_input_shapes(args.input_shape) or None,
                     dims=parse_dims(args.dim) or None).graph
-    report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
-                            loop_trips=args.loop_trips)
+    # open dims assumed, shape arithmetic folded, on a copy, as ATC compiles it (no model: nothing to prove for)
+    proof = prove_shapes(graph) if model.active else ShapeProof(graph)
+    report = annotate(model.estimate(proof.graph, precision_mode=args.precision_mode,
+                                     iterations_per_loop=args.iterations_per_loop, loop_trips=args.loop_trips), proof)
     text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()
     if args.output:
         _write_text_atomic(Path(args.output), text if text.endswith("\n") else text + "\n")

@@ -456,8 +456,11 @@ def _node_costs(model: onnx.ModelProto, target: str) -> tuple[dict[str, float], 
         graph = model_io.from_proto(copy)
     except Exception:  # noqa: BLE001 - a model the IR cannot take is still diffed, without costs
         return None
-    per_node, report = cm.node_costs(graph)
-    return per_node, report
+    from graphpass.passes.shape_proof import annotate, prove_shapes
+
+    proof = prove_shapes(graph)  # the estimate of the shapes ATC would prove (open dims assumed, said so)
+    per_node, report = cm.node_costs(proof.graph)
+    return per_node, annotate(report, proof)
 
 
 def diff_models(before, after, target: str = DEFAULT_TARGET, names: tuple[str, str] | None = None) -> GraphDiff:

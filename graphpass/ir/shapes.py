@@ -223,6 +223,12 @@ def record_given(graph: gs.Graph, shapes: dict[str, list[int]], fixed: dict[str,
     given["dims"].update(fixed)
 
 
+def forget_given(graph: gs.Graph) -> None:
+    """Forget what :func:`record_given` remembered on ``graph`` (a copy specialized for an analysis
+    records the values it assumed; the messages must speak only of what the user fixed)."""
+    graph.__dict__.pop(_GIVEN_KEY, None)
+
+
 def given_shapes(graph: gs.Graph) -> dict[str, dict]:
     """``{"inputs": {name: shape}, "dims": {symbol: value}}``: what --input-shape / --dim fixed
     on this graph (empty dicts when nothing was given)."""

@@ -69,7 +69,10 @@ class PlaceAndSink(Pass):
     # engines and sinking depend on what the graph has become
     runs_after = (PassKind.LOWERING, PassKind.FUSION, PassKind.LAYOUT)
     promise = EXACT
-    scored = False  # annotations the estimate agrees with by construction
+    # scored: sinking a Loop changes the estimate (no launch + sync per iteration), and so does an
+    # engine annotation replaced by the target's choice (the estimate follows annotations); the
+    # cost model vetoes an application that makes the estimate rise (issue 21)
+    scored = True
     needs_target = True  # engines come from the target's op table and profile
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:

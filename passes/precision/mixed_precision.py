@@ -99,7 +99,11 @@ class MixedPrecision(Pass):
     kind = PassKind.PRECISION
     promise = Promise.opt_in("fp16", rtol=1e-2, atol=1e-3, reason="the chosen tensors are computed in float16, as the user asked: values beyond 65504 overflow, cancellation amplifies fp16 rounding; graphpass precision judges it")
     default_enabled = False
-    scored = False  # a precision choice the user asked for, not a speed rewrite to veto
+    # it changes device cost (fp16 compute, boundary Casts) and its applications are estimated like
+    # any precision pass's, but it is a precision the user asked for (default off: --mixed-precision
+    # or --enable switch it on), never a speed rewrite to veto: required, the veto never rolls it back
+    scored = True
+    required = True
     preserves_order = False
 
     def __init__(self, *, mode: str = "force_fp16", keep_fp32: Iterable[str] = (), emulate: bool = False):

@@ -89,11 +89,6 @@ def _total(capsys, *args):
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the estimate says 'symbolic dim batch taken as 1' but does not cost the model at batch 1: the exporter's "
-    "Shape->Gather->Div chains stay runtime work (106 host crossings, 8.1 ms) and the channel dims unk__N of "
-    "torch.chunk are taken as 1 too; 11,322 us against 906 us with --dim batch=1 (cost_model/ascend.py "
-    "_shape_uncached assumes 1 per tensor dim instead of fixing the input dims and re-inferring)"))
 def test_cost_under_an_assumed_batch_of_1_is_the_cost_at_batch_1(capsys):
     assumed = _total(capsys)
     assert assumed["assumed_dims"].get("batch") == 1
@@ -101,9 +96,5 @@ def test_cost_under_an_assumed_batch_of_1_is_the_cost_at_batch_1(capsys):
     assert assumed["total_us"] == pytest.approx(fixed["total_us"], rel=0.01)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with --dim batch=1 every input of the TorchScript ShuffleNetV2 is static, but load's re-inference leaves "
-    "148 tensors with exporter dims (stage 4's batch dim itself is 'unk__193'): onnx data propagation does not "
-    "evaluate torch.chunk's Shape->Gather->Div bounds, and the estimate lists 'unk__193' as assumed"))
 def test_cost_with_every_input_fixed_assumes_no_dim(capsys):
     assert _total(capsys, "--dim", "batch=1")["assumed_dims"] == {}

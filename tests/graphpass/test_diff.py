@@ -79,7 +79,9 @@ def test_shufflenet_rewrites_are_grouped_with_transdata_and_cost_deltas(shufflen
     assert gs_.label.startswith("Gather×3+Unsqueeze×3+Concat×2+Reshape×2") and gs_.label.endswith("→ Gather×2")
     td = by_pass["propagate_layout"][0]
     assert td.label == "∅ → graphpass.ascend::TransData" and len(td.sites) == d.transdata["after"] > 0
-    assert d.transdata["before"] == 0 and d.transdata["implicit_before"] > d.transdata["after"]
+    # the before graph priced with its proven shapes (its shape arithmetic folded, as ATC compiles it): as
+    # many implicit TransData as the after graph has explicit ones (issue 21)
+    assert d.transdata["before"] == 0 and d.transdata["implicit_before"] >= d.transdata["after"]
     assert all(r.cost_delta_us is not None for r in d.rewrites)
     assert gs_.cost_delta_us < 0 and td.cost_delta_us > 0
     assert d.cost["after_us"] < d.cost["before_us"]
