@@ -16,12 +16,17 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from graphpass import reporting
 from graphpass.errors import GraphpassError, UsageError, VerificationError
 from graphpass.ir import limits
 
 __all__ = ["main"]
 
 log = logging.getLogger("graphpass")
+
+#: what a verb prints by default, at most (-v and -vv print more; the report files hold everything)
+SUMMARY_LINES = 20
+REPORT_LINES = 40
 
 
 # ------------------------------------------------------------------------------------------
@@ -314,9 +319,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             raise write_error(args.report, e) from None
     outputs.commit()
     if not args.quiet:
-        print(result.report.to_table(all_passes=args.verbose > 0), end="")
+        report = result.report
+        print(report.to_table(verbose=args.verbose) if args.verbose else report.to_summary(max_lines=SUMMARY_LINES - 1),
+              end="")
         if args.explain is not None:
-            _print_explanations(result.report.explanations, args.explain)
+            _print_explanations(report.explanations, args.explain)
         print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
     return 0
 
@@ -400,12 +407,22 @@ def cmd_cost(args: argparse.Namespace) -> int:
                     dims=parse_dims(args.dim) or None).graph
     report = model.estimate(graph, precision_mode=args.precision_mode, iterations_per_loop=args.iterations_per_loop,
                             loop_trips=args.loop_trips)
-    text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()
+    top = args.top if args.top is not None else (15 if args.verbose or args.output else 5)
+    brief = not (args.verbose or args.output)
+    text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=top, brief=brief))()
     if args.output:
         _write_text_atomic(Path(args.output), text if text.endswith("\n") else text + "\n")
     else:
-        print(text, end="" if text.endswith("\n") else "\n")
+        _print_report(args, text, args.format == "table")
     return 0
+
+
+def _print_report(args: argparse.Namespace, text: str, brief: bool) -> None:
+    """Print a verb's text report: by default (``brief``, no -v) in at most REPORT_LINES lines
+    (runs of one kind of line counted, long lines cut); -v prints it whole."""
+    if brief and not args.verbose:
+        text = reporting.brief_text(text, REPORT_LINES, more="-v prints everything; --format json holds it all")
+    print(text, end="" if text.endswith("\n") else "\n")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -463,7 +480,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.output:
         _write_text_atomic(Path(args.output), text)
     else:
-        print(text, end="" if text.endswith("\n") else "\n")
+        _print_report(args, text, args.format == "text")
     return 1 if args.exit_code and not d.equivalent else 0
 
 
@@ -618,8 +635,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share, absorption_share=args.absorption_share,
                        check=not args.no_check, mode=args.mode)
-    print(report.to_json() if args.format == "json" else report.to_table(top=args.top, width=160),
-          end="\n" if args.format == "json" else "")
+    _print_report(args, report.to_json() if args.format == "json" else report.to_table(top=args.top, width=160),
+                  args.format == "table")
     return 0
 
 
@@ -738,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
     c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
     c.add_argument("--format", default="table", choices=["table", "json", "csv"])
-    c.add_argument("--top", type=int, default=15, help="rows in the per-op and per-node tables")
+    c.add_argument("--top", type=int, default=None, help="rows in the per-op and per-node tables (default 5; 15 with -v or -o)")
     c.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     c.set_defaults(func=cmd_cost)
 

@@ -1,0 +1,80 @@
+"""Issue 23: what a person sees by default is short. ``optimize`` prints at most 20 lines on every
+model of the corpus (tests/data/exporters and examples/models); ``cost``, ``diff`` and
+``precision`` at most 40. -v and the report files keep every detail."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphpass.cli import REPORT_LINES, SUMMARY_LINES, main
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "exporters"))
+from _corpus import exported, feeds_for  # noqa: E402
+
+CORPUS = sorted((ROOT / "tests" / "data" / "exporters").glob("*.onnx")) + sorted((ROOT / "examples" / "models").glob("*.onnx"))
+IDS = [p.name for p in CORPUS]
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_the_corpus_is_there():
+    assert len(CORPUS) >= 20  # 21 exporter files and the shipped example
+
+
+@pytest.mark.parametrize("model", CORPUS, ids=IDS)
+def test_optimize_prints_at_most_20_lines_and_cost_diff_precision_at_most_40(model, tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(model), "-o", str(out), "--report", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    assert len(_lines(text)) <= SUMMARY_LINES == 20, text
+    assert text.splitlines()[0].startswith("graphpass optimize ") and text.rstrip().endswith(f"wrote {out}")
+    report = json.loads((tmp_path / "r.json").read_text())
+    if report["estimated_cost_us"]["before"] is not None:
+        assert "estimated cost (cost model, not measured)" in text
+    changed = {r["name"] for r in report["passes"] if r["modified"] and not r["rolled_back"]}
+    for name in changed:  # every pass that changed something is named, or counted
+        assert f"  {name} " in text or "more passes (-v lists them)" in text
+    entry = next((e for e in exported() if e["file"] == model.name), None)
+    precision = ["precision", str(model)]
+    if entry is not None:  # token ids within the vocabulary
+        np.savez(tmp_path / "in.npz", **feeds_for(entry))
+        precision += ["--inputs", str(tmp_path / "in.npz")]
+    for verb in (["cost", str(model)], ["diff", str(model), str(out)], precision):
+        assert main(verb) == 0
+        text = capsys.readouterr().out
+        assert 0 < len(_lines(text)) <= REPORT_LINES == 40, (verb[0], text)
+
+
+def test_verbose_keeps_the_per_pass_table_and_vv_every_warning(tmp_path, capsys):
+    model = ROOT / "tests" / "data" / "exporters" / "vit.dynamo.onnx"
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(model), "-o", str(out)]) == 0
+    short = capsys.readouterr().out
+    assert "op histogram" not in short.replace("per-pass table and op histogram", "")
+    warning = [x for x in short.splitlines() if "kept in the origin format" in x]
+    assert len(warning) == 1 and warning[0].startswith("warning: ") and "tensors kept" in warning[0]
+    count = int(warning[0].split()[1])
+    assert main(["optimize", str(model), "-o", str(out), "-v"]) == 0
+    v = capsys.readouterr().out
+    assert "op histogram" in v and "┃ stats" in v
+    assert main(["optimize", str(model), "-o", str(out), "-vv"]) == 0
+    vv = capsys.readouterr().out
+    assert sum("kept in origin format" in x for x in vv.splitlines()) == count > 1
+
+
+def test_long_stats_never_go_into_table_cells(tmp_path, capsys):
+    model = ROOT / "tests" / "data" / "exporters" / "vit.dynamo.onnx"
+    assert main(["optimize", str(model), "-o", str(tmp_path / "o.onnx"), "-v", "--report", str(tmp_path / "r.md")]) == 0
+    text = capsys.readouterr().out
+    rows = [x for x in text.splitlines() if x.startswith("│")]
+    assert rows and not any("symbolic shape" in x for x in rows)  # the warnings are lines of their own
+    md = (tmp_path / "r.md").read_text()
+    table = [x for x in md.splitlines() if x.startswith("| ") and "`" in x]
+    assert table and not any("symbolic shape" in x for x in table)
+    assert "kept in origin format: tensor 'pixel_values'" in md  # ... but the report file keeps them
