@@ -11,6 +11,7 @@ import collections
 import logging
 import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -33,8 +34,15 @@ REPORT_LINES = 40
 # argument helpers
 
 
+#: between dims: a comma, or an x between two dims (1x3x224x224); an x inside a name stays
+_DIM_SEP = re.compile(r",|(?<=[0-9?])x(?=[0-9?-])")
+#: a dim given by name (``batch``, ``p2o.DynamicDimension.0``) keeps it symbolic
+_DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
 def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
-    """``["x:1,3,640,640", "y:4"]`` -> ``{"x": [1, 3, 640, 640], "y": [4]}``."""
+    """``["x:1,3,640,640", "y:4"]`` -> ``{"x": [1, 3, 640, 640], "y": [4]}``; ``-1``, ``?`` or a
+    name (``x:batch,3,640,640``) keeps a dim symbolic (-1)."""
     shapes: dict[str, list[int]] = {}
     for item in values or []:
         for spec in item.split():
@@ -43,14 +51,24 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
                 raise UsageError(f"--input-shape '{spec}': expected NAME:D1,D2,... (e.g. x:1,3,224,224)")
             if name in shapes:  # --dim refuses a name given twice: so does --input-shape
                 raise UsageError(f"--input-shape '{spec}': input '{name}' is given twice")
-            parts = dims.replace("x", ",").split(",") if dims.strip() else []
+            parts = _DIM_SEP.split(dims) if dims.strip() else []
             if any(not d.strip() for d in parts):
                 raise UsageError(f"--input-shape '{spec}': an empty dimension (expected NAME:D1,D2,... or "
-                                 "NAME:D1xD2x..., integers, -1 to keep a dim dynamic)")
-            try:
-                shapes[name] = [int(d) for d in parts]
-            except ValueError:
-                raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
+                                 "NAME:D1xD2x..., integers; -1, ? or a name keep a dim symbolic)")
+            shapes[name] = []
+            for d in parts:
+                d = d.strip()
+                if d.lower() == "x":  # 'a:3,x' is a slip of 1x3 more likely than a dim named x
+                    raise UsageError(f"--input-shape '{spec}': an empty dimension around 'x' (x separates dims as in "
+                                     "1x3x224x224; -1, ? or a longer name keep a dim symbolic)")
+                if d == "?" or _DIM_NAME.match(d):  # keep the dim symbolic, as -1 does
+                    shapes[name].append(-1)
+                    continue
+                try:
+                    shapes[name].append(int(d))
+                except ValueError:
+                    raise UsageError(f"--input-shape '{spec}': '{d}' is no dimension (an integer >= 1; -1, ? or a "
+                                     "name keep a dim symbolic)") from None
             for k, d in enumerate(shapes[name]):
                 if d > limits.MAX_DIM:
                     raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the limit of 2^31 "
@@ -136,6 +154,13 @@ _tolerance_arg = _number_arg(float, lambda v: math.isfinite(v) and v >= 0, "a to
 _seed_arg = _number_arg(int, lambda v: v >= 0, "a seed is an integer >= 0")
 _bytes_arg = _number_arg(int, lambda v: v >= 0, "a size in bytes is an integer >= 0")
 _cosine_arg = _number_arg(float, lambda v: -1.0 <= v <= 1.0, "a cosine similarity is between -1 and 1")  # NaN fails
+_rounds_arg = _number_arg(int, lambda v: v >= 1, "the number of rounds is an integer >= 1")
+_per_loop_arg = _number_arg(int, lambda v: v >= 1, "iterations per loop is an integer >= 1")
+#: a Loop whose trip count is not a constant is costed as running this often (0 would hide its body)
+_trips_arg = _number_arg(int, lambda v: v >= 1, "a trip count is an integer >= 1")
+_top_arg = _number_arg(int, lambda v: v >= 1, "the number of rows is an integer >= 1")
+_dim_value_arg = _number_arg(int, lambda v: 1 <= v <= limits.MAX_DIM, f"a dim value is an integer >= 1 and <= {limits.MAX_DIM}")
+_share_arg = _number_arg(float, lambda v: 0.0 <= v < 1.0, "a share is between 0 and 1 (0 <= share < 1)")  # NaN fails
 
 
 def _split_names(values: Sequence[str] | None) -> list[str]:
@@ -264,6 +289,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
+    if args.explain:
+        from graphpass.passes.framework.registry import get_pass
+
+        for name in _split_names([args.explain]):
+            get_pass(name)  # an unknown name is a usage error, with the closest one
     graph = gp.load(args.model, input_shapes=shapes or None, dims=dims or None,
                     max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     if dims:  # --verify feeds what --dim fixed too (-1 where a dim stays dynamic)
@@ -387,11 +417,28 @@ def _apply_fusion_switches(args: argparse.Namespace) -> None:
 
 
 def _print_explanations(explanations, only: str) -> None:
-    rows = [e for e in explanations if only in ("", e.pass_name)]
+    """Each refusal once (a pass refusing the same site in every round says it once)."""
+    names = set(_split_names([only]))
+    rows = list(dict.fromkeys((e.pass_name, e.op, e.node, e.reason) for e in explanations
+                              if not names or e.pass_name in names))
     if not rows:
         print("explain: no pattern matched and was refused" + (f" by {only}" if only else ""))
-    for e in rows:
-        print(f"explain: {e.pass_name}: {e.op} '{e.node}': {e.reason}")
+    for pass_name, op, node, reason in rows:
+        print(f"explain: {pass_name}: {op} '{node}': {reason}")
+
+
+_PASS_LIST = re.compile(r"^[a-z][a-z0-9_]*(,[a-z][a-z0-9_]*)*$")
+
+
+def _explain_takes_no_path(argv: list[str]) -> list[str]:
+    """``--explain model.onnx``: the optional value of --explain is a pass name, never the model
+    path that follows it (argparse would take it): anything that is not a list of snake_case
+    names stays a positional argument."""
+    out = list(argv)
+    for k, a in enumerate(out[:-1]):
+        if a == "--explain" and not out[k + 1].startswith("-") and not _PASS_LIST.match(out[k + 1]):
+            out[k] = "--explain="
+    return out
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -699,8 +746,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"hardware profile of the cost model ({', '.join(KNOWN_TARGETS)}, a profile file such as "
                         "'graphpass calibrate' writes, or 'none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
-    o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
-    o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
+    o.add_argument("--iterations-per-loop", type=_per_loop_arg, default=1, metavar="N", help="for the cost model's step term")
+    o.add_argument("--max-rounds", type=_rounds_arg, default=4, help="cap of the fixed-point loop (default 4)")
     o.add_argument("--fold-size-limit", type=_bytes_arg, default=None, metavar="BYTES",
                    help="with --fold-growing: largest constant a fold that grows the file may store (default 1 MiB)")
     o.add_argument("--fold-growing", action="store_true",
@@ -739,7 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--fusion-switch", default=None, metavar="FILE",
                    help="ATC fusion_switch_file (PassName:off lines, or the {\"Switch\": ...} JSON)")
     o.add_argument("--explain", nargs="?", const="", default=None, metavar="PASS",
-                   help="print every site where a pass matched but refused, and why")
+                   help="print every site where a pass matched but refused, and why (all passes, or the "
+                        "comma-separated PASS names; write --explain=PASS before the model path)")
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
@@ -751,11 +799,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
                    help="ATC precision mode (default: the profile's, ATC's force_fp16 on every target)")
-    c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
+    c.add_argument("--iterations-per-loop", type=_per_loop_arg, default=1, metavar="N",
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
-    c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
+    c.add_argument("--loop-trips", type=_trips_arg, default=1, metavar="N", help="trip count of Loops whose count is not constant")
     c.add_argument("--format", default="table", choices=["table", "json", "csv"])
-    c.add_argument("--top", type=int, default=None, help="rows in the per-op and per-node tables (default 5; 15 with -v or -o)")
+    c.add_argument("--top", type=_top_arg, default=None, help="rows in the per-op and per-node tables (default 5; 15 with -v or -o)")
     c.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     c.set_defaults(func=cmd_cost)
 
@@ -805,15 +853,15 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--inputs", default=None, metavar="FILE.npz")
     pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     pr.add_argument("--seed", type=_seed_arg, default=0)
-    pr.add_argument("--underflow-share", type=float, default=0.01,
+    pr.add_argument("--underflow-share", type=_share_arg, default=0.01,
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
-    pr.add_argument("--absorption-share", type=float, default=0.5,
+    pr.add_argument("--absorption-share", type=_share_arg, default=0.5,
                     help="an Add/Sub absorbs when more than this share of its elements lose the smaller operand in fp16")
     pr.add_argument("--mode", default="force_fp16", choices=toolchain.precision_mode_names(mixed_precision=True, lowers=True),
                     help="mixed_precision mode the emulated fp16 check runs (default force_fp16)")
     pr.add_argument("--no-check", action="store_true", help="skip the emulated fp16 runs that confirm each finding")
     pr.add_argument("--format", default="table", choices=["table", "json"])
-    pr.add_argument("--top", type=int, default=20)
+    pr.add_argument("--top", type=_top_arg, default=20, help="rows in the table (default 20)")
     pr.set_defaults(func=cmd_precision)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
@@ -839,7 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--atol", type=_tolerance_arg, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
     v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
-    v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
+    v.add_argument("--symbolic-dim", type=_dim_value_arg, default=2, metavar="N",
                    help="value fed for symbolic dims not fixed by --input-shape (default 2; 1 if the original fails with 2)")
     v.add_argument("--min-cosine", type=_cosine_arg, default=None, help="also fail a tensor whose cosine similarity is lower")
     v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
@@ -852,7 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_explain_takes_no_path(list(sys.argv[1:] if argv is None else argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
