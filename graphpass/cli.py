@@ -549,7 +549,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
         return 0
 
-    default = set(pipelines.get_pipeline(pipelines.DEFAULT_PIPELINE))
+    default = set(pipelines.build(pipelines.DEFAULT_PIPELINE))  # with the plugins' default-enabled passes
     t = Table()
     for col in ("name", "kind", "default", "promise", "Ascend pass", "summary"):
         t.add_column(col)
@@ -730,6 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     common.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    common.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
+                        help="load a user's passes (registered with the pass API) from a module or a .py file; "
+                             "repeatable (the graphpass.passes entry points load always)")
 
     o = sub.add_parser("optimize", parents=[common], help="run the pipeline and write the optimized model")
     o.add_argument("model")
@@ -910,6 +913,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime.set_verbosity(args.verbose)
     previous = _catch_termination()
     try:
+        _load_plugins(args.plugin)
         return int(args.func(args) or 0)
     except Terminated as e:  # temporaries were removed on the way out (finally / Outputs)
         print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
@@ -937,6 +941,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _load_plugins(specs: Sequence[str]) -> None:
+    """--plugin: import each module or file; its passes register themselves (a default-enabled
+    one joins the default pipeline at its declared position)."""
+    from graphpass.passes.framework.registry import load_plugin
+
+    for spec in specs:
+        try:
+            added = load_plugin(spec)
+        except UsageError as e:
+            raise UsageError(f"--plugin: {e}") from None
+        log.info("--plugin %s: %s", spec, ", ".join(added) or "no new pass")
 
 
 class Terminated(BaseException):
