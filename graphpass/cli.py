@@ -443,9 +443,13 @@ def _explain_takes_no_path(argv: list[str]) -> list[str]:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     import graphpass as gp
-    from graphpass.cost_model import create
+    from graphpass.cost_model import KNOWN_TARGETS, create, get_target
 
     model = create(args.target)  # an unknown target fails before the model is read
+    target = get_target(args.target)
+    if not target.estimates:
+        raise UsageError(f"--target {target.name}: no cost model, nothing to estimate; give a hardware target "
+                         f"({', '.join(KNOWN_TARGETS)}) or a profile file")
     if args.output:
         from graphpass.outputs import check_output_file
 
