@@ -210,19 +210,69 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
     logging.basicConfig(level=level, format="graphpass: %(levelname)s: %(message)s", stream=sys.stderr)
 
 
-def _progress(total_nodes: int, quiet: bool):
-    """A rich progress bar over pass applications, for big graphs on a terminal."""
-    if quiet or total_nodes < 20_000 or not sys.stderr.isatty():
-        return None, None
-    from rich.progress import Progress
+#: a progress display appears only once a run has taken this long (seconds)
+PROGRESS_DELAY = 1.0
+#: verbs without a progress hook of their own: a spinner with the elapsed time
+_SPINNER_VERBS = frozenset({"cost", "calibrate", "bisect", "precision", "diff", "verify"})
 
-    progress = Progress(transient=True)
-    task = progress.add_task("optimizing", total=None)
 
-    def on_pass(name: str, rnd: int, k: int, total: int) -> None:
-        progress.update(task, description=f"round {rnd}: {name} ({k + 1}/{total})")
+def _progress_wanted(args: argparse.Namespace) -> bool:
+    """Progress goes to stderr, and only to a terminal: never with -q, in CI (the ``CI``
+    variable every CI service sets) or on a dumb terminal."""
+    if getattr(args, "quiet", False) or os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
-    return progress, on_pass
+
+class _Progress:
+    """The one progress display of every verb (rich, on stderr, transient): a spinner with the
+    elapsed time and what is running, shown only when the run lasts over PROGRESS_DELAY
+    seconds. ``with _Progress(args, "bisecting") as p: ... p.update("round 2: fold_constants")``."""
+
+    def __init__(self, args: argparse.Namespace, what: str):
+        self.enabled = _progress_wanted(args)
+        self.what = what
+        self._progress = self._task = self._timer = None
+        self._lock = __import__("threading").Lock()
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            import threading
+
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=Console(file=sys.stderr), transient=True, redirect_stdout=False,
+                                      redirect_stderr=False)
+            self._task = self._progress.add_task(self.what, total=None)
+            self._timer = threading.Timer(PROGRESS_DELAY, self._start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._progress.start()
+
+    def update(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self.what}: {description}")
+
+    def on_pass(self, name: str, rnd: int, k: int, total: int) -> None:
+        """The pass manager's progress hook (``optimize(on_pass=...)``)."""
+        self.update(f"round {rnd}: {name} ({k + 1}/{total})")
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._progress.stop()
 
 
 # ------------------------------------------------------------------------------------------
@@ -300,13 +350,8 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         from graphpass.ir.shapes import given_shapes
 
         shapes = given_shapes(graph.graph)["inputs"]
-    from graphpass.ir.graph import count_nodes
-
-    progress, on_pass = _progress(count_nodes(graph.graph), args.quiet)
     staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
-    try:
-        if progress:
-            progress.start()
+    with _Progress(args, "optimizing") as progress:
         result = gp.optimize(
             graph,
             pipeline=args.pipeline,
@@ -323,14 +368,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             seed=args.seed,
             precision_mode=args.precision_mode,
             iterations_per_loop=args.iterations_per_loop,
-            on_pass=on_pass,
+            on_pass=progress.on_pass if progress.enabled else None,
             name=Path(args.model).name,
             max_memory=args.max_memory,
             freeze_initializer_inputs=args.freeze_initializers,
         )
-    finally:
-        if progress:
-            progress.stop()
     staged_model = outputs.file(args.output)
     staged_report = outputs.file(args.report) if args.report else None
     try:
@@ -918,6 +960,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = _catch_termination()
     try:
         _load_plugins(args.plugin)
+        if args.verb in _SPINNER_VERBS:  # optimize shows its passes; these a spinner on long runs
+            with _Progress(args, args.verb):
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except Terminated as e:  # temporaries were removed on the way out (finally / Outputs)
         print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
