@@ -309,6 +309,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     # refuse output paths before any work; the staging folders come only when needed (a run
     # killed while loading leaves nothing)
     check_output_file(args.output)
+    _refuse_overwriting_external_input(args.model, args.output)
     if args.report:
         check_output_file(args.report, "report path")
     if args.dump_dir:
@@ -398,6 +399,28 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             _print_explanations(report.explanations, args.explain)
         print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
     return 0
+
+
+def _refuse_overwriting_external_input(model: str, output: str) -> None:
+    """``-o`` onto the input model itself is refused when the input keeps its weights in external
+    data: the output's data goes beside them under a new name (the input's is read while it is
+    written), which would leave the input's data files behind, orphaned."""
+    try:
+        same = os.path.samefile(model, output)
+    except OSError:  # the output does not exist yet (or the input does not: load says so)
+        return
+    if not same:
+        return
+    import onnx
+
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model: loading it reports that properly
+        return
+    files = sorted({e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"})
+    if files:
+        raise UsageError(f"-o {output} is the input model, whose weights are in external data ({', '.join(files)}) "
+                         "that would be left behind; write the optimized model to another path")
 
 
 def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, list[int]], applied: list[str]) -> str:
