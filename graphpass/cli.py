@@ -629,15 +629,33 @@ def cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_shape(vi) -> str:
-    tt = vi.type.tensor_type
+def _fmt_type(t) -> str:
+    """An ONNX type as text: ``float[batch, 3, 224, 224]``, ``int64[] (scalar)``, ``float, shape
+    unknown``, ``seq(float[?])``; dims as the file writes them (a name, a number, ? for neither)."""
     import onnx
 
-    dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "?"
-    if not tt.HasField("shape"):
-        return f"{dtype}[?]"
-    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
-    return f"{dtype}[{', '.join(dims)}]"
+    kind = t.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        tt = getattr(t, kind)
+        dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "?"
+        if kind == "sparse_tensor_type":
+            dtype = f"sparse {dtype}"
+        if not tt.HasField("shape"):
+            return f"{dtype}, shape unknown"
+        dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        return f"{dtype}[{', '.join(dims)}]" + (" (scalar)" if not dims else "")
+    if kind == "sequence_type":
+        return f"seq({_fmt_type(t.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_fmt_type(t.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(t.map_type.key_type).lower()
+        return f"map({key}, {_fmt_type(t.map_type.value_type)})"
+    return "type unknown"
+
+
+def _fmt_shape(vi) -> str:
+    return _fmt_type(vi.type)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -648,7 +666,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from graphpass.ir import annotations as A
     from graphpass.ir import model_io
 
-    console = Console(width=120)
+    # plain text: names and dims are shown as written ('[p2o.DynamicDimension.0, 3, ...]' is no markup)
+    console = Console(width=120, markup=False, highlight=False, emoji=False)
     model = model_io.load_proto(args.model)
     size = Path(args.model).stat().st_size
     g = model.graph
