@@ -816,21 +816,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     common = _Parser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    common.add_argument("-v", "--verbose", action="count", default=0,
+                        help="details: -v the per-pass table and every row, -vv everything; info (-v) and debug (-vv) logging")
     common.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     common.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
                         help="load a user's passes (registered with the pass API) from a module or a .py file; "
                              "repeatable (the graphpass.passes entry points load always)")
 
     o = sub.add_parser("optimize", parents=[common], help="run the pipeline and write the optimized model")
-    o.add_argument("model")
+    o.add_argument("model", help="the ONNX model to optimize")
     o.add_argument("-o", "--output", required=True, help="where to write the optimized model")
     o.add_argument("--pipeline", default=None, help="named pipeline (default: 'default')")
     o.add_argument("--passes", action="append", help="run exactly these passes (comma-separated)")
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
     o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
     o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
-                   help="fix an input's shape (-1 keeps a dim dynamic)")
+                   help="fix an input's shape (repeatable); -1, ? or a name keeps a dim symbolic (x:?,3,640,640)")
     o.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     o.add_argument("--target", default=DEFAULT_TARGET,
@@ -838,7 +839,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'graphpass calibrate' writes, or 'none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
     o.add_argument("--iterations-per-loop", type=_per_loop_arg, default=1, metavar="N", help="for the cost model's step term")
-    o.add_argument("--max-rounds", type=_rounds_arg, default=4, help="cap of the fixed-point loop (default 4)")
+    o.add_argument("--max-rounds", type=_rounds_arg, default=4, metavar="N",
+                   help="cap of the fixed-point loop, >= 1 (default 4)")
     o.add_argument("--fold-size-limit", type=_bytes_arg, default=None, metavar="BYTES",
                    help="with --fold-growing: largest constant a fold that grows the file may store (default 1 MiB)")
     o.add_argument("--fold-growing", action="store_true",
@@ -882,10 +884,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
-    c.add_argument("model")
+    c.add_argument("model", help="the ONNX model to estimate")
     c.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
     c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
-                   help="fix an input's shape (-1 keeps a dim dynamic)")
+                   help="fix an input's shape (repeatable); -1, ? or a name keeps a dim symbolic (x:?,3,640,640)")
     c.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
@@ -900,7 +902,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cb = sub.add_parser("calibrate", parents=[common],
                         help="the estimate against msprof's op_summary CSV; writes a corrected target file")
-    cb.add_argument("model")
+    cb.add_argument("model", help="the ONNX model the op summary was profiled on")
     cb.add_argument("op_summary", help="msprof op_summary CSV (Op Name, OP Type, Task Type, Task Duration(us))")
     cb.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)}) or a profile file")
     cb.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
@@ -921,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     ps.set_defaults(func=cmd_passes)
 
     bs = sub.add_parser("bisect", parents=[common], help="find the first pass application that breaks numerics")
-    bs.add_argument("model")
+    bs.add_argument("model", help="the ONNX model whose optimization breaks its outputs")
     bs.add_argument("--out-dir", default="graphpass-bisect", help="where last_good.onnx and first_bad.onnx go")
     bs.add_argument("--pipeline", default=None)
     bs.add_argument("--passes", action="append")
@@ -940,7 +942,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.set_defaults(func=cmd_bisect)
 
     pr = sub.add_parser("precision", parents=[common], help="fp16 overflow/underflow risk per tensor")
-    pr.add_argument("model")
+    pr.add_argument("model", help="the fp32 ONNX model to check for fp16 risk")
     pr.add_argument("--inputs", default=None, metavar="FILE.npz")
     pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     pr.add_argument("--seed", type=_seed_arg, default=0)
@@ -956,12 +958,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_precision)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
-    i.add_argument("model")
+    i.add_argument("model", help="the ONNX model to describe")
     i.set_defaults(func=cmd_inspect)
 
     df = sub.add_parser("diff", parents=[common], help="graph diff for review: text, markdown, json, html")
-    df.add_argument("before")
-    df.add_argument("after")
+    df.add_argument("before", help="the model before (e.g. the input of optimize)")
+    df.add_argument("after", help="the model after (e.g. its output)")
     df.add_argument("--format", default="text", choices=["text", "markdown", "json", "html"])
     df.add_argument("-o", "--output", default=None, help="write the diff here (atomically) instead of stdout")
     df.add_argument("--exit-code", action="store_true", help="exit 1 when the graphs differ, 0 when equivalent (like git diff)")
@@ -969,8 +971,8 @@ def build_parser() -> argparse.ArgumentParser:
     df.set_defaults(func=cmd_diff)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
-    v.add_argument("model_a")
-    v.add_argument("model_b")
+    v.add_argument("model_a", help="the reference model")
+    v.add_argument("model_b", help="the model compared with it")
     v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     v.add_argument("--seed", type=_seed_arg, default=0)
     v.add_argument("--rtol", type=_tolerance_arg, default=None,
@@ -987,6 +989,48 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--format", default="table", choices=["table", "json"])
     v.set_defaults(func=cmd_verify)
     return p
+
+
+def reference_markdown() -> str:
+    """The CLI reference of the README, rendered from the parser itself (every verb, every
+    option, its default and its help): ``python tools/cli_reference.py --write`` puts it between
+    the README's ``cli-reference`` markers; a test fails when the two differ."""
+    parser = build_parser()
+    formatter = argparse.HelpFormatter("graphpass", width=10_000)
+
+    def cell(text) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in sub._choices_actions}
+    lines = ["Every verb and option, generated from the argument parser (`python tools/cli_reference.py "
+             "--write`; `tests/cli/test_readme.py` fails when this section and the parser differ).", ""]
+    common = {"verbose", "quiet", "plugin"}
+    first = next(iter(sub.choices.values()))
+    sections = [("every verb", "options every verb takes", [a for a in first._actions if a.dest in common])]
+    sections += [(f"`graphpass {verb}`", helps.get(verb, ""), [a for a in p._actions if a.dest not in common])
+                 for verb, p in sub.choices.items()]
+    for title, summary, actions in sections:
+        lines += [f"#### {title}", "", cell(summary) + ".", "", "| argument | default | what it does |", "|---|---|---|"]
+        for a in actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            if a.option_strings:
+                name = ", ".join(f"`{o}`" for o in a.option_strings)
+                if a.nargs != 0:
+                    metavar = a.metavar or (a.dest.upper() if not a.choices else None)
+                    name += f" {metavar}" if metavar else ""
+            else:
+                name = f"`{a.metavar or a.dest.upper()}`"
+            default = a.default
+            hidden = default is None or default is False or default == [] or default == argparse.SUPPRESS
+            shown = "" if hidden or not a.option_strings or a.nargs == 0 else f"`{default}`"
+            text = formatter._expand_help(a) if a.help else ""
+            if a.choices and not isinstance(a, argparse._SubParsersAction):
+                text += f" (one of: {', '.join(f'`{c}`' for c in a.choices)})"
+            lines.append(f"| {cell(name)} | {cell(shown)} | {cell(text)} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
