@@ -497,11 +497,12 @@ _PASS_LIST = re.compile(r"^[a-z][a-z0-9_]*(,[a-z][a-z0-9_]*)*$")
 
 def _explain_takes_no_path(argv: list[str]) -> list[str]:
     """``--explain model.onnx``: the optional value of --explain is a pass name, never the model
-    path that follows it (argparse would take it): anything that is not a list of snake_case
-    names stays a positional argument."""
+    path that follows it (argparse would take it): an existing file, or anything that is not a
+    list of snake_case names, stays a positional argument."""
     out = list(argv)
     for k, a in enumerate(out[:-1]):
-        if a == "--explain" and not out[k + 1].startswith("-") and not _PASS_LIST.match(out[k + 1]):
+        nxt = out[k + 1]
+        if a == "--explain" and not nxt.startswith("-") and (not _PASS_LIST.match(nxt) or os.path.isfile(nxt)):
             out[k] = "--explain="
     return out
 

@@ -125,3 +125,10 @@ def test_dim_zero_is_refused_with_the_reason(tiny, tmp_path, capsys):
     # batch of 0 runs on the model as it is (the dim kept symbolic)
     _exit_2(capsys, ["optimize", tiny, "-o", str(tmp_path / "o.onnx"), "--dim", "batch=0"], "--dim", "1..")
     _exit_2(capsys, ["optimize", tiny, "-o", str(tmp_path / "o.onnx"), "--input-shape", "x:0,3"], "--input-shape")
+
+
+def test_explain_before_a_model_file_named_like_a_pass(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mymodel").write_bytes(Path(EXAMPLE).read_bytes())  # no extension, snake_case
+    assert main(["optimize", "--explain", "mymodel", "-o", "o.onnx", "-q"]) == 0
+    assert (tmp_path / "o.onnx").exists()

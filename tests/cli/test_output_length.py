@@ -78,3 +78,33 @@ def test_long_stats_never_go_into_table_cells(tmp_path, capsys):
     table = [x for x in md.splitlines() if x.startswith("| ") and "`" in x]
     assert table and not any("symbolic shape" in x for x in table)
     assert "kept in origin format: tensor 'pixel_values'" in md  # ... but the report file keeps them
+
+
+def test_the_summary_keeps_its_budget_with_many_passes_warnings_and_notes():
+    import collections
+
+    from graphpass.passes.framework.manager import PassRecord
+    from graphpass.report import OptimizeReport
+
+    records = [PassRecord(index=k, name=f"pass_{k:02d}", round=1 + k % 3, seconds=0.001, nodes_before=100, nodes_after=99,
+                          modified=True, stats={"fired": 1, "sites": list(range(50)), "why": "x" * 300})
+               for k in range(40)]
+    layout = {"before": {"count": 3, "us": 1.0}, "after": {"count": 3, "us": 1.0}, "mode": "optimal",
+              "origin_format": [f"tensor 't{k}' of kind {k % 12} has a symbolic shape ['b', {k}]" for k in range(200)]
+              + [f"reason number {k}: {'word ' * k}" for k in range(15)],
+              "transdata": [{"node": f"n{k}", "tensor": f"t{k}", "src": "NCHW", "dst": "NC1HWC0", "reason": f"why {k % 7}"}
+                            for k in range(30)]}
+    report = OptimizeReport(model="m.onnx", target="ascend910a", passes=records, skipped=[f"p{k}" for k in range(30)],
+                            nodes_before=100, nodes_after=60, ops_before=collections.Counter(Relu=100),
+                            ops_after=collections.Counter(Relu=60), seconds=1.0, cost_before_us=10.0, cost_after_us=5.0,
+                            layout=layout, notes=[f"p{k} skipped: needs a hardware target" for k in range(9)]
+                            + [f"note {k} about '{k}'" for k in range(25)])
+    text = report.to_summary(max_lines=SUMMARY_LINES - 1)
+    lines = text.splitlines()
+    assert len(lines) <= SUMMARY_LINES - 1, text
+    assert lines[0].startswith("graphpass optimize m.onnx") and "estimated cost" in lines[1]
+    assert any("more passes (-v lists them)" in x for x in lines) and any("more warnings and notes" in x for x in lines)
+    assert all(len(x) <= 160 for x in lines)
+    assert not any("xxxxx" in x or "[0, 1, 2" in x for x in lines)  # long stats never shown whole
+    wide = report.to_table(verbose=1)
+    assert "xxxxx" not in wide and "sites=50" in wide  # in a cell: counted, never listed
