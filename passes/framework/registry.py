@@ -94,9 +94,14 @@ def resolve(names: Iterable[str]) -> list[type[Pass]]:
 
 
 def _register_found(obj, where: str) -> list[str]:
-    """Register what a plugin module or entry point holds: a Pass class, a list of them, or a
-    module (its registered passes, and any ``Pass`` subclass it sets in ``PASSES``)."""
+    """Register what a plugin module or entry point holds: a Pass class, a list of them, a
+    module (its registered passes, and any ``Pass`` subclass it sets in ``PASSES``), or a
+    function called without arguments that registers passes or returns any of these."""
     before = set(_REGISTRY)
+    if callable(obj) and not isinstance(obj, type):
+        obj = obj()
+        if obj is None:
+            return sorted(set(_REGISTRY) - before)
     items = getattr(obj, "PASSES", ()) if not isinstance(obj, (type, list, tuple)) else (
         [obj] if isinstance(obj, type) else obj)
     for cls in items:

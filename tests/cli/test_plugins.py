@@ -138,3 +138,24 @@ def test_a_bad_plugin_is_one_line_and_exit_2(text, says, tmp_path, capsys):
 def test_an_unknown_plugin_module_is_exit_2(tmp_path, capsys):
     assert main(["passes", "--plugin", "no_such_gp_plugin_module"]) == 2
     assert "no module or .py file" in capsys.readouterr().err
+
+
+def test_an_entry_point_may_name_a_function_that_returns_the_classes(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fn_plugin_gp.py").write_text(
+        "from graphpass.passes.framework.pass_base import EXACT, PassKind\n"
+        "from graphpass.passes.framework.rewrite import rule, rule_pass\n"
+        "def passes():\n"
+        "    return [rule_pass('t_fn_relu_relu', [rule(('Relu', 'Relu'), lambda m: m.op('Relu', [m.nodes[0].inputs[0]]))],\n"
+        "                      kind=PassKind.CLEANUP, promise=EXACT, runs_before=(PassKind.FUSION,))]\n")
+    info = site / "fn_plugin_gp-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fn-plugin-gp\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[graphpass.passes]\nfn = fn_plugin_gp:passes\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert registry.load_entry_points() == ["t_fn_relu_relu"]
+    model = _conv_relu_relu(tmp_path / "m.onnx")
+    out, report = _optimize(model, tmp_path)
+    assert any(r["name"] == "t_fn_relu_relu" and r["modified"] for r in report["passes"])
+    _check(model, out, tmp_path)
