@@ -18,10 +18,6 @@ from graphpass.reporting import Report, clip, group_messages, short_stats, text_
 __all__ = ["OptimizeReport"]
 
 
-def _fmt_stats(stats: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in stats.items() if v not in (0, None, "", False))
-
-
 _SKIPPED = re.compile(r"^([a-z][a-z0-9_]*) skipped: (.*)$", re.S)
 
 #: the per-pass table and the op histogram are for -v; every detail is in --report files

@@ -108,3 +108,19 @@ def test_the_summary_keeps_its_budget_with_many_passes_warnings_and_notes():
     assert not any("xxxxx" in x or "[0, 1, 2" in x for x in lines)  # long stats never shown whole
     wide = report.to_table(verbose=1)
     assert "xxxxx" not in wide and "sites=50" in wide  # in a cell: counted, never listed
+
+
+def test_brief_text_counts_runs_of_one_kind_keeps_table_rows_and_cuts_to_the_budget():
+    from graphpass.reporting import brief_text, message_kind
+
+    assert message_kind("symbolic dim 'unk__7' taken as 1 (fix the inputs)") == message_kind("symbolic dim 'b' taken as 12")
+    assert message_kind("tensor 'a' is big") != message_kind("tensor 'a' is small")
+    text = "\n".join(["head"] + [f"assumption: symbolic dim 'd{k}' taken as 1" for k in range(30)]
+                     + ["┏━━━┓", "│ row_1 │", "│ row_2 │", "│ row_3 │", "└───┘", "x" * 500])
+    out = brief_text(text, 40, width=100).splitlines()
+    assert out[:3] == ["head", "assumption: symbolic dim 'd0' taken as 1", "... and 29 more like it (-v shows everything)"]
+    assert out[3:8] == ["┏━━━┓", "│ row_1 │", "│ row_2 │", "│ row_3 │", "└───┘"]  # a table is never folded
+    assert out[8] == "x" * 99 + "…"
+    many = "\n".join(f"line {k} of kind {'abcdefghij'[k % 10]}" for k in range(100))
+    cut = brief_text(many, 40).splitlines()
+    assert len(cut) == 40 and cut[-1] == "... 61 more lines (-v shows everything)"
