@@ -235,7 +235,7 @@ class _Progress:
     def __init__(self, args: argparse.Namespace, what: str):
         self.enabled = _progress_wanted(args)
         self.what = what
-        self._progress = self._task = self._timer = None
+        self._progress = self._task = self._timer = self._stdout = None
         self._lock = __import__("threading").Lock()
 
     def __enter__(self) -> "_Progress":
@@ -252,6 +252,10 @@ class _Progress:
             self._timer = threading.Timer(PROGRESS_DELAY, self._start)
             self._timer.daemon = True
             self._timer.start()
+            # the display ends before the verb's first line of output: on a terminal that shows
+            # both streams, a live line and the report would overwrite each other
+            self._stdout = sys.stdout
+            sys.stdout = _StopOnWrite(sys.stdout, self.stop)
         return self
 
     def _start(self) -> None:
@@ -267,12 +271,32 @@ class _Progress:
         """The pass manager's progress hook (``optimize(on_pass=...)``)."""
         self.update(f"round {rnd}: {name} ({k + 1}/{total})")
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
+        """End the display (erased: it is transient); it does not come back."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
                 self._progress.stop()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
+
+
+class _StopOnWrite:
+    """``stream``, calling ``stop`` before the first write (a progress display ends there)."""
+
+    def __init__(self, stream, stop):
+        self._stream, self._stop = stream, stop
+
+    def write(self, text: str) -> int:
+        self._stop()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 # ------------------------------------------------------------------------------------------
