@@ -56,3 +56,25 @@ def test_quiet_shows_no_progress(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli.sys, "stderr", err)
     assert main(["optimize", EXAMPLE, "-o", str(tmp_path / "o.onnx"), "-q"]) == 0
     assert capsys.readouterr().out == "" and err.getvalue() == ""
+
+
+def test_the_display_ends_before_the_first_line_of_the_report(monkeypatch, capsys):
+    import time
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    err = _Tty()
+    monkeypatch.setattr(cli.sys, "stderr", err)
+    with cli._Progress(argparse.Namespace(quiet=False), "cost") as p:
+        for _ in range(100):  # the timer thread starts the display
+            if p._progress.live.is_started:
+                break
+            time.sleep(0.01)
+        assert p._progress.live.is_started
+        print("report line")
+        assert not p._progress.live.is_started  # stopped by the write, before it reached stdout
+        drawn = err.getvalue()
+        print("second line")
+    assert capsys.readouterr().out == "report line\nsecond line\n"
+    assert err.getvalue() == drawn  # nothing drawn after the report began
