@@ -208,6 +208,36 @@ def error_text(e: BaseException) -> str:
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
     logging.basicConfig(level=level, format="graphpass: %(levelname)s: %(message)s", stream=sys.stderr)
+    _WARNINGS.reset(enabled=not verbose)
+    for h in logging.getLogger().handlers:  # the stderr handler basicConfig made (not a test's capture)
+        if type(h) is logging.StreamHandler and h.stream is sys.stderr and _WARNINGS not in h.filters:
+            h.addFilter(_WARNINGS)
+
+
+class _OncePerKind(logging.Filter):
+    """Without -v, a warning shows once per kind (:func:`graphpass.reporting.message_kind`: the
+    same words about another node or tensor); :meth:`summary` counts the ones held back."""
+
+    def __init__(self):
+        super().__init__()
+        self.enabled, self.seen = True, {}
+
+    def reset(self, enabled: bool) -> None:
+        self.enabled, self.seen = enabled, {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.enabled or record.levelno != logging.WARNING:
+            return True
+        entry = self.seen.setdefault((record.name, reporting.message_kind(record.getMessage())), [0, record.getMessage()])
+        entry[0] += 1
+        return entry[0] == 1
+
+    def summary(self) -> list[str]:
+        return [f"graphpass: WARNING: {n - 1} more like '{reporting.clip(first, 100)}' (-v shows each)"
+                for n, first in self.seen.values() if n > 1]
+
+
+_WARNINGS = _OncePerKind()
 
 
 #: a progress display appears only once a run has taken this long (seconds)
@@ -1101,6 +1131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        for line in _WARNINGS.summary():
+            print(line, file=sys.stderr)
+        _WARNINGS.reset(enabled=True)
 
 
 def _load_plugins(specs: Sequence[str]) -> None:

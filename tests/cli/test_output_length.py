@@ -124,3 +124,36 @@ def test_brief_text_counts_runs_of_one_kind_keeps_table_rows_and_cuts_to_the_bud
     many = "\n".join(f"line {k} of kind {'abcdefghij'[k % 10]}" for k in range(100))
     cut = brief_text(many, 40).splitlines()
     assert len(cut) == 40 and cut[-1] == "... 61 more lines (-v shows everything)"
+
+
+def test_a_logged_warning_shows_once_per_kind_with_a_count(monkeypatch, capsys):
+    import io
+    import logging
+
+    from graphpass import cli
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    monkeypatch.setattr(cli.sys, "stderr", stream)
+    handler.stream = stream
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        cli._setup_logging(0, False)
+        log = logging.getLogger("graphpass.passes.cleanup.fold_constants")
+        for k in range(30):
+            log.warning("fold_constants: cannot evaluate %s '%s': %s", "Add", f"n{k}", "boom")
+        log.warning("another kind of warning")
+        for line in cli._WARNINGS.summary():
+            print(line, file=stream)
+        lines = stream.getvalue().splitlines()
+        assert lines == ["fold_constants: cannot evaluate Add 'n0': boom", "another kind of warning",
+                         "graphpass: WARNING: 29 more like 'fold_constants: cannot evaluate Add 'n0': boom' (-v shows each)"]
+        stream.truncate(0), stream.seek(0)
+        cli._setup_logging(1, False)  # -v: every one
+        for k in range(3):
+            log.warning("fold_constants: cannot evaluate %s '%s': %s", "Add", f"n{k}", "boom")
+        assert len(stream.getvalue().splitlines()) == 3 and cli._WARNINGS.summary() == []
+    finally:
+        root.removeHandler(handler)
+        cli._WARNINGS.reset(enabled=True)
