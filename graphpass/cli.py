@@ -170,6 +170,13 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
     return out
 
 
+def _check_pass_list(args: argparse.Namespace) -> None:
+    """``--passes ''`` (or ``,``) names no pass: refused, never read as "the default pipeline"."""
+    if getattr(args, "passes", None) is not None and not _split_names(args.passes):
+        raise UsageError("--passes names no pass; give pass names (comma-separated), or leave --passes out "
+                         "for the default pipeline")
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     """Kept for old callers: :func:`graphpass.outputs.write_text_atomic`."""
     from graphpass.outputs import write_text_atomic
@@ -358,6 +365,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     from graphpass.ir import model_io
     from graphpass.outputs import check_output_file, check_output_folder, write_error
 
+    _check_pass_list(args)
     shapes = parse_input_shapes(args.input_shape)
     dims = parse_dims(args.dim)
     # refuse output paths before any work; the staging folders come only when needed (a run
@@ -834,6 +842,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from graphpass.passes import pipelines
     from graphpass.bisect import bisect
 
+    _check_pass_list(args)
     _apply_fusion_switches(args)
     shapes = parse_input_shapes(args.input_shape)
     passes, disable, enable = _split_names(args.passes) or None, _split_names(args.disable), _split_names(args.enable)

@@ -132,3 +132,12 @@ def test_explain_before_a_model_file_named_like_a_pass(tmp_path, capsys, monkeyp
     (tmp_path / "mymodel").write_bytes(Path(EXAMPLE).read_bytes())  # no extension, snake_case
     assert main(["optimize", "--explain", "mymodel", "-o", "o.onnx", "-q"]) == 0
     assert (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("verb", ["optimize", "bisect"])
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_an_empty_pass_list_is_refused_not_read_as_the_default_pipeline(verb, value, tiny, tmp_path, capsys):
+    argv = [verb, tiny, f"--passes={value}"] + (["-o", str(tmp_path / "o.onnx")] if verb == "optimize"
+                                               else ["--out-dir", str(tmp_path / "b")])
+    _exit_2(capsys, argv, "--passes names no pass")
+    assert not (tmp_path / "o.onnx").exists()
