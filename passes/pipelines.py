@@ -83,7 +83,11 @@ def get_pipeline(name: str) -> tuple[str, ...]:
     try:
         return PIPELINES[name]
     except KeyError:
-        raise UsageError(f"unknown pipeline '{name}'; known pipelines: {', '.join(PIPELINES)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(PIPELINES), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown pipeline '{name}'; {hint}known pipelines: {', '.join(PIPELINES)}") from None
 
 
 def build(

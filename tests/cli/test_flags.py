@@ -141,3 +141,8 @@ def test_an_empty_pass_list_is_refused_not_read_as_the_default_pipeline(verb, va
                                                else ["--out-dir", str(tmp_path / "b")])
     _exit_2(capsys, argv, "--passes names no pass")
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_an_unknown_pipeline_names_the_closest(tiny, tmp_path, capsys):
+    _exit_2(capsys, ["optimize", tiny, "-o", str(tmp_path / "o.onnx"), "--pipeline", "defualt"],
+            "unknown pipeline 'defualt'; did you mean default?", "known pipelines: ")
