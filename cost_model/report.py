@@ -92,20 +92,32 @@ class CostReport(Report):
             w.writerow({**n, "formats_in": " ".join(n.get("formats_in", [])), "formats_out": " ".join(n.get("formats_out", []))})
         return buf.getvalue()
 
-    def to_table(self, top: int = 15, width: int = 120) -> str:
+    def to_table(self, top: int = 15, width: int = 120, brief: bool = False) -> str:
+        """The estimate as text; ``brief`` (what ``graphpass cost`` prints without -v): long
+        lists cut to a few lines and one line per kind of assumption, with counts."""
         from rich.table import Table
 
+        from graphpass.reporting import clip, group_messages
+
         c, buf = text_console(width)
+        few = min(top, 3) if brief else None
+
+        def assumptions():
+            if not brief:
+                return [f"assumption: {a}" for a in self.assumptions]
+            return [clip(f"assumption: {first}" + (f" (and {n - 1} more like it)" if n > 1 else ""), width)
+                    for _, n, first in group_messages(self.assumptions)]
         c.print(f"cost estimate for {self.target} (precision {self.precision_mode}, iterations_per_loop "
                 f"{self.iterations_per_loop}): " + ("no cost model, no estimate" if self.total_us is None
                                                       else f"{self.total_us:,.1f} us per step"))
         if self.total_us is None:  # the none target: no figures to show
-            for a in self.assumptions:
-                c.print(f"assumption: {a}")
+            for a in assumptions():
+                c.print(a)
             return buf.getvalue()
         c.print("  (every figure here is a cost-model estimate, not a measurement)")
         if self.assumed_dims:
-            c.print(f"  assumed dims: {self.assumed_dims_text()}")
+            dims = f"  assumed dims: {self.assumed_dims_text()}"
+            c.print(clip(dims, width) if brief else dims)
         b = self.breakdown_us
         c.print("  nodes {nodes:,.1f} us, implicit TransData {implicit_transdata:,.1f} us, crossings {crossings:,.1f} us, "
                 "step (launch + I/O + sync) {step:,.1f} us".format(**{k: b.get(k, 0.0) for k in ("nodes", "implicit_transdata", "crossings", "step")}))
@@ -116,10 +128,14 @@ class CostReport(Report):
         if self.crossings:
             c.print(f"  host/device and engine crossings: {len(self.crossings)} "
                     f"({sum(x['bytes'] for x in self.crossings):,} bytes, {sum(x['us'] for x in self.crossings):,.1f} us)")
-            for x in self.crossings[:top]:
+            for x in self.crossings[:few or top]:
                 c.print(f"    {x['tensor']}: {x['from']} -> {x['to']}, {x['bytes']:,} bytes, {x['us']:,.1f} us")
-        for r in self.dynamic_regions:
+            if few and len(self.crossings) > few:
+                c.print(f"    ... and {len(self.crossings) - few} more")
+        for r in self.dynamic_regions[:few or None]:
             c.print(f"  host-scheduled region after {r['op']} '{r['root']}': {r['nodes']} nodes ({r['reason']})")
+        if few and len(self.dynamic_regions) > few:
+            c.print(f"  ... and {len(self.dynamic_regions) - few} more host-scheduled regions")
         if self.unknown_ops:
             c.print(f"  unknown ops (costed as AI CPU): {', '.join(self.unknown_ops)}")
         eng = Table(title="per engine")
@@ -142,8 +158,8 @@ class CostReport(Report):
             fmts = ",".join(n.get("formats_in", [])[:1]) + "->" + ",".join(n.get("formats_out", [])[:1])
             nodes.add_row(n["name"][:40], n["op"], n["engine"], fmts, f"{n['us']:,.2f}", n["bound"])
         c.print(nodes)
-        for a in self.assumptions:
-            c.print(f"assumption: {a}")
+        for a in assumptions():
+            c.print(a)
         return buf.getvalue()
 
     def to_markdown(self, top: int = 15) -> str:

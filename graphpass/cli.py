@@ -11,11 +11,13 @@ import collections
 import logging
 import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from graphpass import reporting
 from graphpass.errors import GraphpassError, UsageError, VerificationError
 from graphpass.ir import limits
 
@@ -23,13 +25,24 @@ __all__ = ["main"]
 
 log = logging.getLogger("graphpass")
 
+#: what a verb prints by default, at most (-v and -vv print more; the report files hold everything)
+SUMMARY_LINES = 20
+REPORT_LINES = 40
+
 
 # ------------------------------------------------------------------------------------------
 # argument helpers
 
 
+#: between dims: a comma, or an x between two dims (1x3x224x224); an x inside a name stays
+_DIM_SEP = re.compile(r",|(?<=[0-9?])x(?=[0-9?-])")
+#: a dim given by name (``batch``, ``p2o.DynamicDimension.0``) keeps it symbolic
+_DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
 def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
-    """``["x:1,3,640,640", "y:4"]`` -> ``{"x": [1, 3, 640, 640], "y": [4]}``."""
+    """``["x:1,3,640,640", "y:4"]`` -> ``{"x": [1, 3, 640, 640], "y": [4]}``; ``-1``, ``?`` or a
+    name (``x:batch,3,640,640``) keeps a dim symbolic (-1)."""
     shapes: dict[str, list[int]] = {}
     for item in values or []:
         for spec in item.split():
@@ -38,14 +51,24 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, list[int]]:
                 raise UsageError(f"--input-shape '{spec}': expected NAME:D1,D2,... (e.g. x:1,3,224,224)")
             if name in shapes:  # --dim refuses a name given twice: so does --input-shape
                 raise UsageError(f"--input-shape '{spec}': input '{name}' is given twice")
-            parts = dims.replace("x", ",").split(",") if dims.strip() else []
+            parts = _DIM_SEP.split(dims) if dims.strip() else []
             if any(not d.strip() for d in parts):
                 raise UsageError(f"--input-shape '{spec}': an empty dimension (expected NAME:D1,D2,... or "
-                                 "NAME:D1xD2x..., integers, -1 to keep a dim dynamic)")
-            try:
-                shapes[name] = [int(d) for d in parts]
-            except ValueError:
-                raise UsageError(f"--input-shape '{spec}': dimensions must be integers") from None
+                                 "NAME:D1xD2x..., integers; -1, ? or a name keep a dim symbolic)")
+            shapes[name] = []
+            for d in parts:
+                d = d.strip()
+                if d.lower() == "x":  # 'a:3,x' is a slip of 1x3 more likely than a dim named x
+                    raise UsageError(f"--input-shape '{spec}': an empty dimension around 'x' (x separates dims as in "
+                                     "1x3x224x224; -1, ? or a longer name keep a dim symbolic)")
+                if d == "?" or _DIM_NAME.match(d):  # keep the dim symbolic, as -1 does
+                    shapes[name].append(-1)
+                    continue
+                try:
+                    shapes[name].append(int(d))
+                except ValueError:
+                    raise UsageError(f"--input-shape '{spec}': '{d}' is no dimension (an integer >= 1; -1, ? or a "
+                                     "name keep a dim symbolic)") from None
             for k, d in enumerate(shapes[name]):
                 if d > limits.MAX_DIM:
                     raise UsageError(f"--input-shape '{spec}': dimension {k} is {d}, above the limit of 2^31 "
@@ -131,6 +154,13 @@ _tolerance_arg = _number_arg(float, lambda v: math.isfinite(v) and v >= 0, "a to
 _seed_arg = _number_arg(int, lambda v: v >= 0, "a seed is an integer >= 0")
 _bytes_arg = _number_arg(int, lambda v: v >= 0, "a size in bytes is an integer >= 0")
 _cosine_arg = _number_arg(float, lambda v: -1.0 <= v <= 1.0, "a cosine similarity is between -1 and 1")  # NaN fails
+_rounds_arg = _number_arg(int, lambda v: v >= 1, "the number of rounds is an integer >= 1")
+_per_loop_arg = _number_arg(int, lambda v: v >= 1, "iterations per loop is an integer >= 1")
+#: a Loop whose trip count is not a constant is costed as running this often (0 would hide its body)
+_trips_arg = _number_arg(int, lambda v: v >= 1, "a trip count is an integer >= 1")
+_top_arg = _number_arg(int, lambda v: v >= 1, "the number of rows is an integer >= 1")
+_dim_value_arg = _number_arg(int, lambda v: 1 <= v <= limits.MAX_DIM, f"a dim value is an integer >= 1 and <= {limits.MAX_DIM}")
+_share_arg = _number_arg(float, lambda v: 0.0 <= v < 1.0, "a share is between 0 and 1 (0 <= share < 1)")  # NaN fails
 
 
 def _split_names(values: Sequence[str] | None) -> list[str]:
@@ -138,6 +168,13 @@ def _split_names(values: Sequence[str] | None) -> list[str]:
     for v in values or []:
         out.extend(n.strip() for n in v.split(",") if n.strip())
     return out
+
+
+def _check_pass_list(args: argparse.Namespace) -> None:
+    """``--passes ''`` (or ``,``) names no pass: refused, never read as "the default pipeline"."""
+    if getattr(args, "passes", None) is not None and not _split_names(args.passes):
+        raise UsageError("--passes names no pass; give pass names (comma-separated), or leave --passes out "
+                         "for the default pipeline")
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -178,21 +215,125 @@ def error_text(e: BaseException) -> str:
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
     logging.basicConfig(level=level, format="graphpass: %(levelname)s: %(message)s", stream=sys.stderr)
+    _WARNINGS.reset(enabled=not verbose)
+    for h in logging.getLogger().handlers:  # the stderr handler basicConfig made (not a test's capture)
+        if type(h) is logging.StreamHandler and h.stream is sys.stderr and _WARNINGS not in h.filters:
+            h.addFilter(_WARNINGS)
 
 
-def _progress(total_nodes: int, quiet: bool):
-    """A rich progress bar over pass applications, for big graphs on a terminal."""
-    if quiet or total_nodes < 20_000 or not sys.stderr.isatty():
-        return None, None
-    from rich.progress import Progress
+class _OncePerKind(logging.Filter):
+    """Without -v, a warning shows once per kind (:func:`graphpass.reporting.message_kind`: the
+    same words about another node or tensor); :meth:`summary` counts the ones held back."""
 
-    progress = Progress(transient=True)
-    task = progress.add_task("optimizing", total=None)
+    def __init__(self):
+        super().__init__()
+        self.enabled, self.seen = True, {}
 
-    def on_pass(name: str, rnd: int, k: int, total: int) -> None:
-        progress.update(task, description=f"round {rnd}: {name} ({k + 1}/{total})")
+    def reset(self, enabled: bool) -> None:
+        self.enabled, self.seen = enabled, {}
 
-    return progress, on_pass
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.enabled or record.levelno != logging.WARNING:
+            return True
+        entry = self.seen.setdefault((record.name, reporting.message_kind(record.getMessage())), [0, record.getMessage()])
+        entry[0] += 1
+        return entry[0] == 1
+
+    def summary(self) -> list[str]:
+        return [f"graphpass: WARNING: {n - 1} more like '{reporting.clip(first, 100)}' (-v shows each)"
+                for n, first in self.seen.values() if n > 1]
+
+
+_WARNINGS = _OncePerKind()
+
+
+#: a progress display appears only once a run has taken this long (seconds)
+PROGRESS_DELAY = 1.0
+#: verbs without a progress hook of their own: a spinner with the elapsed time
+_SPINNER_VERBS = frozenset({"cost", "calibrate", "bisect", "precision", "diff", "verify"})
+
+
+def _progress_wanted(args: argparse.Namespace) -> bool:
+    """Progress goes to stderr, and only to a terminal: never with -q, in CI (the ``CI``
+    variable every CI service sets) or on a dumb terminal."""
+    if getattr(args, "quiet", False) or os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """The one progress display of every verb (rich, on stderr, transient): a spinner with the
+    elapsed time and what is running, shown only when the run lasts over PROGRESS_DELAY
+    seconds. ``with _Progress(args, "bisecting") as p: ... p.update("round 2: fold_constants")``."""
+
+    def __init__(self, args: argparse.Namespace, what: str):
+        self.enabled = _progress_wanted(args)
+        self.what = what
+        self._progress = self._task = self._timer = self._stdout = None
+        self._lock = __import__("threading").Lock()
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            import threading
+
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=Console(file=sys.stderr), transient=True, redirect_stdout=False,
+                                      redirect_stderr=False)
+            self._task = self._progress.add_task(self.what, total=None)
+            self._timer = threading.Timer(PROGRESS_DELAY, self._start)
+            self._timer.daemon = True
+            self._timer.start()
+            # the display ends before the verb's first line of output: on a terminal that shows
+            # both streams, a live line and the report would overwrite each other
+            self._stdout = sys.stdout
+            sys.stdout = _StopOnWrite(sys.stdout, self.stop)
+        return self
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._progress.start()
+
+    def update(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self.what}: {description}")
+
+    def on_pass(self, name: str, rnd: int, k: int, total: int) -> None:
+        """The pass manager's progress hook (``optimize(on_pass=...)``)."""
+        self.update(f"round {rnd}: {name} ({k + 1}/{total})")
+
+    def stop(self) -> None:
+        """End the display (erased: it is transient); it does not come back."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._progress.stop()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
+
+
+class _StopOnWrite:
+    """``stream``, calling ``stop`` before the first write (a progress display ends there)."""
+
+    def __init__(self, stream, stop):
+        self._stream, self._stop = stream, stop
+
+    def write(self, text: str) -> int:
+        self._stop()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 # ------------------------------------------------------------------------------------------
@@ -224,11 +365,13 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     from graphpass.ir import model_io
     from graphpass.outputs import check_output_file, check_output_folder, write_error
 
+    _check_pass_list(args)
     shapes = parse_input_shapes(args.input_shape)
     dims = parse_dims(args.dim)
     # refuse output paths before any work; the staging folders come only when needed (a run
     # killed while loading leaves nothing)
     check_output_file(args.output)
+    _refuse_overwriting_external_input(args.model, args.output)
     if args.report:
         check_output_file(args.report, "report path")
     if args.dump_dir:
@@ -259,19 +402,19 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
 
     pipelines.build(args.pipeline, _split_names(args.passes) or None,
                     set(_split_names(args.disable)), set(_split_names(args.enable)))
+    if args.explain:
+        from graphpass.passes.framework.registry import get_pass
+
+        for name in _split_names([args.explain]):
+            get_pass(name)  # an unknown name is a usage error, with the closest one
     graph = gp.load(args.model, input_shapes=shapes or None, dims=dims or None,
                     max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     if dims:  # --verify feeds what --dim fixed too (-1 where a dim stays dynamic)
         from graphpass.ir.shapes import given_shapes
 
         shapes = given_shapes(graph.graph)["inputs"]
-    from graphpass.ir.graph import count_nodes
-
-    progress, on_pass = _progress(count_nodes(graph.graph), args.quiet)
     staged_dumps = outputs.folder(args.dump_dir) if args.dump_dir else None
-    try:
-        if progress:
-            progress.start()
+    with _Progress(args, "optimizing") as progress:
         result = gp.optimize(
             graph,
             pipeline=args.pipeline,
@@ -288,14 +431,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             seed=args.seed,
             precision_mode=args.precision_mode,
             iterations_per_loop=args.iterations_per_loop,
-            on_pass=on_pass,
+            on_pass=progress.on_pass if progress.enabled else None,
             name=Path(args.model).name,
             max_memory=args.max_memory,
             freeze_initializer_inputs=args.freeze_initializers,
         )
-    finally:
-        if progress:
-            progress.stop()
     staged_model = outputs.file(args.output)
     staged_report = outputs.file(args.report) if args.report else None
     try:
@@ -314,11 +454,35 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
             raise write_error(args.report, e) from None
     outputs.commit()
     if not args.quiet:
-        print(result.report.to_table(all_passes=args.verbose > 0), end="")
+        report = result.report
+        print(report.to_table(verbose=args.verbose) if args.verbose else report.to_summary(max_lines=SUMMARY_LINES - 1),
+              end="")
         if args.explain is not None:
-            _print_explanations(result.report.explanations, args.explain)
+            _print_explanations(report.explanations, args.explain)
         print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
     return 0
+
+
+def _refuse_overwriting_external_input(model: str, output: str) -> None:
+    """``-o`` onto the input model itself is refused when the input keeps its weights in external
+    data: the output's data goes beside them under a new name (the input's is read while it is
+    written), which would leave the input's data files behind, orphaned."""
+    try:
+        same = os.path.samefile(model, output)
+    except OSError:  # the output does not exist yet (or the input does not: load says so)
+        return
+    if not same:
+        return
+    import onnx
+
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model: loading it reports that properly
+        return
+    files = sorted({e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"})
+    if files:
+        raise UsageError(f"-o {output} is the input model, whose weights are in external data ({', '.join(files)}) "
+                         "that would be left behind; write the optimized model to another path")
 
 
 def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, list[int]], applied: list[str]) -> str:
@@ -380,19 +544,41 @@ def _apply_fusion_switches(args: argparse.Namespace) -> None:
 
 
 def _print_explanations(explanations, only: str) -> None:
-    rows = [e for e in explanations if only in ("", e.pass_name)]
+    """Each refusal once (a pass refusing the same site in every round says it once)."""
+    names = set(_split_names([only]))
+    rows = list(dict.fromkeys((e.pass_name, e.op, e.node, e.reason) for e in explanations
+                              if not names or e.pass_name in names))
     if not rows:
         print("explain: no pattern matched and was refused" + (f" by {only}" if only else ""))
-    for e in rows:
-        print(f"explain: {e.pass_name}: {e.op} '{e.node}': {e.reason}")
+    for pass_name, op, node, reason in rows:
+        print(f"explain: {pass_name}: {op} '{node}': {reason}")
+
+
+_PASS_LIST = re.compile(r"^[a-z][a-z0-9_]*(,[a-z][a-z0-9_]*)*$")
+
+
+def _explain_takes_no_path(argv: list[str]) -> list[str]:
+    """``--explain model.onnx``: the optional value of --explain is a pass name, never the model
+    path that follows it (argparse would take it): an existing file, or anything that is not a
+    list of snake_case names, stays a positional argument."""
+    out = list(argv)
+    for k, a in enumerate(out[:-1]):
+        nxt = out[k + 1]
+        if a == "--explain" and not nxt.startswith("-") and (not _PASS_LIST.match(nxt) or os.path.isfile(nxt)):
+            out[k] = "--explain="
+    return out
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
     import graphpass as gp
-    from graphpass.cost_model import create
+    from graphpass.cost_model import KNOWN_TARGETS, create, get_target
     from graphpass.passes.shape_proof import ShapeProof, annotate, prove_shapes
 
     model = create(args.target)  # an unknown target fails before the model is read
+    target = get_target(args.target)
+    if not target.estimates:
+        raise UsageError(f"--target {target.name}: no cost model, nothing to estimate; give a hardware target "
+                         f"({', '.join(KNOWN_TARGETS)}) or a profile file")
     if args.output:
         from graphpass.outputs import check_output_file
 
@@ -403,12 +589,22 @@ def cmd_cost(args: argparse.Namespace) -> int:
     proof = prove_shapes(graph) if model.active else ShapeProof(graph)
     report = annotate(model.estimate(proof.graph, precision_mode=args.precision_mode,
                                      iterations_per_loop=args.iterations_per_loop, loop_trips=args.loop_trips), proof)
-    text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=args.top))()
+    top = args.top if args.top is not None else (15 if args.verbose or args.output else 5)
+    brief = not (args.verbose or args.output)
+    text = {"json": report.to_json, "csv": report.to_csv}.get(args.format, lambda: report.to_table(top=top, brief=brief))()
     if args.output:
         _write_text_atomic(Path(args.output), text if text.endswith("\n") else text + "\n")
     else:
-        print(text, end="" if text.endswith("\n") else "\n")
+        _print_report(args, text, args.format == "table")
     return 0
+
+
+def _print_report(args: argparse.Namespace, text: str, brief: bool) -> None:
+    """Print a verb's text report: by default (``brief``, no -v) in at most REPORT_LINES lines
+    (runs of one kind of line counted, long lines cut); -v prints it whole."""
+    if brief and not args.verbose:
+        text = reporting.brief_text(text, REPORT_LINES, more="-v prints everything; --format json holds it all")
+    print(text, end="" if text.endswith("\n") else "\n")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -466,7 +662,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.output:
         _write_text_atomic(Path(args.output), text)
     else:
-        print(text, end="" if text.endswith("\n") else "\n")
+        _print_report(args, text, args.format == "text")
     return 1 if args.exit_code and not d.equivalent else 0
 
 
@@ -488,7 +684,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
         return 0
 
-    default = set(pipelines.get_pipeline(pipelines.DEFAULT_PIPELINE))
+    default = set(pipelines.build(pipelines.DEFAULT_PIPELINE))  # with the plugins' default-enabled passes
     t = Table()
     for col in ("name", "kind", "default", "promise", "Ascend pass", "summary"):
         t.add_column(col)
@@ -499,15 +695,33 @@ def cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_shape(vi) -> str:
-    tt = vi.type.tensor_type
+def _fmt_type(t) -> str:
+    """An ONNX type as text: ``float[batch, 3, 224, 224]``, ``int64[] (scalar)``, ``float, shape
+    unknown``, ``seq(float[?])``; dims as the file writes them (a name, a number, ? for neither)."""
     import onnx
 
-    dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "?"
-    if not tt.HasField("shape"):
-        return f"{dtype}[?]"
-    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
-    return f"{dtype}[{', '.join(dims)}]"
+    kind = t.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        tt = getattr(t, kind)
+        dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "?"
+        if kind == "sparse_tensor_type":
+            dtype = f"sparse {dtype}"
+        if not tt.HasField("shape"):
+            return f"{dtype}, shape unknown"
+        dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        return f"{dtype}[{', '.join(dims)}]" + (" (scalar)" if not dims else "")
+    if kind == "sequence_type":
+        return f"seq({_fmt_type(t.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_fmt_type(t.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(t.map_type.key_type).lower()
+        return f"map({key}, {_fmt_type(t.map_type.value_type)})"
+    return "type unknown"
+
+
+def _fmt_shape(vi) -> str:
+    return _fmt_type(vi.type)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -518,7 +732,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from graphpass.ir import annotations as A
     from graphpass.ir import model_io
 
-    console = Console(width=120)
+    # plain text: names and dims are shown as written ('[p2o.DynamicDimension.0, 3, ...]' is no markup)
+    console = Console(width=120, markup=False, highlight=False, emoji=False)
     model = model_io.load_proto(args.model)
     size = Path(args.model).stat().st_size
     g = model.graph
@@ -621,8 +836,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
     report = P.analyze(model, feeds=feeds, seed=args.seed, input_shapes=parse_input_shapes(args.input_shape),
                        underflow_share=args.underflow_share, absorption_share=args.absorption_share,
                        check=not args.no_check, mode=args.mode)
-    print(report.to_json() if args.format == "json" else report.to_table(top=args.top, width=160),
-          end="\n" if args.format == "json" else "")
+    _print_report(args, report.to_json() if args.format == "json" else report.to_table(top=args.top, width=160),
+                  args.format == "table")
     return 0
 
 
@@ -630,6 +845,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from graphpass.passes import pipelines
     from graphpass.bisect import bisect
 
+    _check_pass_list(args)
     _apply_fusion_switches(args)
     shapes = parse_input_shapes(args.input_shape)
     passes, disable, enable = _split_names(args.passes) or None, _split_names(args.disable), _split_names(args.enable)
@@ -667,26 +883,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     common = _Parser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    common.add_argument("-v", "--verbose", action="count", default=0,
+                        help="details: -v the per-pass table and every row, -vv everything; info (-v) and debug (-vv) logging")
     common.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    common.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
+                        help="load a user's passes (registered with the pass API) from a module or a .py file; "
+                             "repeatable (the graphpass.passes entry points load always)")
 
     o = sub.add_parser("optimize", parents=[common], help="run the pipeline and write the optimized model")
-    o.add_argument("model")
+    o.add_argument("model", help="the ONNX model to optimize")
     o.add_argument("-o", "--output", required=True, help="where to write the optimized model")
     o.add_argument("--pipeline", default=None, help="named pipeline (default: 'default')")
     o.add_argument("--passes", action="append", help="run exactly these passes (comma-separated)")
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
     o.add_argument("--enable", action="append", help="default-off passes to run (comma-separated)")
     o.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
-                   help="fix an input's shape (-1 keeps a dim dynamic)")
+                   help="fix an input's shape (repeatable); -1, ? or a name keeps a dim symbolic (x:?,3,640,640)")
     o.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     o.add_argument("--target", default=DEFAULT_TARGET,
                    help=f"hardware profile of the cost model ({', '.join(KNOWN_TARGETS)}, a profile file such as "
                         "'graphpass calibrate' writes, or 'none': no cost model)")
     o.add_argument("--precision-mode", default=None, help="precision mode the cost model assumes")
-    o.add_argument("--iterations-per-loop", type=int, default=1, metavar="N", help="for the cost model's step term")
-    o.add_argument("--max-rounds", type=int, default=4, help="cap of the fixed-point loop (default 4)")
+    o.add_argument("--iterations-per-loop", type=_per_loop_arg, default=1, metavar="N", help="for the cost model's step term")
+    o.add_argument("--max-rounds", type=_rounds_arg, default=4, metavar="N",
+                   help="cap of the fixed-point loop, >= 1 (default 4)")
     o.add_argument("--fold-size-limit", type=_bytes_arg, default=None, metavar="BYTES",
                    help="with --fold-growing: largest constant a fold that grows the file may store (default 1 MiB)")
     o.add_argument("--fold-growing", action="store_true",
@@ -725,29 +946,30 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--fusion-switch", default=None, metavar="FILE",
                    help="ATC fusion_switch_file (PassName:off lines, or the {\"Switch\": ...} JSON)")
     o.add_argument("--explain", nargs="?", const="", default=None, metavar="PASS",
-                   help="print every site where a pass matched but refused, and why")
+                   help="print every site where a pass matched but refused, and why (all passes, or the "
+                        "comma-separated PASS names; write --explain=PASS before the model path)")
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
-    c.add_argument("model")
+    c.add_argument("model", help="the ONNX model to estimate")
     c.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)})")
     c.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
-                   help="fix an input's shape (-1 keeps a dim dynamic)")
+                   help="fix an input's shape (repeatable); -1, ? or a name keeps a dim symbolic (x:?,3,640,640)")
     c.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="fix a symbolic dim by name on every input that has it (repeatable; e.g. --dim batch=1)")
     c.add_argument("--precision-mode", default=None, choices=toolchain.precision_mode_names(),
                    help="ATC precision mode (default: the profile's, ATC's force_fp16 on every target)")
-    c.add_argument("--iterations-per-loop", type=int, default=1, metavar="N",
+    c.add_argument("--iterations-per-loop", type=_per_loop_arg, default=1, metavar="N",
                    help="steps per host round trip (the step-level launch + copies + sync divided by N)")
-    c.add_argument("--loop-trips", type=int, default=1, metavar="N", help="trip count of Loops whose count is not constant")
+    c.add_argument("--loop-trips", type=_trips_arg, default=1, metavar="N", help="trip count of Loops whose count is not constant")
     c.add_argument("--format", default="table", choices=["table", "json", "csv"])
-    c.add_argument("--top", type=int, default=15, help="rows in the per-op and per-node tables")
+    c.add_argument("--top", type=_top_arg, default=None, help="rows in the per-op and per-node tables (default 5; 15 with -v or -o)")
     c.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     c.set_defaults(func=cmd_cost)
 
     cb = sub.add_parser("calibrate", parents=[common],
                         help="the estimate against msprof's op_summary CSV; writes a corrected target file")
-    cb.add_argument("model")
+    cb.add_argument("model", help="the ONNX model the op summary was profiled on")
     cb.add_argument("op_summary", help="msprof op_summary CSV (Op Name, OP Type, Task Type, Task Duration(us))")
     cb.add_argument("--target", default=DEFAULT_TARGET, help=f"hardware profile ({', '.join(KNOWN_TARGETS)}) or a profile file")
     cb.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
@@ -768,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     ps.set_defaults(func=cmd_passes)
 
     bs = sub.add_parser("bisect", parents=[common], help="find the first pass application that breaks numerics")
-    bs.add_argument("model")
+    bs.add_argument("model", help="the ONNX model whose optimization breaks its outputs")
     bs.add_argument("--out-dir", default="graphpass-bisect", help="where last_good.onnx and first_bad.onnx go")
     bs.add_argument("--pipeline", default=None)
     bs.add_argument("--passes", action="append")
@@ -787,28 +1009,28 @@ def build_parser() -> argparse.ArgumentParser:
     bs.set_defaults(func=cmd_bisect)
 
     pr = sub.add_parser("precision", parents=[common], help="fp16 overflow/underflow risk per tensor")
-    pr.add_argument("model")
+    pr.add_argument("model", help="the fp32 ONNX model to check for fp16 risk")
     pr.add_argument("--inputs", default=None, metavar="FILE.npz")
     pr.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     pr.add_argument("--seed", type=_seed_arg, default=0)
-    pr.add_argument("--underflow-share", type=float, default=0.01,
+    pr.add_argument("--underflow-share", type=_share_arg, default=0.01,
                     help="risky when more than this share of nonzero values flush to zero in fp16 (default 1%%)")
-    pr.add_argument("--absorption-share", type=float, default=0.5,
+    pr.add_argument("--absorption-share", type=_share_arg, default=0.5,
                     help="an Add/Sub absorbs when more than this share of its elements lose the smaller operand in fp16")
     pr.add_argument("--mode", default="force_fp16", choices=toolchain.precision_mode_names(mixed_precision=True, lowers=True),
                     help="mixed_precision mode the emulated fp16 check runs (default force_fp16)")
     pr.add_argument("--no-check", action="store_true", help="skip the emulated fp16 runs that confirm each finding")
     pr.add_argument("--format", default="table", choices=["table", "json"])
-    pr.add_argument("--top", type=int, default=20)
+    pr.add_argument("--top", type=_top_arg, default=20, help="rows in the table (default 20)")
     pr.set_defaults(func=cmd_precision)
 
     i = sub.add_parser("inspect", parents=[common], help="ops, shapes, dynamic dims, opsets, size, subgraphs")
-    i.add_argument("model")
+    i.add_argument("model", help="the ONNX model to describe")
     i.set_defaults(func=cmd_inspect)
 
     df = sub.add_parser("diff", parents=[common], help="graph diff for review: text, markdown, json, html")
-    df.add_argument("before")
-    df.add_argument("after")
+    df.add_argument("before", help="the model before (e.g. the input of optimize)")
+    df.add_argument("after", help="the model after (e.g. its output)")
     df.add_argument("--format", default="text", choices=["text", "markdown", "json", "html"])
     df.add_argument("-o", "--output", default=None, help="write the diff here (atomically) instead of stdout")
     df.add_argument("--exit-code", action="store_true", help="exit 1 when the graphs differ, 0 when equivalent (like git diff)")
@@ -816,8 +1038,8 @@ def build_parser() -> argparse.ArgumentParser:
     df.set_defaults(func=cmd_diff)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
-    v.add_argument("model_a")
-    v.add_argument("model_b")
+    v.add_argument("model_a", help="the reference model")
+    v.add_argument("model_b", help="the model compared with it")
     v.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...")
     v.add_argument("--seed", type=_seed_arg, default=0)
     v.add_argument("--rtol", type=_tolerance_arg, default=None,
@@ -825,7 +1047,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--atol", type=_tolerance_arg, default=None, help="default 1e-3 (1e-2 when a model holds float16)")
     v.add_argument("--fp16-emulate", action=argparse.BooleanOptionalAction, default=True,
                    help="run models holding float16 with every fp16 value rounded, as the device does (default on)")
-    v.add_argument("--symbolic-dim", type=int, default=2, metavar="N",
+    v.add_argument("--symbolic-dim", type=_dim_value_arg, default=2, metavar="N",
                    help="value fed for symbolic dims not fixed by --input-shape (default 2; 1 if the original fails with 2)")
     v.add_argument("--min-cosine", type=_cosine_arg, default=None, help="also fail a tensor whose cosine similarity is lower")
     v.add_argument("--inputs", default=None, metavar="FILE.npz", help="inputs by name (default: seeded random ones)")
@@ -836,9 +1058,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def reference_markdown() -> str:
+    """The CLI reference of the README, rendered from the parser itself (every verb, every
+    option, its default and its help): ``python tools/cli_reference.py --write`` puts it between
+    the README's ``cli-reference`` markers; a test fails when the two differ."""
+    parser = build_parser()
+    formatter = argparse.HelpFormatter("graphpass", width=10_000)
+
+    def cell(text) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in sub._choices_actions}
+    lines = ["Every verb and option, generated from the argument parser (`python tools/cli_reference.py "
+             "--write`; `tests/cli/test_readme.py` fails when this section and the parser differ).", ""]
+    common = {"verbose", "quiet", "plugin"}
+    first = next(iter(sub.choices.values()))
+    sections = [("every verb", "options every verb takes", [a for a in first._actions if a.dest in common])]
+    sections += [(f"`graphpass {verb}`", helps.get(verb, ""), [a for a in p._actions if a.dest not in common])
+                 for verb, p in sub.choices.items()]
+    for title, summary, actions in sections:
+        lines += [f"#### {title}", "", cell(summary) + ".", "", "| argument | default | what it does |", "|---|---|---|"]
+        for a in actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            if a.option_strings:
+                name = ", ".join(f"`{o}`" for o in a.option_strings)
+                if a.nargs != 0:
+                    metavar = a.metavar or (a.dest.upper() if not a.choices else None)
+                    name += f" {metavar}" if metavar else ""
+            else:
+                name = f"`{a.metavar or a.dest.upper()}`"
+            default = a.default
+            hidden = default is None or default is False or default == [] or default == argparse.SUPPRESS
+            shown = "" if hidden or not a.option_strings or a.nargs == 0 else f"`{default}`"
+            text = formatter._expand_help(a) if a.help else ""
+            if a.choices and not isinstance(a, argparse._SubParsersAction):
+                text += f" (one of: {', '.join(f'`{c}`' for c in a.choices)})"
+            lines.append(f"| {cell(name)} | {cell(shown)} | {cell(text)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_explain_takes_no_path(list(sys.argv[1:] if argv is None else argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -848,6 +1112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime.set_verbosity(args.verbose)
     previous = _catch_termination()
     try:
+        _load_plugins(args.plugin)
+        if args.verb in _SPINNER_VERBS:  # optimize shows its passes; these a spinner on long runs
+            with _Progress(args, args.verb):
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except Terminated as e:  # temporaries were removed on the way out (finally / Outputs)
         print(f"graphpass: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
@@ -875,6 +1143,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        for line in _WARNINGS.summary():
+            print(line, file=sys.stderr)
+        _WARNINGS.reset(enabled=True)
+
+
+def _load_plugins(specs: Sequence[str]) -> None:
+    """--plugin: import each module or file; its passes register themselves (a default-enabled
+    one joins the default pipeline at its declared position)."""
+    from graphpass.passes.framework.registry import load_plugin
+
+    for spec in specs:
+        try:
+            added = load_plugin(spec)
+        except UsageError as e:
+            raise UsageError(f"--plugin: {e}") from None
+        log.info("--plugin %s: %s", spec, ", ".join(added) or "no new pass")
 
 
 class Terminated(BaseException):

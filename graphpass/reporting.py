@@ -17,9 +17,11 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from typing import Any, ClassVar, Iterable, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Report", "ReportLike", "to_json", "finite", "text_console", "rich_table", "markdown_table", "FORMATS"]
+__all__ = ["Report", "ReportLike", "to_json", "finite", "text_console", "rich_table", "markdown_table", "FORMATS",
+           "message_kind", "group_messages", "brief_text", "short_stats", "clip"]
 
 #: The renderings every report has (``Report.render``).
 FORMATS = ("json", "markdown", "table")
@@ -85,6 +87,84 @@ def markdown_table(columns: Sequence[str | tuple[str, str]], rows: Iterable[Sequ
     for row in rows:
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
     return lines
+
+
+# ------------------------------------------------------------------------------------------
+# short output: what a person sees by default (details with -v and in the report files)
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_BRACKETS = re.compile(r"\[[^\[\]]*\]|\([^()]*\)")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def message_kind(message: str) -> str:
+    """What a message says, without what it says it about: quoted names, bracketed and
+    parenthesized text and numbers dropped (``"tensor 'x' has a symbolic shape ['b', 3] (fix ...)"``
+    -> ``"tensor '' has a symbolic shape"``). Messages of one kind differ only in their subject."""
+    text = _QUOTED.sub("''", message)
+    for _ in range(3):  # nested brackets, innermost first
+        text = _BRACKETS.sub("", text)
+    return " ".join(_NUMBER.sub("#", text).split())
+
+
+def group_messages(messages: Iterable[str]) -> list[tuple[str, int, str]]:
+    """``(kind, count, first message)`` per kind (:func:`message_kind`), in order of first appearance."""
+    groups: dict[str, list] = {}
+    for m in messages:
+        g = groups.setdefault(message_kind(m), [0, m])
+        g[0] += 1
+    return [(k, n, first) for k, (n, first) in groups.items()]
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def short_stats(stats: dict[str, Any], limit: int = 4, width: int = 60) -> str:
+    """A pass's stats as one short cell: numbers as ``key=value``, a list as its length, long
+    text left out (the JSON and Markdown reports hold it whole)."""
+    out = []
+    for k, v in stats.items():
+        if v in (0, None, "", False) or isinstance(v, dict):
+            continue
+        if isinstance(v, (list, tuple, set, frozenset)):
+            v = len(v)
+        elif isinstance(v, float):
+            v = f"{v:g}"
+        elif isinstance(v, str) and len(v) > 24:
+            continue
+        out.append(f"{k}={v}")
+        if len(out) == limit:
+            break
+    return clip(", ".join(out), width)
+
+
+_BOX = tuple("┏┃┡│└━┗╇┣┠╰╭")
+
+
+def brief_text(text: str, max_lines: int, width: int = 160, more: str = "-v shows everything") -> str:
+    """``text`` in at most ``max_lines`` lines: a run of three or more lines of one kind
+    (:func:`message_kind`, table rows excepted) becomes its first line and a count; lines are
+    cut to ``width``; what is still over the budget is counted in a last line naming ``more``."""
+    lines = text.rstrip("\n").splitlines()
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        line, j = lines[k], k + 1
+        if line.strip() and not line.lstrip().startswith(_BOX):
+            kind = message_kind(line)
+            while j < len(lines) and lines[j].strip() and message_kind(lines[j]) == kind:
+                j += 1
+        if j - k >= 3:
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [clip(line, width), f"{indent}... and {j - k - 1} more like it ({more})"]
+        else:
+            out += [clip(x, width) for x in lines[k:j]]
+        k = j
+    if len(out) > max_lines:
+        out = out[: max_lines - 1] + [f"... {len(out) - max_lines + 1} more lines ({more})"]
+    return "\n".join(out) + "\n" if out else ""
 
 
 @runtime_checkable

@@ -84,7 +84,11 @@ def get_pipeline(name: str) -> tuple[str, ...]:
     try:
         return PIPELINES[name]
     except KeyError:
-        raise UsageError(f"unknown pipeline '{name}'; known pipelines: {', '.join(PIPELINES)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(PIPELINES), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown pipeline '{name}'; {hint}known pipelines: {', '.join(PIPELINES)}") from None
 
 
 def build(
@@ -98,20 +102,29 @@ def build(
     ``passes`` (an explicit list) wins over ``pipeline``; default-off passes in a pipeline run
     only when named in ``enable``; ``enable`` also adds passes the pipeline lacks, at the end
     unless their declared order puts them earlier (the pipeline's own order is kept). Every name
-    is checked: an unknown one raises UsageError listing the known passes. Names in ``disable``
+    is checked: an unknown one raises UsageError naming the closest. The default pipeline also
+    runs every registered default-enabled pass of a user's (a plugin's) at the position its
+    ``runs_after``/``runs_before`` declare (else last). Names in ``disable``
     are checked but kept in the list; the pass manager skips them and reports them as disabled.
     The order is checked against what the passes declare (:func:`check_order`).
     """
+    from graphpass.passes.framework.registry import unknown_pass
+
     known = all_passes()
     for name in list(passes or []) + sorted(disable or ()) + sorted(enable or ()):
         if name not in known:
-            raise UsageError(f"unknown pass '{name}'; known passes: {', '.join(known)}")
+            raise unknown_pass(name)
     enable = set(enable or ())
     if passes:
         names = list(passes)
     else:
         names = [n for n in get_pipeline(pipeline or DEFAULT_PIPELINE) if known[n].default_enabled or n in enable]
-        extra = [n for n in sorted(enable) if n not in names]
+        if (pipeline or DEFAULT_PIPELINE) == DEFAULT_PIPELINE:  # a user's default-enabled passes join it
+            builtin = {n for names_ in PIPELINES.values() for n in names_}
+            users = [n for n, c in known.items() if c.default_enabled and n not in builtin and n not in enable]
+        else:
+            users = []
+        extra = users + [n for n in sorted(enable) if n not in names]
         if extra:
             names = _stable_order(names + extra, known)
     check_order(names, known)

@@ -66,14 +66,14 @@ def test_cost_table_lists_each_crossing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv"])
-def test_cost_under_target_none_says_there_is_no_estimate(light_path, capsys, fmt):
-    # `graphpass cost --target none` crashed with exit 3 (the table formatted total_us=None)
-    assert main(["cost", light_path("light_squeezenet.onnx"), "--target", "none", "--format", fmt]) == 0
-    out = capsys.readouterr().out
-    if fmt == "table":
-        assert "cost estimate for none" in out and "no cost model" in out
-    elif fmt == "json":
-        assert json.loads(out)["total_us"] is None
+def test_cost_under_target_none_says_there_is_nothing_to_estimate(light_path, capsys, fmt):
+    # `graphpass cost --target none` crashed with exit 3 (the table formatted total_us=None); then
+    # printed an empty estimate with exit 0. Issue 23 decided: nothing to estimate is a usage error
+    assert main(["cost", light_path("light_squeezenet.onnx"), "--target", "none", "--format", fmt]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "nothing to estimate" in err[0] and "--target" in err[0]
 
 
 # --- hostile review (attack2): the estimate under a symbolic batch -----------------------------
