@@ -118,9 +118,13 @@ def test_a_proof_that_fails_leaves_the_plain_estimate_and_says_so(monkeypatch):
     assert report.total_us == t.estimate(graph).total_us and proof.note in report.assumptions
 
 
-def test_under_target_none_nothing_is_proven(tmp_path, capsys):
+def test_under_target_none_nothing_is_proven(tmp_path, capsys, monkeypatch):
+    """cost --target none has nothing to estimate (exit 2, issue 23), and proves nothing first."""
+    import graphpass.passes.shape_proof as sp
+
+    monkeypatch.setattr(sp, "prove_shapes", lambda *a, **k: pytest.fail("a proof under target none"))
     src = tmp_path / "m.onnx"
     src.write_bytes(_reshape_by_shape_arithmetic().SerializeToString())
-    assert main(["cost", str(src), "--target", "none", "--format", "json"]) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["total_us"] is None and not any("proven" in a for a in d["assumptions"])
+    assert main(["cost", str(src), "--target", "none", "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nothing to estimate" in captured.err
