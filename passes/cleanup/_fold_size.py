@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.size import constant_overhead, tensor_bytes
+from graphpass.ir.size import constant_overhead, freed_bytes
 
 __all__ = ["NODE_ALLOWANCE", "plan"]
 
@@ -67,7 +67,7 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
             if (isinstance(c, gs.Constant) and id(c) not in counted and id(c) not in graph_outputs
                     and all(id(r) in removed for r in c.outputs)):
                 counted.add(id(c))
-                freed += tensor_bytes(c)
+                freed += freed_bytes(c)  # the least it took: never pays for more than it freed
     new = sum(sizes.get(id(t), 0) for t in chosen)
     if bound:
         return new + sum(constant_overhead(t.name, len(t.shape) if t.shape is not None else 8) for t in chosen) - freed
