@@ -3,6 +3,7 @@
 import os
 
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto as T, helper
 
@@ -92,3 +93,44 @@ def test_disable_keeps_them(tmp_path):
     m = onnx.load(out, load_external_data=False)
     traces = [p.value for n in m.graph.node for p in n.metadata_props if p.key == "pkg.torch.onnx.stack_trace"]
     assert len(traces) > 100
+
+
+def _weights_with_provenance(size):
+    """Two initializers carrying exporter keys in their own TensorProto.metadata_props: one
+    with nothing else, one next to a user's key."""
+    w = onnx.numpy_helper.from_array(np.arange(size, dtype=np.float32), "w")
+    _props(w, **{"pkg.torch.export.graph_signature.InputSpec.kind": "PARAMETER"})
+    w2 = onnx.numpy_helper.from_array(np.arange(size, dtype=np.float32) - 1, "w2")
+    _props(w2, **{"pkg.torch.onnx.original_node_name": "p_w2", "user.k": "keep"})
+    nodes = [helper.make_node("Add", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "w2"], ["y"])]
+    m = make_model(nodes, {"x": [size]}, {"y": [size]})
+    m.graph.initializer.extend([w, w2])
+    return m
+
+
+@pytest.mark.parametrize("size", [4, 5000], ids=["small", "over_1KiB"])
+@pytest.mark.parametrize("external", [False, True])
+def test_initializer_provenance_is_dropped_from_what_save_writes(tmp_path, size, external):
+    src = _weights_with_provenance(size)
+    model = gp.load(src)
+    assert strip_debug_info(model).stats["tensors"] == 2
+    out = tmp_path / "o.onnx"
+    gp.save(model, out, external_data=external)
+    saved = onnx.load(out)
+    props = {t.name: {p.key: p.value for p in t.metadata_props} for t in saved.graph.initializer}
+    assert props == {"w": {}, "w2": {"user.k": "keep"}}
+    for proto in (saved, model.to_proto()):
+        assert {t.name: {p.key: p.value for p in t.metadata_props} for t in proto.graph.initializer} == props
+    x = np.array([np.nan, -0.0, np.inf, 1e-45] + [1.0] * (size - 4), np.float32)
+    assert_equivalent(src, saved, {"x": x}, exact=True)
+
+
+def test_a_graphpass_annotation_on_a_large_weight_is_saved(tmp_path):
+    src = _weights_with_provenance(5000)
+    model = gp.load(src)
+    w = next(t for t in model.graph.nodes[0].inputs if t.name == "w")
+    annotations.set_format(w, "FRACTAL_Z")
+    out = tmp_path / "o.onnx"
+    gp.save(model, out, external_data=False)
+    saved = {t.name: {p.key: p.value for p in t.metadata_props} for t in onnx.load(out).graph.initializer}
+    assert saved["w"] == {"pkg.torch.export.graph_signature.InputSpec.kind": "PARAMETER", annotations.FORMAT: "FRACTAL_Z"}
