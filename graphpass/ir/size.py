@@ -30,7 +30,7 @@ from graphpass.ir.serialize import DECLARED_VALUE_INFO, EXTERNAL_LAYOUT
 from graphpass.ir.graph import iter_graphs
 from graphpass.ir.shapes import numel, static_shape
 
-__all__ = ["bytes_bound", "tensor_bytes", "freed_bytes", "constant_overhead"]
+__all__ = ["bytes_bound", "tensor_bytes", "freed_bytes", "node_bytes_least", "constant_overhead"]
 
 _INT = 11  # tag + a 10-byte varint
 _FLOAT = 5  # tag + 4 bytes
@@ -101,6 +101,26 @@ def freed_bytes(t: gs.Constant) -> int:
         length = next((e.value for e in proto.external_data if e.key == "length"), None)
         return int(length) if length and str(length).isdigit() else 0
     return 0
+
+
+def _least(text: Any) -> int:
+    """The least bytes a non-empty string field takes: a tag, a one-byte length, the text."""
+    if not text:
+        return 0
+    return 2 + (len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else len(text))
+
+
+def node_bytes_least(n: gs.Node) -> int:
+    """The least bytes ``n``'s NodeProto takes in the file (what removing it frees, at least):
+    its op type, name, domain and tensor names (an empty optional input is still two bytes),
+    each attribute's name and type, its annotations."""
+    total = 2 + _least(n.op) + _least(n.name) + _least(n.domain)
+    total += sum(max(2, _least(t.name)) for t in list(n.inputs) + list(n.outputs))
+    total += sum(4 + _least(k) for k in n.attrs)
+    d = stored_meta(n)
+    if d:
+        total += sum(2 + _least(k) + _least(v) for k, v in d.items())
+    return total
 
 
 def constant_overhead(name: str, rank: int, external: bool = True) -> int:
