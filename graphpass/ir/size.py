@@ -182,29 +182,39 @@ def _attr(value: Any, threshold: int) -> int:
 
 
 def _node(n: gs.Node, threshold: int) -> int:
-    total = _WRAP + _s(n.op) + _s(n.name) + _s(n.domain) + _meta(n)
-    total += sum(_s(t.name) for t in n.inputs) + sum(_s(t.name) for t in n.outputs)
-    for name, value in n.attrs.items():
-        total += 2 * _WRAP + _s(name) + _INT + _attr(value, threshold)
-    total += sum(_WRAP + a.ByteSize() for a in n.__dict__.get("_gp_raw_attrs") or ())  # TYPE_PROTO attributes
+    """A node's own fields; its tensor names are counted by :func:`_graph`."""
+    total = 4 * _WRAP + len(n.op.encode("utf-8", "surrogatepass")) + _s(n.name) + _s(n.domain)
+    total += _meta(n)
+    if n.attrs:
+        for name, value in n.attrs.items():
+            total += 2 * _WRAP + _s(name) + _INT + _attr(value, threshold)
+    raw = n.__dict__.get("_gp_raw_attrs")  # TYPE_PROTO attributes
+    if raw:
+        total += sum(_WRAP + a.ByteSize() for a in raw)
     return total
 
 
 def _graph(g: gs.Graph, constants: set[int], threshold: int, declared) -> int:
     total = _WRAP + _s(g.name) + _s(getattr(g, "doc_string", None))
     tensors: set[int] = set()  # per graph: a body writes value_info for the outer tensors it reads
+    names = 0
     for n in g.nodes:
         total += _node(n, threshold)
-        for t in list(n.inputs) + list(n.outputs):
-            if id(t) in tensors:
-                continue
-            tensors.add(id(t))
-            if isinstance(t, gs.Constant):
-                if id(t) not in constants:
-                    constants.add(id(t))
-                    total += _constant(t, threshold)
-            elif declared is None or t.name in declared or stored_meta(t):  # what save writes as value_info
-                total += _value_info(t)
+        for io in (n.inputs, n.outputs):
+            for t in io:
+                name = t.name
+                names += _WRAP + (len(name) if name.isascii() else len(name.encode("utf-8", "surrogatepass")))
+                k = id(t)
+                if k in tensors:
+                    continue
+                tensors.add(k)
+                if isinstance(t, gs.Constant):
+                    if k not in constants:
+                        constants.add(k)
+                        total += _constant(t, threshold)
+                elif declared is None or name in declared or stored_meta(t):  # save writes value_info
+                    total += _value_info(t)
+    total += names
     for t in list(g.inputs) + list(g.outputs):
         total += _value_info(t)
         if isinstance(t, gs.Constant) and id(t) not in constants:
