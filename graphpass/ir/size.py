@@ -175,7 +175,12 @@ def _attr(value: Any, threshold: int) -> int:
     if isinstance(value, gs.Graph):  # its nodes are counted where iter_graphs visits them
         return _WRAP + _s(value.name) + sum(_value_info(t) for t in list(value.inputs) + list(value.outputs))
     if isinstance(value, np.ndarray):
-        return _WRAP + int(value.nbytes) + _INT * (value.ndim + 1) + (_s(str(value)) if value.dtype.kind in "OSU" else 0)
+        if value.dtype.kind in "OSU":  # every string (str(array) elides past 1000 elements)
+            return _WRAP + _INT * (value.ndim + 1) + sum(_s(v if isinstance(v, (str, bytes)) else str(v))
+                                                         for v in value.reshape(-1))
+        # written as a list attribute (INTS: an 11-byte field a negative value; FLOATS: 5 bytes) or a tensor
+        each = _INT if value.dtype.kind in "iub" else max(_FLOAT, value.dtype.itemsize)
+        return _WRAP + _INT * (value.ndim + 1) + int(value.size) * each
     if isinstance(value, (list, tuple)):
         return sum(_attr(v, threshold) for v in value)
     return _s(repr(value))  # an attribute reference of a function body, a type

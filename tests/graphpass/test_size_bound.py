@@ -229,3 +229,17 @@ def test_removed_nodes_pay_for_a_fold_only_with_the_bytes_they_took(tmp_path):
     assert "Tile" in ops(onnx.load(out))
     x = np.array([np.nan, -0.0, np.inf] + [1.0] * 2997, np.float32)
     assert_equivalent(onnx.load(src), onnx.load(out), {"x": x}, exact=True)
+
+
+def test_the_bound_counts_array_attributes_a_pass_set(tmp_path):
+    """A pass may set an attribute to a numpy array: strings past numpy's 1000-element repr,
+    negative int64s written as INTS (11 bytes each, 8 in the array)."""
+    node = helper.make_node("CategoryMapper", ["x"], ["y"], domain="ai.onnx.ml", cats_int64s=[1], cats_strings=["a"])
+    m = make_model([node], {"x": (T.STRING, [3])}, {"y": (T.INT64, [3])})
+    m.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    model = gp.load(m)
+    n = model.graph.nodes[0]
+    n.attrs["cats_strings"] = np.array([f"{k:0100d}" for k in range(5000)], dtype=object)
+    n.attrs["cats_int64s"] = -np.arange(1, 5001, dtype=np.int64)
+    model.save(tmp_path / "a.onnx")
+    assert _stored(tmp_path / "a.onnx") <= bytes_bound(model.graph, model)
