@@ -134,3 +134,50 @@ def test_a_graphpass_annotation_on_a_large_weight_is_saved(tmp_path):
     gp.save(model, out, external_data=False)
     saved = {t.name: {p.key: p.value for p in t.metadata_props} for t in onnx.load(out).graph.initializer}
     assert saved["w"] == {"pkg.torch.export.graph_signature.InputSpec.kind": "PARAMETER", annotations.FORMAT: "FRACTAL_Z"}
+
+
+def _loop_model():
+    """A Loop whose body's input, value_info and node carry exporter keys next to a user's."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "x"], ["acc_out"], name="body_add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "body", [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", T.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("acc_out", T.FLOAT, [3])])
+    _props(body.node[0], **{"pkg.torch.onnx.stack_trace": TRACE, "user.k": "body"})
+    _props(body.input[2], **{"pkg.torch.onnx.original_node_name": "acc", "user.unit": "m"})
+    _props(body.output[1], **{"pkg.onnxscript.optimizer.folded_from": "z"})
+    m = make_model([helper.make_node("Loop", ["n", "", "a0"], ["y"], body=body, name="loop")],
+                   {"n": (T.INT64, []), "a0": [3], "x": [3]}, {"y": [3]})
+    _props(m.graph.output[0], **{"pkg.torch.export.graph_signature.OutputSpec.kind": "USER_OUTPUT"})
+    return m
+
+
+def _all_props(m):
+    out = {}
+    for g in [m.graph] + [a.g for n in m.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]:
+        for n in g.node:
+            out[f"{g.name}/node/{n.name}"] = [(p.key, p.value) for p in n.metadata_props]
+        for t in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
+            if len(t.metadata_props):
+                out[f"{g.name}/tensor/{t.name}"] = [(p.key, p.value) for p in t.metadata_props]
+    return out
+
+
+def test_keys_on_tensors_only_a_body_reaches_are_dropped_and_disable_keeps_every_byte(tmp_path):
+    src = tmp_path / "loop.onnx"
+    onnx.save(_loop_model(), src)
+    feeds = {"n": np.array(3, np.int64), "a0": np.array([np.nan, -0.0, 1.0], np.float32),
+             "x": np.array([np.inf, -0.0, 1e-45], np.float32)}
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--pipeline", "neutral", "-q"]) == 0
+    props = _all_props(onnx.load(out))
+    flat = [k for v in props.values() for k, _ in v]
+    assert not any(k.startswith(("pkg.torch.", "pkg.onnxscript.")) or k == "namespace" for k in flat), props
+    assert ("user.k", "body") in props["body/node/body_add"] and ("user.unit", "m") in props["body/tensor/acc_in"]
+    assert_equivalent(onnx.load(src), onnx.load(out), feeds, exact=True)
+    # nothing but metadata changed: graphpass diff calls the two the same
+    assert main(["diff", str(src), str(out), "--exit-code", "--target", "none", "-q"]) == 0
+    kept = tmp_path / "k.onnx"
+    assert main(["optimize", str(src), "-o", str(kept), "--pipeline", "neutral", "-q", "--disable", "strip_debug_info"]) == 0
+    assert _all_props(onnx.load(kept)) == _all_props(onnx.load(src))
