@@ -265,7 +265,7 @@ def _inlined_calls(graph: gs.Graph, threshold: int) -> int:
             for body in iter_graphs(fn):
                 for n in body.nodes:
                     total += _WRAP + _s(n.op) + _s(n.domain) + _meta(call)
-                    total += _WRAP + max(len(call.name or "") + len(n.op), len(n.name or "")) + _INLINE_SUFFIX
+                    total += _WRAP + max(_s(call.name) + _s(n.op), _s(n.name)) + _INLINE_SUFFIX
                     for t in list(n.inputs) + list(n.outputs):
                         total += _WRAP + max(io, len(t.name.encode("utf-8", "surrogatepass")) + _INLINE_SUFFIX)
                     for name, value in n.attrs.items():
