@@ -243,3 +243,21 @@ def test_the_bound_counts_array_attributes_a_pass_set(tmp_path):
     n.attrs["cats_int64s"] = -np.arange(1, 5001, dtype=np.int64)
     model.save(tmp_path / "a.onnx")
     assert _stored(tmp_path / "a.onnx") <= bytes_bound(model.graph, model)
+
+
+@pytest.mark.parametrize("form", ["value_ints", "int64_data"])
+def test_a_constant_node_stored_as_varints_is_not_lowered_to_a_bigger_raw_initializer(tmp_path, form):
+    """Constant(value_ints=...) of small values takes 2 bytes a value (a make_tensor value,
+    packed int64_data, 1): lowered to a raw int64 initializer it took 8, the file 4x."""
+    vals = [k % 100 for k in range(5000)]
+    value = {"value_ints": vals} if form == "value_ints" else {"value": helper.make_tensor("v", T.INT64, [5000], vals)}
+    nodes = [helper.make_node("Constant", [], ["c"], **value), helper.make_node("Add", ["x", "c"], ["y"]),
+             helper.make_node("Cast", ["c"], ["cf"], to=T.FLOAT), helper.make_node("Mul", ["xf", "cf"], ["z"])]
+    m = make_model(nodes, {"x": (T.INT64, [5000]), "xf": [5000]}, {"y": (T.INT64, [5000]), "z": [5000]})
+    src, out = tmp_path / "src.onnx", tmp_path / "out.onnx"
+    onnx.save(m, src)
+    assert main(["optimize", str(src), "-o", str(out), "--pipeline", "neutral", "-q"]) == 0
+    assert _stored(out) <= _stored(src) * 1.01
+    feeds = {"x": np.arange(-2500, 2500, dtype=np.int64), "xf": np.full(5000, -0.0, np.float32)}
+    feeds["xf"][:3] = [np.nan, np.inf, 1e-45]
+    assert_equivalent(onnx.load(src), onnx.load(out), feeds, exact=True)
