@@ -1,6 +1,7 @@
 """fold_constants' size policy: a fold never makes the file bigger unless asked to.
 
-    new bytes (the folded tensors)  <=  freed bytes (the constants only the folded subgraph read)
+    new bytes (the folded tensors)  <=  freed bytes (the constants only the folded subgraph read,
+                                          at the least bytes they took: graphpass.ir.size.freed_bytes)
                                         + for each node the fold removes, NODE_ALLOWANCE or
                                           the least bytes it took, whichever is smaller
 
@@ -24,8 +25,8 @@ Room: the rule above keeps each fold from growing its own part of the file. A fo
 grow it still happens while the whole model stays no bigger than it was loaded: ``room`` is the
 input's bytes minus an upper bound of the model's bytes now (:func:`graphpass.ir.size.bytes_bound`;
 what earlier passes removed, exporter debug metadata stripped included), and each such fold is
-charged its most bytes (data and initializer overhead, minus the constants it frees, nothing for
-removed nodes) in topological order until the room is spent. A small GPT-2's tied lm_head weight,
+charged its most bytes (data and initializer overhead, minus the least bytes of the constants
+it frees, nothing for removed nodes) in topological order until the room is spent. A small GPT-2's tied lm_head weight,
 transposed for the MatMul, folds this way (as onnxsim folds it) while the file still shrinks.
 """
 
