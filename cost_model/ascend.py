@@ -611,7 +611,8 @@ class AscendCostModel(CostModel):
             elif op == "Size":
                 out = np.array(math.prod(self._shape(node.inputs[0], cx)), dtype=np.int64)
             elif op == "Constant" and "value" in a:
-                out = np.asarray(a["value"].values)
+                lazy = a["value"].__dict__.get("_values")  # not cached: the node's value stays as stored
+                out = np.asarray(lazy.load() if isinstance(lazy, gs.ir.tensor.LazyValues) else a["value"].values)
             elif op == "Gather":
                 out = np.take(ins[0], ins[1], axis=int(a.get("axis", 0)))
             elif op == "Unsqueeze":

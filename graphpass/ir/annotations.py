@@ -141,7 +141,9 @@ def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
             write_to_proto(sub, sub_proto)
 
     tensors = _graph_tensors(graph)
-    annotated = {name: t.__dict__[_KEY] for name, t in tensors.items() if t.__dict__.get(_KEY)}
+    # an emptied dict (every key dropped, e.g. by strip_debug_info) still clears its holder: an
+    # initializer's header is exported with the metadata it was loaded with
+    annotated = {name: t.__dict__[_KEY] for name, t in tensors.items() if t.__dict__.get(_KEY) is not None}
     if not annotated:
         return
     holders: dict[str, Any] = {}
@@ -151,6 +153,8 @@ def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
         holders[vi.name] = vi
     for name, d in annotated.items():
         holder = holders.get(name)
+        if holder is None and not d:
+            continue
         if holder is None:
             tensor = tensors.get(name)
             holder = graph_proto.value_info.add()

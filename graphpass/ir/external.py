@@ -256,10 +256,21 @@ def _header(t: onnx.TensorProto) -> onnx.TensorProto:
     return h
 
 
-def _as_proto(name: str, original: "onnx.TensorProto | np.ndarray") -> onnx.TensorProto:
+def _as_proto(name: str, original: "onnx.TensorProto | np.ndarray", header: onnx.TensorProto | None = None
+              ) -> onnx.TensorProto:
+    """The full tensor for an exported ``header``: the header's ``metadata_props`` (the
+    annotations written at export) replace the ones the original was loaded with."""
     if isinstance(original, np.ndarray):
-        return onnx.numpy_helper.from_array(original, name)
-    return original
+        proto = onnx.numpy_helper.from_array(original, name)
+    else:
+        proto = original
+    if header is not None and list(header.metadata_props) != list(proto.metadata_props):
+        if proto is original:
+            proto = onnx.TensorProto()
+            proto.CopyFrom(original)
+        del proto.metadata_props[:]
+        proto.metadata_props.extend(header.metadata_props)
+    return proto
 
 
 def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
@@ -302,9 +313,10 @@ _INITIALIZER_FIELD = 5  # GraphProto.initializer
 def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None:
     disk = [i for i in model.graph.initializer if i.name not in originals and _is_on_disk(i)]
     keep = [i for i in model.graph.initializer if i.name not in originals and not _is_on_disk(i)]
+    headers = {i.name: i for i in model.graph.initializer if i.name in originals}
     del model.graph.initializer[:]
     model.graph.initializer.extend(keep)
-    records = [(name, lambda name=name, o=o: _as_proto(name, o)) for name, o in originals.items()]
+    records = [(name, lambda name=name, o=o: _as_proto(name, o, headers.get(name))) for name, o in originals.items()]
     records += [(t.name, lambda t=t: _read_on_disk(t)) for t in disk]
     with open(dst, "wb") as f:
         f.write(model.SerializeToString())
@@ -358,7 +370,7 @@ def _write_external(model: onnx.ModelProto, originals: dict, folder: Path, name:
                 else _numel(init) * _itemsize(init))
             if nbytes < layout.threshold or not _externalizable(init, original):
                 if original is not None:
-                    init.CopyFrom(_as_proto(init.name, original))
+                    init.CopyFrom(_as_proto(init.name, original, init))
                 elif _is_on_disk(init):
                     init.CopyFrom(_read_on_disk(init))
                 continue

@@ -673,7 +673,7 @@ def to_proto(graph: "gs.Graph | Model", emit: str = DEFAULT_EMIT) -> onnx.ModelP
         for init in g.initializer:
             original = originals.get(init.name)
             if original is not None:
-                init.CopyFrom(_as_proto(init.name, original))
+                init.CopyFrom(_as_proto(init.name, original, init))
             elif _is_on_disk(init):
                 init.CopyFrom(_read_on_disk(init))
     return model
@@ -781,7 +781,7 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
     for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
             if init.name in originals and init.name not in main_inits:
-                init.CopyFrom(_as_proto(init.name, originals.pop(init.name)))
+                init.CopyFrom(_as_proto(init.name, originals.pop(init.name), init))
             elif _is_on_disk(init):
                 init.CopyFrom(_read_on_disk(init))
     on_disk = sum(int(next((e.value for e in t.external_data if e.key == "length"), 0) or 0)

@@ -1,7 +1,9 @@
 """fold_constants' size policy: a fold never makes the file bigger unless asked to.
 
-    new bytes (the folded tensors)  <=  freed bytes (the constants only the folded subgraph read)
-                                        + NODE_ALLOWANCE x (the nodes the fold removes)
+    new bytes (the folded tensors)  <=  freed bytes (the constants only the folded subgraph read,
+                                          at the least bytes they took: graphpass.ir.size.freed_bytes)
+                                        + for each node the fold removes, NODE_ALLOWANCE or
+                                          the least bytes it took, whichever is smaller
 
 Folding a set S of boundary tensors removes every fold node whose outputs are all either in S
 or read only by removed nodes, and frees every constant (initializer, lowered Constant) that only
@@ -12,7 +14,9 @@ in topological order (each kept only if it does not grow the file given the ones
 
 ``NODE_ALLOWANCE`` (64 bytes): a removed node takes its NodeProto out of the file: an op type, an
 output name and one name per input, each length-prefixed; exporter names run 20-60 bytes, so
-a node of exporter output is 60-200 bytes and never less than ~10 even in hand-made graphs. 64
+a node of exporter output is 60-200 bytes, but a nameless hand-made one can be 12: a node is
+credited the least bytes it took (:func:`graphpass.ir.size.node_bytes_least`) up to 64 (a chain
+of 200 such nodes before a Tile no longer buys 12 kB of folded data). 64
 bytes is an int64 shape vector of rank 8, so ``Shape -> Gather -> Concat`` chains that become a
 shape vector fold; a fold that stores more (a ConstantOfShape weight fill, a Tile, an Expand)
 needs ``fold_growing`` or room in the file.
@@ -21,8 +25,8 @@ Room: the rule above keeps each fold from growing its own part of the file. A fo
 grow it still happens while the whole model stays no bigger than it was loaded: ``room`` is the
 input's bytes minus an upper bound of the model's bytes now (:func:`graphpass.ir.size.bytes_bound`;
 what earlier passes removed, exporter debug metadata stripped included), and each such fold is
-charged its most bytes (data and initializer overhead, minus the constants it frees, nothing for
-removed nodes) in topological order until the room is spent. A small GPT-2's tied lm_head weight,
+charged its most bytes (data and initializer overhead, minus the least bytes of the constants
+it frees, nothing for removed nodes) in topological order until the room is spent. A small GPT-2's tied lm_head weight,
 transposed for the MatMul, folds this way (as onnxsim folds it) while the file still shrinks.
 """
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.size import constant_overhead, tensor_bytes
+from graphpass.ir.size import constant_overhead, freed_bytes, node_bytes_least
 
 __all__ = ["NODE_ALLOWANCE", "plan"]
 
@@ -67,11 +71,11 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
             if (isinstance(c, gs.Constant) and id(c) not in counted and id(c) not in graph_outputs
                     and all(id(r) in removed for r in c.outputs)):
                 counted.add(id(c))
-                freed += tensor_bytes(c)
+                freed += freed_bytes(c)  # the least it took: never pays for more than it freed
     new = sum(sizes.get(id(t), 0) for t in chosen)
     if bound:
         return new + sum(constant_overhead(t.name, len(t.shape) if t.shape is not None else 8) for t in chosen) - freed
-    return new - freed - NODE_ALLOWANCE * len(removed)
+    return new - freed - sum(min(NODE_ALLOWANCE, node_bytes_least(n)) for n in nodes if id(n) in removed)
 
 
 def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],

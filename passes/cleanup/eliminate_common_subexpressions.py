@@ -36,7 +36,7 @@ def _dtype_key(dtype) -> tuple[str, str]:
 
 def _attr_key(value):
     if isinstance(value, gs.Constant):
-        arr = np.asarray(value.values)
+        arr = _bytes_of(value)  # not cached: a Constant node's value stays as it was stored
         return ("T", _dtype_key(arr.dtype), getattr(value, "export_dtype", None), arr.shape, arr.tobytes())
     if isinstance(value, np.ndarray):
         return ("A", _dtype_key(value.dtype), value.shape, value.tobytes())

@@ -37,11 +37,11 @@ from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.model import model_of
 from graphpass.ir.serialize import SOURCE_BYTES
-from graphpass.ir.size import bytes_bound
+from graphpass.ir.size import bytes_bound, freed_bytes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
-from graphpass.passes.cleanup._fold_size import plan
+from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE, plan
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
 
@@ -61,18 +61,37 @@ def _lower_constant_nodes(graph: gs.Graph, outs: set[int]) -> list[gs.Node]:
         out = node.outputs[0]
         if attr not in _CONSTANT_ATTRS or id(out) in outs or isinstance(value, gs.Node.AttributeRef):
             continue
+        least = _stored_least(attr, value)  # before reading the values (that makes them an array)
         if isinstance(value, gs.Constant):
-            arr = np.asarray(value.values)
+            lazy = value.__dict__.get("_values")  # read without caching: a node kept stays as stored
+            arr = np.asarray(lazy.load() if isinstance(lazy, gs.ir.tensor.LazyValues) else value.values)
         elif attr in ("value_float", "value_floats"):
             arr = np.array(value, dtype=np.float32)
         else:
             arr = np.array(value, dtype=np.int64)
         if arr.dtype == object:
             continue
+        if least is not None and arr.dtype.kind in "iub" and arr.nbytes > least + NODE_ALLOWANCE:
+            # small integers stored as varints (value_ints, a make_tensor value): a raw
+            # initializer would take up to 8x the bytes; the node stays (its readers do not fold)
+            continue
         node.outputs.clear()
         out.to_constant(arr)
         lowered.append(node)
     return lowered
+
+
+def _varint_len(v: int) -> int:
+    return 10 if v < 0 else max(1, (v.bit_length() + 6) // 7)
+
+
+def _stored_least(attr: str, value) -> int | None:
+    """The least bytes a Constant node's value takes as stored (None: never less than raw)."""
+    if isinstance(value, gs.Constant):
+        return freed_bytes(value)
+    if attr == "value_ints":
+        return sum(1 + _varint_len(int(v)) for v in value)  # a tag and a varint each
+    return None
 
 
 def _shape_value(node: gs.Node) -> np.ndarray | None:
