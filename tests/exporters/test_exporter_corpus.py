@@ -213,7 +213,7 @@ def test_peers_runs_each_tool_outside_the_callers_folder(tmp_path, monkeypatch):
     assert list(caller.iterdir()) == []
 
 
-PEERS_BEST = json.loads((DATA / "peers_best.json").read_text())["best"]
+PEERS_BEST = json.loads((Path(__file__).parent / "peers_best.json").read_text())["best"]
 
 
 @pytest.mark.parametrize("entry", [e for e in FILES if _id(e) in PEERS_BEST], ids=_id)
