@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from graphpass.errors import UsageError
-from graphpass.ir import limits
+from graphpass.ir import limits, profiling
 from graphpass.ir.graph import graph_protos
 from graphpass.ir.validate import _itemsize, _numel
 
@@ -182,6 +182,7 @@ def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
             d.dim_value = fixed[d.dim_param]
 
 
+@profiling.timed("shape inference")
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference (with data propagation) on a copy whose big weights are left out.
 
