@@ -307,6 +307,7 @@ def from_proto(
         inferred = infer_shapes(model)
         if inferred is not model:
             _copy_value_info(inferred.graph, model.graph)
+        del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     try:
         with gc_paused():
             graph = gs.import_onnx(model)
