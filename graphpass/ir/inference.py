@@ -198,14 +198,18 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     while a rule adds something). Returns the inferred copy; on failure logs a warning and
     returns ``model`` unchanged.
     """
-    light = _light_copy(model)
+    # onnx serializes what it is given and parses its own copy: given the bytes, the light copy
+    # is not held beside them at inference's peak (issue 22); it is parsed again if needed below
+    blob = _light_copy(model).SerializeToString()
     try:
-        first = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=False)
+        first = onnx.shape_inference.infer_shapes(blob, check_type=False, strict_mode=False, data_prop=False)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
     if not _has_unknown_shapes(first.graph):
         return first
+    light = onnx.load_from_string(blob)
+    del blob
     data_prop = _data_prop_safe(model, first.graph)
     if not data_prop:
         log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")
