@@ -7,6 +7,7 @@ import re
 import time
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -141,3 +142,30 @@ def test_phases_record_nothing_when_no_profile_is_active():
     assert f(2) == 4
     profiling.stop()
     assert list(p.rows) == ["z"] and p.rows["z"].calls == 1
+
+
+def test_profile_on_a_failed_verification_is_exit_1_with_verify_profiled(tmp_path, monkeypatch, capsys):
+    from graphpass.ir import model_io
+
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], {"x": [3]}, {"y": [3]},
+                       initializers={"w": np.ones(3, np.float32)})
+    src = tmp_path / "m.onnx"
+    src.write_bytes(model.SerializeToString())
+    real = model_io.save
+
+    def wrong_save(graph, path, *a, **k):  # writes a model whose weight differs
+        out = real(graph, path, *a, **k)
+        m = onnx.load(out)
+        m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.full(3, 9, np.float32), m.graph.initializer[0].name))
+        out.write_bytes(m.SerializeToString())
+        return out
+
+    monkeypatch.setattr(model_io, "save", wrong_save)
+    code = main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--verify", "--profile", "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("graphpass: error:")
+    rows = _rows(err)
+    assert rows["verify"]["calls"] == 1 and rows["save"]["calls"] == 1
+    assert rows["report"]["calls"] == 1  # the optimize report; the CLI never reached its own
+    assert profiling.active() is None

@@ -85,3 +85,13 @@ def test_render_of_a_missing_file_is_one_line_exit_2(scaling, tmp_path, capsys):
     assert scaling.main(["--render", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "none.json" in err
+
+
+def test_a_model_past_the_limit_is_written_with_external_data(scaling, tmp_path, monkeypatch):
+    monkeypatch.setattr(scaling, "EXTERNAL_ABOVE", 0)  # as a model past 2 GB is
+    path, nodes = scaling.write_model("transformer", 100, tmp_path)
+    assert (tmp_path / (path.name + ".data")).stat().st_size > 0
+    assert any(t.data_location == 1 for t in onnx.load(path, load_external_data=False).graph.initializer)
+    rows = scaling.measure("transformer", 100, ["graphpass", "onnx"], tmp_path, 300)
+    assert [r["error"] for r in rows] == [None, None] and rows[0]["nodes_left"] < nodes
+    assert not (tmp_path / (path.name + ".data")).exists()  # removed with the model
