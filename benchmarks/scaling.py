@@ -221,7 +221,7 @@ def render(rows: list[dict], out=None) -> None:
         top = sorted((p for p in r["profile"] if p["self_seconds"] > 0), key=lambda p: -p["self_seconds"])[:6]
         per_node = r.get("bytes_per_node")
         print(f"- graphpass, {r['family']} {r['nodes']:,} nodes: "
-              + (f"{per_node / 1024:.1f} KB per node above the {r['rss_before_load'] / 2**20:.0f} MB it held before "
+              + (f"{per_node / 1024:.1f} KiB per node above the {r['rss_before_load'] / 2**20:.0f} MB it held before "
                  f"loading; " if per_node is not None else "")
               + "most time in " + ", ".join(f"{p['phase']} {p['self_seconds']:.2f} s ({p['calls']}x)" for p in top),
               file=out)

@@ -53,7 +53,7 @@ def test_graphpass_and_the_floor_at_1k_with_json_and_render(scaling, tmp_path, c
     assert scaling.main(["--render", str(out)]) == 0
     md = capsys.readouterr().out
     assert md.startswith("| model | nodes | tool |") and "| cnn | 990 | graphpass |" in md
-    assert "KB per node above" in md and "most time in" in md
+    assert "KiB per node above" in md and "most time in" in md
 
 
 def test_a_tool_out_of_time_is_killed_and_said(scaling, tmp_path):
