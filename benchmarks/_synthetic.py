@@ -88,3 +88,62 @@ def wide_fanout(target_nodes: int, width: int = 64, seed: int = 0) -> onnx.Model
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def transformer_stack(target_nodes: int, hidden: int = 16, ffn: int = 32, seq: int = 8, seed: int = 0,
+                      weight_scale: float = 0.1) -> onnx.ModelProto:
+    """About ``target_nodes`` nodes of transformer layers as exporters write them: attention
+    (MatMul+Add projections, Transpose, MatMul, Mul by the scale, Softmax), LayerNorm spelled out
+    in its parts (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul, Add), a Relu FFN,
+    residual Adds; 38 nodes per layer, seeded random weights."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    layers = max(1, target_nodes // 38)
+    d = hidden
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def weight(name, *shape):
+        return init(name, (rng.standard_normal(shape) * weight_scale).astype(np.float32))
+
+    def node(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    def layer_norm(p, x):
+        mu = node("ReduceMean", [x], f"{p}.mean", axes=[-1])
+        c = node("Sub", [x, mu], f"{p}.centered")
+        sq = node("Pow", [c, init(f"{p}.two", np.array(2.0, np.float32))], f"{p}.square")  # torch writes x.pow(2)
+        var = node("ReduceMean", [sq], f"{p}.var", axes=[-1])
+        ve = node("Add", [var, init(f"{p}.eps", np.array(1e-5, np.float32))], f"{p}.var_eps")
+        sd = node("Sqrt", [ve], f"{p}.std")
+        n = node("Div", [c, sd], f"{p}.normed")
+        n = node("Mul", [n, init(f"{p}.gamma", (1 + rng.standard_normal(d) * 0.1).astype(np.float32))], f"{p}.scaled")
+        return node("Add", [n, weight(f"{p}.beta", d)], f"{p}.out")
+
+    x = "input"
+    for i in range(layers):
+        p = f"l{i}"
+        q = node("Add", [node("MatMul", [x, weight(f"{p}.wq", d, d)], f"{p}.q0"), weight(f"{p}.bq", d)], f"{p}.q")
+        k = node("Add", [node("MatMul", [x, weight(f"{p}.wk", d, d)], f"{p}.k0"), weight(f"{p}.bk", d)], f"{p}.k")
+        v = node("Add", [node("MatMul", [x, weight(f"{p}.wv", d, d)], f"{p}.v0"), weight(f"{p}.bv", d)], f"{p}.v")
+        kt = node("Transpose", [k], f"{p}.kt", perm=[0, 2, 1])
+        s = node("Mul", [node("MatMul", [q, kt], f"{p}.qk"), init(f"{p}.scale", np.array(d ** -0.5, np.float32))],
+                 f"{p}.scores")
+        a = node("MatMul", [node("Softmax", [s], f"{p}.probs", axis=-1), v], f"{p}.attn")
+        o = node("Add", [node("MatMul", [a, weight(f"{p}.wo", d, d)], f"{p}.o0"), weight(f"{p}.bo", d)], f"{p}.o")
+        h = layer_norm(f"{p}.ln1", node("Add", [x, o], f"{p}.res1"))
+        f = node("Relu", [node("Add", [node("MatMul", [h, weight(f"{p}.w1", d, ffn)], f"{p}.f0"),
+                                       weight(f"{p}.b1", ffn)], f"{p}.f1")], f"{p}.f2")
+        f = node("Add", [node("MatMul", [f, weight(f"{p}.w2", ffn, d)], f"{p}.f3"), weight(f"{p}.b2", d)], f"{p}.f4")
+        x = layer_norm(f"{p}.ln2", node("Add", [h, f], f"{p}.res2"))
+    graph = helper.make_graph(
+        nodes, "transformer_stack",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, seq, d])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, seq, d])], initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

@@ -30,6 +30,7 @@ from graphpass.cost_model.op_info import OpTable, load_op_table
 from graphpass.cost_model.profiles import HardwareProfile, known_targets, load_profile
 from graphpass.cost_model.toolchain import PrecisionMode, load_precision_modes, load_ub_fusion
 from graphpass.errors import UsageError
+from graphpass.ir import profiling
 
 if TYPE_CHECKING:  # pragma: no cover
     from graphpass.cost_model.formats import FormatOracle
@@ -149,6 +150,7 @@ class Target:
         self.require("placement")
         return self._hardware.placement(graph, precision_mode=precision_mode)
 
+    @profiling.timed("cost estimate")
     def estimate(self, model: Any, **kwargs: Any):
         """The cost model's report on ``model`` (a gs.Graph, or any form
         :func:`graphpass.ir.model.as_model` takes; ``total_us`` None when the model estimates

@@ -19,11 +19,11 @@ from graphpass.check import precision as _precision
 from graphpass.cost_model.target import DEFAULT_TARGET, Target
 from graphpass.passes import pipelines
 from graphpass.passes.framework.context import PassContext
-from graphpass.passes.framework.instruments import CostVeto, standard_instruments
+from graphpass.passes.framework.instruments import CostVeto, PhaseProfile, standard_instruments
 from graphpass.passes.framework.manager import PassManager
 from graphpass.passes.framework.pass_base import Pass
 from graphpass.passes.framework.registry import all_passes
-from graphpass.ir import model_io, serialize
+from graphpass.ir import model_io, profiling, serialize
 from graphpass.ir.graph import count_nodes, op_histogram
 from graphpass.ir.model import DEFAULT_EMIT, Model, ModelLike, as_model
 from graphpass.report import OptimizeReport
@@ -180,12 +180,16 @@ def optimize(
         cost_options=cost_options, verify_each=verify_each, seed=seed, input_shapes=shapes,
         dump_dir=Path(dump_dir) if dump_dir else None, on_pass=on_pass, max_applications=max_applications)
     veto = next(i for i in instruments if isinstance(i, CostVeto))
+    if profiling.active() is not None:  # optimize --profile: each pass application is a phase
+        instruments.append(PhaseProfile())
     nodes_before, ops_before = count_nodes(graph), op_histogram(graph)
     t0 = time.perf_counter()
     manager = PassManager(instances, max_rounds=max_rounds, instruments=instruments, disabled=set(disable))
-    run = manager(graph, ctx)
+    with profiling.phase("pipeline"):
+        run = manager(graph, ctx)
     records = run.records
     seconds = time.perf_counter() - t0
+    profiling.enter("report")  # left open by an error: the profile closes it when it stops
     report = OptimizeReport(
         model=label,
         target=target.name,
@@ -213,6 +217,7 @@ def optimize(
         sinkable = not final.dynamic_regions
         report.iterations_per_loop = {n: final.total_us - step + (step / n if sinkable else step) for n in (1, 10, 100, 1000)}
     report.layout = layout_summary(graph, records, veto.initial_report, final)
+    profiling.leave("report")
     return OptimizeResult(m, report)
 
 

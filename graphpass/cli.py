@@ -343,6 +343,18 @@ class _StopOnWrite:
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Optimize; the model, its external data, the report and the dumps are staged in
     temporaries (graphpass.outputs) and moved into place only after --verify passed."""
+    from graphpass.ir import profiling
+
+    if args.profile:
+        profiling.start()
+    try:
+        return _staged_optimize(args)
+    finally:
+        if args.profile:  # printed on failure too: where did the time go before it failed
+            print(profiling.stop().to_table(), end="", file=sys.stderr)
+
+
+def _staged_optimize(args: argparse.Namespace) -> int:
     from graphpass.outputs import Outputs
 
     with Outputs() as outputs:
@@ -362,7 +374,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _optimize(args: argparse.Namespace, outputs) -> int:
     import graphpass as gp
-    from graphpass.ir import model_io
+    from graphpass.ir import model_io, profiling
+    from graphpass.ir.profiling import phase
     from graphpass.outputs import check_output_file, check_output_folder, write_error
 
     _check_pass_list(args)
@@ -407,8 +420,9 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
 
         for name in _split_names([args.explain]):
             get_pass(name)  # an unknown name is a usage error, with the closest one
-    graph = gp.load(args.model, input_shapes=shapes or None, dims=dims or None,
-                    max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
+    with phase("load"):
+        graph = gp.load(args.model, input_shapes=shapes or None, dims=dims or None,
+                        max_memory=args.max_memory, freeze_initializer_inputs=args.freeze_initializers)
     if dims:  # --verify feeds what --dim fixed too (-1 where a dim stays dynamic)
         from graphpass.ir.shapes import given_shapes
 
@@ -439,13 +453,17 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     staged_model = outputs.file(args.output)
     staged_report = outputs.file(args.report) if args.report else None
     try:
-        model_io.save(result.graph, staged_model, emit=args.emit)
+        with phase("save"):
+            model_io.save(result.graph, staged_model, emit=args.emit)
     except OSError as e:
         raise write_error(args.output, e) from None
-    model_io.check_written(staged_model, args.model)  # never hand on an invalid model
+    with phase("check written"):
+        model_io.check_written(staged_model, args.model)  # never hand on an invalid model
     if args.verify:
         applied = [r.name for r in result.report.passes if r.application]
-        result.report.notes.append(_verify_output(args, staged_model, shapes, applied))
+        with phase("verify"):
+            result.report.notes.append(_verify_output(args, staged_model, shapes, applied))
+    profiling.enter("report")  # the report file and the table below (an error: closed when the profile stops)
     if staged_report is not None:
         text = result.report.to_markdown() if staged_report.suffix.lower() in (".md", ".markdown") else result.report.to_json()
         try:
@@ -460,6 +478,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         if args.explain is not None:
             _print_explanations(report.explanations, args.explain)
         print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
+    profiling.leave("report")
     return 0
 
 
@@ -948,6 +967,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--explain", nargs="?", const="", default=None, metavar="PASS",
                    help="print every site where a pass matched but refused, and why (all passes, or the "
                         "comma-separated PASS names; write --explain=PASS before the model path)")
+    o.add_argument("--profile", action="store_true",
+                   help="print the run's phases (load, shape inference, each pass, cost estimates, export, save, "
+                        "report, verify) with wall time and peak RSS to stderr at the end")
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")

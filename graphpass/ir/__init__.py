@@ -7,6 +7,7 @@ the atomic writer); :mod:`~graphpass.ir.graph` holds the graph helpers. ``load``
 the main gs.Graph (its Model via :func:`model_of`); ``graphpass.load`` returns the Model.
 """
 
+from graphpass.ir import lean  # noqa: F401 - first: gs builds its lists lean from here on
 from graphpass.ir import annotations
 from graphpass.ir.graph import (
     NameGen,

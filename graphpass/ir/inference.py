@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from graphpass.errors import UsageError
-from graphpass.ir import limits
+from graphpass.ir import limits, profiling
 from graphpass.ir.graph import graph_protos
 from graphpass.ir.validate import _itemsize, _numel
 
@@ -182,6 +182,7 @@ def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
             d.dim_value = fixed[d.dim_param]
 
 
+@profiling.timed("shape inference")
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference (with data propagation) on a copy whose big weights are left out.
 
@@ -197,14 +198,18 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     while a rule adds something). Returns the inferred copy; on failure logs a warning and
     returns ``model`` unchanged.
     """
-    light = _light_copy(model)
+    # onnx serializes what it is given and parses its own copy: given the bytes, the light copy
+    # is not held beside them at inference's peak (issue 22); it is parsed again if needed below
+    blob = _light_copy(model).SerializeToString()
     try:
-        first = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=False)
+        first = onnx.shape_inference.infer_shapes(blob, check_type=False, strict_mode=False, data_prop=False)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
     if not _has_unknown_shapes(first.graph):
         return first
+    light = onnx.load_from_string(blob)
+    del blob
     data_prop = _data_prop_safe(model, first.graph)
     if not data_prop:
         log.info("shape inference without data propagation: the model has a big integer Constant or 1-D tensor")

@@ -35,7 +35,7 @@ import onnx.version_converter
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, ResourceLimitError, UsageError
-from graphpass.ir import annotations, external, limits
+from graphpass.ir import annotations, external, limits, profiling
 from graphpass.ir.external import (
     ExternalValues,
     _as_proto,
@@ -134,6 +134,7 @@ def load_proto(source: ModelSource, lazy_external: bool = False, *, max_memory: 
     return _load_proto(source, lazy_external, limits.resolve_max_memory(max_memory))[0]
 
 
+@profiling.timed("read and validate")
 def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int]:
     """:func:`load_proto`, the bytes graphpass will hold for it (model + external data, sparse
     tensors made dense) and the bytes of the source itself (model + external data)."""
@@ -257,6 +258,7 @@ def read_as_stored(source: ModelSource, where: str | None = None) -> onnx.ModelP
     return model
 
 
+@profiling.timed("import")
 def from_proto(
     model: onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -307,6 +309,7 @@ def from_proto(
         inferred = infer_shapes(model)
         if inferred is not model:
             _copy_value_info(inferred.graph, model.graph)
+        del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     try:
         with gc_paused():
             graph = gs.import_onnx(model)
@@ -640,6 +643,7 @@ def _sorted_for_export(graph: gs.Graph):
             g.nodes = nodes
 
 
+@profiling.timed("export")
 def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     if emit not in EMIT_FORMS:
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")

@@ -31,7 +31,7 @@ from graphpass.cost_model.base import CostModel
 from graphpass.cost_model.target import Target
 from graphpass.errors import BadModelError, VerificationError
 from graphpass.passes.framework.pass_base import Pass, PassContractError, PassResult
-from graphpass.ir import model_io
+from graphpass.ir import model_io, profiling
 from graphpass.ir.graph import count_nodes, fingerprint, iter_graphs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +44,7 @@ __all__ = [
     "VerifyEach",
     "DumpIR",
     "PassTiming",
+    "PhaseProfile",
     "Progress",
     "ApplicationLimit",
     "ContractCheck",
@@ -254,6 +255,18 @@ class PassTiming(PassInstrument):
     def after(self, pass_, graph, ctx, result, record):
         record.seconds = time.perf_counter() - self._t0
         self.totals[pass_.name] = self.totals.get(pass_.name, 0.0) + record.seconds
+
+
+class PhaseProfile(PassInstrument):
+    """Each application as the phase ``pass <name>`` of the active profile
+    (:mod:`graphpass.ir.profiling`, ``optimize --profile``); innermost, like :class:`PassTiming`,
+    so the phase is the pass alone (the exports and shape inference it runs itself nest in it)."""
+
+    def before(self, pass_, graph, ctx, record):
+        profiling.enter(f"pass {pass_.name}")
+
+    def after(self, pass_, graph, ctx, result, record):
+        profiling.leave(f"pass {pass_.name}")
 
 
 class Progress(PassInstrument):

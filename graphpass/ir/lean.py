@@ -1,0 +1,115 @@
+"""A leaner gs IR for large graphs: the per-node lists without an instance dict each.
+
+onnx-graphsurgeon gives every node two ``SynchronizedList``s (its inputs and outputs) and every
+tensor two (its producers and readers): four lists per node and tensor, each a ``list``
+subclass that carries its owner and field name in an instance ``__dict__`` (~160 bytes apiece,
+1.6 KB per node on a CNN: the largest single item of the IR's Python heap). :class:`SyncList`
+is the same list, method for method, with ``__slots__``; :func:`install` makes gs build it
+(gs looks ``misc.SynchronizedList`` up at every construction). It is installed when
+:mod:`graphpass.ir` is imported, before any graph is built, and only over the gs class it was
+written against (the methods below); any other gs keeps its own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from onnx_graphsurgeon.util import misc
+
+__all__ = ["SyncList", "install", "installed"]
+
+log = logging.getLogger(__name__)
+
+
+class SyncList(list):
+    """gs's SynchronizedList with ``__slots__``: a list of the owner's inputs (or outputs) that
+    keeps the other side's list (``field_name`` of each element) in step."""
+
+    __slots__ = ("parent_obj", "field_name")
+
+    def __init__(self, parent_obj, field_name, initial):
+        self.parent_obj = parent_obj
+        self.field_name = field_name
+        self.extend(initial)
+
+    def _add_to_elem(self, elem):
+        list.append(getattr(elem, self.field_name), self.parent_obj)
+
+    def _remove_from_elem(self, elem):
+        list.remove(getattr(elem, self.field_name), self.parent_obj)
+
+    def __delitem__(self, index):
+        self._remove_from_elem(self[index])
+        list.__delitem__(self, index)
+
+    def __setitem__(self, index, elem):
+        self._remove_from_elem(self[index])
+        list.__setitem__(self, index, elem)
+        self._add_to_elem(elem)
+
+    def append(self, x):
+        list.append(self, x)
+        self._add_to_elem(x)
+
+    def extend(self, iterable):
+        list.extend(self, iterable)
+        for elem in iterable:
+            self._add_to_elem(elem)
+
+    def insert(self, i, x):
+        list.insert(self, i, x)
+        self._add_to_elem(x)
+
+    def remove(self, x):
+        list.remove(self, x)
+        self._remove_from_elem(x)
+
+    def pop(self, i=-1):
+        elem = list.pop(self, i)
+        self._remove_from_elem(elem)
+        return elem
+
+    def clear(self):
+        for elem in self:
+            self._remove_from_elem(elem)
+        list.clear(self)
+
+    def __add__(self, other_list):
+        return list(self) + list(other_list)
+
+    def __iadd__(self, other_list):
+        self.extend(other_list)
+        return self
+
+    def __copy__(self):
+        return list(self)
+
+    def __deepcopy__(self, memo):
+        return list(self)
+
+
+#: The methods of the gs class SyncList mirrors (onnx-graphsurgeon 0.3 to 0.5).
+_MIRRORED = frozenset({"__init__", "_add_to_elem", "_remove_from_elem", "__delitem__", "__setitem__", "append",
+                       "extend", "insert", "remove", "pop", "clear", "__add__", "__iadd__", "__copy__",
+                       "__deepcopy__"})
+_ORIGINAL = misc.SynchronizedList
+
+
+def installed() -> bool:
+    return misc.SynchronizedList is SyncList
+
+
+def install() -> bool:
+    """Make gs build :class:`SyncList`; False (gs left alone) when gs's class is not the one
+    it mirrors."""
+    if installed():
+        return True
+    own = {k for k, v in vars(_ORIGINAL).items() if callable(v)}
+    if own != _MIRRORED or _ORIGINAL.__bases__ != (list,):
+        log.debug("onnx-graphsurgeon's SynchronizedList has other methods (%s): kept", sorted(own ^ _MIRRORED))
+        return False
+    misc.SynchronizedList = SyncList
+    return True
+
+
+install()
