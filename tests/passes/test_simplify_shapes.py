@@ -947,3 +947,18 @@ def test_a_backward_slice_of_a_shape_to_int64_max_is_not_folded(start):
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.zeros((2, 3, 4), np.float32)}, exact=True)
     result = gp.optimize(model)
     assert_equivalent(model, gp.to_proto(result.model), feeds={"x": np.zeros((2, 3, 4), np.float32)}, exact=True)
+
+
+def test_ops_of_another_domain_named_like_shape_ops_are_not_evaluated():
+    """A custom-domain 'Shape' or 'Gather' is not ONNX's: nothing folds (mutation survivor, the
+    Fold rule's domain guard)."""
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], domain="custom"),
+                        helper.make_node("Gather", ["s", "i"], ["y"], axis=0)],
+                       {"x": [2, 3]}, {"y": (TensorProto.INT64, None)}, initializers={"i": np.array(1, np.int64)},
+                       extra_opsets={"custom": 1})
+    graph, result, _ = _simplify(model)
+    assert not result.modified and [(n.op, n.domain) for n in graph.nodes] == [("Shape", "custom"), ("Gather", None)]
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], domain="custom")], {"x": [2, 3]},
+                       {"s": (TensorProto.INT64, None)}, extra_opsets={"custom": 1})
+    graph, result, _ = _simplify(model)
+    assert not result.modified and [n.op for n in graph.nodes] == ["Shape"]
