@@ -962,3 +962,19 @@ def test_ops_of_another_domain_named_like_shape_ops_are_not_evaluated():
                        {"s": (TensorProto.INT64, None)}, extra_opsets={"custom": 1})
     graph, result, _ = _simplify(model)
     assert not result.modified and [n.op for n in graph.nodes] == ["Shape"]
+
+
+@pytest.mark.parametrize("op, k", [("Div", 2), ("Mul", 2), ("Add", 1), ("Sub", 1), ("Div", 1), ("Mul", 1), ("Add", 0)])
+def test_a_symbolic_dim_combined_with_a_number_equals_the_dim_only_for_the_neutral_number(op, k):
+    """Equal(N op k, N) on a symbolic N: true (folded) only for k = 1 (Mul, Div) or 0 (Add, Sub);
+    otherwise unknown, computed at run time (mutation survivor: `_elem`'s Div returned N for N / 2,
+    and Equal then folded to true)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Shape", ["r"], ["s"]), n("Gather", ["s", "zero"], ["b"], axis=0),
+                        n(op, ["b", "k"], ["bk"]), n("Equal", ["bk", "b"], ["e"]), n("Cast", ["e"], ["y"], to=TensorProto.INT64)],
+                       {"x": ["N", 4]}, {"y": (TensorProto.INT64, [])},
+                       initializers={"zero": np.array(0, np.int64), "k": np.array(k, np.int64)})
+    graph, result, _ = _simplify(model)
+    neutral = k == (1 if op in ("Mul", "Div") else 0)
+    assert ("Equal" not in ops(graph)) == neutral, ops(graph)
+    _same(model, graph, [(1, 4), (4, 4), (7, 4)])
