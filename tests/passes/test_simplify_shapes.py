@@ -978,3 +978,19 @@ def test_a_symbolic_dim_combined_with_a_number_equals_the_dim_only_for_the_neutr
     neutral = k == (1 if op in ("Mul", "Div") else 0)
     assert ("Equal" not in ops(graph)) == neutral, ops(graph)
     _same(model, graph, [(1, 4), (4, 4), (7, 4)])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_where_of_three_one_element_values_folds_to_the_picked_one(cond):
+    """Where(c, dim 1 of x, 7) with every operand a scalar: the picked scalar (mutation survivor of
+    `_where`: the broadcast length of three one-element operands is 1)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Shape", ["r"], ["s"]), n("Gather", ["s", "one"], ["d"], axis=0),
+                        n("Where", ["c", "d", "seven"], ["w"]), n("Unsqueeze", ["w", "ax"], ["w1"]),
+                        n("Concat", ["m1", "w1"], ["t"], axis=0), n("Reshape", ["r", "t"], ["y"])],
+                       {"x": ["N", 4, 7]}, {"y": (TensorProto.FLOAT, None)},
+                       initializers={"one": np.array(1, np.int64), "c": np.array(cond), "seven": np.array(7, np.int64),
+                                     "ax": np.array([0], np.int64), "m1": np.array([-1], np.int64)})
+    graph, result, _ = _simplify(model)
+    assert "Where" not in ops(graph) and result.modified
+    _same(model, graph, [(1, 4, 7), (2, 4, 7), (0, 4, 7)])
