@@ -994,3 +994,14 @@ def test_where_of_three_one_element_values_folds_to_the_picked_one(cond):
     graph, result, _ = _simplify(model)
     assert "Where" not in ops(graph) and result.modified
     _same(model, graph, [(1, 4, 7), (2, 4, 7), (0, 4, 7)])
+
+
+def test_an_allowzero_reshape_s_zero_entry_is_a_zero_dim():
+    """Reshape(r, [0, 5], allowzero=1) of an empty r: its dim 0 is 0 whatever r is, so Shape of it
+    folds to [0, 5] (mutation survivor of `_reshape_dim`: 0 read as 1)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Reshape", ["r", "t"], ["v"], allowzero=1), n("Shape", ["v"], ["y"])],
+                       {"x": ["N", 0]}, {"y": (TensorProto.INT64, [2])}, initializers={"t": np.array([0, 5], np.int64)})
+    graph, result, _ = _simplify(model)
+    assert result.stats["folded"] == 1 and "Shape" not in ops(graph)
+    _same(model, graph, [(1, 0), (3, 0)])
