@@ -356,7 +356,8 @@ class ShapeAnalysis:
         n = self.dim(x, axis)
         if not is_known(n) or steps[k] == 0:
             return None
-        return len(slice_indices(n, int(starts[k]), int(ends[k]), int(steps[k])))
+        idx = slice_indices(n, int(starts[k]), int(ends[k]), int(steps[k]))
+        return None if idx is None else len(idx)
 
     def _concat(self, p: gs.Node, t: gs.Tensor, axis: int):
         r = self.rank(t)

@@ -84,6 +84,8 @@ def _slice(a: ShapeAnalysis, node: gs.Node) -> Vec | None:
     if axes[0] not in (0, -1) or steps[0] == 0:
         return None
     idx = slice_indices(len(data.elems), int(starts[0]), int(ends[0]), int(steps[0]))
+    if idx is None:
+        return None
     return Vec([data.elems[i] for i in idx], False, data.dtype)
 
 

@@ -128,8 +128,16 @@ class Product:
         return left[0] if len(left) == 1 and q == 1 else None
 
 
-def slice_indices(n: int, start: int, end: int, step: int) -> range:
-    """The indices ONNX Slice takes along an axis of length n."""
+#: the largest int64: an end of it with a negative step is read two ways (see slice_indices)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def slice_indices(n: int, start: int, end: int, step: int) -> range | None:
+    """The indices ONNX Slice takes along an axis of length n; None where onnxruntime departs from
+    the spec: an end of INT64_MAX with a negative step, which the spec clamps to n - 1 (nothing
+    taken from a start at n - 1) and onnxruntime 1.32 reads as "through the front"."""
+    if step < 0 and end >= _INT64_MAX:
+        return None
     if start < 0:
         start += n
     if end < 0:

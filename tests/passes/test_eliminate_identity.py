@@ -257,3 +257,21 @@ def test_times_one_of_shape_1_on_a_symbolic_batch_is_removed_with_special_values
     x = np.array([[np.nan, np.inf, -np.inf, -0.0], [1e-45, 3.4e38, -2.0, 0.0]], np.float32)
     for batch in (x[:0], x[:1], x):
         assert_equivalent(model, after, feeds={"x": batch}, exact=True)
+
+
+def test_a_neutral_constant_of_x_rank_that_broadcasts_a_static_x_stays():
+    """Mutation survivor (issue 20's all-1-dim rule, line 75 `and` -> `or`): a constant of x's
+    rank whose dims are not all 1 (ones [3, 4] on x [1, 4]) broadcasts x to [3, 4]; removing it
+    would change the shape its reader sees (here an internal tensor, read by a Neg)."""
+    for op, unit in (("Mul", np.float32(1)), ("Add", np.float32(-0.0))):
+        model = make_model([helper.make_node(op, ["x", "c"], ["m"]), helper.make_node("Neg", ["m"], ["y"])],
+                           {"x": [1, 4]}, {"y": [3, 4]}, initializers={"c": np.full((3, 4), unit, np.float32)})
+        graph = gp.load(model).graph
+        assert not eliminate_identity(graph).modified and ops(graph) == [op, "Neg"]
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+    model = make_model([helper.make_node("And", ["x", "c"], ["m"]), helper.make_node("Not", ["m"], ["y"])],
+                       {"x": (TensorProto.BOOL, [1, 4])}, {"y": (TensorProto.BOOL, [3, 4])},
+                       initializers={"c": np.ones((3, 4), bool)})
+    graph = gp.load(model).graph
+    assert not eliminate_identity(graph).modified and ops(graph) == ["And", "Not"]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

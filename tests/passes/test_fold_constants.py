@@ -561,3 +561,34 @@ def test_a_component_that_grows_is_retried_tensor_by_tensor():
     assert result.stats["folded"] == 1 and result.stats["would_grow"] == 1
     assert ops(graph) == ["Add", "Tile", "Add"]
     np.testing.assert_array_equal(graph.nodes[0].inputs[1].values, w1.reshape(64, 64))
+
+
+# mutation survivors of _fold_size (issue 20): the byte count at its boundary, a component joined
+# through a chain of fold nodes, the freed weight's own item size
+
+def _cast_chain(n, src, dst, chain=1):
+    """Cast(w[n] of src) to dst, then (chain=2) Neg of it, added to a runtime x."""
+    nodes = [helper.make_node("Cast", ["w"], ["c"], to=helper.np_dtype_to_tensor_dtype(np.dtype(dst)))]
+    last = "c"
+    if chain == 2:
+        nodes.append(helper.make_node("Neg", ["c"], ["m"]))
+        last = "m"
+    nodes.append(helper.make_node("Add", ["x", last], ["y"]))
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+    w = (np.arange(n) % 100 - 50).astype(src)
+    return make_model(nodes, {"x": (elem, [n])}, {"y": (elem, [n])}, initializers={"w": w})
+
+
+def test_the_size_policy_folds_at_zero_growth_and_refuses_one_byte_more():
+    """Folding Cast(w int8[n]) to int16 stores 2n bytes, frees w's n and one node's 64: growth n - 64.
+    A chain Cast -> Neg frees two nodes (one component): growth n - 128. float32 -> float64 frees
+    4n bytes of w (its own item size), stores 8n: growth 4n - 64."""
+    for n, src, dst, chain, folds in ((64, np.int8, np.int16, 1, True), (65, np.int8, np.int16, 1, False),
+                                      (128, np.int8, np.int16, 2, True), (129, np.int8, np.int16, 2, False),
+                                      (16, np.float32, np.float64, 1, True), (17, np.float32, np.float64, 1, False)):
+        model = _cast_chain(n, src, dst, chain)
+        graph = gp.load(model).graph
+        stats = fold_constants(graph).stats
+        assert (stats["folded"], stats["would_grow"]) == ((1, 0) if folds else (0, 1)), (n, src, dst, chain, stats)
+        assert ops(graph) == (["Add"] if folds else ["Cast", "Neg", "Add"][:chain] + ["Add"]), (n, chain)
+        assert_equivalent(model, gp.to_proto(graph), exact=True)

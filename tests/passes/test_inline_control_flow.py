@@ -710,3 +710,73 @@ def test_a_branch_output_written_by_a_constant_node_that_range_refuses_keeps_an_
     assert_equivalent(model, gp.to_proto(graph), feeds={"n": np.array([5], np.int64)}, exact=True)
     out = gp.optimize(model, pipeline="cleanup", target="none").model.to_proto()
     assert_equivalent(model, out, feeds={"n": np.array([5], np.int64)}, exact=True)
+
+
+# -- mutation survivors (benchmarks/mutation.py --passes inline_control_flow, issue 20) --------------
+
+def test_stats_count_exactly_what_was_inlined_and_renamed():
+    graph, result = _inline(_if_model(True, *_then_else()))
+    assert result.stats == {"if_inlined": 1, "loop_inlined": 0, "renamed": 0}
+    # a branch tensor named like a main-graph tensor ("z", the Relu's output) is renamed once
+    then_g = _branch([helper.make_node("Add", ["x", "w"], ["z"]), helper.make_node("Neg", ["z"], ["t2"])], ["t2"], "then")
+    model = _if_model(True, then_g, _then_else()[1])
+    graph, result = _inline(model)
+    assert result.stats == {"if_inlined": 1, "loop_inlined": 0, "renamed": 1}
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)
+    graph, result = _inline(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2]}, {"y": [2]}))
+    assert not result.modified and result.stats == {"if_inlined": 0, "loop_inlined": 0, "renamed": 0}
+
+
+def test_a_loop_body_of_unknown_input_and_output_shapes_is_inlined():
+    """The body's scan output has no static shape (a Reshape to a shape given at run time): the
+    Unsqueeze that replaces the stacking gets no shape either. (A body declaring i or cond without
+    a shape: onnxruntime refuses to run it, "Loop subgraph input 0 has unknown shape".)"""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT), helper.make_node("Add", ["acc_in", "fi"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Reshape", ["acc_out", "r"], ["s"])],
+        "body", [_vi("i", TP.INT64, []), _vi("cond_in", TP.BOOL, []), _vi("acc_in")],
+        [_vi("cond_out", TP.BOOL, None), _vi("acc_out"), _vi("s", shape=None)])
+    model = make_model([helper.make_node("Loop", ["M", "", "x"], ["acc", "stack"], body=body)],
+                       {"x": [2, 3], "r": (TP.INT64, [2])}, {"acc": [2, 3], "stack": (TP.FLOAT, None)},
+                       initializers={"M": np.array(1, np.int64)})
+    graph, result = _inline(model)
+    assert result.stats["loop_inlined"] == 1 and "Loop" not in ops(graph)
+    out = gp.to_proto(graph)
+    for r in ([3, 2], [6, 1]):
+        got = assert_equivalent(model, out, feeds={"x": SPECIAL, "r": np.array(r, np.int64)}, exact=True)
+        assert got["stack"].shape == (1, *r)
+
+
+def test_an_if_branch_output_of_unknown_shape_or_of_another_static_shape_is_inlined():
+    # unknown: a Reshape to a shape given at run time
+    then_g = helper.make_graph([helper.make_node("Reshape", ["x", "r"], ["t"])], "then", [], [_vi("t", shape=None)])
+    else_g = _branch([helper.make_node("Neg", ["x"], ["e"])], ["e"], "else")
+    nodes = [_const("c", np.array(True)), helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = make_model(nodes, {"x": [2, 3], "r": (TP.INT64, [2])}, {"y": (TP.FLOAT, None)})
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1 and [o for o in ops(graph) if o != "Constant"] == ["Reshape"]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL, "r": np.array([3, 2], np.int64)}, exact=True)
+    # another static shape of the same rank: the output declared [2, 3], the branch gives [3, 2]
+    then_g = _branch([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])], ["t"], "then")
+    then_g.output[0].type.tensor_type.shape.dim[0].dim_value, then_g.output[0].type.tensor_type.shape.dim[1].dim_value = 3, 2
+    else_g = _branch([helper.make_node("Transpose", ["x"], ["e"], perm=[1, 0])], ["e"], "else")
+    else_g.output[0].type.tensor_type.shape.dim[0].dim_value, else_g.output[0].type.tensor_type.shape.dim[1].dim_value = 3, 2
+    nodes = [_const("c", np.array(True)), helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = make_model(nodes, {"x": [2, 3]}, {"y": [2, 3]})
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1
+    out = gp.to_proto(graph)
+    check_full(out)
+    assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [3, 2]
+    assert_equivalent(model, out, feeds={"x": SPECIAL}, exact=True)
+
+
+def test_a_cast_pair_in_a_branch_read_by_the_main_graph_is_inlined():
+    """The refusal of test_a_cast_pair_that_only_a_subgraph_would_read_keeps_its_if is only for a
+    pair whose result only a subgraph reads: read by a main-graph node, the If goes."""
+    then_g = _branch([helper.make_node("Cast", ["x"], ["d"], to=TP.DOUBLE), helper.make_node("Cast", ["d"], ["t"], to=TP.FLOAT)],
+                     ["t"], "then")
+    model = _if_model(True, then_g, _then_else()[1])
+    graph, result = _inline(model)
+    assert result.stats["if_inlined"] == 1 and [o for o in ops(graph) if o != "Constant"] == ["Cast", "Cast", "Relu"]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIAL}, exact=True)

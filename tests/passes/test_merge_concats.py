@@ -1,4 +1,6 @@
 import numpy as np
+import onnx
+import pytest
 from onnx import helper
 
 import graphpass as gp
@@ -203,3 +205,108 @@ def test_a_split_without_axis_splits_axis_0():
     graph = gp.load(model).graph
     assert merge_concats(graph).stats["split_concat_removed"] == 1 and ops(graph) == ["Relu"]
     assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+# -- issue 20: "merge_concats crashes (exit 3) on a Slice that has a steps input" ----------------------
+# merge_concats reads a Slice's inputs in one place, `_slice_params`: starts/ends (1, 2), axes (3, or
+# omitted: given as '' or absent) and steps (4, or omitted). These tests reach each of its paths with
+# every form the steps input takes; none crashed on the starting commit (nor did 9,768 generated
+# chains of these forms, nor 222 runs of the default and neutral pipelines on them), so they pin the
+# behaviour: unit steps compose, any other step or a runtime parameter keeps both Slices.
+
+def _slice_chain(inner, outer, dtype=np.int64, opset=13, runtime=(), in_loop=False):
+    """Slice(Slice(x, *inner), *outer) over x[10, 8]; each is (starts, ends, axes or None,
+    steps or None), None given as '' when a later input follows; parameters of ``dtype``;
+    names in ``runtime`` are graph inputs. ``in_loop``: the chain is a Loop body's (its parameters
+    initializers of the body, x from the outer scope), run twice."""
+    inits, inputs, nodes, src = {}, {} if in_loop else {"x": [10, 8]}, [], "x"
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    for k, (params, out) in enumerate(((inner, "t"), (outer, "y"))):
+        names = []
+        for field, v in zip(("s", "e", "a", "p"), params):
+            if v is None:
+                names.append("")
+                continue
+            name = f"{field}{k}"
+            if name in runtime:
+                inputs[name] = (elem, [len(v)])
+            else:
+                inits[name] = np.array(v, dtype)
+            names.append(name)
+        while names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node("Slice", [src, *names], [out]))
+        src = out
+    if not in_loop:
+        return make_model(nodes, inputs, {"y": (1, None)}, initializers=inits, opset=opset)
+    body = helper.make_graph(
+        nodes + [helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("c_out", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return make_model([helper.make_node("Relu", ["x0"], ["x"]), helper.make_node("Loop", ["m", ""], ["ys"], body=body)],
+                      {"x0": [10, 8]}, {"ys": (1, None)}, initializers={"m": np.array(2, np.int64)}, opset=opset)
+
+
+_UNIT = ([1], [9], [0], [1])
+_STEP_CASES = [
+    # (inner, outer, composed?)
+    (([1], [9], None, [1]), _UNIT, True),                     # axes omitted as '' before a steps input
+    (([1, 0], [9, 7], None, [1, 1]), ([-8, 2], [-1, 100], [-2, -1], [1, 1]), True),  # two axes, negative axes
+    (([1], [9], None, None), ([2], [5], [1], [1]), True),      # steps absent, then steps of 1 on another axis
+    (([1], [9], None, [2]), _UNIT, False),                     # axes omitted, a step of 2
+    (_UNIT, ([8], [0], None, [-1]), False),                     # axes omitted, a negative step
+    (_UNIT, ([8], [-100], [0], [-2]), False),                   # a negative step running past the start
+    (([1, 0], [9, 7], [0, 1], [1, 3]), _UNIT, False),           # a step of 1 beside a step of 3
+]
+
+
+@pytest.mark.parametrize("opset", [10, 13, 18])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_slices_with_a_steps_input_in_every_form_compose_only_on_unit_steps(opset, dtype):
+    for inner, outer, composed in _STEP_CASES:
+        model = _slice_chain(inner, outer, dtype, opset)
+        graph = gp.load(model).graph
+        stats = merge_concats(graph).stats
+        assert stats["slices_composed"] == int(composed), (inner, outer)
+        assert ops(graph) == (["Slice"] if composed else ["Slice", "Slice"]), (inner, outer)
+        if composed:  # one Slice, no steps input (they were all 1), parameters of one type
+            node = graph.nodes[0]
+            assert len(node.inputs) == 4 and node.inputs[0].name == "x"
+        assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_steps_given_at_run_time_keep_both_slices(dtype):
+    for runtime, inner, outer in ((("p1",), _UNIT, _UNIT), (("p0",), ([1], [9], None, [1]), _UNIT),
+                                  (("a1",), _UNIT, ([0], [4], [1], [1]))):
+        model = _slice_chain(inner, outer, dtype, runtime=runtime)
+        graph = gp.load(model).graph
+        assert not merge_concats(graph).modified and ops(graph) == ["Slice", "Slice"], runtime
+        feeds = {"x": np.arange(80, dtype=np.float32).reshape(10, 8),
+                 **{n: np.array(dict(zip("seap", (inner, outer)[int(n[1])]))[n[0]], dtype) for n in runtime}}
+        assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+def test_a_slice_chain_with_steps_in_a_loop_body_is_composed_there_on_unit_steps():
+    for dtype in (np.int64, np.int32):
+        for inner, outer, composed in _STEP_CASES:
+            model = _slice_chain(inner, outer, dtype, in_loop=True)
+            graph = gp.load(model).graph
+            assert merge_concats(graph).stats["slices_composed"] == int(composed), (dtype, inner, outer)
+            body = graph.nodes[-1].attrs["body"]
+            assert [n.op for n in body.nodes] == (["Slice"] if composed else ["Slice", "Slice"]) + ["Identity"]
+            assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
+def test_optimize_on_slices_with_steps_exits_0_and_verifies(tmp_path):
+    from graphpass.cli import main
+
+    for k, (inner, outer, _) in enumerate(_STEP_CASES):
+        for opset in (10, 18):
+            src, out = tmp_path / f"in{k}_{opset}.onnx", tmp_path / f"out{k}_{opset}.onnx"
+            onnx.save(_slice_chain(inner, outer, np.int32 if k % 2 else np.int64, opset), src)
+            assert main(["optimize", str(src), "-o", str(out), "-q", "--verify"]) == 0, (inner, outer, opset)
+            assert out.exists()

@@ -256,3 +256,74 @@ def test_reshapes_around_elementwise_ops_stay_where_the_region_is_not_shape_free
     assert result.stats["around_elementwise"] == 0 and ops(graph).count("Reshape") >= 1
     assert_equivalent(model, gp.to_proto(graph), feeds=None if case == "scalar x" else _special(3), exact=True)
     assert before.count("Reshape") >= ops(graph).count("Reshape")
+
+
+# -- mutation survivors of issue 20's rules (benchmarks/mutation.py --lines on them) ---------------
+
+def test_repeated_or_out_of_range_unsqueeze_axes_do_not_compose():
+    """compose_unsqueezes refuses axes the model would fail on, in either Unsqueeze alone."""
+    assert compose_unsqueezes([0, 0], [1], 2) is None      # repeated in the first
+    assert compose_unsqueezes([0], [1, -4], 2) is None     # 1 and -4 name one axis of the rank-5 result
+    assert compose_unsqueezes([3], [0], 2) is None          # past the first result's rank 3
+    assert compose_unsqueezes([0], [4], 2) is None          # past the second result's rank 4
+    assert compose_unsqueezes([0], [3], 2) == [0, 3]
+
+
+def test_unsqueezes_with_runtime_axes_are_left_alone():
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Unsqueeze", ["r", "a1"], ["u"]),
+                        helper.make_node("Unsqueeze", ["u", "a2"], ["y"])],
+                       {"x": [3], "a1": (TensorProto.INT64, [1])}, {"y": (TensorProto.FLOAT, None)},
+                       initializers={"a2": np.array([0], np.int64)})
+    graph = gp.load(model).graph
+    assert not merge_reshapes(graph).modified and ops(graph) == ["Relu", "Unsqueeze", "Unsqueeze"]
+
+
+def _around(t2, x_shape=(4, 8), t2_runtime=False):
+    n = helper.make_node
+    back = n("Reshape", ["a", "t2"], ["y"])
+    inits = {"t1": np.array([-1, 2, 4], np.int64), "one": np.array(1.5, np.float32)}
+    inputs = {"x": list(x_shape)}
+    if t2_runtime:
+        inputs["t2"] = (TensorProto.INT64, [len(t2)])
+    else:
+        inits["t2"] = np.array(t2, np.int64)
+    return make_model([n("Reshape", ["x", "t1"], ["v"]), n("Mul", ["v", "one"], ["a"]), back], inputs,
+                      {"y": (TensorProto.FLOAT, None)}, initializers=inits)
+
+
+@pytest.mark.parametrize("t2, x_shape, kw, fused", [
+    ((1, 32), (1, 32), {}, True),                 # a target holding 1s restores x [1, 32]
+    ((-1, 8), ("n", 8), {}, True),                # the one -1 leaves x's symbolic dim
+    ((4, 8), (4, 8), {"t2_runtime": True}, False),  # a target known only at run time
+    ((2, 8), ("n", 8), {}, False),                # a symbolic dim against a number: the original fails unless n = 2
+    ((0, 8), (4, 8), {}, False),                  # a 0 copies the intermediate's dim (4, 2, 4 -> 4, 8 only by chance)
+    ((4, 8, 1), (4, 8), {}, False),               # another rank
+])
+def test_the_reshape_back_must_restore_x_shape_exactly(t2, x_shape, kw, fused):
+    model = _around(t2, x_shape, **kw)
+    graph = gp.load(model).graph
+    assert merge_reshapes(graph).stats["around_elementwise"] == int(fused), (t2, x_shape)
+    assert ("Reshape" not in ops(graph)) == fused
+    if "n" in x_shape and not fused:
+        return  # the original runs only for n = 2
+    feeds = {"x": np.linspace(-3, 3, int(np.prod([d if d != "n" else 4 for d in x_shape]))).astype(np.float32)
+             .reshape([d if d != "n" else 4 for d in x_shape])}
+    if kw.get("t2_runtime"):
+        feeds["t2"] = np.array(t2, np.int64)
+    if (0, 8) == t2:
+        return  # Reshape [8, 4] -> [0, 8] is invalid at run time: only the refusal matters
+    assert_equivalent(model, gp.to_proto(graph), feeds=feeds, exact=True)
+
+
+def test_a_region_fed_by_two_different_reshapes_is_left_alone():
+    """Add(Reshape(x1), Reshape(x2)) then a Reshape back to x1's shape: the region has two first
+    Reshapes; removing them would add x1 and x2 in their own shapes."""
+    n = helper.make_node
+    model = make_model([n("Reshape", ["x1", "t1"], ["v1"]), n("Reshape", ["x2", "t1b"], ["v2"]),
+                        n("Add", ["v1", "v2"], ["a"]), n("Reshape", ["a", "t2"], ["y"])],
+                       {"x1": [4, 8], "x2": [2, 16]}, {"y": [4, 8]},
+                       initializers={"t1": np.array([-1, 2, 4], np.int64), "t1b": np.array([-1, 2, 4], np.int64),
+                                     "t2": np.array([4, 8], np.int64)})
+    graph = gp.load(model).graph
+    assert merge_reshapes(graph).stats["around_elementwise"] == 0 and ops(graph).count("Reshape") == 3
+    assert_equivalent(model, gp.to_proto(graph), exact=True)

@@ -863,3 +863,145 @@ def test_allowzero_with_a_minus_one_is_not_switched_to_copy():
     reshape = [n for n in graph.nodes if n.op == "Reshape"][0]
     assert reshape.attrs["allowzero"] == 1
     _same(model, graph, [(0, 3, 2), (0, 3, 0), (1, 3, 2), (4, 3, 1)])
+
+
+# -- mutation survivors of the shape-value logic (benchmarks/mutation.py --files passes/cleanup/_shape_values.py=...)
+
+def test_slice_indices_follow_onnxruntime_slice_on_every_small_case():
+    """ONNX Slice's index rules (negative starts/ends add n, then clamp to [0, n] for a positive
+    step, to [0, n-1] and [-1, n-1] for a negative one; not Python's: a start before the front
+    with a negative step takes element 0), checked against onnxruntime's Slice itself, except
+    where onnxruntime leaves the spec: an end of INT64_MAX with a negative step runs through the
+    front in onnxruntime 1.32, where the spec clamps the end to n - 1 (nothing from a start at
+    n - 1): slice_indices gives None there (not evaluated)."""
+    import onnxruntime as ort
+
+    from graphpass.passes.cleanup._shape_values import slice_indices
+
+    model = make_model([helper.make_node("Slice", ["x", "s", "e", "a", "p"], ["y"])],
+                       {"x": (TensorProto.INT64, ["n"]), "s": (TensorProto.INT64, [1]), "e": (TensorProto.INT64, [1]),
+                        "p": (TensorProto.INT64, [1])}, {"y": (TensorProto.INT64, ["k"])},
+                       initializers={"a": np.array([0], np.int64)})
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    big = np.iinfo(np.int64).max
+    for n in range(0, 4):
+        for start in (-big - 1, -big, -n - 1, -n, -2, -1, 0, 1, 2, n - 1, n, n + 3, big):
+            for end in (-big - 1, -n - 1, -n, -2, -1, 0, 1, 2, n - 1, n, n + 3, big):
+                for step in (-2, -1, 1, 2):
+                    if end == big and step < 0:  # where onnxruntime leaves the spec: not evaluated
+                        assert slice_indices(n, start, end, step) is None
+                        continue
+                    want = sess.run(None, {"x": np.arange(n, dtype=np.int64), "s": np.array([start], np.int64),
+                                           "e": np.array([end], np.int64), "p": np.array([step], np.int64)})[0]
+                    assert list(slice_indices(n, start, end, step)) == want.tolist(), (n, start, end, step)
+
+
+def test_symbolic_products_divide_only_exactly():
+    import onnx_graphsurgeon as gs
+
+    from graphpass.passes.cleanup._shape_values import Dim, Param, Product
+
+    t = gs.Variable("t", np.float32, ["n", "m"])
+    n, m = Dim(t, 0), Dim(t, 1)
+    assert Product([6, n]).divide(Product([3])) is None          # 2 * n: not one dim
+    assert Product([6]).divide(Product([4])) is None             # not exact
+    assert Product([6]).divide(Product([0])) is None
+    assert Product([6]).divide(Product([-2])) is None
+    assert Product([6]).divide(Product([3])) == 2
+    assert Product([2, n]).divide(Product([2])) is n
+    assert Product([n, n]).divide(Product([n])) is n             # a dim counted twice
+    assert Product([n, m]).divide(Product([1])) is None          # two dims left
+    assert Product([n]).divide(Product([m])) is None
+    assert Product([n, 4]).divide(Product([n, 2])) == 2
+    assert Param("N") == Param("N") and Param("N") != Param("M") and Param("N") != n and n != Param("N")
+
+
+def test_only_small_int_or_bool_vectors_are_tracked():
+    from graphpass.passes.cleanup._shape_values import MAX_ELEMS, from_array
+
+    assert from_array(np.array([1, 2], np.int64)).ints() == [1, 2]
+    assert from_array(np.array(3, np.int32)).scalar
+    assert from_array(np.array([1.0, 2.0], np.float32)) is None
+    assert from_array(np.zeros((2, 2), np.int64)) is None
+    assert from_array(np.zeros(MAX_ELEMS + 1, np.int64)) is None
+    assert from_array(np.zeros(MAX_ELEMS, np.int64)) is not None
+
+
+@pytest.mark.parametrize("start", [-1, 2, np.iinfo(np.int64).max])
+def test_a_backward_slice_of_a_shape_to_int64_max_is_not_folded(start):
+    """Found by the slice_indices check against onnxruntime: for a negative step the spec clamps an
+    end of INT64_MAX to n - 1 (nothing taken), onnxruntime 1.32 reads it as "through the front"
+    (Shape [2, 3, 4] sliced [-1:INT64_MAX:-1] gives [4, 3, 2]). Folding it either way would differ
+    from one of them: graphpass neither folds the values nor the length."""
+    big = np.iinfo(np.int64).max
+    model = make_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "st", "en", "ax", "p"], ["v"]),
+                        helper.make_node("Cast", ["v"], ["y"], to=TensorProto.INT64)],
+                       {"x": [2, 3, 4]}, {"y": (TensorProto.INT64, None)},
+                       initializers={"st": np.array([start], np.int64), "en": np.array([big], np.int64),
+                                     "ax": np.array([0], np.int64), "p": np.array([-1], np.int64)})
+    graph = gp.load(model).graph
+    simplify_shapes(graph)
+    assert "Slice" in ops(graph)
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.zeros((2, 3, 4), np.float32)}, exact=True)
+    result = gp.optimize(model)
+    assert_equivalent(model, gp.to_proto(result.model), feeds={"x": np.zeros((2, 3, 4), np.float32)}, exact=True)
+
+
+def test_ops_of_another_domain_named_like_shape_ops_are_not_evaluated():
+    """A custom-domain 'Shape' or 'Gather' is not ONNX's: nothing folds (mutation survivor, the
+    Fold rule's domain guard)."""
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], domain="custom"),
+                        helper.make_node("Gather", ["s", "i"], ["y"], axis=0)],
+                       {"x": [2, 3]}, {"y": (TensorProto.INT64, None)}, initializers={"i": np.array(1, np.int64)},
+                       extra_opsets={"custom": 1})
+    graph, result, _ = _simplify(model)
+    assert not result.modified and [(n.op, n.domain) for n in graph.nodes] == [("Shape", "custom"), ("Gather", None)]
+    model = make_model([helper.make_node("Shape", ["x"], ["s"], domain="custom")], {"x": [2, 3]},
+                       {"s": (TensorProto.INT64, None)}, extra_opsets={"custom": 1})
+    graph, result, _ = _simplify(model)
+    assert not result.modified and [n.op for n in graph.nodes] == ["Shape"]
+
+
+@pytest.mark.parametrize("op, k", [("Div", 2), ("Mul", 2), ("Add", 1), ("Sub", 1), ("Div", 1), ("Mul", 1), ("Add", 0)])
+def test_a_symbolic_dim_combined_with_a_number_equals_the_dim_only_for_the_neutral_number(op, k):
+    """Equal(N op k, N) on a symbolic N: true (folded) only for k = 1 (Mul, Div) or 0 (Add, Sub);
+    otherwise unknown, computed at run time (mutation survivor: `_elem`'s Div returned N for N / 2,
+    and Equal then folded to true)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Shape", ["r"], ["s"]), n("Gather", ["s", "zero"], ["b"], axis=0),
+                        n(op, ["b", "k"], ["bk"]), n("Equal", ["bk", "b"], ["e"]), n("Cast", ["e"], ["y"], to=TensorProto.INT64)],
+                       {"x": ["N", 4]}, {"y": (TensorProto.INT64, [])},
+                       initializers={"zero": np.array(0, np.int64), "k": np.array(k, np.int64)})
+    graph, result, _ = _simplify(model)
+    neutral = k == (1 if op in ("Mul", "Div") else 0)
+    assert ("Equal" not in ops(graph)) == neutral, ops(graph)
+    _same(model, graph, [(1, 4), (4, 4), (7, 4)])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_where_of_three_one_element_values_folds_to_the_picked_one(cond):
+    """Where(c, dim 1 of x, 7) with every operand a scalar: the picked scalar (mutation survivor of
+    `_where`: the broadcast length of three one-element operands is 1)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Shape", ["r"], ["s"]), n("Gather", ["s", "one"], ["d"], axis=0),
+                        n("Where", ["c", "d", "seven"], ["w"]), n("Unsqueeze", ["w", "ax"], ["w1"]),
+                        n("Concat", ["m1", "w1"], ["t"], axis=0), n("Reshape", ["r", "t"], ["y"])],
+                       {"x": ["N", 4, 7]}, {"y": (TensorProto.FLOAT, None)},
+                       initializers={"one": np.array(1, np.int64), "c": np.array(cond), "seven": np.array(7, np.int64),
+                                     "ax": np.array([0], np.int64), "m1": np.array([-1], np.int64)})
+    graph, result, _ = _simplify(model)
+    assert "Where" not in ops(graph) and result.modified
+    _same(model, graph, [(1, 4, 7), (2, 4, 7), (0, 4, 7)])
+
+
+def test_an_allowzero_reshape_s_zero_entry_is_a_zero_dim():
+    """Reshape(r, [0, 5], allowzero=1) of an empty r: its dim 0 is 0 whatever r is, so Shape of it
+    folds to [0, 5] (mutation survivor of `_reshape_dim`: 0 read as 1)."""
+    n = helper.make_node
+    model = make_model([n("Relu", ["x"], ["r"]), n("Reshape", ["r", "t"], ["v"], allowzero=1), n("Shape", ["v"], ["y"])],
+                       {"x": ["N", 0]}, {"y": (TensorProto.INT64, [2])}, initializers={"t": np.array([0, 5], np.int64)})
+    graph, result, _ = _simplify(model)
+    assert result.stats["folded"] == 1 and "Shape" not in ops(graph)
+    _same(model, graph, [(1, 0), (3, 0)])
