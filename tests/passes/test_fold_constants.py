@@ -579,16 +579,35 @@ def _cast_chain(n, src, dst, chain=1):
     return make_model(nodes, {"x": (elem, [n])}, {"y": (elem, [n])}, initializers={"w": w})
 
 
+def _cast_chain_growth(n, src, dst, chain) -> int:
+    """What the size policy charges folding ``_cast_chain``'s result: the stored bytes, minus the
+    least bytes w took and, per removed node, the least bytes it took up to NODE_ALLOWANCE."""
+    from graphpass.ir.size import freed_bytes, node_bytes_least
+    from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE
+
+    graph = gp.load(_cast_chain(n, src, dst, chain)).graph
+    w = graph.nodes[0].inputs[0]
+    removed = graph.nodes[:chain]
+    return n * np.dtype(dst).itemsize - freed_bytes(w) - sum(min(NODE_ALLOWANCE, node_bytes_least(m)) for m in removed)
+
+
 def test_the_size_policy_folds_at_zero_growth_and_refuses_one_byte_more():
-    """Folding Cast(w int8[n]) to int16 stores 2n bytes, frees w's n and one node's 64: growth n - 64.
-    A chain Cast -> Neg frees two nodes (one component): growth n - 128. float32 -> float64 frees
-    4n bytes of w (its own item size), stores 8n: growth 4n - 64."""
-    for n, src, dst, chain, folds in ((64, np.int8, np.int16, 1, True), (65, np.int8, np.int16, 1, False),
-                                      (128, np.int8, np.int16, 2, True), (129, np.int8, np.int16, 2, False),
-                                      (16, np.float32, np.float64, 1, True), (17, np.float32, np.float64, 1, False)):
-        model = _cast_chain(n, src, dst, chain)
-        graph = gp.load(model).graph
-        stats = fold_constants(graph).stats
-        assert (stats["folded"], stats["would_grow"]) == ((1, 0) if folds else (0, 1)), (n, src, dst, chain, stats)
-        assert ops(graph) == (["Add"] if folds else ["Cast", "Neg", "Add"][:chain] + ["Add"]), (n, chain)
-        assert_equivalent(model, gp.to_proto(graph), exact=True)
+    """Folding Cast(w int8[n]) to int16 stores 2n bytes and frees w and the Cast node: the largest
+    n whose growth is <= 0 folds, n + 1 (one byte more) does not; a chain Cast -> Neg frees two
+    nodes (one component); float32 -> float64 frees w at its own item size. The model-wide room is
+    left out (no source size), so this is the per-fold rule alone."""
+    from graphpass.ir.serialize import SOURCE_BYTES
+
+    for src, dst, chain in ((np.int8, np.int16, 1), (np.int8, np.int16, 2), (np.float32, np.float64, 1)):
+        n = next(k for k in range(1, 4096) if _cast_chain_growth(k + 1, src, dst, chain) > 0)
+        assert _cast_chain_growth(n, src, dst, chain) <= 0 < _cast_chain_growth(n + 1, src, dst, chain)
+        if src is np.int8:
+            assert _cast_chain_growth(n + 1, src, dst, chain) - _cast_chain_growth(n, src, dst, chain) == 1
+        for size, folds in ((n, True), (n + 1, False)):
+            model = _cast_chain(size, src, dst, chain)
+            m = gp.load(model)
+            del m.meta[SOURCE_BYTES]
+            stats = fold_constants(m.graph).stats
+            assert (stats["folded"], stats["would_grow"]) == ((1, 0) if folds else (0, 1)), (size, src, dst, chain, stats)
+            assert ops(m.graph) == (["Add"] if folds else ["Cast", "Neg", "Add"][:chain] + ["Add"]), (size, chain)
+            assert_equivalent(model, gp.to_proto(m.graph), exact=True)
