@@ -156,9 +156,11 @@ class PassManager(Pass):
                         rec.nodes_after = count_nodes(graph)
                     for ins in reversed(instruments):
                         ins.after(p, graph, ctx, result, rec)
-                except GraphpassError:
+                except GraphpassError as e:
+                    _abort(instruments, p, graph, ctx, rec, e)
                     raise
                 except Exception as e:
+                    _abort(instruments, p, graph, ctx, rec, e)
                     raise PassError(p.name, history, e) from e
                 history.append(p.name)
                 nodes_now = rec.nodes_after
@@ -183,6 +185,12 @@ class PassManager(Pass):
         return ManagerResult(applied > 0, {"applications": applied, "records": len(records)}, model=model,
                              records=records, skipped=list(self.skipped), explanations=list(ctx.explanations),
                              unavailable=unavailable)
+
+
+def _abort(instruments, p, graph, ctx, rec, error) -> None:
+    """Tell the instruments an application failed (innermost first); the caller re-raises."""
+    for ins in reversed(instruments):
+        ins.abort(p, graph, ctx, rec, error)
 
 
 def _instance(p: str | type[Pass] | Pass) -> Pass:
