@@ -167,13 +167,16 @@ class CostVeto(PassInstrument):
 
     def after(self, pass_, graph, ctx, result, record):
         journal, self._journal = self._journal, None
-        if journal is not None:
-            journal.stop()
         cost = self._cost
         if not record.modified:
+            if journal is not None:
+                journal.stop()
             record.cost_after_us = cost
             return
+        # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         report = self._estimate(graph) if self._estimate_after else None
+        if journal is not None:
+            journal.stop()
         new_cost = report.total_us if report is not None else None
         record.cost_after_us = new_cost
         if (self._scored and journal is not None and new_cost is not None and cost is not None

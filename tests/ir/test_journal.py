@@ -123,7 +123,8 @@ def test_rollback_restores_bytes_and_wiring():
 
 def test_hooks_only_while_recording():
     originals = (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
-                 SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__)
+                 SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__, "__delattr__" in gs.Tensor.__dict__,
+            gs.Variable.__dict__["__init__"])
     graph = _if_model()
     with Journal(graph):
         assert active() and gs.Node.__dict__["__setattr__"] is not originals[0]
@@ -133,7 +134,8 @@ def test_hooks_only_while_recording():
         assert graph.nodes[0].op == "Relu" and active()
     assert not active()
     assert (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
-            SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__) == originals
+            SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__, "__delattr__" in gs.Tensor.__dict__,
+            gs.Variable.__dict__["__init__"]) == originals
 
 
 def test_created_objects_need_no_undo_and_untouched_ones_are_not_saved():
@@ -282,3 +284,20 @@ def test_every_default_pass_rolls_back_exactly_on_real_models(path):
     ctx = PassContext()
     PassManager(pass_instances(names), instruments=[CostVeto(check_rollback=True), undo])(model, ctx)
     assert undo.checked  # some pass changed every one of these models
+
+
+def test_the_veto_exports_nothing(monkeypatch):
+    """No export inside the pipeline for the veto: rollback replays the journal (it used to
+    snapshot the graph by an export before every scored pass and re-import it on a veto)."""
+    from graphpass.ir import serialize
+
+    graph = _if_model()
+    before = _bytes(graph)
+    calls = []
+    real = serialize._export
+    monkeypatch.setattr(serialize, "_export", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = PassManager([_EditEverything], instruments=[CostVeto(_Rising(), check_rollback=False)])(graph)
+    assert res.records[0].rolled_back
+    assert calls == []
+    monkeypatch.undo()
+    assert _bytes(graph) == before
