@@ -19,8 +19,9 @@ The hooks: ``__setattr__`` and ``__delattr__`` of ``gs.Node``, ``gs.Tensor`` and
 ``tensor.shape = ``, ``graph.nodes = ``, ``to_constant`` ...), every mutator of gs's
 ``SynchronizedList`` (``node.inputs[i] = t``, ``t.outputs.clear()``, ``append``, ...: the list's
 owner and the elements whose mirror list changes are touched), the constructors (an object made
-while the journal is active needs no undo) and :func:`graphpass.ir.annotations.meta` (annotation
-edits). The hooks are installed on the classes only while some journal is active: with none,
+while the journal is active needs no undo), :func:`graphpass.ir.annotations.meta` (annotation
+edits) and ``gs.Constant.values`` (its getter loading a lazy weight is a read: the lazy form is
+put back on a rollback, nothing else is saved). The hooks are installed on the classes only while some journal is active: with none,
 graphsurgeon runs its own methods, at no cost.
 
 What no hook can see: an in-place edit of a plain container of an object not touched before
@@ -262,6 +263,8 @@ class Journal:
         self._nodes: dict[int, _NodeState] = {}
         self._tensors: dict[int, _TensorState] = {}
         self._graphs: dict[int, _GraphState] = {}
+        self._saved: dict[int, Any] = {}  # id -> the state of every node, tensor, graph saved
+        self._loads: dict[int, tuple[gs.Tensor, Any]] = {}  # lazy weights loaded (not edited)
         self._created: dict[int, Any] = {}  # id -> object (kept alive: ids stay unique)
         self._model: _ModelState | None = None
         self._used = False
@@ -281,7 +284,7 @@ class Journal:
             raise RuntimeError("a Journal records once")
         self._used = True
         for g in _graphs(self.graph):
-            self._graphs[id(g)] = _GraphState(g)
+            self._saved[id(g)] = self._graphs[id(g)] = _GraphState(g)
         model = self.graph.__dict__.get(_BACKREF)
         if model is not None:
             self._model = _ModelState(model)
@@ -303,17 +306,21 @@ class Journal:
 
     def _touch(self, obj: Any) -> None:
         key = id(obj)
-        if key in self._created:
+        if key in self._saved or key in self._created:
             return
         if isinstance(obj, gs.Node):
-            if key not in self._nodes:
-                self._nodes[key] = _NodeState(obj)
+            self._saved[key] = self._nodes[key] = _NodeState(obj)
         elif isinstance(obj, gs.Tensor):
-            if key not in self._tensors:
-                self._tensors[key] = _TensorState(obj)
+            self._saved[key] = self._tensors[key] = _TensorState(obj)
         elif isinstance(obj, gs.Graph):
-            if key not in self._graphs:
-                self._graphs[key] = _GraphState(obj)
+            self._saved[key] = self._graphs[key] = _GraphState(obj)
+
+    def _loaded(self, t: gs.Tensor, lazy: Any) -> None:
+        """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
+        lazy form is put back on a rollback (the export writes it as it was read)."""
+        key = id(t)
+        if key not in self._saved and key not in self._created and key not in self._loads:
+            self._loads[key] = (t, lazy)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -366,6 +373,8 @@ class Journal:
             st.restore()
         for st in reversed(list(self._graphs.values())):
             st.restore()
+        for t, lazy in self._loads.values():
+            t.__dict__["_values"] = lazy
         if self._model is not None:
             self._model.restore()
 
@@ -395,6 +404,24 @@ def _wrap_setattr(orig):
             j._touch(self)
         orig(self, name, value)
     return __setattr__
+
+
+def _values_property(orig: property) -> property:
+    """gs's ``Constant.values``, whose getter replaces a lazy weight by its array: that read is
+    not an edit (no state saved, not a touched value); the lazy form is put back on a rollback."""
+    LazyValues = gs.ir.tensor.LazyValues
+
+    def fget(self):
+        lazy = self.__dict__.get("_values")
+        if isinstance(lazy, LazyValues):
+            for j in _ACTIVE:
+                j._loaded(self, lazy)
+            array = lazy.load()
+            object.__setattr__(self, "_values", array)  # gs's own assignment, without the hook
+            return array
+        return orig.fget(self)
+
+    return property(fget, orig.fset, orig.fdel, orig.__doc__)
 
 
 def _wrap_delattr(orig):
@@ -484,6 +511,7 @@ def _install() -> None:
         _patch(cls, "__delattr__", _wrap_delattr)  # Variable.to_constant deletes dtype and shape
     for cls in (gs.Node, gs.Variable, gs.Constant, gs.Graph):
         _patch(cls, "__init__", _wrap_init)
+    _patch(gs.Constant, "values", _values_property)
     for name, fn in _list_hooks().items():
         _patch(SynchronizedList, name, lambda base, fn=fn: fn)
 

@@ -247,30 +247,21 @@ class _UndoEach(PassInstrument):
             toposort(graph)
 
 
-def _real_models() -> list[str]:
-    from tests.exporters._corpus import DATA, exported  # noqa: F401  (rootdir import)
-
-    paths = [str(ROOT / "examples" / "models" / "shufflenet_v2_x0_5.onnx")]
-    paths += [str(DATA / e["file"]) for e in exported()]
-    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-    paths += sorted(os.path.join(light, f) for f in os.listdir(light) if f.endswith(".onnx"))[:4]
-    return paths
+#: a sample of the exporter corpus (every file goes through the pipeline with the rollback check
+#: in tests/exporters): external data, control flow (Loop, If), vetoed applications, transformers
+_SAMPLE = ("bert.dynamo.onnx", "gpt2.torchscript.onnx", "lraspp_mobilenet_v3.dynamo.onnx",
+           "nms_detector.torchscript.onnx", "vad_control_flow.torchscript.onnx", "vad_control_flow.dynamo.onnx",
+           "whisper.dynamo.onnx", "efficientnet_b0.torchscript.onnx")
 
 
 def _corpus_paths() -> list[str]:
-    try:
-        return _real_models()
-    except ImportError:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("_corpus", ROOT / "tests" / "exporters" / "_corpus.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        paths = [str(ROOT / "examples" / "models" / "shufflenet_v2_x0_5.onnx")]
-        paths += [str(mod.DATA / e["file"]) for e in mod.exported()]
-        light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-        paths += sorted(os.path.join(light, f) for f in os.listdir(light) if f.endswith(".onnx"))[:4]
-        return paths
+    exporters = ROOT / "tests" / "data" / "exporters"
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    paths = [str(ROOT / "examples" / "models" / "shufflenet_v2_x0_5.onnx")]
+    paths += [str(exporters / f) for f in _SAMPLE if (exporters / f).exists()]
+    paths += [os.path.join(light, f) for f in ("light_bvlc_alexnet.onnx", "light_squeezenet.onnx")
+              if os.path.exists(os.path.join(light, f))]
+    return paths
 
 
 @pytest.mark.parametrize("path", _corpus_paths(), ids=lambda p: Path(p).name)
