@@ -21,8 +21,8 @@ The hooks: ``__setattr__`` and ``__delattr__`` of ``gs.Node``, ``gs.Tensor`` and
 owner and the elements whose mirror list changes are touched), the constructors (an object made
 while the journal is active needs no undo), :func:`graphpass.ir.annotations.meta` (annotation
 edits) and ``gs.Constant.values`` (its getter loading a lazy weight is a read: the lazy form is
-put back on a rollback, nothing else is saved). The hooks are installed on the classes only while some journal is active: with none,
-graphsurgeon runs its own methods, at no cost.
+put back on a rollback, nothing else is saved). The hooks are installed on the classes only
+while some journal is active: with none, graphsurgeon runs its own methods, at no cost.
 
 What no hook can see: an in-place edit of a plain container of an object not touched before
 (``node.attrs[k] = v`` on a node whose inputs, outputs or attributes the pass did not set
@@ -43,6 +43,8 @@ from typing import Any, Iterator
 import numpy as np
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.util.misc import SynchronizedList
+
+from graphpass.ir.graph import iter_graphs
 
 __all__ = ["Journal", "active", "touch"]
 
@@ -232,20 +234,11 @@ def _same_dict(a: dict, b: dict) -> bool:
 def _graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """``graph``, its subgraphs and the local functions with theirs (each once)."""
     seen: set[int] = set()
-    stack = [graph, *getattr(graph, "functions", ())]
-    while stack:
-        g = stack.pop()
-        if id(g) in seen:
-            continue
-        seen.add(id(g))
-        yield g
-        for node in g.nodes:
-            if node.attrs:
-                for v in node.attrs.values():
-                    if isinstance(v, gs.Graph):
-                        stack.append(v)
-                    elif isinstance(v, (list, tuple)):
-                        stack.extend(x for x in v if isinstance(x, gs.Graph))
+    for root in (graph, *getattr(graph, "functions", ())):
+        for g in iter_graphs(root):  # control-flow and custom-domain nodes only: a cheap walk
+            if id(g) not in seen:
+                seen.add(id(g))
+                yield g
 
 
 # -- the journal --------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from graphpass.ir.model import as_model, model_of
 from graphpass.passes.framework import CostVeto, Pass, PassContext, PassKind, PassManager, PassResult
 from graphpass.passes.framework.instruments import PassInstrument
 from graphpass.cost_model import CostModel, CostReport
-from graphpass.testing import make_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,10 +120,14 @@ def test_rollback_restores_bytes_and_wiring():
     assert _wiring(graph) == wiring
 
 
+def _class_attributes():
+    return (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
+            SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__,
+            "__delattr__" in gs.Tensor.__dict__, gs.Variable.__dict__["__init__"], gs.Constant.__dict__["values"])
+
+
 def test_hooks_only_while_recording():
-    originals = (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
-                 SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__, "__delattr__" in gs.Tensor.__dict__,
-            gs.Variable.__dict__["__init__"])
+    originals = _class_attributes()
     graph = _if_model()
     with Journal(graph):
         assert active() and gs.Node.__dict__["__setattr__"] is not originals[0]
@@ -133,9 +136,7 @@ def test_hooks_only_while_recording():
         inner.rollback()
         assert graph.nodes[0].op == "Relu" and active()
     assert not active()
-    assert (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
-            SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__, "__delattr__" in gs.Tensor.__dict__,
-            gs.Variable.__dict__["__init__"]) == originals
+    assert _class_attributes() == originals
 
 
 def test_created_objects_need_no_undo_and_untouched_ones_are_not_saved():
