@@ -102,9 +102,10 @@ class CostVeto(PassInstrument):
     nodes only scored applications are estimated (an estimate of 100k nodes takes ~2 s).
 
     With ``check_rollback`` (default: the environment variable ``GRAPHPASS_CHECK_ROLLBACK`` set
-    to a non-empty value other than ``0``; the test suite sets it) the model is exported before
-    every scored application, and after a rollback the export must be byte-identical
-    (an ``AssertionError`` otherwise): a development check of the undo log.
+    to a non-empty value other than ``0``; the test suite sets it) the model is exported
+    (weightless, the weights by identity) before every scored application, and after a rollback
+    the export must be byte-identical and hold the very same weights (an ``AssertionError``
+    otherwise): a development check of the undo log.
 
     The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
     model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
@@ -210,9 +211,12 @@ class CostVeto(PassInstrument):
             self.final_cost = self._cost
 
 
-def _model_bytes(graph: gs.Graph) -> bytes:
-    """The device-form export of the model ``graph`` belongs to (for the rollback check)."""
-    return model_io.to_proto(graph, emit="device").SerializeToString()
+def _model_bytes(graph: gs.Graph) -> tuple[bytes, dict[str, int]]:
+    """The model ``graph`` belongs to, for the rollback check: its weightless device-form export
+    and the identity of every weight (held by reference, as the passes replace a Constant
+    rather than write into its array)."""
+    proto, weights = model_io.snapshot(graph)
+    return proto.SerializeToString(), {name: id(w) for name, w in weights.items()}
 
 
 class VerifyEach(PassInstrument):
