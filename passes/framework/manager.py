@@ -162,6 +162,9 @@ class PassManager(Pass):
                 except Exception as e:
                     _abort(instruments, p, graph, ctx, rec, e)
                     raise PassError(p.name, history, e) from e
+                except BaseException as e:  # KeyboardInterrupt & co.: no undo log is left recording
+                    _abort(instruments, p, graph, ctx, rec, e)
+                    raise
                 history.append(p.name)
                 nodes_now = rec.nodes_after
                 if rec.modified:

@@ -293,3 +293,19 @@ def test_the_veto_exports_nothing(monkeypatch):
     assert calls == []
     monkeypatch.undo()
     assert _bytes(graph) == before
+
+
+class _Interrupted(_RaiseMidway):
+    name = "interrupted"
+
+    def run(self, graph, ctx):
+        _edit_everything(graph)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_pass_is_rolled_back_and_leaves_no_hook():
+    graph = _if_model()
+    before = _bytes(graph)
+    with pytest.raises(KeyboardInterrupt):
+        PassManager([_Interrupted], instruments=[CostVeto("none")])(graph)
+    assert not active() and _bytes(graph) == before
