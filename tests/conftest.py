@@ -4,6 +4,10 @@ import numpy as np
 import onnx
 import pytest
 
+# every pass-manager run of the suite checks that a vetoed pass's rollback restores the exported
+# model byte for byte (passes.framework.instruments.CostVeto)
+os.environ.setdefault("GRAPHPASS_CHECK_ROLLBACK", "1")
+
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples")

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphpass.ir import journal as _journal
 from graphpass.ir.graph import has_subgraph, subgraph_pairs
 
 __all__ = [
@@ -55,6 +56,8 @@ _KEY = "_gp_meta"
 
 def meta(obj: Any) -> dict[str, str]:
     """The annotation dict of a gs Node or Tensor (created empty on first use)."""
+    if _journal._ACTIVE:  # the caller may edit the dict: an undo log saves it first
+        _journal.touch(obj)
     d = obj.__dict__.get(_KEY)
     if d is None:
         d = {}

@@ -8,6 +8,8 @@ Like TVM's ``PassInstrument``, an instrument has five hooks, all optional:
 - ``after(pass_, graph, ctx, result, record)``: just after; ``result`` is what the pass
   returned, ``record`` the :class:`~graphpass.infra.manager.PassRecord` being written (an
   instrument may annotate it, or veto the application: ``record.modified = False``);
+- ``abort(pass_, graph, ctx, record, error)``: the pass or an instrument raised (called in
+  reverse order, then the manager re-raises);
 - ``exit(manager, graph, ctx)``: the run ended without an error.
 
 Instruments nest like context managers: ``before`` hooks run in list order, ``after`` hooks
@@ -20,6 +22,7 @@ last (it times the pass alone), :class:`CostVeto` before it is seen by everythin
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,6 +35,7 @@ from graphpass.cost_model.target import Target
 from graphpass.errors import BadModelError, VerificationError
 from graphpass.passes.framework.pass_base import Pass, PassContractError, PassResult
 from graphpass.ir import model_io, profiling
+from graphpass.ir.journal import Journal
 from graphpass.ir.graph import count_nodes, fingerprint, iter_graphs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,6 +83,10 @@ class PassInstrument:
               record: "PassRecord") -> None:
         pass
 
+    def abort(self, pass_: Pass, graph: gs.Graph, ctx: "PassContext", record: "PassRecord",
+              error: BaseException) -> None:
+        """The pass (or a ``before`` hook) raised ``error``; the manager re-raises it after."""
+
     def exit(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
         pass
 
@@ -86,11 +94,19 @@ class PassInstrument:
 class CostVeto(PassInstrument):
     """Estimates every application and rolls back a scored one that makes the estimate worse.
 
-    A pass is scored when ``pass_.scored_in(ctx)`` and it is not ``required``. Before a scored
-    pass runs, the graph is snapshotted (the snapshot stays valid until an application changes
-    the graph); when the estimate rises, the snapshot is restored into the caller's graph object
-    and the record says ``rolled_back``. Above ``ESTIMATE_EACH_MAX_NODES`` nodes only scored
-    applications are estimated (an estimate of 100k nodes takes ~2 s).
+    A pass is scored when ``pass_.scored_in(ctx)`` and it is not ``required``. Every application
+    runs under an undo log (:class:`graphpass.ir.journal.Journal`: the state of each node, tensor
+    and graph is saved when the pass first edits it, no export); when the estimate of a scored
+    application rises, the log is replayed backwards into the caller's graph objects and the
+    record says ``rolled_back``. A pass that raises is rolled back the same way (:meth:`abort`),
+    so the caller's model is left as it was before that pass. Above ``ESTIMATE_EACH_MAX_NODES``
+    nodes only scored applications are estimated (an estimate of 100k nodes takes ~2 s).
+
+    With ``check_rollback`` (default: the environment variable ``GRAPHPASS_CHECK_ROLLBACK`` set
+    to a non-empty value other than ``0``; the test suite sets it) the model is exported
+    (weightless, the weights by identity) before every scored application, and after a rollback
+    the export must be byte-identical and hold the very same weights (an ``AssertionError``
+    otherwise): a development check of the undo log.
 
     The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
     model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
@@ -98,13 +114,18 @@ class CostVeto(PassInstrument):
     cost report on the input graph).
     """
 
-    def __init__(self, target: "Target | str | CostModel | None" = None, cost_options: dict[str, Any] | None = None):
+    def __init__(self, target: "Target | str | CostModel | None" = None, cost_options: dict[str, Any] | None = None,
+                 check_rollback: bool | None = None):
         self._given = target
         self.target: Target | None = None
         self.cost_options = dict(cost_options or {})
         self.initial_cost: float | None = None
         self.final_cost: float | None = None
         self.initial_report = None
+        if check_rollback is None:
+            check_rollback = os.environ.get("GRAPHPASS_CHECK_ROLLBACK", "") not in ("", "0")
+        self.check_rollback = check_rollback
+        self._journal: Journal | None = None
 
     @property
     def active(self) -> bool:
@@ -125,7 +146,8 @@ class CostVeto(PassInstrument):
         self.initial_report = report
         self.initial_cost = self._cost = report.total_us if report is not None else None
         self.final_cost = None
-        self._snapshot = None
+        self._journal = None
+        self._before_bytes = None
         self._stale = False
 
     def before(self, pass_, graph, ctx, record):
@@ -139,20 +161,31 @@ class CostVeto(PassInstrument):
         cost = self._cost
         record.cost_before_us = cost
         self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
-        if cost is not None and self._scored and self._snapshot is None:
-            self._snapshot = model_io.snapshot(graph)
+        self._before_bytes = None
+        if self._scored and cost is not None and self.check_rollback:
+            self._before_bytes = _model_bytes(graph)
+        self._journal = Journal(graph)  # every application: a pass that raises is undone too
+        self._journal.start()
 
     def after(self, pass_, graph, ctx, result, record):
+        journal, self._journal = self._journal, None
         cost = self._cost
         if not record.modified:
+            if journal is not None:
+                journal.stop()
             record.cost_after_us = cost
             return
+        # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         report = self._estimate(graph) if self._estimate_after else None
+        if journal is not None:
+            journal.stop()
         new_cost = report.total_us if report is not None else None
         record.cost_after_us = new_cost
-        if (self._scored and self._snapshot is not None and new_cost is not None and cost is not None
+        if (self._scored and journal is not None and new_cost is not None and cost is not None
                 and new_cost > cost * (1 + 1e-9) + 1e-9):
-            _replace_graph(graph, model_io.restore(self._snapshot))
+            journal.rollback()
+            if self._before_bytes is not None and _model_bytes(graph) != self._before_bytes:
+                raise AssertionError(f"the rollback of pass '{pass_.name}' did not restore the exported model")
             record.rolled_back = True
             record.modified = False
             record.nodes_after = count_nodes(graph)
@@ -163,7 +196,13 @@ class CostVeto(PassInstrument):
         elif cost is not None:
             record.cost_before_us = None
             self._stale = True
-        self._snapshot = None  # the graph changed (or from_proto consumed it): take a new one
+        self._before_bytes = None
+
+    def abort(self, pass_, graph, ctx, record, error):
+        journal, self._journal = self._journal, None
+        if journal is not None and journal.recording:
+            journal.rollback()
+            record.note = f"rolled back: the pass raised {type(error).__name__}"
 
     def exit(self, manager, graph, ctx):
         if self._stale and self._cost is not None:
@@ -171,6 +210,14 @@ class CostVeto(PassInstrument):
             self.final_cost = report.total_us if report is not None else None
         else:
             self.final_cost = self._cost
+
+
+def _model_bytes(graph: gs.Graph) -> tuple[bytes, dict[str, int]]:
+    """The model ``graph`` belongs to, for the rollback check: its weightless device-form export
+    and the identity of every weight (held by reference, as the passes replace a Constant
+    rather than write into its array)."""
+    proto, weights = model_io.snapshot(graph)
+    return proto.SerializeToString(), {name: id(w) for name, w in weights.items()}
 
 
 class VerifyEach(PassInstrument):
@@ -365,11 +412,3 @@ def standard_instruments(
         out.append(ContractCheck(check_contract))
     out.append(PassTiming())
     return out
-
-
-def _replace_graph(graph: gs.Graph, other: gs.Graph) -> None:
-    """Make ``graph`` (the caller's object) hold the contents of ``other``."""
-    graph.nodes = other.nodes
-    graph.inputs = other.inputs
-    graph.outputs = other.outputs
-    graph.functions = other.functions  # the model facts stay with the caller's Model (graphpass.ir.model)

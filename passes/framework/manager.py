@@ -156,10 +156,15 @@ class PassManager(Pass):
                         rec.nodes_after = count_nodes(graph)
                     for ins in reversed(instruments):
                         ins.after(p, graph, ctx, result, rec)
-                except GraphpassError:
+                except GraphpassError as e:
+                    _abort(instruments, p, graph, ctx, rec, e)
                     raise
                 except Exception as e:
+                    _abort(instruments, p, graph, ctx, rec, e)
                     raise PassError(p.name, history, e) from e
+                except BaseException as e:  # KeyboardInterrupt & co.: no undo log is left recording
+                    _abort(instruments, p, graph, ctx, rec, e)
+                    raise
                 history.append(p.name)
                 nodes_now = rec.nodes_after
                 if rec.modified:
@@ -183,6 +188,12 @@ class PassManager(Pass):
         return ManagerResult(applied > 0, {"applications": applied, "records": len(records)}, model=model,
                              records=records, skipped=list(self.skipped), explanations=list(ctx.explanations),
                              unavailable=unavailable)
+
+
+def _abort(instruments, p, graph, ctx, rec, error) -> None:
+    """Tell the instruments an application failed (innermost first); the caller re-raises."""
+    for ins in reversed(instruments):
+        ins.abort(p, graph, ctx, rec, error)
 
 
 def _instance(p: str | type[Pass] | Pass) -> Pass:

@@ -1,0 +1,519 @@
+"""The IR journal: an undo log of the edits a pass makes to a graph, without a copy of the graph.
+
+While a :class:`Journal` is active (``with Journal(graph) as j: ...``), every edit made through
+onnx-graphsurgeon's mutation points is seen by a hook that saves the edited object's state the
+first time it is touched (copy on first write):
+
+- a node: its ``__dict__`` (op, name, domain, the attrs dict object, ...), the contents of its
+  ``inputs``/``outputs`` lists and of its attrs dict (shallow), its annotations;
+- a tensor: its class (``to_constant``/``to_variable`` change it), its ``__dict__`` (name,
+  dtype, shape, the values reference, ...), the contents of its ``inputs``/``outputs`` lists and
+  of a list shape, its annotations;
+- a graph (the main graph, every subgraph and every local function, saved when the journal
+  starts, since a pass edits ``graph.nodes``/``inputs``/``outputs`` as plain lists): its
+  ``__dict__``, the contents of those lists and of the shared functions list, its annotations;
+- the model (:class:`graphpass.ir.model.Model`, saved when the journal starts): its
+  ``__dict__`` and the contents of its dicts (opset imports, metadata, input defaults, meta).
+
+The hooks: ``__setattr__`` and ``__delattr__`` of ``gs.Node``, ``gs.Tensor`` and ``gs.Graph`` (so ``node.op = ``,
+``tensor.shape = ``, ``graph.nodes = ``, ``to_constant`` ...), every mutator of gs's
+``SynchronizedList`` (``node.inputs[i] = t``, ``t.outputs.clear()``, ``append``, ...: the list's
+owner and the elements whose mirror list changes are touched), the constructors (an object made
+while the journal is active needs no undo), :func:`graphpass.ir.annotations.meta` (annotation
+edits) and ``gs.Constant.values`` (its getter loading a lazy weight is a read: the lazy form is
+put back on a rollback, nothing else is saved). The hooks are installed on the classes only
+while some journal is active: with none, graphsurgeon runs its own methods, at no cost.
+
+What no hook can see: an in-place edit of a plain container of an object not touched before
+(``node.attrs[k] = v`` on a node whose inputs, outputs or attributes the pass did not set
+first; an in-place write into a numpy array). The passes of graphpass replace a Constant's
+array rather than write into it, and edit a node's attrs dict only after rewiring it; the
+suite's rollback check (``GRAPHPASS_CHECK_ROLLBACK``, on in the tests) compares the exported
+model before a vetoed pass and after its rollback byte for byte.
+
+:meth:`Journal.rollback` writes every saved state back (the undo log replayed backwards: each
+object gets the state it had before its first edit). :meth:`Journal.touched_nodes` is the set
+of nodes a pass created, removed, changed, or whose input tensors changed shape, dtype or values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.util.misc import SynchronizedList
+
+from graphpass.ir.graph import iter_graphs
+
+__all__ = ["Journal", "active", "touch"]
+
+_META = "_gp_meta"
+_BACKREF = "_gp_model"
+
+#: the journals now recording (nested: a pass may run a manager of its own on a copy)
+_ACTIVE: list["Journal"] = []
+
+
+def active() -> bool:
+    """Whether some journal is recording."""
+    return bool(_ACTIVE)
+
+
+def touch(obj: Any) -> None:
+    """Tell the active journals that ``obj`` (a gs Node, Tensor or Graph) is about to change
+    in a way no hook sees (e.g. its annotation dict); no-op when none is active."""
+    for j in _ACTIVE:
+        j._touch(obj)
+
+
+# -- saved states -------------------------------------------------------------------------
+
+def _copy_meta(obj: Any) -> dict | None:
+    d = obj.__dict__.get(_META)
+    return dict(d) if d is not None else None
+
+
+def _put_meta(obj: Any, saved: dict | None) -> None:
+    if saved is not None:
+        d = obj.__dict__[_META]  # the original dict object (the saved __dict__ holds it)
+        d.clear()
+        d.update(saved)
+
+
+def _set_list(lst: list, items: list) -> None:
+    list.clear(lst)  # the plain list methods: the mirror lists are restored on their own objects
+    list.extend(lst, items)
+
+
+class _NodeState:
+    __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "attrs", "meta")
+
+    def __init__(self, node: gs.Node):
+        self.obj = node
+        self.cls = type(node)
+        self.dict = dict(node.__dict__)
+        self.inputs = list(node.__dict__.get("inputs", ()))
+        self.outputs = list(node.__dict__.get("outputs", ()))
+        attrs = node.__dict__.get("attrs")
+        self.attrs = dict(attrs) if isinstance(attrs, dict) else None
+        self.meta = _copy_meta(node)
+
+    def restore(self) -> None:
+        node = self.obj
+        if type(node) is not self.cls:
+            object.__setattr__(node, "__class__", self.cls)
+        node.__dict__.clear()
+        node.__dict__.update(self.dict)
+        if "inputs" in self.dict:
+            _set_list(self.dict["inputs"], self.inputs)
+        if "outputs" in self.dict:
+            _set_list(self.dict["outputs"], self.outputs)
+        if self.attrs is not None:
+            attrs = self.dict["attrs"]
+            attrs.clear()
+            attrs.update(self.attrs)
+        _put_meta(node, self.meta)
+
+    def changed(self) -> bool:
+        node = self.obj
+        d = node.__dict__
+        return (type(node) is not self.cls or d.keys() != self.dict.keys()
+                or any(d[k] is not v for k, v in self.dict.items())
+                or not _same(d.get("inputs", ()), self.inputs) or not _same(d.get("outputs", ()), self.outputs)
+                or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs))
+                or _copy_meta(node) != self.meta)
+
+
+class _TensorState:
+    __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "shape", "meta")
+
+    def __init__(self, t: gs.Tensor):
+        self.obj = t
+        self.cls = type(t)
+        self.dict = dict(t.__dict__)
+        self.inputs = list(t.__dict__.get("inputs", ()))
+        self.outputs = list(t.__dict__.get("outputs", ()))
+        shape = t.__dict__.get("shape")
+        self.shape = list(shape) if isinstance(shape, list) else None
+        self.meta = _copy_meta(t)
+
+    def restore(self) -> None:
+        t = self.obj
+        if type(t) is not self.cls:
+            object.__setattr__(t, "__class__", self.cls)
+        t.__dict__.clear()
+        t.__dict__.update(self.dict)
+        if "inputs" in self.dict:
+            _set_list(self.dict["inputs"], self.inputs)
+        if "outputs" in self.dict:
+            _set_list(self.dict["outputs"], self.outputs)
+        if self.shape is not None:
+            self.dict["shape"][:] = self.shape
+        _put_meta(t, self.meta)
+
+    def value_changed(self) -> bool:
+        """Whether what a reader of the tensor sees changed: class, name, shape, dtype, values."""
+        t = self.obj
+        if type(t) is not self.cls:
+            return True
+        d = t.__dict__
+        for key in ("name", "dtype", "_export_dtype", "data_location"):
+            if d.get(key) is not self.dict.get(key) and d.get(key) != self.dict.get(key):
+                return True
+        shape = d.get("shape")
+        if shape is not self.dict.get("shape") or (self.shape is not None and list(shape) != self.shape):
+            old = self.shape if self.shape is not None else self.dict.get("shape")
+            if _plain(shape) != _plain(old):
+                return True
+        old_v, new_v = self.dict.get("_values"), d.get("_values")
+        if old_v is not new_v:
+            # a lazy weight loaded on read (gs's ``values`` getter) is the same value
+            lazy = type(old_v) is gs.ir.tensor.LazyValues or type(old_v).__name__ == "ExternalValues"
+            if not (lazy and isinstance(new_v, np.ndarray) and tuple(new_v.shape) == tuple(old_v.shape)):
+                return True
+        return False
+
+
+def _plain(shape: Any) -> Any:
+    return list(shape) if isinstance(shape, (list, tuple)) else shape
+
+
+class _GraphState:
+    __slots__ = ("obj", "dict", "nodes", "inputs", "outputs", "functions", "meta")
+
+    def __init__(self, g: gs.Graph):
+        self.obj = g
+        d = g.__dict__
+        self.dict = dict(d)
+        self.nodes = list(d.get("nodes", ()))
+        self.inputs = list(d.get("inputs", ()))
+        self.outputs = list(d.get("outputs", ()))
+        fns = d.get("_functions")
+        self.functions = list(fns) if fns is not None else None
+        self.meta = _copy_meta(g)
+
+    def restore(self) -> None:
+        g = self.obj
+        g.__dict__.clear()
+        g.__dict__.update(self.dict)
+        for key in ("nodes", "inputs", "outputs"):
+            if key in self.dict:
+                self.dict[key][:] = getattr(self, key)
+        if self.functions is not None:
+            self.dict["_functions"][:] = self.functions
+        _put_meta(g, self.meta)
+
+
+class _ModelState:
+    __slots__ = ("obj", "dict", "dicts")
+
+    def __init__(self, model: Any):
+        self.obj = model
+        self.dict = dict(model.__dict__)
+        self.dicts = {k: dict(v) for k, v in self.dict.items() if type(v) is dict}
+
+    def restore(self) -> None:
+        m = self.obj
+        m.__dict__.clear()
+        m.__dict__.update(self.dict)
+        for k, saved in self.dicts.items():
+            d = self.dict[k]
+            d.clear()
+            d.update(saved)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _same_dict(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k] is v for k, v in b.items())
+
+
+def _graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
+    """``graph``, its subgraphs and the local functions with theirs (each once)."""
+    seen: set[int] = set()
+    for root in (graph, *getattr(graph, "functions", ())):
+        for g in iter_graphs(root):  # control-flow and custom-domain nodes only: a cheap walk
+            if id(g) not in seen:
+                seen.add(id(g))
+                yield g
+
+
+# -- the journal --------------------------------------------------------------------------
+
+class Journal:
+    """The undo log of one pass application on ``graph`` (see the module docstring).
+
+    ``with Journal(graph) as j:`` records until the block ends; then ``j.rollback()`` puts the
+    graph back as it was when the journal started, and ``j.touched_nodes()`` says what the
+    edits reached. A journal records once: entering it again is an error.
+    """
+
+    def __init__(self, graph: gs.Graph):
+        self.graph = graph
+        self._nodes: dict[int, _NodeState] = {}
+        self._tensors: dict[int, _TensorState] = {}
+        self._graphs: dict[int, _GraphState] = {}
+        self._saved: dict[int, Any] = {}  # id -> the state of every node, tensor, graph saved
+        self._loads: dict[int, tuple[gs.Tensor, Any]] = {}  # lazy weights loaded (not edited)
+        self._created: dict[int, Any] = {}  # id -> object (kept alive: ids stay unique)
+        self._model: _ModelState | None = None
+        self._used = False
+        self.recording = False
+
+    # -- recording ------------------------------------------------------------------------
+
+    def __enter__(self) -> "Journal":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self._used:
+            raise RuntimeError("a Journal records once")
+        self._used = True
+        for g in _graphs(self.graph):
+            self._saved[id(g)] = self._graphs[id(g)] = _GraphState(g)
+        model = self.graph.__dict__.get(_BACKREF)
+        if model is not None:
+            self._model = _ModelState(model)
+        if not _ACTIVE:
+            _install()
+        _ACTIVE.append(self)
+        self.recording = True
+
+    def stop(self) -> None:
+        if not self.recording:
+            return
+        self.recording = False
+        _ACTIVE.remove(self)
+        if not _ACTIVE:
+            _uninstall()
+
+    def _created_obj(self, obj: Any) -> None:
+        self._created[id(obj)] = obj
+
+    def _touch(self, obj: Any) -> None:
+        key = id(obj)
+        if key in self._saved or key in self._created:
+            return
+        if isinstance(obj, gs.Node):
+            self._saved[key] = self._nodes[key] = _NodeState(obj)
+        elif isinstance(obj, gs.Tensor):
+            self._saved[key] = self._tensors[key] = _TensorState(obj)
+        elif isinstance(obj, gs.Graph):
+            self._saved[key] = self._graphs[key] = _GraphState(obj)
+
+    def _loaded(self, t: gs.Tensor, lazy: Any) -> None:
+        """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
+        lazy form is put back on a rollback (the export writes it as it was read)."""
+        key = id(t)
+        if key not in self._saved and key not in self._created and key not in self._loads:
+            self._loads[key] = (t, lazy)
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def edits(self) -> int:
+        """How many objects the journal saved (graphs and the model, saved at the start, aside)."""
+        return len(self._nodes) + len(self._tensors)
+
+    def touched_nodes(self) -> list[gs.Node]:
+        """The nodes the pass created (and kept in a graph), removed from a graph, changed, or
+        whose input tensors changed class, name, shape, dtype or values; each once."""
+        out: dict[int, gs.Node] = {}
+        for key, st in self._nodes.items():
+            if st.changed():
+                out[key] = st.obj
+        for obj in self._created.values():
+            if isinstance(obj, gs.Node):
+                out[id(obj)] = obj
+        for st in self._graphs.values():
+            now = st.obj.__dict__.get("nodes")
+            if now is not None and not _same(now, st.nodes):
+                new = {id(n) for n in now}
+                for n in st.nodes:
+                    if id(n) not in new:
+                        out[id(n)] = n
+                old = {id(n) for n in st.nodes}
+                for n in now:
+                    if id(n) not in old:
+                        out[id(n)] = n
+        for st in self._tensors.values():
+            if st.value_changed():
+                for n in st.obj.__dict__.get("outputs", ()):
+                    out[id(n)] = n
+                for n in st.outputs:
+                    out[id(n)] = n
+        return list(out.values())
+
+    def touched_tensors(self) -> list[gs.Tensor]:
+        return [st.obj for st in self._tensors.values()]
+
+    # -- undo -----------------------------------------------------------------------------
+
+    def rollback(self) -> None:
+        """Put every object the journal saved back in the state it had before its first edit
+        (the journal stops recording first)."""
+        self.stop()
+        for st in reversed(list(self._tensors.values())):
+            st.restore()
+        for st in reversed(list(self._nodes.values())):
+            st.restore()
+        for st in reversed(list(self._graphs.values())):
+            st.restore()
+        for t, lazy in self._loads.values():
+            t.__dict__["_values"] = lazy
+        if self._model is not None:
+            self._model.restore()
+
+
+# -- the hooks ----------------------------------------------------------------------------
+
+_OWN: dict[tuple[type, str], Any] = {}  # (class, name) -> the class's own attribute (None: inherited)
+_BASE: dict[tuple[type, str], Any] = {}  # (class, name) -> the method the hook calls
+
+
+def _touch_all(*objs: Any) -> None:
+    for j in _ACTIVE:
+        for o in objs:
+            j._touch(o)
+
+
+def _touch_many(owner: Any, items: Any) -> None:
+    for j in _ACTIVE:
+        j._touch(owner)
+        for o in items:
+            j._touch(o)
+
+
+def _wrap_setattr(orig):
+    def __setattr__(self, name, value):
+        for j in _ACTIVE:
+            j._touch(self)
+        orig(self, name, value)
+    return __setattr__
+
+
+def _values_property(orig: property) -> property:
+    """gs's ``Constant.values``, whose getter replaces a lazy weight by its array: that read is
+    not an edit (no state saved, not a touched value); the lazy form is put back on a rollback."""
+    LazyValues = gs.ir.tensor.LazyValues
+
+    def fget(self):
+        lazy = self.__dict__.get("_values")
+        if isinstance(lazy, LazyValues):
+            for j in _ACTIVE:
+                j._loaded(self, lazy)
+            array = lazy.load()
+            object.__setattr__(self, "_values", array)  # gs's own assignment, without the hook
+            return array
+        return orig.fget(self)
+
+    return property(fget, orig.fset, orig.fdel, orig.__doc__)
+
+
+def _wrap_delattr(orig):
+    def __delattr__(self, name):
+        for j in _ACTIVE:
+            j._touch(self)
+        orig(self, name)
+    return __delattr__
+
+
+def _wrap_init(orig):
+    def __init__(self, *args, **kwargs):
+        for j in _ACTIVE:
+            j._created_obj(self)
+        orig(self, *args, **kwargs)
+    return __init__
+
+
+def _items_at(lst: list, index: Any) -> list:
+    if isinstance(index, slice):
+        return list.__getitem__(lst, index)
+    try:
+        return [list.__getitem__(lst, index)]
+    except (IndexError, TypeError):
+        return []
+
+
+def _list_hooks() -> dict[str, Any]:
+    L = SynchronizedList
+
+    def __delitem__(self, index):
+        _touch_many(self.parent_obj, _items_at(self, index))
+        return _BASE[(L, "__delitem__")](self, index)
+
+    def __setitem__(self, index, elem):
+        new = list(elem) if isinstance(index, slice) else [elem]
+        _touch_many(self.parent_obj, _items_at(self, index) + new)
+        return _BASE[(L, "__setitem__")](self, index, elem)
+
+    def append(self, x):
+        _touch_all(self.parent_obj, x)
+        return _BASE[(L, "append")](self, x)
+
+    def extend(self, iterable):
+        items = list(iterable)
+        _touch_many(self.parent_obj, items)
+        return _BASE[(L, "extend")](self, items)
+
+    def insert(self, i, x):
+        _touch_all(self.parent_obj, x)
+        return _BASE[(L, "insert")](self, i, x)
+
+    def remove(self, x):
+        _touch_all(self.parent_obj, x)
+        return _BASE[(L, "remove")](self, x)
+
+    def pop(self, i=-1):
+        _touch_many(self.parent_obj, _items_at(self, i))
+        return _BASE[(L, "pop")](self, i)
+
+    def clear(self):
+        _touch_many(self.parent_obj, list(list.__iter__(self)))
+        return _BASE[(L, "clear")](self)
+
+    def sort(self, *args, **kwargs):
+        _touch_all(self.parent_obj)
+        return _BASE[(L, "sort")](self, *args, **kwargs)
+
+    def reverse(self):
+        _touch_all(self.parent_obj)
+        return _BASE[(L, "reverse")](self)
+
+    return {"__delitem__": __delitem__, "__setitem__": __setitem__, "append": append, "extend": extend,
+            "insert": insert, "remove": remove, "pop": pop, "clear": clear, "sort": sort, "reverse": reverse}
+
+
+def _patch(cls: type, name: str, make: Any) -> None:
+    base = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
+    _OWN[(cls, name)] = cls.__dict__.get(name)
+    _BASE[(cls, name)] = base
+    setattr(cls, name, make(base))
+
+
+def _install() -> None:
+    for cls in (gs.Node, gs.Tensor, gs.Graph):
+        _patch(cls, "__setattr__", _wrap_setattr)
+        _patch(cls, "__delattr__", _wrap_delattr)  # Variable.to_constant deletes dtype and shape
+    for cls in (gs.Node, gs.Variable, gs.Constant, gs.Graph):
+        _patch(cls, "__init__", _wrap_init)
+    _patch(gs.Constant, "values", _values_property)
+    for name, fn in _list_hooks().items():
+        _patch(SynchronizedList, name, lambda base, fn=fn: fn)
+
+
+def _uninstall() -> None:
+    for (cls, name), own in _OWN.items():
+        if own is None:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, own)
+    _OWN.clear()
+    _BASE.clear()

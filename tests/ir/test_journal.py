@@ -1,0 +1,311 @@
+"""The IR journal (graphpass.ir.journal): an undo log instead of a snapshot.
+
+A rollback must give back the exact model: the exported bytes before the edits and after the
+rollback are equal, and so is the wiring gs keeps on both sides (a tensor's consumers in order).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+from onnx import TensorProto, helper
+from onnx_graphsurgeon.util.misc import SynchronizedList
+
+from graphpass.errors import PassError
+from graphpass.ir import annotations as A
+from graphpass.ir import model_io
+from graphpass.ir.graph import iter_graphs, toposort
+from graphpass.ir.journal import Journal, active
+from graphpass.ir.model import as_model, model_of
+from graphpass.passes.framework import CostVeto, Pass, PassContext, PassKind, PassManager, PassResult
+from graphpass.passes.framework.instruments import PassInstrument
+from graphpass.cost_model import CostModel, CostReport
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bytes(graph: gs.Graph) -> bytes:
+    return model_io.to_proto(graph, emit="device").SerializeToString()
+
+
+def _wiring(graph: gs.Graph) -> list:
+    """Every node's and tensor's neighbours, by identity and in order (what the export omits)."""
+    out = []
+    for g in iter_graphs(graph):
+        out.append((id(g), [id(n) for n in g.nodes], [id(t) for t in g.inputs], [id(t) for t in g.outputs]))
+        for n in g.nodes:
+            out.append((id(n), n.op, n.name, [id(t) for t in n.inputs], [id(t) for t in n.outputs]))
+            for t in list(n.inputs) + list(n.outputs):
+                out.append((id(t), type(t).__name__, t.name, [id(x) for x in t.inputs], [id(x) for x in t.outputs]))
+    return out
+
+
+def _if_model() -> gs.Graph:
+    """x -> Relu -> If(cond){then: a+1, else: a*2} -> Neg -> y, annotated, with a weight."""
+    then_g = helper.make_graph([helper.make_node("Add", ["a", "one"], ["t_out"], name="then_add")], "then", [],
+                              [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["a", "two"], ["e_out"], name="else_mul")], "else", [],
+                              [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("If", ["cond"], ["b"], name="if", then_branch=then_g, else_branch=else_g),
+             helper.make_node("Add", ["b", "w"], ["c"], name="add"),
+             helper.make_node("Neg", ["c"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                           helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              [onnx.numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")])
+    m = as_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    relu = next(n for n in m.graph.nodes if n.op == "Relu")
+    A.set(relu, A.ENGINE, "AICORE")
+    return m.graph
+
+
+def _edit_everything(graph: gs.Graph) -> None:
+    """Every kind of edit a pass makes: create, remove, rewire, rename, retype, reshape, attrs,
+    annotations, subgraphs, graph inputs/outputs, model facts, to_constant, cleanup, toposort."""
+    relu, if_, add, neg = graph.nodes
+    # create: Abs between Relu and If's readers, at the end of the list (toposort moves it)
+    a = relu.outputs[0]
+    a2 = gs.Variable("a2", dtype=np.float32, shape=[2, 3])
+    graph.nodes.append(gs.Node("Abs", "abs", inputs=[a], outputs=[a2]))
+    # rename, retype and reshape a tensor; change a node's op, name, domain and attrs
+    add.outputs[0].name = "c_renamed"
+    add.outputs[0].shape = [2, "n"]
+    neg.op, neg.name = "Sqrt", "sqrt"
+    neg.attrs = {"alpha": 1.0}
+    neg.attrs["beta"] = 2.0  # in place, after the node was touched
+    # rewire: Add reads the new tensor; the weight becomes a variable
+    add.inputs[1] = a2
+    w = if_.outputs[0]
+    w.to_constant(np.zeros((2, 3), np.float32))
+    # annotations
+    A.set(relu, A.ENGINE, "AICPU")
+    A.set(a2, A.FORMAT, "NC1HWC0")
+    A.set(add.outputs[0], A.FORMAT, "ND")
+    # subgraph: the then-branch's Add becomes Sub and gains a node
+    then_g = if_.attrs["then_branch"]
+    then_g.nodes[0].op = "Sub"
+    then_g.nodes.insert(0, gs.Node("Identity", "then_id", inputs=[a], outputs=[gs.Variable("tid", np.float32, [2, 3])]))
+    # remove a node (outputs cleared, then cleanup), graph outputs and inputs
+    if_.outputs.clear()
+    if_.inputs.clear()
+    graph.outputs = [add.outputs[0]]
+    graph.inputs.pop()
+    graph.cleanup(remove_unused_graph_inputs=True)
+    toposort(graph)
+    # model-level facts
+    model = model_of(graph)
+    model.opset_imports["com.example"] = 1
+    model.metadata_props["k"] = "v"
+    graph.name = "renamed"
+
+
+def test_rollback_restores_bytes_and_wiring():
+    graph = _if_model()
+    before, wiring = _bytes(graph), _wiring(graph)
+    with Journal(graph) as j:
+        _edit_everything(graph)
+    assert _bytes(graph) != before  # the edits changed the model
+    touched = {n.name for n in j.touched_nodes()}
+    assert {"abs", "add", "sqrt", "if", "relu"} <= touched
+    j.rollback()
+    assert _bytes(graph) == before
+    assert _wiring(graph) == wiring
+
+
+def _class_attributes():
+    return (gs.Node.__dict__["__setattr__"], gs.Tensor.__dict__["__setattr__"], gs.Graph.__dict__["__setattr__"],
+            SynchronizedList.__dict__["append"], "sort" in SynchronizedList.__dict__,
+            "__delattr__" in gs.Tensor.__dict__, gs.Variable.__dict__["__init__"], gs.Constant.__dict__["values"])
+
+
+def test_hooks_only_while_recording():
+    originals = _class_attributes()
+    graph = _if_model()
+    with Journal(graph):
+        assert active() and gs.Node.__dict__["__setattr__"] is not originals[0]
+        with Journal(graph) as inner:  # nested journals: both record
+            graph.nodes[0].op = "Abs"
+        inner.rollback()
+        assert graph.nodes[0].op == "Relu" and active()
+    assert not active()
+    assert _class_attributes() == originals
+
+
+def test_created_objects_need_no_undo_and_untouched_ones_are_not_saved():
+    graph = _if_model()
+    with Journal(graph) as j:
+        t = gs.Variable("fresh", np.float32, [1])
+        gs.Node("Relu", "fresh_node", inputs=[t], outputs=[gs.Variable("fresh_out", np.float32, [1])])
+    assert j.edits == 0  # a node made of new tensors touches nothing of the graph
+    assert j.touched_nodes() and {n.name for n in j.touched_nodes()} == {"fresh_node"}
+
+
+def test_touched_set_follows_a_changed_tensor_to_its_readers():
+    graph = _if_model()
+    add = next(n for n in graph.nodes if n.op == "Add")
+    with Journal(graph) as j:
+        add.outputs[0].shape = [4, 3]  # the Neg that reads it is touched, the Relu is not
+    names = {n.name for n in j.touched_nodes()}
+    assert "neg" in names and "relu" not in names
+    j.rollback()
+    assert add.outputs[0].shape == [2, 3]
+
+
+def test_a_lazy_weight_read_is_not_a_change():
+    graph = _if_model()
+    w = next(t for n in graph.nodes for t in n.inputs if isinstance(t, gs.Constant) and t.name == "w")
+    with Journal(graph) as j:
+        np.asarray(w.values)
+    assert not j.touched_nodes()
+
+
+# -- through the pass manager ---------------------------------------------------------------
+
+class _EditEverything(Pass):
+    name = "edit_everything"
+    summary = "every kind of edit (test)"
+    kind = PassKind.FUSION
+
+    def run(self, graph, ctx):
+        _edit_everything(graph)
+        return PassResult(True)
+
+
+class _RaiseMidway(Pass):
+    name = "raise_midway"
+    summary = "edits, then raises (test)"
+    kind = PassKind.CLEANUP
+    scored = False
+
+    def run(self, graph, ctx):
+        _edit_everything(graph)
+        raise RuntimeError("boom")
+
+
+class _Rising(CostModel):
+    """Every estimate is higher than the one before: every scored application is vetoed."""
+
+    target = "test"
+
+    def __init__(self):
+        self.calls = 0
+
+    def estimate(self, graph, **kw):
+        self.calls += 1
+        return CostReport("test", float(self.calls))
+
+
+def test_vetoed_pass_leaves_the_model_byte_identical():
+    graph = _if_model()
+    before, wiring = _bytes(graph), _wiring(graph)
+    res = PassManager([_EditEverything], instruments=[CostVeto(_Rising(), check_rollback=True)])(graph)
+    assert res.records[0].rolled_back and not res.modified
+    assert _bytes(graph) == before and _wiring(graph) == wiring
+    assert not active()
+
+
+def test_a_pass_that_raises_is_rolled_back():
+    graph = _if_model()
+    before, wiring = _bytes(graph), _wiring(graph)
+    with pytest.raises(PassError, match="boom"):
+        PassManager([_RaiseMidway], instruments=[CostVeto("none")])(graph)
+    assert _bytes(graph) == before and _wiring(graph) == wiring
+    assert not active()
+
+
+# -- every pass of the default pipeline on real models ---------------------------------------
+
+class _UndoEach(PassInstrument):
+    """Innermost: undoes every application that changed the graph, checks the bytes, and runs
+    the pass again so the next pass sees the graph the pipeline makes."""
+
+    def __init__(self):
+        self.checked: list[str] = []
+
+    def before(self, pass_, graph, ctx, record):
+        self._bytes, self._wiring = _bytes(graph), _wiring(graph)
+        self._journal = Journal(graph)
+        self._journal.start()
+
+    def after(self, pass_, graph, ctx, result, record):
+        self._journal.stop()
+        if not result.modified:
+            return
+        self._journal.rollback()
+        assert _bytes(graph) == self._bytes, f"rollback of {pass_.name} changed the exported model"
+        assert _wiring(graph) == self._wiring, f"rollback of {pass_.name} changed the wiring"
+        self.checked.append(pass_.name)
+        again = pass_.apply_to(model_of(graph), graph, ctx)
+        if again.modified and not pass_.preserves_order:
+            toposort(graph)
+
+
+#: a sample of the exporter corpus (every file goes through the pipeline with the rollback check
+#: in tests/exporters): external data, control flow (Loop, If), vetoed applications, transformers
+_SAMPLE = ("bert.dynamo.onnx", "gpt2.torchscript.onnx", "lraspp_mobilenet_v3.dynamo.onnx",
+           "nms_detector.torchscript.onnx", "vad_control_flow.torchscript.onnx", "vad_control_flow.dynamo.onnx",
+           "whisper.dynamo.onnx", "efficientnet_b0.torchscript.onnx")
+
+
+def _corpus_paths() -> list[str]:
+    exporters = ROOT / "tests" / "data" / "exporters"
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    paths = [str(ROOT / "examples" / "models" / "shufflenet_v2_x0_5.onnx")]
+    paths += [str(exporters / f) for f in _SAMPLE if (exporters / f).exists()]
+    paths += [os.path.join(light, f) for f in ("light_bvlc_alexnet.onnx", "light_squeezenet.onnx")
+              if os.path.exists(os.path.join(light, f))]
+    return paths
+
+
+@pytest.mark.parametrize("path", _corpus_paths(), ids=lambda p: Path(p).name)
+def test_every_default_pass_rolls_back_exactly_on_real_models(path):
+    from graphpass.api import pass_instances
+    from graphpass.passes import pipelines
+
+    model = as_model(path)
+    names = pipelines.build("default", None, set(), set())
+    undo = _UndoEach()
+    ctx = PassContext()
+    PassManager(pass_instances(names), instruments=[CostVeto(check_rollback=True), undo])(model, ctx)
+    assert undo.checked  # some pass changed every one of these models
+
+
+def test_the_veto_exports_nothing(monkeypatch):
+    """No export inside the pipeline for the veto: rollback replays the journal (it used to
+    snapshot the graph by an export before every scored pass and re-import it on a veto)."""
+    from graphpass.ir import serialize
+
+    graph = _if_model()
+    before = _bytes(graph)
+    calls = []
+    real = serialize._export
+    monkeypatch.setattr(serialize, "_export", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = PassManager([_EditEverything], instruments=[CostVeto(_Rising(), check_rollback=False)])(graph)
+    assert res.records[0].rolled_back
+    assert calls == []
+    monkeypatch.undo()
+    assert _bytes(graph) == before
+
+
+class _Interrupted(_RaiseMidway):
+    name = "interrupted"
+
+    def run(self, graph, ctx):
+        _edit_everything(graph)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_pass_is_rolled_back_and_leaves_no_hook():
+    graph = _if_model()
+    before = _bytes(graph)
+    with pytest.raises(KeyboardInterrupt):
+        PassManager([_Interrupted], instruments=[CostVeto("none")])(graph)
+    assert not active() and _bytes(graph) == before
