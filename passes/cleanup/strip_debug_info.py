@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphpass.ir.annotations import stored_meta
+from graphpass.ir.annotations import meta, stored_meta
 from graphpass.ir.graph import iter_graphs
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
@@ -42,6 +42,8 @@ def _strip(obj, on_node: bool) -> int:
     if not d:
         return 0
     dropped = [k for k in d if is_debug_key(k, on_node)]
+    if dropped:
+        d = meta(obj)  # the edit goes through annotations.meta, which the undo log records
     freed = 0
     for k in dropped:
         freed += len(k.encode()) + len(d.pop(k).encode())
