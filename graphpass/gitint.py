@@ -147,7 +147,7 @@ class GitDiffArgs:
 def git_diff_args(before: str, after: str, rest: Sequence[str]) -> GitDiffArgs:
     """The sides of a diff from the arguments git passes: ``before after`` (difftool -x) or the
     seven of GIT_EXTERNAL_DIFF (``before`` is the path, ``after`` the old file, ``rest`` the other
-    five). ``/dev/null`` is an absent side.
+    five; seven for a rename: the new path and the similarity message). ``/dev/null`` is an absent side.
 
     Raises:
         UsageError: another number of arguments.
@@ -155,10 +155,13 @@ def git_diff_args(before: str, after: str, rest: Sequence[str]) -> GitDiffArgs:
     if not rest:
         return GitDiffArgs(after if before == NULL else before,
                            None if before == NULL else before, None if after == NULL else after)
-    if len(rest) != 5:
+    if len(rest) not in (5, 7):
         raise UsageError(f"diff takes two models, or the seven arguments git passes an external diff "
-                         f"(path old-file old-hex old-mode new-file new-hex new-mode); got {2 + len(rest)}")
-    path, old, _old_hex, _old_mode, new, _new_hex, _new_mode = before, after, *rest
+                         f"(path old-file old-hex old-mode new-file new-hex new-mode; nine for a rename); "
+                         f"got {2 + len(rest)}")
+    path, old, _old_hex, _old_mode, new, _new_hex, _new_mode = before, after, *rest[:5]
+    if len(rest) == 7:  # a rename or copy: the new path and git's "similarity index" message follow
+        path = f"{path} => {rest[5]}"
     return GitDiffArgs(path, None if old == NULL else old, None if new == NULL else new)
 
 
