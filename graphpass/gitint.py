@@ -198,8 +198,9 @@ def model_at(rev: str, path: str | os.PathLike, cwd: str | os.PathLike | None = 
     with tempfile.TemporaryDirectory(prefix="graphpass-git-") as tmp:
         dest = Path(tmp) / Path(rel).name
         dest.write_bytes(blob.stdout)
+        m: onnx.ModelProto | None = onnx.ModelProto()
         try:
-            m = onnx.load_model_from_string(blob.stdout, load_external_data=False) if blob.stdout else None
+            m.ParseFromString(blob.stdout)
         except Exception:  # noqa: BLE001 - not a model: the caller's loader says so
             m = None
         if m is not None:
