@@ -359,7 +359,7 @@ def _cost_cell(a: float | None, b: float | None) -> str:
     if a is None and b is None:
         return "-"
     if a is None or b is None:
-        return f"{a if a is not None else '-'} → {round(b, 1) if b is not None else '-'}"
+        return f"{'-' if a is None else f'{a:,.1f}'} → {'-' if b is None else f'{b:,.1f}'}"
     pct = f" ({(b - a) / a:+.1%})" if a else ""
     return f"{a:,.1f} → {b:,.1f}{pct}"
 
