@@ -210,3 +210,16 @@ def test_ext_diff_bad_arguments_and_unreadable_sides(repo, tmp_path):
     # the two-argument form on a bad model is an error as usual
     p = repo.run(*graphpass_cmd("diff", str(tmp_path / "a.onnx"), str(tmp_path / "junk.onnx")))
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_diff_driver_from_git_config(repo):
+    """``diff.onnx.command`` (as the README shows): git calls graphpass for .onnx files only."""
+    onnx.save(_small(), repo.path / "m.onnx")
+    (repo.path / "notes.txt").write_text("a\n")
+    _install(repo)
+    repo.commit("add")
+    onnx.save(_small(w_scale=3.0), repo.path / "m.onnx")
+    (repo.path / "notes.txt").write_text("b\n")
+    p = repo.git("-c", "diff.onnx.command=graphpass diff --target none", "diff")
+    assert "graphpass diff a/m.onnx b/m.onnx" in p.stdout and "weight w changed" in p.stdout
+    assert "-a\n+b" in p.stdout  # other files: git's own diff
