@@ -736,7 +736,10 @@ def cmd_check_model(args: argparse.Namespace) -> int:
 
     if args.min_opset is not None and args.max_opset is not None and args.min_opset > args.max_opset:
         raise UsageError(f"--min-opset {args.min_opset} is above --max-opset {args.max_opset}")
-    max_size = parse_size(args.max_size) if args.max_size else None
+    max_size = args.max_size
+    missing = [p for p in args.models if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"{missing[0]}: no such file")
     failed = 0
     for path in args.models:
         problems = check_model(path, max_size=max_size, min_opset=args.min_opset, max_opset=args.max_opset,
@@ -803,7 +806,7 @@ def _add_git_verbs(sub, common) -> None:
 
     cm = sub.add_parser("check-model", parents=[common], help="size / opset / external-data sanity check (pre-commit)")
     cm.add_argument("models", nargs="+")
-    cm.add_argument("--max-size", default=None, help="largest model file (default 2G, protobuf's limit), e.g. 100M")
+    cm.add_argument("--max-size", type=parse_size, default=None, help="largest model file (default 2G, protobuf's limit), e.g. 100M")
     cm.add_argument("--min-opset", type=int, default=None)
     cm.add_argument("--max-opset", type=int, default=None, help="default: the newest the installed onnx knows")
     cm.add_argument("--external-data", choices=["allow", "forbid", "require"], default="allow")
@@ -821,7 +824,7 @@ def _add_git_verbs(sub, common) -> None:
     pc.add_argument("--base", required=True, metavar="REV", help="the pull request's base revision")
     pc.add_argument("--head", default=None, metavar="REV", help="default: the work tree")
     pc.add_argument("--target", action="append", default=None, help="cost-model target (repeatable)")
-    pc.add_argument("--max-chars", type=int, default=65_000, help="comment size limit (default 65000)")
+    pc.add_argument("--max-chars", type=_number_arg(int, lambda v: v >= 1000, "--max-chars is at least 1000"), default=65_000, help="comment size limit (default 65000)")
     pc.add_argument("-o", "--output", default=None, help="write the comment here")
     pc.add_argument("--full", default=None, metavar="FILE", help="write the full diff here (attach it when cut)")
     pc.set_defaults(func=cmd_pr_comment)

@@ -18,7 +18,7 @@ from onnx import helper
 import graphpass
 from graphpass.testing import make_model
 
-from conftest import BIN, conv_bn_model
+from gitrepo import BIN, conv_bn_model, repo  # noqa: F401 - repo: the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOKS = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
@@ -154,3 +154,12 @@ def test_hooks_through_pre_commit(repo):
     p = subprocess.run([exe, "run", "--all-files"], cwd=repo.path, env=dict(repo.env, **env_cache),
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_check_model_bad_arguments_are_exit_2(tmp_path):
+    onnx.save(_model(), tmp_path / "m.onnx")
+    for argv in (["--max-size", "12Q", "m.onnx"], ["--min-opset", "20", "--max-opset", "3", "m.onnx"], ["missing.onnx"],
+                 ["--external-data", "sometimes", "m.onnx"]):
+        p = subprocess.run(["graphpass", "check-model", *argv], cwd=tmp_path, capture_output=True, text=True,
+                           env={**__import__("os").environ, "PATH": BIN + ":" + __import__("os").environ["PATH"]})
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, argv

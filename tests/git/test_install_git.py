@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import graphpass_cmd
+from gitrepo import graphpass_cmd, repo  # noqa: F401 - repo: the fixture
 
 
 def test_install_is_idempotent_and_uninstall_removes_it(repo):
@@ -53,7 +53,7 @@ def test_global_install_and_uninstall(repo, tmp_path):
 def test_outside_a_repository_is_one_line_exit_2(tmp_path):
     import subprocess
 
-    from conftest import git_env
+    from gitrepo import git_env
 
     (tmp_path / "plain").mkdir()
     p = subprocess.run(graphpass_cmd("install-git"), cwd=tmp_path / "plain", env=dict(git_env(tmp_path / "h"),

@@ -16,7 +16,7 @@ import graphpass
 from graphpass.gitint import COMMENT_LIMIT, pr_comment
 from graphpass.testing import make_model
 
-from conftest import Repo, conv_bn_model, graphpass_cmd
+from gitrepo import Repo, conv_bn_model, graphpass_cmd, repo  # noqa: F401 - repo: the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "examples" / "ci" / "graphpass-review.yml"

@@ -14,7 +14,7 @@ from graphpass.diff.textconv import FORMAT, MAX_DEPTH, textconv
 from graphpass.errors import BadModelError
 from graphpass.testing import make_model
 
-from conftest import conv_bn_model, graphpass_cmd, shuffled
+from gitrepo import conv_bn_model, graphpass_cmd, shuffled
 
 
 def _run(*args, cwd=None):

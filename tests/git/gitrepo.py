@@ -1,4 +1,5 @@
-"""Helpers for the git-integration tests: a real git repository in tmp_path, graphpass on PATH."""
+"""Helpers for the git-integration tests (imported by them; not a conftest, whose module name the
+other test folders import): a real git repository in tmp_path, graphpass on PATH."""
 
 from __future__ import annotations
 
