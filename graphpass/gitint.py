@@ -84,7 +84,7 @@ def install_git(repo: str | os.PathLike | None = None, global_: bool = False, un
     if not global_:
         p = _git(["rev-parse", "--show-toplevel"], cwd=repo or ".", check=False)
         if p.returncode != 0:
-            raise GitError(f"{Path(repo or '.').resolve()}: not inside a git work tree (use --global to set it up for every repository)")
+            raise GitError(f"{Path(repo or '.').resolve()}: not inside a git work tree (install it globally to set it up for every repository)")
         top = Path(p.stdout.strip())
     scope = ["--global"] if global_ else []
     where = "global git config" if global_ else f"{top}/.git/config"
@@ -261,7 +261,7 @@ def check_model(path: str | os.PathLike, max_size: int | None = None, min_opset:
     if not p.is_file():
         return [f"{p}: not a regular file"]
     if size > limit:
-        return [f"{p}: {size:,} bytes, over the limit of {limit:,} (move weights to external data, or raise --max-size)"]
+        return [f"{p}: {size:,} bytes, over the limit of {limit:,} (move weights to external data, or raise the size limit)"]
     problems: list[str] = []
     try:
         model = parse(p.read_bytes(), str(p))

@@ -217,7 +217,7 @@ class _Printer:
             out.append(indent + self._node_line(n, attrs[i], types, names))
             for aname, bodies in self._bodies(n):
                 for label, body in bodies:
-                    out.append(f"{indent}  graph {aname}{label}:")
+                    out.append(f"{indent}  graph {_q(aname)}{label}:")
                     self.graph(body, indent + "    ", depth + 1, types, names, opsets)
         for x in sorted(inits, key=lambda x: (names.get(x, x), x)):
             out.append(indent + _init_text(inits[x], names.get(x, x), self.ext, self.external_ok))
@@ -286,13 +286,13 @@ class _Printer:
                 yield a.name, [(f"[{k}]", g) for k, g in enumerate(a.graphs)]
 
     def _node_line(self, n: onnx.NodeProto, attrs, types, names) -> str:
-        op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+        op = _q(n.op_type) if n.domain in ("", "ai.onnx") else f"{_q(n.domain)}::{_q(n.op_type)}"
         if (n.domain, n.op_type) in self.local_functions:
             op += " (function)"
         ins = ", ".join(f"{_q(names.get(x, x))}: {_type_text(types.get(x))}" if x else "-" for x in n.input)
         outs = ", ".join(f"{_q(names.get(x, x))}: {_type_text(types.get(x))}" if x else "-" for x in n.output)
         label = "" if self.canonical or not n.name else f" {_q(n.name)}"
-        attr_text = "".join(f" {k}={_attr_text(v)}" for k, v in attrs)
+        attr_text = "".join(f" {_q(k)}={_attr_text(v)}" for k, v in attrs)
         return f"{op}{label} ({ins}) -> ({outs}){attr_text}"
 
     # -- the model -----------------------------------------------------------------------------
@@ -305,16 +305,16 @@ class _Printer:
         if m.domain or m.model_version:
             out.append(f"model domain={json.dumps(m.domain)} version={m.model_version}")
         for domain, version in sorted(self.opsets.items()):
-            out.append(f"opset {domain} {version}")
+            out.append(f"opset {_q(domain)} {version}")
         for p in sorted(m.metadata_props, key=lambda p: (p.key, p.value)):
             out.append(f"metadata {json.dumps(p.key)} = {json.dumps(p.value)}")
         g = m.graph
         out.append(f"graph {_q(g.name)}: {len(g.node)} nodes, {len(g.initializer)} initializers")
         self.graph(g, "", 0, {}, {})
         for f in sorted(m.functions, key=lambda f: (f.domain, f.name, f.overload)):
-            fname = f"{f.domain}::{f.name}" + (f":{f.overload}" if f.overload else "")
-            out.append(f"function {fname}({', '.join(f.input)}) -> ({', '.join(f.output)})"
-                       + (f" attributes={list(f.attribute)}" if len(f.attribute) else ""))
+            fname = f"{_q(f.domain)}::{_q(f.name)}" + (f":{_q(f.overload)}" if f.overload else "")
+            out.append(f"function {fname}({', '.join(map(_q, f.input))}) -> ({', '.join(map(_q, f.output))})"
+                       + (f" attributes={json.dumps(list(f.attribute))}" if len(f.attribute) else ""))
             fops = {**self.opsets, **{o.domain or "ai.onnx": o.version for o in f.opset_import}}
             body = onnx.helper.make_graph(list(f.node), f.name, [], [])
             self.graph(body, "  ", 1, {}, {x: x for x in f.input}, fops)

@@ -220,3 +220,15 @@ def test_linear_time_on_a_big_model():
     textconv(big)
     t2 = time.perf_counter()
     assert (t2 - t1) < 25 * max(t1 - t0, 0.05)  # 10x the nodes: far less than quadratic (100x)
+
+
+def test_names_cannot_break_the_one_line_a_node_form():
+    n = helper.make_node("Relu", ["x"], ["a\nb"], name="evil\nname")
+    g = helper.make_graph([n, helper.make_node("Identity", ["a\nb"], ["y"])], "g\nx",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.metadata_props.add(key="k\n", value="v\nw")
+    lines = textconv(m).splitlines()
+    assert 'Relu "evil\\nname" (x: float32[1]) -> ("a\\nb": float32[1])' in lines
+    assert len(lines) == 9  # format, ir_version, opset, metadata, graph, input, output, 2 nodes: none split
