@@ -34,10 +34,12 @@ file has none.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +57,13 @@ FORMAT = "# graphpass textconv 1"
 MAX_DEPTH = 64
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9._/:\-\[\]#@]+")
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def _q(s: str) -> str:
     """A name as text: bare when it is plain, JSON-quoted otherwise (spaces, quotes, newlines)."""
-    if s and all(c.isalnum() or c in "._/:-[]#@" for c in s) and s.isprintable():
-        return s
-    return json.dumps(s, ensure_ascii=True)
+    return s if _PLAIN.fullmatch(s) else json.dumps(s, ensure_ascii=True)
 
 
 def _type_text(t: tuple[str, tuple | None] | None) -> str:
@@ -71,6 +75,7 @@ def _type_text(t: tuple[str, tuple | None] | None) -> str:
     return f"{dtype}[{','.join(str(d) for d in dims)}]"
 
 
+@functools.lru_cache(maxsize=256)
 def _tensor_dtype(data_type: int) -> str:
     try:
         return onnx.helper.tensor_dtype_to_np_dtype(data_type).name
