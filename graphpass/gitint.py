@@ -382,22 +382,22 @@ def pr_comment(base: str, head: str | None = None, targets: Sequence[str] | None
     header = ["## graphpass: model changes", "",
               f"{len(files)} ONNX model{'s' if len(files) != 1 else ''} changed ({base} → {head_label}). "
               "Costs are cost-model estimates, not measurements.", ""]
-    table = ["| model | change | nodes | ops changed | outputs | " + " | ".join(f"est. µs {t}" for t in cost_cols) + " |",
+    table = ["| model | change | nodes | ops changed | outputs |" + "".join(f" est. µs {t} |" for t in cost_cols),
              "|---|---|---:|---|---|" + "---:|" * len(cost_cols)]
     details: list[str] = []
     for status, path in files:
         with _model_in(base, path, top) as old, _model_in(head, path, top) as new:
             costs_a = _cost_per_target(old, cost_cols)
             costs_b = _cost_per_target(new, cost_cols)
-            costs = " | ".join(_cost_cell(costs_a[t], costs_b[t]) for t in cost_cols)
+            costs = "".join(f" {_cost_cell(costs_a[t], costs_b[t])} |" for t in cost_cols)
             if old is None or new is None:
                 what = "added" if old is None else "removed"
-                table.append(f"| `{path}` | {what} | - | - | - | {costs} |")
+                table.append(f"| `{path}` | {what} | - | - | - |{costs}")
                 continue
             try:
                 d = diff_models(str(old), str(new), target="none", names=(f"{base}:{path}", f"{head_label}:{path}"))
             except GraphpassError as e:
-                table.append(f"| `{path}` | unreadable | - | - | - | {costs} |")
+                table.append(f"| `{path}` | unreadable | - | - | - |{costs}")
                 details.append(f"<details><summary><code>{path}</code>: not diffed</summary>\n\n{e}\n\n</details>\n")
                 continue
             ops = ", ".join(f"{op} {a}→{b}" for op, (a, b) in list(d.ops.items())[:6]) + (" …" if len(d.ops) > 6 else "")
@@ -405,7 +405,7 @@ def pr_comment(base: str, head: str | None = None, targets: Sequence[str] | None
             n_out = sum(len(outs.get(k, [])) for k in ("removed", "added", "changed", "renamed", "rewired"))
             change = "no change" if d.equivalent else "modified"
             table.append(f"| `{path}` | {change} | {len(d.before.nodes)} → {len(d.after.nodes)} | {ops or '-'} | "
-                         f"{'unchanged' if not n_out else f'{n_out} changed'} | {costs} |")
+                         f"{'unchanged' if not n_out else f'{n_out} changed'} |{costs}")
             body = to_markdown(d).split("\n", 1)[-1]
             details.append(f"<details><summary><code>{path}</code>: diff</summary>\n\n{body}\n</details>\n")
     full = "\n".join(header + table + [""] + details)

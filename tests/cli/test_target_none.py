@@ -19,7 +19,7 @@ def _verbs_with_a_target() -> set[str]:
 
 
 def test_every_verb_with_a_target_is_covered_here():
-    assert _verbs_with_a_target() <= {"optimize", "diff", "bisect", "cost", "calibrate"}
+    assert _verbs_with_a_target() <= {"optimize", "diff", "bisect", "cost", "calibrate", "pr-comment"}
 
 
 def test_optimize_diff_and_bisect_run_without_a_target(tmp_path, capsys):

@@ -62,6 +62,18 @@ def test_comment_opens_with_the_summary_table_and_collapses_details(repo):
     assert comment.count("<details>") == comment.count("</details>") >= 2
 
 
+def test_every_table_row_has_the_header_s_cells_with_and_without_targets(repo):
+    """Under --target none the table has no cost column: a row had one empty cell more than its
+    header (a table GitHub renders wrong)."""
+    _pr_repo(repo)
+    for targets in (["none"], None, ["ascend910a", "ascend310p3"]):
+        comment, _ = pr_comment("main", "pr", targets=targets, cwd=repo.path)
+        table = [ln for ln in comment.splitlines() if ln.startswith("|")]
+        cells = {ln.count("|") for ln in table[:6]}
+        assert len(cells) == 1, (targets, table[:6])
+        assert ("est. µs" in table[0]) == (targets != ["none"])
+
+
 def test_over_the_limit_is_summarised_and_the_full_diff_is_a_file(repo, tmp_path):
     _pr_repo(repo)
     out, full = tmp_path / "c.md", tmp_path / "full.md"
