@@ -23,7 +23,9 @@ BIN = str(Path(sys.executable).parent)
 
 
 def git_env(home: Path) -> dict[str, str]:
-    """An environment where git reads no user or system config but ``home``'s, and finds graphpass."""
+    """An environment where git reads no user or system config but ``home``'s (made here: git
+    cannot write a --global setting into a home that does not exist), and finds graphpass."""
+    home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_NOSYSTEM": "1",
                 "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
