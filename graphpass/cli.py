@@ -660,9 +660,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _render_diff(d, args: argparse.Namespace) -> str:
+    """A diff in ``args.format`` (json, markdown, html, or text: colored on a terminal)."""
+    from graphpass.diff import to_html, to_json, to_markdown, to_text
+
+    if args.format == "json":
+        return to_json(d) + "\n"
+    if args.format == "markdown":
+        return to_markdown(d)
+    if args.format == "html":
+        return to_html(d)
+    return to_text(d, color=not args.output and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphpass.cost_model import create
-    from graphpass.diff import diff_models, to_html, to_json, to_markdown, to_text
+    from graphpass.diff import diff_models
 
     if args.git_args or os.devnull in (args.before, args.after) or args.open:
         return cmd_git_diff(args)
@@ -672,14 +685,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
         check_output_file(args.output)
     d = diff_models(args.before, args.after, target=args.target, names=(args.before, args.after))
-    if args.format == "json":
-        text = to_json(d) + "\n"
-    elif args.format == "markdown":
-        text = to_markdown(d)
-    elif args.format == "html":
-        text = to_html(d)
-    else:
-        text = to_text(d, color=not args.output and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    text = _render_diff(d, args)
     if args.output:
         _write_text_atomic(Path(args.output), text)
     else:
@@ -916,7 +922,7 @@ def cmd_git_diff(args: argparse.Namespace) -> int:
 
     from graphpass import gitint
     from graphpass.cost_model import create
-    from graphpass.diff import diff_models, to_html, to_json, to_markdown, to_text
+    from graphpass.diff import diff_models
 
     create(args.target)
     sides = gitint.git_diff_args(args.before, args.after, args.git_args)
@@ -935,14 +941,7 @@ def cmd_git_diff(args: argparse.Namespace) -> int:
             text = (f"graphpass diff {sides.path}: structural diff not possible ({error_text(e)}); "
                     "the textconv texts instead\n" + gitint.textconv_diff(sides, args.canonical_names))
     if d is not None:
-        if args.format == "json":
-            text = to_json(d) + "\n"
-        elif args.format == "markdown":
-            text = to_markdown(d)
-        elif args.format == "html":
-            text = to_html(d)
-        else:
-            text = to_text(d, color=not args.output and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        text = _render_diff(d, args)
     if args.output:
         _write_text_atomic(Path(args.output), text)
     elif d is not None and args.format == "html" and (args.open or external):
