@@ -35,8 +35,6 @@ import dataclasses
 import itertools
 from typing import Sequence
 
-import networkx as nx
-from networkx.algorithms.flow import boykov_kolmogorov
 
 from graphpass.passes.layout.elimination import eliminate
 
@@ -118,6 +116,9 @@ def _enumerate(unary, any1, any0) -> list[int]:
 
 
 def _cut(unary, any1, any0) -> list[int]:
+    import networkx as nx  # imported here: a tenth of a second every graphpass start paid for it
+    from networkx.algorithms.flow import boykov_kolmogorov
+
     g = nx.DiGraph()
     s, t = "s", "t"
     g.add_node(s)
