@@ -131,10 +131,16 @@ class PassManager(Pass):
             ins.enter(self, graph, ctx)
         stale = False  # a pass changed the graph since shapes were last inferred
         futile = -1  # the unresolved count a manager refresh could not lower
+        # the graph's version: one more per change (an application kept, a refresh of shapes); a
+        # pass that changed nothing on a version is not run on it again (a pass is a function of
+        # the graph and the context: the last round stops running once it reaches the passes that
+        # already saw the final graph)
+        version = 0
+        clean: dict[int, int] = {}  # pass position -> the version it last ran on without a change
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
-            for p in self.passes:
-                if (p.run_once and rnd > 1) or p.name in unavailable:
+            for k, p in enumerate(self.passes):
+                if (p.run_once and rnd > 1) or p.name in unavailable or clean.get(k) == version:
                     continue
                 if not all(ins.should_run(p, graph, ctx) for ins in instruments):
                     continue
@@ -171,6 +177,10 @@ class PassManager(Pass):
                     applied += 1
                     rec.application = applied
                     changed = True
+                    version += 1
+                    clean.pop(k, None)
+                else:
+                    clean[k] = version
                 records.append(rec)
             if stale:
                 unresolved = count_unresolved(graph)
@@ -178,6 +188,7 @@ class PassManager(Pass):
                 # has added unresolved tensors since (dims only the data decides: NonZero, ...)
                 if unresolved and unresolved != futile:
                     refresh_shapes(graph)
+                    version += 1
                     after = count_unresolved(graph)
                     futile = after if after == unresolved else -1
             stale = False

@@ -51,6 +51,36 @@ def test_max_rounds_bounds_the_loop():
     assert len(records) == 3
 
 
+def test_a_pass_that_changed_nothing_is_not_run_again_on_the_same_graph():
+    """The last round stops running passes at the one that saw the final graph already: a pass
+    that changed nothing is run again only after something changed the graph."""
+    runs: list[str] = []
+
+    def counting(name, changes_in_round):
+        class Counting(Pass):
+            summary = "records its runs"
+            kind = PassKind.CLEANUP
+            rounds_seen = 0
+
+            def run(self, graph, ctx):
+                type(self).rounds_seen += 1
+                runs.append(self.name)
+                if type(self).rounds_seen in changes_in_round:
+                    graph.nodes[0].name += "x"
+                    return PassResult(True)
+                return PassResult(False)
+
+        Counting.name = name
+        return Counting
+
+    graph = gp.load(chain_model()).graph
+    # a: never changes; b: changes on its first two runs; c: never changes
+    records = PassManager([counting("a", ()), counting("b", (1, 2)), counting("c", ())], max_rounds=5)(graph).records
+    # round 1: a b(change) c; round 2: a b(change) c; round 3: a b -- c already saw this graph
+    assert runs == ["a", "b", "c", "a", "b", "c", "a", "b"]
+    assert [r.round for r in records] == [1, 1, 1, 2, 2, 2, 3, 3]
+
+
 def test_disabled_passes_are_skipped():
     graph = gp.load(chain_model()).graph
     mgr = PassManager(["eliminate_identity", "merge_transposes"], disabled={"merge_transposes"})
