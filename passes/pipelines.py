@@ -47,6 +47,8 @@ FUSION = (
     "fuse_gelu",
     "fuse_layer_norm",
     "fuse_rms_norm",
+    "fuse_rotary_embedding",
+    "fuse_swiglu",
     "fuse_channel_shuffle",
     "fuse_gather_split",
 )

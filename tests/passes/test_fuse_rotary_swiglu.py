@@ -1,0 +1,182 @@
+"""fuse_rotary_embedding and fuse_swiglu: rotary embedding (rotate-half) and SwiGLU gated MLPs as
+exporters write them -> graphpass.ascend device ops (issue 26)."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.passes.framework import PassContext
+from graphpass.passes.fusion.fuse_rotary_embedding import FuseRotaryEmbedding
+from graphpass.passes.fusion.fuse_swiglu import FuseSwiGlu
+from graphpass.testing import assert_equivalent, check_full, make_model, ops
+
+RNG = np.random.default_rng(260)
+NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64}
+
+
+def _run(pass_cls, model, target="ascend910b2"):
+    m = gp.load(model)
+    ctx = PassContext(target=target)
+    return m, pass_cls()(m, ctx), ctx
+
+
+def _special(shape, dtype):
+    x = RNG.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    vals = [np.nan, np.inf, -np.inf, -0.0, 0.0, float(np.finfo(dtype).max), float(np.finfo(dtype).tiny) / 8]
+    flat[: len(vals)] = np.array(vals, np.float64).astype(dtype)
+    return x
+
+
+# ------------------------------------------------------------------------------------------
+# rotary
+
+def _rotary(d=8, elem=TensorProto.FLOAT, order=0, lo=(0, None), hi=(None, 2 ** 63 - 1), axis=-1, rank=4,
+            neg_first=True):
+    h = d // 2
+    lo = (lo[0], h if lo[1] is None else lo[1])
+    hi = (h if hi[0] is None else hi[0], hi[1])
+    inits = {"s0": np.array([lo[0]], np.int64), "e0": np.array([lo[1]], np.int64),
+             "s1": np.array([hi[0]], np.int64), "e1": np.array([hi[1]], np.int64),
+             "ax": np.array([axis], np.int64), "st": np.array([1], np.int64)}
+    nodes = [helper.make_node("Mul", ["x", "cos"] if order == 0 else ["cos", "x"], ["xc"]),
+             helper.make_node("Slice", ["x", "s0", "e0", "ax", "st"], ["x1"]),
+             helper.make_node("Slice", ["x", "s1", "e1", "ax", "st"], ["x2"]),
+             helper.make_node("Neg", ["x2"], ["nx2"]),
+             helper.make_node("Concat", ["nx2", "x1"] if neg_first else ["x1", "nx2"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["rot", "sin"] if order == 0 else ["sin", "rot"], ["rs"]),
+             helper.make_node("Add", ["xc", "rs"] if order == 0 else ["rs", "xc"], ["y"])]
+    xs = [2, 3, 5, d][-rank:]
+    cs = [1, 1, 5, d][-rank:]
+    return make_model(nodes, {"x": (elem, xs), "cos": (elem, cs), "sin": (elem, cs)}, {"y": (elem, xs)},
+                      initializers=inits, opset=18)
+
+
+def _rot_feeds(model, dtype):
+    shp = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    ang = RNG.uniform(-3, 3, shp["cos"])
+    return {"x": _special(shp["x"], dtype), "cos": np.cos(ang).astype(dtype), "sin": np.sin(ang).astype(dtype)}
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_rotate_half_becomes_one_device_op_bitwise(order, elem):
+    model = _rotary(order=order, elem=elem)
+    m, result, _ = _run(FuseRotaryEmbedding, model)
+    assert result.stats["fired"] == 1 and ops(m.graph) == ["RotaryEmbedding"]
+    device = gp.to_proto(m.graph, emit="device")
+    check_full(device)
+    feeds = _rot_feeds(model, NP[elem])
+    assert_equivalent(model, device, feeds, exact=True)
+    assert_equivalent(model, gp.to_proto(m.graph), feeds, exact=True)
+
+
+def test_rotate_half_with_negative_slice_bounds():
+    model = _rotary(lo=(-8, -4), hi=(-4, 8))
+    m, result, _ = _run(FuseRotaryEmbedding, model)
+    assert ops(m.graph) == ["RotaryEmbedding"]
+    assert_equivalent(model, gp.to_proto(m.graph), _rot_feeds(model, np.float32), exact=True)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(lo=(0, 3), hi=(3, 8)), "halves"),          # not the halves
+    (dict(neg_first=False), None),                    # Concat(x1, -x2): another rotation, no match
+])
+def test_not_a_rotate_half_is_not_fused(kw, why):
+    m, result, ctx = _run(FuseRotaryEmbedding, _rotary(**kw))
+    assert not result.modified and "RotaryEmbedding" not in ops(m.graph)
+    if why:
+        assert any(why in e.reason for e in ctx.explanations)
+
+
+@pytest.mark.parametrize("target, d, why", [("ascend310p3", 8, "no RotaryPositionEmbedding"),
+                                            ("ascend910a", 8, "no RotaryPositionEmbedding"),
+                                            ("ascend910b2", 2002, "head dim")])
+def test_rotary_the_target_cannot_run_is_not_formed(target, d, why):
+    m, result, ctx = _run(FuseRotaryEmbedding, _rotary(d=d), target)
+    assert not result.modified
+    assert any(why in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
+
+
+def test_rotary_on_a_3d_tensor_is_not_formed_for_a_target():
+    m, result, ctx = _run(FuseRotaryEmbedding, _rotary(rank=3))
+    assert not result.modified and any("4-D" in e.reason for e in ctx.explanations)
+
+
+# ------------------------------------------------------------------------------------------
+# SwiGLU
+
+def _swiglu_two_matmuls(elem=TensorProto.FLOAT, k=8, i=16, order=0):
+    dt = NP[elem]
+    inits = {"wg": (RNG.standard_normal((k, i)) / 3).astype(dt), "wu": (RNG.standard_normal((k, i)) / 3).astype(dt)}
+    nodes = [helper.make_node("MatMul", ["h", "wg"], ["g"]), helper.make_node("Sigmoid", ["g"], ["sg"]),
+             helper.make_node("Mul", ["g", "sg"] if order == 0 else ["sg", "g"], ["silu"]),
+             helper.make_node("MatMul", ["h", "wu"], ["u"]),
+             helper.make_node("Mul", ["silu", "u"] if order == 0 else ["u", "silu"], ["y"])]
+    return make_model(nodes, {"h": (elem, [2, 5, k])}, {"y": (elem, [2, 5, i])}, initializers=inits, opset=18)
+
+
+def _swiglu_split(elem=TensorProto.FLOAT, d=32, form="split", sizes=None):
+    nodes, inits = [], {}
+    if form == "split":
+        inits["sp"] = np.array(sizes or [d // 2, d // 2], np.int64)
+        nodes.append(helper.make_node("Split", ["x", "sp"], ["a", "b"], axis=-1))
+    else:
+        inits.update({"z": np.array([0], np.int64), "h": np.array([d // 2], np.int64),
+                      "e": np.array([2 ** 63 - 1], np.int64), "ax": np.array([-1], np.int64)})
+        nodes += [helper.make_node("Slice", ["x", "z", "h", "ax"], ["a"]),
+                  helper.make_node("Slice", ["x", "h", "e", "ax"], ["b"])]
+    nodes += [helper.make_node("Sigmoid", ["a"], ["sa"]), helper.make_node("Mul", ["a", "sa"], ["silu"]),
+              helper.make_node("Mul", ["silu", "b"], ["y"])]
+    return make_model(nodes, {"x": (elem, [2, 3, d])}, {"y": (elem, [2, 3, (sizes or [d // 2])[0]])},
+                      initializers=inits, opset=18)
+
+
+@pytest.mark.parametrize("form", ["split", "slice"])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_split_swiglu_becomes_one_device_op_bitwise(form, elem):
+    model = _swiglu_split(elem, form=form)
+    m, result, _ = _run(FuseSwiGlu, model)
+    assert result.stats["fired"] == 1 and ops(m.graph) == ["SwiGlu"]
+    feeds = {"x": _special([2, 3, 32], NP[elem])}
+    assert_equivalent(model, gp.to_proto(m.graph, emit="device"), feeds, exact=True)
+    assert_equivalent(model, gp.to_proto(m.graph), feeds, exact=True)
+
+
+def test_unequal_split_is_not_swiglu():
+    model = _swiglu_split(sizes=[20, 12])
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = 12
+    m, result, _ = _run(FuseSwiGlu, model)
+    assert "SwiGlu" not in ops(m.graph)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_two_matmul_swiglu_packs_the_weights(order):
+    model = _swiglu_two_matmuls(order=order)
+    m, result, _ = _run(FuseSwiGlu, model)
+    assert ops(m.graph) == ["MatMul", "SwiGlu"]
+    assert list(m.graph.nodes[0].inputs[1].shape) == [8, 32]
+    assert result.stats["rules"]["swiglu"]["packed_matmuls"] == 1
+    feeds = {"h": _special([2, 5, 8], np.float32)}
+    assert_equivalent(model, gp.to_proto(m.graph), feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_two_float16_matmuls_are_not_packed():
+    m, result, ctx = _run(FuseSwiGlu, _swiglu_two_matmuls(TensorProto.FLOAT16))
+    assert not result.modified and any("float16" in e.reason for e in ctx.explanations)
+
+
+def test_gate_read_elsewhere_is_not_fused():
+    model = _swiglu_two_matmuls()
+    model.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 5, 16]))
+    m, result, _ = _run(FuseSwiGlu, model)
+    assert not result.modified
+
+
+@pytest.mark.parametrize("target, d, why", [("ascend910a", 32, "no SwiGlu"), ("ascend310p3", 24, "64-byte")])
+def test_swiglu_the_target_cannot_run_is_not_formed(target, d, why):
+    m, result, ctx = _run(FuseSwiGlu, _swiglu_split(TensorProto.FLOAT16, d=d), target)
+    assert not result.modified
+    assert any(why in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
