@@ -25,14 +25,14 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 __all__ = ["TYPED_OPS", "OPS", "compute_type", "rms_norm_function", "add_rms_norm_function", "rotary_function",
-           "swiglu_function", "bodies"]
+           "swiglu_function", "gelu_tanh_function", "bodies"]
 
 DOMAIN = "graphpass.ascend"
 
 #: the device ops of this module whose bodies hold typed constants
-TYPED_OPS = ("RmsNorm", "AddRmsNorm")
+TYPED_OPS = ("RmsNorm", "AddRmsNorm", "GeluTanh")
 #: every device op of this module
-OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu")
+OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "GeluTanh")
 
 _LOW = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -137,6 +137,23 @@ def swiglu_function(opset: int) -> onnx.FunctionProto:
     return helper.make_function(DOMAIN, "SwiGlu", ["X"], ["Y"], body, [helper.make_opsetid("", opset)])
 
 
+def gelu_tanh_function(opset: int, elem: int = TensorProto.FLOAT) -> onnx.FunctionProto:
+    """``GeluTanh(X) = X * 0.5 * (1 + tanh(sqrt(2/pi) * (X + 0.044715 * X^3)))`` (GPT-2's gelu_new;
+    ``Gelu(approximate="tanh")`` from opset 20), its constants of type ``elem``."""
+    import math
+
+    def const(name, v):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, elem, [], [v]))
+
+    body = [const("three", 3.0), const("k", 0.044715), const("c", math.sqrt(2.0 / math.pi)), const("one", 1.0),
+            const("half", 0.5),
+            helper.make_node("Pow", ["X", "three"], ["x3"]), helper.make_node("Mul", ["x3", "k"], ["kx3"]),
+            helper.make_node("Add", ["X", "kx3"], ["inner"]), helper.make_node("Mul", ["inner", "c"], ["u"]),
+            helper.make_node("Tanh", ["u"], ["t"]), helper.make_node("Add", ["t", "one"], ["t1"]),
+            helper.make_node("Mul", ["X", "half"], ["xh"]), helper.make_node("Mul", ["xh", "t1"], ["Y"])]
+    return _typed(helper.make_function(DOMAIN, "GeluTanh", ["X"], ["Y"], body, [helper.make_opsetid("", opset)]), elem)
+
+
 #: the opset each body needs at least (Shape(start=) is opset 15)
 MIN_OPSET = {"RmsNorm": 13, "AddRmsNorm": 13, "RotaryEmbedding": 15, "SwiGlu": 15}
 
@@ -151,4 +168,6 @@ def bodies(name: str, opset: int, float_types) -> list[onnx.FunctionProto]:
         return [rotary_function(opset)]
     if name == "SwiGlu":
         return [swiglu_function(opset)]
+    if name == "GeluTanh":
+        return [gelu_tanh_function(opset, e) for e in float_types]
     return []
