@@ -10,8 +10,9 @@
 The first form is exact (the body computes the same Slice, Sigmoid and Muls). The second packs
 the two projections into one MatMul over the concatenated weights ([K, 2I], one Cube kernel and
 one read of H), which the promise covers as a tolerance: a MatMul kernel may sum a column's K
-products in another order for another N. float32/float64 only for that form (in float16 the
-order shows in the rounding beyond the tolerance); the Split form takes every float type.
+products in another order for another N. float32/float64 only for the packing (in float16 the
+order would show in the rounding beyond the tolerance): a float16/bfloat16 pair, or weights that
+are not constants of one shape, keep their two MatMuls and feed SwiGlu through a Concat (exact).
 Not formed (the report says why): halves that are not equal halves of the last axis, a SiLU of
 another tensor than the gate, an intermediate read elsewhere, and a target without the kernel or
 the dtype (cost_model/data/transformer_ops.toml).
@@ -119,20 +120,24 @@ class _SwiGlu(Rule):
         m.opset = model_io.opset_of(m.root) or m.root.opset or 13
         if m.opset < MIN_OPSET["SwiGlu"]:
             return MatchResult.fail(f"opset {m.opset}: the SwiGlu body needs opset {MIN_OPSET['SwiGlu']}+")
+        m.weights = None
         if m.packed is not None:
             mg, mu = m.packed
+            gate, up = mg.outputs[0], mu.outputs[0]
+            elem = elem_type(gate.dtype)
+            if elem != elem_type(up.dtype) or gate.shape is None or up.shape is None or not gate.shape \
+                    or list(gate.shape) != list(up.shape) or not isinstance(gate.shape[-1], (int, np.integer)):
+                return MatchResult.fail("SwiGLU of two MatMuls: the gate and up projections are not known to have one "
+                                        "shape and type")
             wg, wu = mg.inputs[1], mu.inputs[1]
-            if not isinstance(wg, gs.Constant) or not isinstance(wu, gs.Constant):
-                return MatchResult.fail("SwiGLU of two MatMuls: a weight is not a constant (they are packed into one)")
-            vg, vu = np.asarray(wg.values), np.asarray(wu.values)
-            if vg.ndim != 2 or vg.shape != vu.shape or vg.dtype != vu.dtype:
-                return MatchResult.fail(f"SwiGLU of two MatMuls: weights shaped {vg.shape} and {vu.shape} are not one 2-D shape")
-            elem = elem_type(vg.dtype)
-            if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE):
-                return MatchResult.fail(f"SwiGLU of two {_dtype_name(elem) or 'non-float'} MatMuls: one packed MatMul "
-                                        "may round differently beyond the tolerance (float32/float64 only)")
-            m.weights = np.concatenate([vg, vu], axis=1)
-            dtype, width = _dtype_name(elem), 2 * vg.shape[1]
+            packable = elem in (TensorProto.FLOAT, TensorProto.DOUBLE)
+            if isinstance(wg, gs.Constant) and isinstance(wu, gs.Constant) and packable:
+                vg, vu = np.asarray(wg.values), np.asarray(wu.values)
+                if vg.ndim == 2 and vg.shape == vu.shape and vg.dtype == vu.dtype:
+                    m.weights = np.concatenate([vg, vu], axis=1)  # one MatMul of [Wg | Wu]
+            # else (float16/bfloat16, where one packed MatMul could round differently, or weights
+            # that are not constants of one shape): the two projections stay, concatenated
+            dtype, width = _dtype_name(elem), 2 * int(gate.shape[-1])
         else:
             dtype, width = _dtype_name(elem_type(m.x.dtype)), int(m.x.shape[-1])
         itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(dtype or "", 4)
@@ -142,11 +147,16 @@ class _SwiGlu(Rule):
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         ensure_function(m.root, swiglu_function(m.opset))
         x = m.x
-        if m.packed is not None:
+        if m.packed is not None and m.weights is not None:
             mg, mu = m.packed
             w = gs.Constant(m.names(f"{mg.inputs[1].name}_gate_up"), m.weights)
             x = m.op("MatMul", [mg.inputs[0], w], name=m.names(f"{mg.name or 'matmul'}_gate_up"), dtype=m.weights.dtype)
             m.count("packed_matmuls")
+        elif m.packed is not None:
+            mg, mu = m.packed
+            x = m.op("Concat", [mg.outputs[0], mu.outputs[0]], {"axis": -1}, name=m.names("gate_up_concat"),
+                     dtype=mg.outputs[0].dtype)
+            m.count("concatenated_projections")
         return m.op("SwiGlu", [x], domain=DOMAIN, name=m.names("swiglu"))
 
 
@@ -157,7 +167,7 @@ class FuseSwiGlu(RulePass):
     Cases:
       1. one tensor split in halves on the last axis (Split, or two Slices): exact;
       2. two MatMuls of one input with constant weights of one shape: packed into one MatMul of
-         the concatenated weights (float32/float64);
+         the concatenated weights (float32/float64); else the two outputs concatenated;
       3. SiLU as A * Sigmoid(A), operands in either order.
     """
 
