@@ -12,6 +12,9 @@ them into one call changes no bit (the passes in ``passes/fusion`` say which spe
   (the residual add before the norm, both results read). CANN AddRmsNorm.
 - ``RotaryEmbedding(X, Cos, Sin)``, rotate-half form (GPT-NeoX / LLaMA):
   ``X * Cos + Concat(-X[..., D/2:], X[..., :D/2]) * Sin``. CANN RotaryPositionEmbedding mode 0.
+- ``RotaryEmbeddingInterleaved(X, Cos, Sin)``, GPT-J's form: the rotation of (even, odd) pairs,
+  ``Reshape(Concat(Unsqueeze(-X[..., 1::2]), Unsqueeze(X[..., ::2]), -1), Shape(X))``. CANN
+  RotaryPositionEmbedding mode 1.
 - ``SwiGlu(X)``, attribute-free, halves on the last axis: ``A, B = Split(X); (A * Sigmoid(A)) * B``.
   CANN SwiGlu (dim -1).
 
@@ -25,14 +28,14 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 __all__ = ["TYPED_OPS", "OPS", "compute_type", "rms_norm_function", "add_rms_norm_function", "rotary_function",
-           "swiglu_function", "gelu_tanh_function", "bodies"]
+           "swiglu_function", "gelu_tanh_function", "rotary_interleaved_function", "bodies"]
 
 DOMAIN = "graphpass.ascend"
 
 #: the device ops of this module whose bodies hold typed constants
 TYPED_OPS = ("RmsNorm", "AddRmsNorm", "GeluTanh")
 #: every device op of this module
-OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "GeluTanh")
+OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "RotaryEmbeddingInterleaved", "SwiGlu", "GeluTanh")
 
 _LOW = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -123,6 +126,26 @@ def rotary_function(opset: int) -> onnx.FunctionProto:
                                 [helper.make_opsetid("", opset)])
 
 
+def rotary_interleaved_function(opset: int) -> onnx.FunctionProto:
+    """``RotaryEmbeddingInterleaved(X, Cos, Sin)`` (GPT-J's rotate_every_two):
+    ``X*Cos + Reshape(Concat(Unsqueeze(-X[..., 1::2]), Unsqueeze(X[..., ::2]), -1), Shape(X))*Sin``.
+    Opset 13+ (Unsqueeze's axes input)."""
+    body = [_i64("zero", [0]), _i64("one", [1]), _i64("end", [2 ** 62]), _i64("axis", [-1]), _i64("two", [2]),
+            helper.make_node("Mul", ["X", "Cos"], ["xc"]),
+            helper.make_node("Slice", ["X", "zero", "end", "axis", "two"], ["xe"]),
+            helper.make_node("Slice", ["X", "one", "end", "axis", "two"], ["xo"]),
+            helper.make_node("Neg", ["xo"], ["nxo"]),
+            helper.make_node("Unsqueeze", ["nxo", "axis"], ["a"]),
+            helper.make_node("Unsqueeze", ["xe", "axis"], ["b"]),
+            helper.make_node("Concat", ["a", "b"], ["st"], axis=-1),
+            helper.make_node("Shape", ["X"], ["shp"]),
+            helper.make_node("Reshape", ["st", "shp"], ["rot"]),
+            helper.make_node("Mul", ["rot", "Sin"], ["rs"]),
+            helper.make_node("Add", ["xc", "rs"], ["Y"])]
+    return helper.make_function(DOMAIN, "RotaryEmbeddingInterleaved", ["X", "Cos", "Sin"], ["Y"], body,
+                                [helper.make_opsetid("", opset)])
+
+
 def swiglu_function(opset: int) -> onnx.FunctionProto:
     """``SwiGlu(X)``: the halves A, B of the last axis; ``(A * Sigmoid(A)) * B``. Opset 13+ (Slice
     by inputs, as the rotary body)."""
@@ -155,7 +178,7 @@ def gelu_tanh_function(opset: int, elem: int = TensorProto.FLOAT) -> onnx.Functi
 
 
 #: the opset each body needs at least (Shape(start=) is opset 15)
-MIN_OPSET = {"RmsNorm": 13, "AddRmsNorm": 13, "RotaryEmbedding": 15, "SwiGlu": 15}
+MIN_OPSET = {"RmsNorm": 13, "AddRmsNorm": 13, "RotaryEmbedding": 15, "RotaryEmbeddingInterleaved": 13, "SwiGlu": 15}
 
 
 def bodies(name: str, opset: int, float_types) -> list[onnx.FunctionProto]:
@@ -168,6 +191,8 @@ def bodies(name: str, opset: int, float_types) -> list[onnx.FunctionProto]:
         return [rotary_function(opset)]
     if name == "SwiGlu":
         return [swiglu_function(opset)]
+    if name == "RotaryEmbeddingInterleaved":
+        return [rotary_interleaved_function(opset)]
     if name == "GeluTanh":
         return [gelu_tanh_function(opset, e) for e in float_types]
     return []

@@ -12,8 +12,10 @@ D unknown or odd, the halves not exactly [0, D/2) and [D/2, D), an intermediate 
 not 4-D (CANN takes BNSD/BSND), opset below 15 (the body's Shape(start=)), or a target without
 the kernel, the dtype or the head dim (cost_model/data/transformer_ops.toml).
 
-The interleaved form (GPT-J: X[..., ::2] / X[..., 1::2], stacked and reshaped) is not recognized
-yet.
+The interleaved form (GPT-J's rotate_every_two: X[..., ::2] and -X[..., 1::2] stacked on a new
+last axis and reshaped back to X's shape) becomes ``graphpass.ascend::RotaryEmbeddingInterleaved``
+(CANN mode 1), exact too; the Reshape target must be X's shape as a constant (X's static dims, 0
+entries copied, one -1), which simplify_shapes makes of the exporters' Shape arithmetic.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import onnx_graphsurgeon as gs
 from graphpass.cost_model.transformer_ops import refusal as target_refusal
 from graphpass.ir import model_io
 from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function
-from graphpass.ir.device_ops_tf import MIN_OPSET, rotary_function
+from graphpass.ir.device_ops_tf import MIN_OPSET, rotary_function, rotary_interleaved_function
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
@@ -128,6 +130,112 @@ def lo_node(cat: gs.Node) -> gs.Node:
     return cat.inputs[1].inputs[0]
 
 
+def _strided_slice(t: gs.Tensor, local: set[int]) -> tuple[gs.Tensor, int, int, int, int] | None:
+    """t = Slice(X, [start], [end], [axis], [step]): (X, start, end, axis, step)."""
+    s = producer_of(t, "Slice", local)
+    if s is None or len(s.inputs) < 5:
+        return None
+    vals = [_ints(s.inputs[i]) for i in range(1, 5)]
+    if any(v is None or len(v) != 1 for v in vals):
+        return None
+    return (s.inputs[0], *(v[0] for v in vals))
+
+
+def _unsqueezed_last(t: gs.Tensor, local: set[int]) -> tuple[gs.Tensor, gs.Node] | None:
+    """t = Unsqueeze(u, [-1]) (or [rank(u)]): (u, node)."""
+    un = producer_of(t, "Unsqueeze", local)
+    if un is None:
+        return None
+    axes = un.attrs.get("axes")
+    if axes is None and len(un.inputs) > 1:
+        axes = _ints(un.inputs[1])
+    u = un.inputs[0]
+    if axes is None or len(axes) != 1:
+        return None
+    if axes[0] == -1 or (u.shape is not None and axes[0] == len(u.shape)):
+        return u, un
+    return None
+
+
+class _RotaryInterleaved(Rule):
+    """GPT-J's rotate_every_two: X * Cos + Reshape(Stack(-X[..., 1::2], X[..., ::2]), X's shape) * Sin."""
+
+    name = "rotary_interleaved"
+
+    def anchors(self) -> frozenset[str]:
+        return frozenset({"Add"})
+
+    def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
+        if anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
+            return None
+        g, local = scope.graph, scope.local
+        for a, b in operands(anchor):
+            mul_c, mul_s = producer_of(a, "Mul", local), producer_of(b, "Mul", local)
+            if mul_c is None or mul_s is None or mul_c is mul_s or not single_reader(a, g) or not single_reader(b, g):
+                continue
+            for rot, sin in operands(mul_s):
+                rs = producer_of(rot, "Reshape", local)
+                if rs is None or not single_reader(rot, g):
+                    continue
+                cat = producer_of(rs.inputs[0], "Concat", local)
+                if cat is None or len(cat.inputs) != 2 or not single_reader(rs.inputs[0], g):
+                    continue
+                first, second = _unsqueezed_last(cat.inputs[0], local), _unsqueezed_last(cat.inputs[1], local)
+                if first is None or second is None or not all(single_reader(t, g) for t in cat.inputs):
+                    continue
+                neg = producer_of(first[0], "Neg", local)
+                if neg is None or not single_reader(first[0], g) or not single_reader(neg.inputs[0], g) \
+                        or not single_reader(second[0], g):
+                    continue
+                odd, even = _strided_slice(neg.inputs[0], local), _strided_slice(second[0], local)
+                if odd is None or even is None or odd[0] is not even[0]:
+                    continue
+                x = odd[0]
+                for xx, cos in operands(mul_c):
+                    if xx is not x:
+                        continue
+                    m = scope.match([second[0].inputs[0], neg.inputs[0].inputs[0], neg, first[1], second[1], cat, rs,
+                                     mul_s, mul_c, anchor])
+                    m.x, m.cos, m.sin, m.odd, m.even, m.cat, m.reshape = x, cos, sin, odd, even, cat, rs
+                    return m
+        return None
+
+    def check(self, m: Match, ctx) -> MatchResult:
+        x, shape = m.x, m.x.shape
+        if shape is None or not shape or not isinstance(shape[-1], (int, np.integer)):
+            return MatchResult.fail("interleaved rotary embedding: the last axis of X is not static")
+        rank, d = len(shape), int(shape[-1])
+        (_, s_o, e_o, a_o, st_o), (_, s_e, e_e, a_e, st_e) = m.odd, m.even
+        if a_o % rank != rank - 1 or a_e % rank != rank - 1 or int(m.cat.attrs.get("axis", 0)) not in (-1, rank):
+            return MatchResult.fail("interleaved rotary embedding: not taken on the last axis")
+        if d % 2 or (s_o, st_o) != (1, 2) or (s_e, st_e) != (0, 2) or e_o < d or e_e < d:
+            return MatchResult.fail("interleaved rotary embedding: the slices are not X[..., 1::2] and X[..., ::2]")
+        target = _ints(m.reshape.inputs[1])
+        allowzero = int(m.reshape.attrs.get("allowzero", 0))
+        # X's shape: each leading entry X's static dim or 0 (copied from the stacked tensor, whose
+        # leading dims are X's), the last D; one -1 anywhere (the element count is X's, so it is
+        # X's dim there)
+        ok = target is not None and len(target) == rank and target[-1] in (d, -1) and target.count(-1) <= 1
+        if ok:
+            for i, t in enumerate(target[:-1]):
+                same = isinstance(shape[i], (int, np.integer)) and t == shape[i]
+                copy = t == 0 and not allowzero
+                ok = ok and (same or copy or t == -1)
+        if not ok:
+            return MatchResult.fail(f"interleaved rotary embedding: the Reshape target {target} is not X's shape")
+        m.opset = model_io.opset_of(m.root) or m.root.opset or 13
+        if m.opset < MIN_OPSET["RotaryEmbeddingInterleaved"]:
+            return MatchResult.fail(f"opset {m.opset}: the body needs opset {MIN_OPSET['RotaryEmbeddingInterleaved']}+")
+        if rank != 4 and ctx.target is not None and getattr(ctx.target, "has_hardware", False):
+            return MatchResult.fail(f"rotary embedding on a rank-{rank} X: CANN RotaryPositionEmbedding takes 4-D (BNSD/BSND)")
+        reason = target_refusal(ctx.target, "RotaryEmbeddingInterleaved", _dtype_name(elem_type(x.dtype)), head_dim=d)
+        return MatchResult.fail(reason) if reason else MatchResult.success()
+
+    def rewrite(self, m: Match, ctx) -> gs.Tensor:
+        ensure_function(m.root, rotary_interleaved_function(m.opset))
+        return m.op("RotaryEmbeddingInterleaved", [m.x, m.cos, m.sin], domain=DOMAIN, name=m.names("rotary"))
+
+
 @register
 class FuseRotaryEmbedding(RulePass):
     """Recognizes rotary position embedding, rotate-half form.
@@ -135,11 +243,14 @@ class FuseRotaryEmbedding(RulePass):
     Cases:
       1. X * Cos + Concat(-X[..., D/2:], X[..., :D/2]) * Sin, Mul and Add operands in any order;
       2. Slice bounds as exporters write them (0 or -D, D/2 or -D/2, D or INT64_MAX);
-      3. Cos and Sin any tensors (broadcast as the graph does).
+      3. Cos and Sin any tensors (broadcast as the graph does);
+      4. the interleaved form (GPT-J): X * Cos + Reshape(Stack(-X[..., 1::2], X[..., ::2], -1),
+         X's shape) * Sin -> graphpass.ascend::RotaryEmbeddingInterleaved (CANN mode 1).
     """
 
     name = "fuse_rotary_embedding"
-    summary = "Rotate-half rotary position embedding -> graphpass.ascend::RotaryEmbedding (CANN RotaryPositionEmbedding)."
+    summary = ("Rotary position embedding (rotate-half, interleaved) -> graphpass.ascend::RotaryEmbedding / "
+               "RotaryEmbeddingInterleaved (CANN RotaryPositionEmbedding modes 0, 1).")
     kind = PassKind.FUSION
     promise = EXACT
-    rules = (_Rotary(),)
+    rules = (_Rotary(), _RotaryInterleaved())

@@ -206,3 +206,48 @@ def test_swiglu_the_target_cannot_run_is_not_formed(target, d, why):
     m, result, ctx = _run(FuseSwiGlu, _swiglu_split(TensorProto.FLOAT16, d=d), target)
     assert not result.modified
     assert any(why in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
+
+
+# ------------------------------------------------------------------------------------------
+# rotary, interleaved (GPT-J's rotate_every_two)
+
+def _rotary_interleaved(d=32, target=None, odd_start=1, elem=TensorProto.FLOAT):
+    inits = {"z": np.array([0], np.int64), "o": np.array([odd_start], np.int64), "e": np.array([2 ** 63 - 1], np.int64),
+             "ax": np.array([-1], np.int64), "st": np.array([2], np.int64),
+             "shape": np.array(target or [-1, 2, 5, d], np.int64)}
+    nodes = [helper.make_node("Mul", ["x", "cos"], ["xc"]),
+             helper.make_node("Slice", ["x", "z", "e", "ax", "st"], ["xe"]),
+             helper.make_node("Slice", ["x", "o", "e", "ax", "st"], ["xo"]),
+             helper.make_node("Neg", ["xo"], ["nxo"]),
+             helper.make_node("Unsqueeze", ["nxo", "ax"], ["a"]), helper.make_node("Unsqueeze", ["xe", "ax"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["stk"], axis=-1),
+             helper.make_node("Reshape", ["stk", "shape"], ["rot"], allowzero=1),
+             helper.make_node("Mul", ["rot", "sin"], ["rs"]), helper.make_node("Add", ["xc", "rs"], ["y"])]
+    return make_model(nodes, {"x": (elem, ["b", 2, 5, d]), "cos": (elem, [1, 1, 5, d]), "sin": (elem, [1, 1, 5, d])},
+                      {"y": (elem, ["b", 2, 5, d])}, initializers=inits, opset=18)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_interleaved_rotary_becomes_one_device_op_bitwise(elem):
+    model = _rotary_interleaved(elem=elem)
+    m, result, _ = _run(FuseRotaryEmbedding, model)
+    assert ops(m.graph) == ["RotaryEmbeddingInterleaved"] and m.graph.nodes[0].domain == "graphpass.ascend"
+    device = gp.to_proto(m.graph, emit="device")
+    check_full(device)
+    ang = RNG.uniform(-3, 3, (1, 1, 5, 32))
+    dt = NP[elem]
+    feeds = {"x": _special([3, 2, 5, 32], dt), "cos": np.cos(ang).astype(dt), "sin": np.sin(ang).astype(dt)}
+    assert_equivalent(model, device, feeds, exact=True)
+    assert_equivalent(model, gp.to_proto(m.graph), feeds, exact=True)
+
+
+@pytest.mark.parametrize("kw, target, why", [
+    (dict(d=8), "ascend910b2", "multiple of 32"),                       # the head dim CANN mode 1 takes
+    (dict(), "ascend310p3", "no RotaryPositionEmbedding (mode 1"),
+    (dict(odd_start=0), "none", "X[..., 1::2]"),                       # not the odd elements
+    (dict(target=[0, 2, 10, 16]), "none", "Reshape target"),            # not X's shape
+])
+def test_interleaved_rotary_not_formed_says_why(kw, target, why):
+    m, result, ctx = _run(FuseRotaryEmbedding, _rotary_interleaved(**kw), target)
+    assert not result.modified
+    assert any(why in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
