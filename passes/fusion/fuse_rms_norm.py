@@ -140,9 +140,8 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
             if up is None or elem_type(X.dtype) not in _LOW or int(down.attrs.get("to", 0)) != elem_type(X.dtype) \
                     or elem_type(x.dtype) != TensorProto.FLOAT:
                 continue
-            inner = {id(n) for n in nodes}
-            if id(x) in outputs or any(id(r) not in inner for r in x.outputs):
-                continue  # the upcast is read elsewhere: it stays, and the norm is not this form
+            # the upcast may be read elsewhere too (the torchscript export's residual Add reads
+            # it): it then stays for those readers, and the op casts X itself, to the same values
             nodes = [up] + nodes + [down]
             x = X
         hit = _Hit(x, gamma, eps, nodes + [anchor], why)

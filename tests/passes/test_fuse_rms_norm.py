@@ -199,3 +199,16 @@ def test_llama_exports_every_norm_fused_bitwise(name):
     feeds = {"input_ids": rng.integers(0, 512, (3, 16)).astype(np.int64), "attention_mask": np.ones((3, 16), np.int64)}
     feeds["attention_mask"][1, :5] = 0
     assert_equivalent(src, gp.to_proto(result.graph), feeds, exact=True)
+
+
+def test_an_upcast_read_elsewhere_stays_and_the_norm_is_fused():
+    """torch's TorchScript exporter lets the residual Add read the RMSNorm's float32 upcast: the
+    Cast stays for that reader and the op casts X itself (the same values)."""
+    model = _rms(18, elem=TensorProto.FLOAT16)
+    model.graph.node.append(helper.make_node("Identity", ["xf"], ["xf_out"]))
+    model.graph.output.append(helper.make_tensor_value_info("xf_out", TensorProto.FLOAT, [2, "s", W]))
+    m, result, _ = _run(model)
+    assert result.stats["fired"] == 1
+    assert sorted(ops(m.graph)) == ["Cast", "Identity", "RmsNorm"]
+    feeds = {"x": _special(np.float16)}
+    assert_equivalent(model, gp.to_proto(m.graph, emit="device"), feeds, exact=True)
