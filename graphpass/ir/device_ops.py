@@ -52,7 +52,8 @@ FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, Ten
 _TYPED = "graphpass body typed for "
 
 #: The device ops whose bodies hold typed constants (the others are polymorphic).
-_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm", "RmsNorm", "AddRmsNorm", "GeluTanh")  # the last 3: device_ops_tf
+_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm",
+              "RmsNorm", "AddRmsNorm", "GeluTanh", "GeGlu", "GeGluTanh")  # the last five: device_ops_tf
 
 
 def elem_type(dtype) -> int | None:

@@ -28,14 +28,15 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 __all__ = ["TYPED_OPS", "OPS", "compute_type", "rms_norm_function", "add_rms_norm_function", "rotary_function",
-           "swiglu_function", "gelu_tanh_function", "rotary_interleaved_function", "bodies"]
+           "swiglu_function", "gelu_tanh_function", "rotary_interleaved_function", "geglu_function", "bodies"]
 
 DOMAIN = "graphpass.ascend"
 
 #: the device ops of this module whose bodies hold typed constants
-TYPED_OPS = ("RmsNorm", "AddRmsNorm", "GeluTanh")
+TYPED_OPS = ("RmsNorm", "AddRmsNorm", "GeluTanh", "GeGlu", "GeGluTanh")
 #: every device op of this module
-OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "RotaryEmbeddingInterleaved", "SwiGlu", "GeluTanh")
+OPS = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "RotaryEmbeddingInterleaved", "SwiGlu", "GeluTanh", "GeGlu",
+       "GeGluTanh")
 
 _LOW = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -177,8 +178,37 @@ def gelu_tanh_function(opset: int, elem: int = TensorProto.FLOAT) -> onnx.Functi
     return _typed(helper.make_function(DOMAIN, "GeluTanh", ["X"], ["Y"], body, [helper.make_opsetid("", opset)]), elem)
 
 
+def geglu_function(opset: int, elem: int = TensorProto.FLOAT, tanh: bool = False) -> onnx.FunctionProto:
+    """``GeGlu(X)`` / ``GeGluTanh(X)``: the halves A, B of the last axis; ``Gelu(A) * B`` with the
+    Gelu as graphpass writes it at ``opset``: the standard op from opset 20 (``approximate``
+    "none" / "tanh"), else the body of the ``graphpass.ascend::Gelu`` / ``GeluTanh`` device op
+    (constants of type ``elem``), inlined. Opset 15+ (Shape's start)."""
+    from graphpass.ir.device_ops import gelu_function
+
+    name = "GeGluTanh" if tanh else "GeGlu"
+    body = [helper.make_node("Shape", ["X"], ["d"], start=-1),
+            _i64("zero", [0]), _i64("two_i", [2]), _i64("axis", [-1]),
+            helper.make_node("Div", ["d", "two_i"], ["h"]),
+            helper.make_node("Slice", ["X", "zero", "h", "axis"], ["a"]),
+            helper.make_node("Slice", ["X", "h", "d", "axis"], ["b"])]
+    if opset >= 20:
+        body.append(helper.make_node("Gelu", ["a"], ["g"], approximate="tanh" if tanh else "none"))
+    else:
+        inner = (gelu_tanh_function if tanh else gelu_function)(opset, elem)
+        rename = {"X": "a", "Y": "g"}
+        for n in inner.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.input[:] = [rename.get(i, "gelu_" + i) for i in c.input]
+            c.output[:] = [rename.get(o, "gelu_" + o) for o in c.output]
+            body.append(c)
+    body.append(helper.make_node("Mul", ["g", "b"], ["Y"]))
+    return _typed(helper.make_function(DOMAIN, name, ["X"], ["Y"], body, [helper.make_opsetid("", opset)]), elem)
+
+
 #: the opset each body needs at least (Shape(start=) is opset 15)
-MIN_OPSET = {"RmsNorm": 13, "AddRmsNorm": 13, "RotaryEmbedding": 15, "RotaryEmbeddingInterleaved": 13, "SwiGlu": 15}
+MIN_OPSET = {"RmsNorm": 13, "AddRmsNorm": 13, "RotaryEmbedding": 15, "RotaryEmbeddingInterleaved": 13, "SwiGlu": 15,
+             "GeGlu": 15, "GeGluTanh": 15}
 
 
 def bodies(name: str, opset: int, float_types) -> list[onnx.FunctionProto]:
@@ -195,4 +225,6 @@ def bodies(name: str, opset: int, float_types) -> list[onnx.FunctionProto]:
         return [rotary_interleaved_function(opset)]
     if name == "GeluTanh":
         return [gelu_tanh_function(opset, e) for e in float_types]
+    if name in ("GeGlu", "GeGluTanh"):
+        return [geglu_function(opset, e, name == "GeGluTanh") for e in float_types]
     return []

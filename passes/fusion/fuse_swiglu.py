@@ -1,5 +1,5 @@
-"""The SwiGLU gated MLP, as exporters write it, becomes one ``graphpass.ascend::SwiGlu`` device op
-(CANN SwiGlu over the last axis).
+"""The SwiGLU and GeGLU gated MLPs, as exporters write them, become one ``graphpass.ascend::SwiGlu``
+(CANN SwiGlu over the last axis) or ``GeGlu`` / ``GeGluTanh`` (CANN GeGluV2) device op.
 
     A, B = the halves of one tensor X on its last axis (Split into two equal parts, or
            Slice [0, D/2) and [D/2, D))                  (Phi-3's gate_up_proj, chunk(2))
@@ -13,7 +13,9 @@ one read of H), which the promise covers as a tolerance: a MatMul kernel may sum
 products in another order for another N. float32/float64 only for the packing (in float16 the
 order would show in the rounding beyond the tolerance): a float16/bfloat16 pair, or weights that
 are not constants of one shape, keep their two MatMuls and feed SwiGlu through a Concat (exact).
-Not formed (the report says why): halves that are not equal halves of the last axis, a SiLU of
+GeGLU is ``Gelu(A) * B`` with the Gelu that fuse_gelu formed (it runs first): the standard op
+(opset 20+) or the ``graphpass.ascend::Gelu`` / ``GeluTanh`` device op, whose ops the GeGlu body
+computes (exact against the graph fuse_gelu left). Not formed (the report says why): halves that are not equal halves of the last axis, a SiLU of
 another tensor than the gate, an intermediate read elsewhere, and a target without the kernel or
 the dtype (cost_model/data/transformer_ops.toml).
 """
@@ -26,8 +28,8 @@ from onnx import TensorProto
 
 from graphpass.cost_model.transformer_ops import refusal as target_refusal
 from graphpass.ir import model_io
-from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function
-from graphpass.ir.device_ops_tf import MIN_OPSET, swiglu_function
+from graphpass.ir.device_ops import DOMAIN, elem_type, ensure_function, function_type_conflict
+from graphpass.ir.device_ops_tf import MIN_OPSET, geglu_function, swiglu_function
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import Promise
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
@@ -50,8 +52,25 @@ def _silu(t: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, list[g
     return None
 
 
-def _halves(a: gs.Tensor, b: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, list[gs.Node]] | None:
-    """a, b the first and second half of one X on its last axis: (X, nodes)."""
+def _gelu(t: gs.Tensor, g: gs.Graph) -> tuple[gs.Tensor, list[gs.Node], str] | None:
+    """t = Gelu(A) as fuse_gelu leaves it (the standard op, or the graphpass.ascend::Gelu /
+    GeluTanh device op): (A, nodes, the GeGLU device op's name)."""
+    node = t.inputs[0] if len(t.inputs) == 1 else None
+    if node is None or not single_reader(t, g) or len(node.inputs) != 1:
+        return None
+    if node.op == "Gelu" and node.domain in (None, "", "ai.onnx"):
+        kind = "GeGluTanh" if node.attrs.get("approximate", "none") == "tanh" else "GeGlu"
+    elif node.domain == DOMAIN and node.op in ("Gelu", "GeluTanh"):
+        kind = "GeGluTanh" if node.op == "GeluTanh" else "GeGlu"
+    else:
+        return None
+    return node.inputs[0], [node], kind
+
+
+def _halves(a: gs.Tensor, b: gs.Tensor, g: gs.Graph, local: set[int],
+            readers: int = 2) -> tuple[gs.Tensor, list[gs.Node]] | None:
+    """a, b the first and second half of one X on its last axis, a read by ``readers`` nodes (the
+    activation's): (X, nodes)."""
     sa, sb = producer_of(a, "Split", local), producer_of(b, "Split", local)
     if sa is not None and sa is sb and len(sa.outputs) == 2 and sa.outputs[0] is a and sa.outputs[1] is b:
         x = sa.inputs[0]
@@ -63,7 +82,7 @@ def _halves(a: gs.Tensor, b: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[g
         sizes = _ints(sa.inputs[1]) if len(sa.inputs) > 1 and sa.inputs[1].name else sa.attrs.get("split")
         if sizes is not None and list(sizes) != [d // 2, d // 2]:
             return None
-        if len(a.outputs) != 2 or len(b.outputs) != 1:  # a: Sigmoid and the Mul; b: the gate Mul
+        if len(a.outputs) != readers or len(b.outputs) != 1:  # a: the activation's nodes; b: the gate Mul
             return None
         return x, [sa]
     la, lb = _slice_of(a, local), _slice_of(b, local)
@@ -78,7 +97,7 @@ def _halves(a: gs.Tensor, b: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[g
         return None
     if la[1] not in (0, -d) or la[2] not in (h, -h) or lb[1] not in (h, -h) or lb[2] < d:
         return None
-    if len(a.outputs) != 2 or len(b.outputs) != 1:
+    if len(a.outputs) != readers or len(b.outputs) != 1:
         return None
     return x, [a.inputs[0], b.inputs[0]]
 
@@ -97,29 +116,34 @@ class _SwiGlu(Rule):
         g, local = scope.graph, scope.local
         for s, up in operands(anchor):
             got = _silu(s, g, local)
+            kind = "SwiGlu"
             if got is None:
-                continue
+                gelu = _gelu(s, g)
+                if gelu is None:
+                    continue
+                got, kind = gelu[:2], gelu[2]
             a, silu_nodes = got
-            halves = _halves(a, up, g, local)
+            readers = 2 if kind == "SwiGlu" else 1
+            halves = _halves(a, up, g, local, readers)
             if halves is not None:
                 x, nodes = halves
                 m = scope.match(nodes + silu_nodes + [anchor])
-                m.x, m.packed = x, None
+                m.x, m.packed, m.kind = x, None, kind
                 return m
             mg, mu = producer_of(a, "MatMul", local), producer_of(up, "MatMul", local)
             if mg is None or mu is None or mg is mu or mg.inputs[0] is not mu.inputs[0]:
                 continue
-            if len(a.outputs) != 2 or not single_reader(up, g) or scope.is_output(a):
+            if len(a.outputs) != readers or not single_reader(up, g) or scope.is_output(a):
                 continue
             m = scope.match([mg, mu] + silu_nodes + [anchor])
-            m.x, m.packed = None, (mg, mu)
+            m.x, m.packed, m.kind = None, (mg, mu), kind
             return m
         return None
 
     def check(self, m: Match, ctx) -> MatchResult:
         m.opset = model_io.opset_of(m.root) or m.root.opset or 13
-        if m.opset < MIN_OPSET["SwiGlu"]:
-            return MatchResult.fail(f"opset {m.opset}: the SwiGlu body needs opset {MIN_OPSET['SwiGlu']}+")
+        if m.opset < MIN_OPSET[m.kind]:
+            return MatchResult.fail(f"opset {m.opset}: the {m.kind} body needs opset {MIN_OPSET[m.kind]}+")
         m.weights = None
         if m.packed is not None:
             mg, mu = m.packed
@@ -141,11 +165,19 @@ class _SwiGlu(Rule):
         else:
             dtype, width = _dtype_name(elem_type(m.x.dtype)), int(m.x.shape[-1])
         itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(dtype or "", 4)
-        reason = target_refusal(ctx.target, "SwiGlu", dtype, split_dim=width, itemsize=itemsize)
+        m.elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
+                  "float64": TensorProto.DOUBLE}.get(dtype or "", TensorProto.FLOAT)
+        row = "SwiGlu" if m.kind == "SwiGlu" else "GeGlu"
+        reason = target_refusal(ctx.target, row, dtype, split_dim=width, itemsize=itemsize)
+        if not reason and m.kind != "SwiGlu":  # one GeGLU body per model and type (its Gelu's constants)
+            reason = function_type_conflict(m.root, m.kind, m.elem)
         return MatchResult.fail(reason) if reason else MatchResult.success()
 
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
-        ensure_function(m.root, swiglu_function(m.opset))
+        if m.kind == "SwiGlu":
+            ensure_function(m.root, swiglu_function(m.opset))
+        else:
+            ensure_function(m.root, geglu_function(m.opset, m.elem, m.kind == "GeGluTanh"))
         x = m.x
         if m.packed is not None and m.weights is not None:
             mg, mu = m.packed
@@ -157,7 +189,7 @@ class _SwiGlu(Rule):
             x = m.op("Concat", [mg.outputs[0], mu.outputs[0]], {"axis": -1}, name=m.names("gate_up_concat"),
                      dtype=mg.outputs[0].dtype)
             m.count("concatenated_projections")
-        return m.op("SwiGlu", [x], domain=DOMAIN, name=m.names("swiglu"))
+        return m.op(m.kind, [x], domain=DOMAIN, name=m.names(m.kind.lower()))
 
 
 @register
@@ -168,11 +200,15 @@ class FuseSwiGlu(RulePass):
       1. one tensor split in halves on the last axis (Split, or two Slices): exact;
       2. two MatMuls of one input with constant weights of one shape: packed into one MatMul of
          the concatenated weights (float32/float64); else the two outputs concatenated;
-      3. SiLU as A * Sigmoid(A), operands in either order.
+      3. SiLU as A * Sigmoid(A), operands in either order;
+      4. GeGLU: Gelu(A) * B with the Gelu fuse_gelu formed (the standard op, or the
+         graphpass.ascend::Gelu / GeluTanh device op) -> graphpass.ascend::GeGlu / GeGluTanh
+         (CANN GeGluV2), its body computing that Gelu's ops.
     """
 
     name = "fuse_swiglu"
-    summary = "SwiGLU gated MLP (Split or two MatMuls, SiLU, Mul) -> graphpass.ascend::SwiGlu (CANN SwiGlu)."
+    summary = ("SwiGLU / GeGLU gated MLPs (Split or two MatMuls, SiLU or Gelu, Mul) -> graphpass.ascend::SwiGlu / "
+               "GeGlu (CANN SwiGlu, GeGluV2).")
     kind = PassKind.FUSION
     promise = Promise.tolerance("packed-matmul", rtol=1e-5, atol=1e-6,
                                 reason="the gate and up projections as one MatMul of the concatenated weights: a "

@@ -251,3 +251,58 @@ def test_interleaved_rotary_not_formed_says_why(kw, target, why):
     m, result, ctx = _run(FuseRotaryEmbedding, _rotary_interleaved(**kw), target)
     assert not result.modified
     assert any(why in e.reason for e in ctx.explanations), [e.reason for e in ctx.explanations]
+
+
+# ------------------------------------------------------------------------------------------
+# GeGLU
+
+def _geglu(opset, form="split", approximate="none", d=32):
+    """Gelu(A) * B: A, B the halves of x (form split), or two MatMuls of h (form matmuls); the
+    Gelu as the standard op (opset 20+) or as the erf decomposition exporters write before."""
+    inits, nodes = {}, []
+    if form == "split":
+        inits["sp"] = np.array([d // 2, d // 2], np.int64)
+        nodes.append(helper.make_node("Split", ["x", "sp"], ["a", "b"], axis=-1))
+        ins = {"x": [2, 3, d]}
+    else:
+        inits.update({"w1": (RNG.standard_normal((8, d // 2)) / 3).astype(np.float32),
+                      "w2": (RNG.standard_normal((8, d // 2)) / 3).astype(np.float32)})
+        nodes += [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("MatMul", ["x", "w2"], ["b"])]
+        ins = {"x": [2, 3, 8]}
+    if opset >= 20:
+        nodes.append(helper.make_node("Gelu", ["a"], ["g"], approximate=approximate))
+    else:
+        inits.update({"k": np.array(2 ** 0.5, np.float32), "one": np.array(1.0, np.float32),
+                      "half": np.array(0.5, np.float32)})
+        nodes += [helper.make_node("Div", ["a", "k"], ["dv"]), helper.make_node("Erf", ["dv"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["a", "e1"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["g"])]
+    nodes.append(helper.make_node("Mul", ["g", "b"], ["y"]))
+    return make_model(nodes, ins, {"y": [2, 3, d // 2]}, initializers=inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset, form, approximate, op", [
+    (18, "split", "none", "GeGlu"),            # the erf decomposition, fused by fuse_gelu first
+    (20, "split", "tanh", "GeGluTanh"),
+    (20, "matmuls", "none", "GeGlu"),          # two MatMuls: packed
+])
+def test_geglu_becomes_one_device_op(opset, form, approximate, op):
+    model = _geglu(opset, form, approximate)
+    result = gp.optimize(model, passes=["fuse_gelu", "fuse_swiglu"], target="ascend910b2")
+    kinds = [n.op for n in result.graph.nodes]
+    assert op in kinds and "Gelu" not in kinds and "Erf" not in kinds
+    device = gp.to_proto(result.graph, emit="device")
+    check_full(device)
+    feeds = {"x": _special([2, 3, 32 if form == "split" else 8], np.float32)}
+    # against the export: fuse_gelu's fused-kernel tolerance (the GeGLU step itself is exact)
+    assert_equivalent(model, gp.to_proto(result.graph), feeds, rtol=1e-5, atol=1e-6)
+    only_gelu = gp.optimize(model, passes=["fuse_gelu"], target="ascend910b2")
+    exact = form == "split"  # the packed MatMul is a tolerance
+    assert_equivalent(gp.to_proto(only_gelu.graph), gp.to_proto(result.graph), feeds, exact=exact)
+
+
+def test_geglu_of_a_gelu_read_elsewhere_is_not_fused():
+    model = _geglu(20)
+    model.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 3, 16]))
+    result = gp.optimize(model, passes=["fuse_swiglu"], target="ascend910b2")
+    assert "GeGlu" not in [n.op for n in result.graph.nodes]
