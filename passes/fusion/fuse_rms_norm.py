@@ -196,8 +196,14 @@ class _RmsNorm(Rule):
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         hit = m.hit
         ensure_function(m.root, rms_norm_function(m.opset, elem_type(hit.x.dtype)))
-        return m.op("RmsNorm", [hit.x, hit.gamma], {"epsilon": float(hit.eps)}, domain=DOMAIN,
-                    name=m.names("rms_norm"))
+        gamma = hit.gamma
+        # CANN takes gamma shaped as x's last axis: a [1, W] or one-element weight becomes [W]
+        # (the same values broadcast the same way: the Mul gives the same bits)
+        width = hit.x.shape[-1] if hit.x.shape else None
+        values = np.asarray(gamma.values)
+        if isinstance(width, (int, np.integer)) and values.ndim != 1 and values.size in (1, int(width)):
+            gamma = gs.Constant(m.names(f"{gamma.name}_w"), np.broadcast_to(values.reshape(-1), (int(width),)).copy())
+        return m.op("RmsNorm", [hit.x, gamma], {"epsilon": float(hit.eps)}, domain=DOMAIN, name=m.names("rms_norm"))
 
 
 def _same_shape(a: gs.Tensor, b: gs.Tensor) -> bool:

@@ -212,3 +212,17 @@ def test_an_upcast_read_elsewhere_stays_and_the_norm_is_fused():
     assert sorted(ops(m.graph)) == ["Cast", "Identity", "RmsNorm"]
     feeds = {"x": _special(np.float16)}
     assert_equivalent(model, gp.to_proto(m.graph, emit="device"), feeds, exact=True)
+
+
+@pytest.mark.parametrize("shape", [(), (1, W), (1, 1, 1)])
+def test_a_weight_of_another_shape_is_passed_as_the_last_axis(shape):
+    """CANN's gamma is shaped as x's last axis: a scalar or [1, W] weight becomes [W], same bits."""
+    model = _rms(18)
+    for t in model.graph.initializer:
+        if t.name == "w":
+            v = RNG.uniform(0.5, 1.5, W).astype(np.float32) if shape == (1, W) else np.float32(1.25)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(v, np.float32).reshape(shape), "w"))
+    m, result, _ = _run(model)
+    assert ops(m.graph) == ["RmsNorm"] and list(m.graph.nodes[0].inputs[1].shape) == [W]
+    feeds = {"x": _special(np.float32)}
+    assert_equivalent(model, gp.to_proto(m.graph, emit="device"), feeds, exact=True)
