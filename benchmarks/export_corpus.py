@@ -346,6 +346,38 @@ def whisper(full: bool) -> Built:
                  {"decoder_input_ids": (0, cfg.vocab_size)})
 
 
+def _llama(full: bool, dynamic_sequence: bool) -> Built:
+    """A LLaMA-style decoder: RMSNorm, rotary position embedding, SwiGLU MLP and grouped-query
+    attention (4 query heads sharing 2 key/value heads), no KV cache."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if full:  # a 1B-class shape (hidden 2048, 16 layers, GQA 32/8)
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                          num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048,
+                          use_cache=False)
+    else:
+        cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                          rms_norm_eps=1e-6, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    m = LlamaForCausalLM(cfg)
+    b, s = 2, 16
+    inputs = {"input_ids": _ids(b, s, cfg.vocab_size), "attention_mask": torch.ones(b, s, dtype=torch.int64)}
+    axes = _TEXT if dynamic_sequence else _BATCH
+    what = (f"hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, {cfg.num_attention_heads} heads, "
+            f"{cfg.num_key_value_heads} KV heads, vocab {cfg.vocab_size}")
+    return Built(m, inputs, {k: axes for k in inputs}, ["logits"],
+                 f"LlamaForCausalLM({what}), sequence {'dynamic' if dynamic_sequence else f'static {s}'}",
+                 {"input_ids": (0, cfg.vocab_size), "attention_mask": (0, 2)})
+
+
+def llama(full: bool) -> Built:
+    return _llama(full, dynamic_sequence=True)
+
+
+def llama_static(full: bool) -> Built:
+    return _llama(full, dynamic_sequence=False)
+
+
 MODELS: dict[str, Callable[[bool], Built]] = {
     "shufflenet_v2": shufflenet_v2,
     "mobilenet_v3_small": mobilenet_v3_small,
@@ -358,6 +390,8 @@ MODELS: dict[str, Callable[[bool], Built]] = {
     "gpt2": gpt2,
     "vit": vit,
     "whisper": whisper,
+    "llama": llama,
+    "llama_static": llama_static,
 }
 FULL_ONLY = {"ssdlite_mobilenet_v3": ssdlite_mobilenet_v3}
 

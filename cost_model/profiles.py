@@ -64,6 +64,7 @@ PRECISION_MODES = tuple(m.name for m in load_precision_modes())
 
 #: data files that are not hardware profiles
 NOT_PROFILES = frozenset({"op_info", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
+NOT_PROFILES = NOT_PROFILES | {"transformer_ops"}  # the transformer device ops' per-target facts (transformer_ops.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,6 +37,10 @@ class PrecisionMode:
     mixed_precision: bool
     #: some float compute runs in fp16 under it
     lowers: bool
+    #: the low-precision type the mode converts to (bfloat16 for the *_bf16 modes)
+    low: str = "float16"
+    #: the targets that have the mode's low type (empty: every target)
+    targets: tuple[str, ...] = ()
 
 
 def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:
@@ -78,10 +82,17 @@ def load_precision_modes(path: str | Path | None = None) -> tuple[PrecisionMode,
         for k in ("mixed_precision", "lowers"):
             if not isinstance(entry.get(k), bool):
                 raise _bad(p, f"{name}.{k}", "true or false", entry.get(k))
-        unknown = set(entry) - {"summary", "src", "tag", "mixed_precision", "lowers"}
+        unknown = set(entry) - {"summary", "src", "tag", "mixed_precision", "lowers", "low", "targets"}
         if unknown:
             raise _bad(p, f"{name}.{sorted(unknown)[0]}", "no such field (typo?)")
-        modes.append(PrecisionMode(name, entry["summary"], src, tag, entry["mixed_precision"], entry["lowers"]))
+        low = entry.get("low", "float16")
+        if low not in ("float16", "bfloat16"):
+            raise _bad(p, f"{name}.low", "float16 or bfloat16", low)
+        targets = entry.get("targets", [])
+        if not isinstance(targets, list) or not all(isinstance(t, str) and t for t in targets):
+            raise _bad(p, f"{name}.targets", "a list of target names", targets)
+        modes.append(PrecisionMode(name, entry["summary"], src, tag, entry["mixed_precision"], entry["lowers"], low,
+                                   tuple(targets)))
     return tuple(modes)
 
 

@@ -386,7 +386,10 @@ _GELU = (0.5, 1.0, 1.4142135381698608)
 def t_fusion(draw, st, b: _Builder):
     if not is_float(b.family):
         return t_elementwise(draw, st, b)
-    kind = draw(st.sampled_from(["conv_add", "conv_mul", "bn", "relu6", "gelu", "layernorm", "matmul_add"]))
+    kind = draw(st.sampled_from(["conv_add", "conv_mul", "bn", "relu6", "gelu", "layernorm", "matmul_add",
+                                 *_TRANSFORMER_KINDS]))
+    if kind in _TRANSFORMER_KINDS:
+        return _t_transformer(draw, st, b, kind)
     c = draw(st.sampled_from([1, 2, 3]))
     if kind in ("conv_add", "conv_mul", "bn", "relu6"):
         x = b.input([1, c, 3, 3])
@@ -439,6 +442,51 @@ def t_fusion(draw, st, b: _Builder):
     x = b.input([2, c])
     mm = b.node("MatMul", [x, b.const_values([c, 3])])[0]
     b.output(b.node("Add", [mm, b.const_values([3])])[0])
+
+
+#: issue 26's spellings: GELU's tanh form, LayerNorm's Mul(d, d), RMSNorm, rotate-half rotary, SwiGLU
+_TRANSFORMER_KINDS = ("gelu_tanh", "layernorm_mul", "rmsnorm", "rotary", "swiglu")
+
+
+def _t_transformer(draw, st, b: _Builder, kind: str) -> None:
+    c = draw(st.sampled_from([1, 2, 3]))
+    w = 2 * c
+    if kind == "gelu_tanh":
+        x = b.input([2, w])
+        x3 = b.node("Pow", [x, b.const(np.array(3.0, np.float32))])[0]
+        i = b.node("Add", [x, b.node("Mul", [x3, b.const(np.array(0.044715, np.float32))])[0]])[0]
+        t = b.node("Tanh", [b.node("Mul", [i, b.const(np.array(0.7978845608028654, np.float32))])[0]])[0]
+        a = b.node("Add", [t, b.const(np.array(1.0, np.float32))])[0]
+        b.output(b.node("Mul", [b.node("Mul", [x, b.const(np.array(0.5, np.float32))])[0], a])[0])
+    elif kind == "layernorm_mul":
+        x = b.input([2, w + 1])
+        dev = b.node("Sub", [x, b.reduce("ReduceMean", x, [-1], keepdims=1)])[0]
+        var = b.reduce("ReduceMean", b.node("Mul", [dev, dev])[0], [-1], keepdims=1)
+        std = b.node("Sqrt", [b.node("Add", [var, b.const(np.array(1e-5, np.float32))])[0]])[0]
+        b.output(b.node("Mul", [b.node("Div", [dev, std])[0], b.const_values([w + 1])])[0])
+    elif kind == "rmsnorm":
+        x = b.input([2, 3, w])
+        if draw(st.booleans()):  # a residual Add before it, read on
+            x = b.node("Add", [x, b.input([2, 3, w])])[0]
+            b.output(x)
+        sq = b.node("Pow", [x, b.const(np.array(2.0, np.float32))])[0] if draw(st.booleans()) else b.node("Mul", [x, x])[0]
+        ms = b.reduce("ReduceMean", sq, [-1], keepdims=1)
+        r = b.node("Reciprocal", [b.node("Sqrt", [b.node("Add", [ms, b.const(np.array(1e-6, np.float32))])[0]])[0]])[0]
+        b.output(b.node("Mul", [b.const_values([w]), b.node("Mul", [x, r])[0]])[0])
+    elif kind == "rotary":
+        x = b.input([1, 2, 3, w])
+        cos, sin = b.input([1, 1, 3, w]), b.input([1, 1, 3, w])
+        ax, one = b.const(np.array([-1], np.int64), "int64"), b.const(np.array([1], np.int64), "int64")
+        z, h, e = (b.const(np.array([v], np.int64), "int64") for v in (0, c, 2 ** 62))
+        x1 = b.node("Slice", [x, z, h, ax, one])[0]
+        x2 = b.node("Slice", [x, h, e, ax, one])[0]
+        rot = b.node("Concat", [b.node("Neg", [x2])[0], x1], axis=-1)[0]
+        b.output(b.node("Add", [b.node("Mul", [x, cos])[0], b.node("Mul", [rot, sin])[0]])[0])
+    else:  # swiglu: two MatMuls of one input
+        x = b.input([2, 3, w])
+        g = b.node("MatMul", [x, b.const_values([w, c])])[0]
+        u = b.node("MatMul", [x, b.const_values([w, c])])[0]
+        b.output(b.node("Mul", [b.node("Mul", [g, b.node("Sigmoid", [g])[0]])[0], u])[0])
 
 
 _TEMPLATE_FNS = {"elementwise": t_elementwise, "cast_pair": t_cast_pair, "shapes": t_shapes, "cse": t_cse,

@@ -964,7 +964,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--report", default=None, metavar="FILE.json|FILE.md", help="also write the report")
     o.add_argument("--mixed-precision", default=None, metavar="MODE",
                    choices=toolchain.precision_mode_names(mixed_precision=True),
-                   help="convert compute to fp16 by this Ascend precision mode (the mixed_precision pass)")
+                   help="convert compute to fp16 (bf16: the *_bf16 modes, 910B) by this Ascend precision mode (the mixed_precision pass)")
     o.add_argument("--keep-fp32", default=None, metavar="NAMES|auto",
                    help="nodes that stay fp32; 'auto': the ones graphpass precision recommends")
     o.add_argument("--emit", default="portable", choices=["portable", "device"],

@@ -55,6 +55,10 @@ fuse_conv_scale = FuseConvScale.as_function()
 fuse_gather_split = FuseGatherSplit.as_function()
 fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
+from graphpass.passes.fusion import FuseRmsNorm, FuseRotaryEmbedding, FuseSwiGlu  # noqa: E402  (issue 26)
+fuse_rms_norm = FuseRmsNorm.as_function()
+fuse_rotary_embedding = FuseRotaryEmbedding.as_function()
+fuse_swiglu = FuseSwiGlu.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 propagate_layout = PropagateLayout.as_function()
 eliminate_transdata = EliminateTransData.as_function()
@@ -117,6 +121,12 @@ __all__ = [
     "fuse_gather_split",
     "fuse_gelu",
     "fuse_layer_norm",
+    "FuseRmsNorm",
+    "fuse_rms_norm",
+    "FuseRotaryEmbedding",
+    "fuse_rotary_embedding",
+    "FuseSwiGlu",
+    "fuse_swiglu",
     "fuse_matmul_add",
     # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
     "Match",

@@ -46,6 +46,9 @@ FUSION = (
     "fuse_matmul_add",
     "fuse_gelu",
     "fuse_layer_norm",
+    "fuse_rms_norm",
+    "fuse_rotary_embedding",
+    "fuse_swiglu",
     "fuse_channel_shuffle",
     "fuse_gather_split",
 )

@@ -77,6 +77,10 @@ class TensorRange:
     graph: str = "main"  # the graph the tensor lives in: main, or node/attribute for a subgraph
     elements: int = 0
 
+    @staticmethod
+    def role_prefix(role: str) -> str:
+        return f"[{role}] " if role else ""
+
 
 @dataclasses.dataclass
 class Finding:
@@ -94,6 +98,10 @@ class Finding:
     evidence: str = ""
     fixed: bool | None = None  # with the whole keep-list applied
     fixed_evidence: str = ""
+    #: what the tensor feeds where fp16 hurts most: "softmax input" (attention scores: inf logits
+    #: make the softmax NaN), "normalization input" (a LayerNorm/RMSNorm reads it) or
+    #: "normalization sum of squares" (x*x / x**2 before the mean: overflows from |x| > 256); "" else
+    role: str = ""
 
 
 @dataclasses.dataclass
@@ -163,7 +171,8 @@ class PrecisionReport(Report):
                 fixed = {True: "fixed", False: "NOT fixed", None: "cannot tell"}[f.fixed]
                 check = f"emulated {self.mode}: {said} ({f.evidence}); keep-list applied: {fixed} ({f.fixed_evidence})"
             where = "" if f.graph == "main" else f" in {f.graph}"
-            lines.append(f"{f.hazard} [{f.kind}] {f.tensor} ({f.op} {f.node}{where}): {check}")
+            role = f" <{f.role}>" if f.role else ""
+            lines.append(f"{f.hazard} [{f.kind}]{role} {f.tensor} ({f.op} {f.node}{where}): {check}")
         if len(self.findings) > top:
             lines.append(f"... and {len(self.findings) - top} more findings (--top N, or --format json for all)")
         lines.append("keep in fp32 (mixed_precision --keep-fp32 auto): " + (", ".join(self.keep_fp32) or "nothing")
@@ -283,6 +292,41 @@ def _readers(info: _Info, tensor: str) -> list[str]:
             out.setdefault(k, None)
         stack.extend(info.continues.get(t, []))
     return list(out)
+
+
+#: readers that make a tensor a softmax input / a normalization input (standard ops and graphpass's
+#: device ops by name)
+SOFTMAX_OPS = ("Softmax", "LogSoftmax")
+NORM_OPS = ("LayerNormalization", "LayerNorm", "RmsNorm", "AddRmsNorm", "RMSNormalization", "GroupNormalization",
+            "InstanceNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
+
+
+def _role(info: _Info, tensor: str) -> str:
+    """What ``tensor`` feeds where fp16 overflow hurts most (see :attr:`Finding.role`)."""
+    ops = {info.nodes[k][0].op_type for k in _readers(info, tensor)}
+    if ops & set(SOFTMAX_OPS):
+        return "softmax input"
+    if ops & set(NORM_OPS):
+        return "normalization input"
+    k = info.producer.get(tensor)
+    node = info.nodes[k][0] if k else None
+    squares = node is not None and (node.op_type == "Pow" or (node.op_type == "Mul" and len(node.input) == 2
+                                                               and node.input[0] == node.input[1]))
+    if squares and "ReduceMean" in ops:
+        return "normalization sum of squares"
+    for r in _readers(info, tensor):  # x feeding x*x / x**2 feeding a mean: an (RMS/Layer)Norm's input
+        rn = info.nodes[r][0]
+        if (rn.op_type == "Pow" and rn.input[0] == tensor) or (rn.op_type == "Mul" and list(rn.input) == [tensor, tensor]):
+            if any(info.nodes[q][0].op_type == "ReduceMean" for o in rn.output for q in _readers(info, o)):
+                return "normalization input"
+    return ""
+
+
+_ROLE_ADVICE = {
+    "softmax input": "it is a Softmax input: inf logits in fp16 make the softmax NaN",
+    "normalization input": "it is a normalization input: its square overflows fp16 first",
+    "normalization sum of squares": "it is a normalization's sum of squares (x*x overflows fp16 from |x| > 256)",
+}
 
 
 # ----------------------------------------------------------------------------------------- exposure
@@ -732,6 +776,14 @@ def analyze(model: "ModelLike", feeds: Mapping[str, np.ndarray] | None = None, s
             add_finding(Finding("absorption", "absorption", node.output[0], k, node.op_type, graph, detail,
                                 [k] + _readers(info, node.output[0])))
 
+    for f in findings:  # softmax and normalization inputs named as such (issue 26)
+        if f.hazard == "overflow" and f.kind in ("activation", "input"):
+            f.role = _role(info, f.tensor)
+            if f.role:
+                f.detail = f"{f.detail}; {_ROLE_ADVICE[f.role]} (bfloat16, where the target has it, holds the range)"
+                for t in tensors:
+                    if t.name == f.tensor and t.graph == f.graph:
+                        t.advice = f"{t.role_prefix(f.role)}{t.advice}"
     scale = None
     if any(t.flush_share > underflow_share for t in tensors if t.kind == "activation") and smallest < FP16_MIN_NORMAL:
         s = 2.0 ** math.ceil(math.log2(FP16_MIN_NORMAL / smallest))

@@ -52,7 +52,8 @@ FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, Ten
 _TYPED = "graphpass body typed for "
 
 #: The device ops whose bodies hold typed constants (the others are polymorphic).
-_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm")
+_TYPED_OPS = ("FusedConvRelu6", "Gelu", "LayerNorm",
+              "RmsNorm", "AddRmsNorm", "GeluTanh", "GeGlu", "GeGluTanh")  # the last five: device_ops_tf
 
 
 def elem_type(dtype) -> int | None:
@@ -276,7 +277,9 @@ def _bodies_graphpass_writes(name: str, opset: int) -> list[onnx.FunctionProto]:
         makers.append(lambda e: layer_norm_function(opset, e))
     elif name == "TransData":
         makers.append(lambda e: transdata_function(opset))
-    return [make(e) for make in makers for e in FLOAT_TYPES]
+    from graphpass.ir import device_ops_tf  # the transformer ops (RmsNorm, RotaryEmbedding, ...)
+
+    return [make(e) for make in makers for e in FLOAT_TYPES] + device_ops_tf.bodies(name, opset, FLOAT_TYPES)
 
 
 def _body_key(fn: onnx.FunctionProto) -> bytes:

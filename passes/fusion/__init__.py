@@ -10,6 +10,9 @@ from graphpass.passes.fusion.fuse_gather_split import FuseGatherSplit
 from graphpass.passes.fusion.fuse_gelu import FuseGelu
 from graphpass.passes.fusion.fuse_layer_norm import FuseLayerNorm
 from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
+from graphpass.passes.fusion.fuse_rms_norm import FuseRmsNorm
+from graphpass.passes.fusion.fuse_rotary_embedding import FuseRotaryEmbedding
+from graphpass.passes.fusion.fuse_swiglu import FuseSwiGlu
 from graphpass.passes.fusion.merge_concats import MergeConcats
 
-__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd"]
+__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd", "FuseRmsNorm", "FuseRotaryEmbedding", "FuseSwiGlu"]

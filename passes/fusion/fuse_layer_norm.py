@@ -1,6 +1,6 @@
 """LayerNorm over the last axis, as exporters write it before opset 17, becomes one op.
 
-    mu = ReduceMean(x, [-1]); d = x - mu; var = ReduceMean(d ** 2, [-1])
+    mu = ReduceMean(x, [-1]); d = x - mu; var = ReduceMean(d ** 2, [-1])    (d ** 2 as Pow or d * d)
     y = d / Sqrt(var + eps) * scale + bias
         =>  LayerNormalization(x, scale, bias, axis=-1, epsilon=eps)   opset 17+
         =>  graphpass.ascend::LayerNorm(x, scale, bias, epsilon)       before, with its ONNX body
@@ -111,12 +111,17 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int]) -> _Hit | None:
     if var is None or not single_reader(var_t, g):
         return None
     pow_ = producer_of(var.inputs[0], "Pow", local)
-    if pow_ is None or pow_.inputs[0] is not d or not is_const(pow_.inputs[1], 2.0) or not no_broadcast(pow_.inputs[1], d) \
-            or not single_reader(var.inputs[0], g):
+    square = producer_of(var.inputs[0], "Mul", local)  # d * d: the other spelling of d ** 2
+    if square is not None and square.inputs[0] is d and square.inputs[1] is d and single_reader(var.inputs[0], g):
+        pow_ = square
+    elif pow_ is None or pow_.inputs[0] is not d or not is_const(pow_.inputs[1], 2.0) \
+            or not no_broadcast(pow_.inputs[1], d) or not single_reader(var.inputs[0], g):
         return None
     x, mu_t = sub.inputs
     mean = producer_of(mu_t, "ReduceMean", local)
-    if mean is None or mean.inputs[0] is not x or not single_reader(mu_t, g) or len(d.outputs) != 2:
+    # d is read by the square (once as Pow, twice as Mul(d, d)) and the Div
+    if mean is None or mean.inputs[0] is not x or not single_reader(mu_t, g) \
+            or {id(n) for n in d.outputs} != {id(pow_), id(t)}:
         return None
     shape = static_shape(x)
     if shape is None or not shape:
@@ -172,7 +177,7 @@ class FuseLayerNorm(RulePass):
 
     Cases:
       1. with scale and bias, with scale only, or bare (ones / zeros supplied);
-      2. ReduceMean axes as an attribute or an input (opset 18);
+      2. ReduceMean axes as an attribute or an input (opset 18); d ** 2 as Pow(d, 2) or Mul(d, d);
       3. LayerNormalization from opset 17, a graphpass.ascend::LayerNorm device op before;
       4. float32 and float64, eps exact, scale/bias along the last axis only (passed as [W]).
     """

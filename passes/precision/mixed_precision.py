@@ -4,6 +4,10 @@
     mode allow_fp32_to_fp16     Cube ops (Conv, ConvTranspose, MatMul, Gemm) in fp16, the rest fp32
     mode allow_mix_precision    white list fp16, black list fp32, gray ops follow their inputs
     mode must_keep_origin_dtype nothing changes
+    mode allow_mix_precision_bf16, allow_fp32_to_bf16
+                                as allow_mix_precision / allow_fp32_to_fp16 with bfloat16 instead of
+                                float16: only on targets whose kernels take bf16 (910B; data/
+                                precision_modes.toml ``targets``), refused elsewhere (exit 2)
 
 (ATC-PM and MS-AMP, ascend_facts.md §7.) Nodes named in ``keep_fp32`` stay fp32 whatever the
 mode (an unnamed node by its first output's name; ``--keep-fp32 auto`` takes the precision analysis' recommendations). Constants an fp16
@@ -47,6 +51,13 @@ BLACK = frozenset({"Log", "Exp", "Pow", "Softmax", "LogSoftmax", "ReduceSum", "R
                    "ReduceLogSumExp", "ReduceSumSquare", "Sqrt", "Reciprocal", "Div", "Erf", "Softplus",
                    "LayerNormalization", "InstanceNormalization", "CumSum", "TopK"})
 F32, F16 = np.dtype("float32"), np.dtype("float16")
+#: the low-precision types a mode converts to: numpy dtype (graphsurgeon's), ONNX type, name suffix
+_LOW = {"float16": (F16, onnx.TensorProto.FLOAT16, "fp16"),
+        "bfloat16": (onnx.TensorProto.BFLOAT16, onnx.TensorProto.BFLOAT16, "bf16")}
+
+
+def _mode_info(mode: str):
+    return next(m for m in Target.none().precision_modes if m.name == mode)
 
 
 def _is_f32(t: gs.Tensor) -> bool:
@@ -56,8 +67,13 @@ def _is_f32(t: gs.Tensor) -> bool:
         return False
 
 
-def _half(values) -> np.ndarray:
-    """fp16 values (beyond 65504: inf, as the device has them; the precision analysis reports it)."""
+def _half(values, low: str = "float16") -> np.ndarray:
+    """fp16 values (beyond 65504: inf, as the device has them; the precision analysis reports it),
+    or bfloat16 values (``low="bfloat16"``)."""
+    if low == "bfloat16":
+        import ml_dtypes
+
+        return np.asarray(values).astype(ml_dtypes.bfloat16)
     with np.errstate(over="ignore"):
         return np.asarray(values).astype(np.float16)
 
@@ -122,6 +138,12 @@ class MixedPrecision(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         mode = self.mode
+        info = _mode_info(mode)
+        target = ctx.target
+        if info.targets and getattr(target, "has_hardware", False) and target.name not in info.targets:
+            raise UsageError(f"mixed_precision: mode '{mode}' converts to {info.low}, which target '{target.name}' "
+                             f"does not have (only {', '.join(info.targets)}); use a float16 mode there")
+        self._low = info.low
         keep = set(self.keep_fp32)
         stats = {"fp16_nodes": 0, "casts": 0, "constants_converted": 0, "fp16_only_ops": self._fp16_only(graph, ctx.target)}
         if mode == "must_keep_origin_dtype":
@@ -162,7 +184,7 @@ class MixedPrecision(Pass):
                 continue
             if mode == "force_fp16":
                 take = True
-            elif mode == "allow_fp32_to_fp16":
+            elif mode in ("allow_fp32_to_fp16", "allow_fp32_to_bf16"):
                 take = node.op in CUBE
             elif node.op in WHITE:
                 take = True
@@ -178,6 +200,8 @@ class MixedPrecision(Pass):
         return chosen, slots
 
     def _convert(self, graph: gs.Graph, chosen: list[gs.Node], slots: dict, stats: dict, names: NameGen) -> None:
+        low = getattr(self, "_low", "float16")
+        LOW, LOW_ELEM, SUFFIX = _LOW[low]
         chosen_ids = {id(n) for n in chosen}
         half = {id(n.outputs[k]) for n in chosen for k in slots[id(n)][1]}
         to16: dict[int, gs.Tensor] = {}
@@ -195,13 +219,13 @@ class MixedPrecision(Pass):
                     continue
                 if isinstance(t, gs.Constant):
                     if id(t) not in consts:
-                        consts[id(t)] = gs.Constant(names(t.name + "_fp16"), _half(t.values))
+                        consts[id(t)] = gs.Constant(names(t.name + "_" + SUFFIX), _half(t.values, low))
                         stats["constants_converted"] += 1
                     node.inputs[i] = consts[id(t)]
                 else:
                     if id(t) not in to16:
-                        c = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
-                        cast = gs.Node("Cast", name=names(t.name + "_to_fp16"), inputs=[t], outputs=[c], attrs={"to": onnx.TensorProto.FLOAT16})
+                        c = gs.Variable(names(t.name + "_" + SUFFIX), dtype=LOW, shape=t.shape)
+                        cast = gs.Node("Cast", name=names(t.name + "_to_" + SUFFIX), inputs=[t], outputs=[c], attrs={"to": LOW_ELEM})
                         A.mark_created(cast, self.name)
                         new_nodes.append(cast)
                         to16[id(t)] = c
@@ -211,13 +235,13 @@ class MixedPrecision(Pass):
         #    subgraphs) and graph outputs get a Cast back
         graph_outs = {id(t) for t in graph.outputs}
         for node in chosen:
-            A.set(node, "graphpass.precision", "fp16")
+            A.set(node, "graphpass.precision", SUFFIX)
             stats["fp16_nodes"] += 1
             for k in sorted(slots[id(node)][1]):
                 t = node.outputs[k]
                 readers = list({id(c): c for c in t.outputs}.values())
                 if id(t) in graph_outs:  # keep the graph output's name and fp32 dtype
-                    h = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
+                    h = gs.Variable(names(t.name + "_" + SUFFIX), dtype=LOW, shape=t.shape)
                     node.outputs[k] = h
                     for c in readers:
                         for j, x in enumerate(c.inputs):
@@ -228,7 +252,7 @@ class MixedPrecision(Pass):
                     new_nodes.append(back)
                     stats["casts"] += 1
                     continue
-                t.dtype = F16
+                t.dtype = LOW
                 f = None
                 for c in readers:
                     for j, x in enumerate(c.inputs):
@@ -247,15 +271,17 @@ class MixedPrecision(Pass):
         """fp32 graph that rounds every value an fp16 node reads or writes to fp16 (a
         Cast-to-fp16-and-back pair), for checking fp16 numerics on a CPU whose fp16 kernels
         compute in fp32 inside chains of fp16 ops (onnxruntime's CPU provider does)."""
+        low = getattr(self, "_low", "float16")
+        LOW, LOW_ELEM, SUFFIX = _LOW[low]
         rounded: dict[int, gs.Tensor] = {}
         new_nodes: list[gs.Node] = []
         chosen_ids = {id(n) for n in chosen}
 
         def round_pair(t: gs.Tensor) -> gs.Tensor:
             if id(t) not in rounded:
-                h = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
+                h = gs.Variable(names(t.name + "_" + SUFFIX), dtype=LOW, shape=t.shape)
                 r = gs.Variable(names(t.name + "_rounded"), dtype=F32, shape=t.shape)
-                new_nodes.append(gs.Node("Cast", name=names(t.name + "_round16"), inputs=[t], outputs=[h], attrs={"to": onnx.TensorProto.FLOAT16}))
+                new_nodes.append(gs.Node("Cast", name=names(t.name + "_round_" + SUFFIX), inputs=[t], outputs=[h], attrs={"to": LOW_ELEM}))
                 new_nodes.append(gs.Node("Cast", name=names(t.name + "_back32"), inputs=[h], outputs=[r], attrs={"to": onnx.TensorProto.FLOAT}))
                 rounded[id(t)] = r
                 stats["casts"] += 2
@@ -268,11 +294,11 @@ class MixedPrecision(Pass):
                 if not _is_f32(t):
                     continue
                 if isinstance(t, gs.Constant):
-                    node.inputs[i] = gs.Constant(names(t.name + "_fp16vals"), _half(t.values).astype(np.float32))
+                    node.inputs[i] = gs.Constant(names(t.name + "_" + SUFFIX + "vals"), _half(t.values, low).astype(np.float32))
                     stats["constants_converted"] += 1
                 elif id(t) not in produced_rounded:
                     node.inputs[i] = round_pair(t)
-            A.set(node, "graphpass.precision", "fp16")
+            A.set(node, "graphpass.precision", SUFFIX)
             stats["fp16_nodes"] += 1
         graph_outs = {id(t) for t in graph.outputs}
         for node in chosen:
@@ -282,8 +308,8 @@ class MixedPrecision(Pass):
                 if id(t) in graph_outs:  # the graph output keeps its name; readers read the rounded value
                     inner = gs.Variable(names(t.name + "_raw"), dtype=F32, shape=t.shape)
                     node.outputs[k] = inner
-                    h = gs.Variable(names(t.name + "_fp16"), dtype=F16, shape=t.shape)
-                    new_nodes.append(gs.Node("Cast", name=names(t.name + "_round16"), inputs=[inner], outputs=[h], attrs={"to": onnx.TensorProto.FLOAT16}))
+                    h = gs.Variable(names(t.name + "_" + SUFFIX), dtype=LOW, shape=t.shape)
+                    new_nodes.append(gs.Node("Cast", name=names(t.name + "_round_" + SUFFIX), inputs=[inner], outputs=[h], attrs={"to": LOW_ELEM}))
                     new_nodes.append(gs.Node("Cast", name=names(t.name + "_back32"), inputs=[h], outputs=[t], attrs={"to": onnx.TensorProto.FLOAT}))
                     continue
                 r = round_pair(t)

@@ -159,11 +159,12 @@ def test_a_cost_model_given_to_the_context_replaces_only_the_estimates():
 def test_precision_modes_come_from_the_data_file_with_their_sources():
     modes = load_precision_modes()
     assert tuple(m.name for m in modes) == PRECISION_MODES == (
-        "force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "must_keep_origin_dtype", "force_fp32")
+        "force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "allow_mix_precision_bf16", "allow_fp32_to_bf16",
+        "must_keep_origin_dtype", "force_fp32")
     assert all(m.src and m.tag == "P" and m.summary for m in modes)
     from graphpass.passes.precision.mixed_precision import MODES
 
-    assert MODES == get_target().precision_mode_names(mixed_precision=True) == PRECISION_MODES[:4]
+    assert MODES == get_target().precision_mode_names(mixed_precision=True) == PRECISION_MODES[:6]
     assert get_target().precision_mode_names(mixed_precision=True, lowers=True) == PRECISION_MODES[:3]
 
 

@@ -108,3 +108,65 @@ def test_a_final_mul_of_another_domain_is_not_gelu():
     model.opset_import.append(helper.make_opsetid("custom", 1))
     graph = gp.load(model).graph
     assert not fuse_gelu(graph).modified and "Gelu" not in ops(graph)
+
+
+# issue 26: the other exported spellings --------------------------------------------------
+
+def _dynamo_order_model(opset):
+    """x * (0.5 * (1 + erf(x / sqrt 2))): the torch.onnx dynamo exporter's order (ViT, BERT)."""
+    inits = {"one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32),
+             "k": np.array(math.sqrt(2), np.float32)}
+    nodes = [helper.make_node("Div", ["x", "k"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["half", "a"], ["h"]),
+             helper.make_node("Mul", ["x", "h"], ["y"])]
+    return make_model(nodes, {"x": [2, 16]}, {"y": [2, 16]}, initializers=inits, opset=opset)
+
+
+def _tanh_model(opset, cube="pow", half="x_first", k=0.044715):
+    """GPT-2's gelu_new: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))."""
+    inits = {"one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32), "three": np.array(3.0, np.float32),
+             "k": np.array(k, np.float32), "c": np.array(math.sqrt(2 / math.pi), np.float32)}
+    nodes = [helper.make_node("Pow", ["x", "three"], ["x3"])] if cube == "pow" else [
+        helper.make_node("Mul", ["x", "x"], ["x2"]), helper.make_node("Mul", ["x2", "x"], ["x3"])]
+    nodes += [helper.make_node("Mul", ["x3", "k"], ["kx3"]), helper.make_node("Add", ["x", "kx3"], ["i"]),
+              helper.make_node("Mul", ["c", "i"], ["u"]), helper.make_node("Tanh", ["u"], ["t"]),
+              helper.make_node("Add", ["t", "one"], ["a"])]
+    if half == "x_first":
+        nodes += [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("Mul", ["xh", "a"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    return make_model(nodes, {"x": [2, 16]}, {"y": [2, 16]}, initializers=inits, opset=opset)
+
+
+def _gelu_feeds():
+    x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32) * 4
+    x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40]
+    return {"x": x}
+
+
+@pytest.mark.parametrize("opset, domain", [(18, "graphpass.ascend"), (20, "")])
+def test_dynamo_order_gelu_is_fused(opset, domain):
+    model = _dynamo_order_model(opset)
+    graph = gp.load(model).graph
+    assert fuse_gelu(graph).stats["fired"] == 1
+    assert ops(graph) == ["Gelu"] and (graph.nodes[0].domain or "") == domain
+    assert_equivalent(model, gp.to_proto(graph), _gelu_feeds(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset, op, domain", [(18, "GeluTanh", "graphpass.ascend"), (20, "Gelu", "")])
+@pytest.mark.parametrize("cube, half", [("pow", "x_first"), ("mul", "last")])
+def test_tanh_gelu_is_fused(opset, op, domain, cube, half):
+    model = _tanh_model(opset, cube, half)
+    graph = gp.load(model).graph
+    assert fuse_gelu(graph).stats["fired"] == 1
+    assert ops(graph) == [op] and (graph.nodes[0].domain or "") == domain
+    if opset >= 20:
+        assert graph.nodes[0].attrs["approximate"] == "tanh"
+    out = gp.to_proto(graph, emit="device")
+    onnx.checker.check_model(out, full_check=True)
+    assert_equivalent(model, gp.to_proto(graph), _gelu_feeds(), rtol=1e-5, atol=1e-6)
+
+
+def test_tanh_gelu_with_a_near_miss_constant_is_not_fused():
+    graph = gp.load(_tanh_model(18, k=0.0447)).graph
+    assert not fuse_gelu(graph).modified

@@ -173,3 +173,26 @@ def test_a_scale_and_shift_without_a_normalization_is_not_matched():
                        initializers={"g": np.ones(8, np.float32), "b": np.zeros(8, np.float32)})
     graph = gp.load(model).graph
     assert not fuse_layer_norm(graph).modified and ops(graph) == ["Mul", "Add"]
+
+
+def test_variance_as_d_times_d_is_fused():
+    """issue 26: exporters also write (x - mu) ** 2 as Mul(d, d); fuse_layer_norm took only Pow."""
+    model = _ln_model(18)
+    for n in model.graph.node:
+        if n.op_type == "Pow":
+            n.op_type = "Mul"
+            n.input[1] = n.input[0]
+    graph = gp.load(model).graph
+    assert fuse_layer_norm(graph).stats["fired"] == 1
+    assert ops(graph) == ["LayerNormalization"]
+    assert_equivalent(model, gp.to_proto(graph), rtol=1e-4, atol=1e-5)
+
+
+def test_d_times_another_tensor_is_no_variance():
+    model = _ln_model(18)
+    for n in model.graph.node:
+        if n.op_type == "Pow":
+            n.op_type = "Mul"
+            n.input[1] = "x"  # (x - mu) * x: not a variance
+    graph = gp.load(model).graph
+    assert not fuse_layer_norm(graph).modified

@@ -59,7 +59,8 @@ def test_fp16_only_ops_come_from_the_target_and_none_has_no_op_table():
     res = mixed_precision(graph, gp.PassContext(target="none"), mode="force_fp16")
     assert res.modified and res.stats["fp16_only_ops"] == ""
     with pytest.raises(gp.UsageError, match="mixed_precision: unknown mode 'force_fp32'; known: force_fp16, "
-                                            "allow_fp32_to_fp16, allow_mix_precision, must_keep_origin_dtype"):
+                                            "allow_fp32_to_fp16, allow_mix_precision, allow_mix_precision_bf16, "
+                                            "allow_fp32_to_bf16, must_keep_origin_dtype"):
         mixed_precision(gp.load(_net()), mode="force_fp32")
 
 

@@ -1,0 +1,56 @@
+"""Which target runs the transformer device ops (data/transformer_ops.toml) and why not.
+
+``refusal(target, op, dtype, ...)`` is what a fusion asks before it forms ``graphpass.ascend::op``:
+None when the target's CANN kernel takes it, else one sentence naming the limit and its source.
+A target without hardware facts (``none``) has no limits here: the op is formed (it still runs
+everywhere through its ONNX body).
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from typing import Any
+
+from graphpass.cost_model.profiles import DATA_DIR
+
+__all__ = ["load_table", "refusal", "row"]
+
+
+@functools.lru_cache(maxsize=None)
+def load_table() -> dict[str, Any]:
+    return tomllib.loads((DATA_DIR / "transformer_ops.toml").read_text(encoding="utf-8"))["ops"]
+
+
+def row(target_name: str, op: str) -> dict[str, Any] | None:
+    """The table's row for ``op`` on ``target_name`` (None: no row)."""
+    return load_table().get(op, {}).get("targets", {}).get(target_name)
+
+
+def refusal(target: Any, op: str, dtype: str | None, *, head_dim: int | None = None,
+            split_dim: int | None = None, itemsize: int | None = None) -> str | None:
+    """Why ``target`` cannot run the device op ``op`` on a ``dtype`` tensor (None if it can).
+
+    ``head_dim``: RotaryEmbedding's last axis; ``split_dim`` and ``itemsize``: SwiGlu's split
+    axis (its halves' alignment)."""
+    if target is None or not getattr(target, "has_hardware", False):
+        return None
+    name = target.name
+    r = row(name, op)
+    cann = load_table().get(op, {}).get("cann", op)
+    if r is None:
+        return f"no facts on {cann} for target {name} (cost_model/data/transformer_ops.toml): not formed"
+    src = f" ({r.get('src', '?')}, {r.get('tag', '?')})"
+    if not r.get("supported", False):
+        return f"target {name} has no {cann} kernel{src}"
+    if dtype is not None and dtype not in r.get("dtypes", ()):
+        return f"{cann} on {name} takes {', '.join(r['dtypes'])}, not {dtype}{src}"
+    if head_dim is not None:
+        mult, top = r.get("head_dim_multiple"), r.get("head_dim_max")
+        if (mult and head_dim % mult) or (top and head_dim > top):
+            return f"{cann} on {name} takes a head dim that is a multiple of {mult} up to {top}, not {head_dim}{src}"
+    if split_dim is not None and itemsize is not None and r.get("align_bytes"):
+        half = split_dim // 2 * itemsize
+        if half % r["align_bytes"]:
+            return f"{cann} on {name} needs each half of the split axis {r['align_bytes']}-byte aligned, not {half} bytes{src}"
+    return None
