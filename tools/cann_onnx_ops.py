@@ -23,6 +23,7 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "cann_onnx_ops.toml"
 _REG = re.compile(r'REGISTER_CUSTOM_OP\(\s*"?([A-Za-z0-9_]+)"?\s*\)(.*?);', re.S)
 _NAME = re.compile(r"ai\.onnx::(\d+)::([A-Za-z0-9_]+)")
+_MACRO = re.compile(r"REGISTER_CUSTOM_ONNX_OP\(\s*ai\.onnx::(\d+)::([A-Za-z0-9_]+)\s*,\s*([A-Za-z0-9_]+)")
 
 
 def _git(repo: str, *args: str) -> str:
@@ -44,6 +45,8 @@ def scan(repo: str, commit: str, label: str):
                 if m.group(1) not in ("PartitionedCall", "ATC_OPP"):
                     ascend[op].add(m.group(1))
                 seen.add((v, op))
+        for v, op, atc in _MACRO.findall(text):  # REGISTER_CUSTOM_ONNX_OP(ai.onnx::11::Div, RealDiv, DivV11)
+            ascend[op].add(atc)
         for v, op in _NAME.findall(text):  # macro forms: REGISTER_CUSTOM_ONNX_OP(ai.onnx::11::Acos, Acos, ...)
             if (v, op) not in seen:
                 opsets[op].add(int(v))
