@@ -143,3 +143,18 @@ def test_check_command_finds_what_the_documentation_does_not_allow(tmp_path):
     problems = " | ".join(check_command(bad, rel, tmp_path))
     for word in ("--precision_mode_v2 is not", "--log=loud", "missing.cfg", "1 gears", "--no_such"):
         assert word in problems
+
+
+def test_a_change_onnx_has_no_adapter_for_but_only_widened_types_is_relabelled_and_verified():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]  # Relu 13 -> 14 added bfloat16 only
+    m = make_model(nodes, {"x": [2, 3]}, {"y": [2, 3]}, opset=17)
+    fitted, check = fit_opset(m, cann.release("6.0"))
+    assert check.converted_from == 17 and check.opset == 13 and "bitwise equal" in check.verified
+    onnx.checker.check_model(fitted, full_check=True)
+
+
+def test_an_op_newer_than_the_target_opset_is_named_in_the_conversion_error():
+    nodes = [helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln", axis=-1)]
+    m = make_model(nodes, {"x": [2, 4]}, {"y": [2, 4]}, {"s": np.ones(4, np.float32)}, opset=17)
+    with pytest.raises(UsageError, match="ln \\(LayerNormalization\\) does not exist at v13"):
+        fit_opset(m, cann.release("6.0"))
