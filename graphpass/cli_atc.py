@@ -40,9 +40,17 @@ def check_optimize_atc_args(args: argparse.Namespace) -> None:
             raise UsageError("--cann-version and --shape-profile go with --atc DIR")
         return
     cann.release(args.cann_version)
+    _need_hardware(args.target, "--atc")
     for p in args.shape_profile:
         parse_profile(p)
     check_output_folder(Path(args.atc), "--atc", may_not_exist=True)
+
+
+def _need_hardware(target, who: str) -> None:
+    from graphpass.cost_model.target import Target
+
+    if target is not None and not Target.resolve(target).has_hardware:
+        raise UsageError(f"{who} needs a hardware target (ATC's --soc_version comes from it), not '{target}'")
 
 
 def write_optimize_kit(args: argparse.Namespace, model, outputs) -> list[str]:
@@ -56,7 +64,7 @@ def write_optimize_kit(args: argparse.Namespace, model, outputs) -> list[str]:
     kit = write_kit(model, staged, target=args.target, cann=args.cann_version, profiles=args.shape_profile,
                     precision_mode=args.mixed_precision or args.precision_mode,
                     keep_fp32=getattr(args, "atc_keep_fp32", None) or [], switches=switches, seed=args.seed,
-                    name=Path(args.output).stem, final_folder=args.atc)
+                    name=Path(args.output).stem, final_folder=args.atc, drop_missing_keep=True)
     return kit.summary()
 
 
@@ -66,7 +74,8 @@ def cmd_atc(args: argparse.Namespace) -> int:
     from graphpass.outputs import Outputs, check_output_folder
     from graphpass.passes.fusion_switch import fusion_passes
 
-    check_atc = argparse.Namespace(atc=args.output, cann_version=args.cann_version, shape_profile=args.shape_profile)
+    check_atc = argparse.Namespace(atc=args.output, cann_version=args.cann_version, shape_profile=args.shape_profile,
+                                   target=args.target)
     check_optimize_atc_args(check_atc)
     check_output_folder(Path(args.output), "-o", may_not_exist=True)
     args.enable = None
@@ -102,6 +111,7 @@ def cmd_atc_check(args: argparse.Namespace) -> int:
     from graphpass.atc.readback import atc_check
     from graphpass.cli import parse_input_shapes
 
+    _need_hardware(args.target, "atc-check")
     report = atc_check(args.model, args.fusion_result, ge_graph=args.ge_graph, kit=args.kit, target=args.target,
                        input_shapes=parse_input_shapes(args.input_shape) or None)
     if args.format == "json":
@@ -112,6 +122,7 @@ def cmd_atc_check(args: argparse.Namespace) -> int:
 
 
 def add_atc_verbs(sub, common: argparse.ArgumentParser) -> None:
+    from graphpass.cli import _seed_arg
     from graphpass.cost_model import DEFAULT_TARGET, KNOWN_TARGETS, NONE_TARGET, get_target
 
     modes = get_target(NONE_TARGET).precision_mode_names()
@@ -130,7 +141,7 @@ def add_atc_verbs(sub, common: argparse.ArgumentParser) -> None:
     a.add_argument("--disable", action="append", help="fusions to switch off in ATC (comma-separated)")
     a.add_argument("--fusion-off", action="store_true", help="switch every fusion off")
     a.add_argument("--fusion-switch", default=None, metavar="FILE", help="start from this fusion switch file")
-    a.add_argument("--seed", type=int, default=0, help="seed of the inputs that verify an opset conversion")
+    a.add_argument("--seed", type=_seed_arg, default=0, help="seed of the inputs that verify an opset conversion")
     a.set_defaults(func=cmd_atc)
 
     c = sub.add_parser("atc-check", parents=[common], help="compare what ATC did (fusion_result.json, GE dumps) with graphpass's plan")

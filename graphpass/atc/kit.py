@@ -24,6 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import logging
+
 import onnx
 
 from graphpass.cost_model import cann as C
@@ -33,6 +35,7 @@ from graphpass.atc.opcheck import OpCheck, fit_opset
 
 __all__ = ["Kit", "write_kit", "read_kit", "check_command", "MANIFEST", "V2_MODES"]
 
+log = logging.getLogger(__name__)
 MANIFEST = "graphpass_kit.json"
 KEEP_FILE = "keep_dtype.cfg"
 MIXLIST_FILE = "modify_mixlist.json"
@@ -106,7 +109,7 @@ def _estimate(proto, target, gears: Gears, mode: str) -> list[dict[str, Any]]:
 def write_kit(model, folder: str | Path, *, target: str = "ascend910a", cann: str | None = None,
               profiles: Sequence[str] = (), precision_mode: str | None = None, keep_fp32: Sequence[str] = (),
               switches: Mapping[str, bool] | None = None, seed: int = 0, name: str = "model",
-              final_folder: str | Path | None = None) -> Kit:
+              final_folder: str | Path | None = None, drop_missing_keep: bool = False) -> Kit:
     """Write the kit for ``model`` (any form) into ``folder`` (created if missing). Raises
     :class:`UnsupportedError` naming every node ATC would refuse, before any file is written."""
     from graphpass.cost_model.target import Target
@@ -134,7 +137,10 @@ def write_kit(model, folder: str | Path, *, target: str = "ascend910a", cann: st
     names = _node_names(fitted)
     keep = [n for n in keep_fp32 if n in names]
     missing = [n for n in keep_fp32 if n not in names]
-    if missing:
+    if missing and drop_missing_keep:  # optimize's keep-list names nodes of its input; some were fused away
+        log.warning("keep-list: %d node(s) are not in the optimized model (fused or renamed): %s",
+                    len(missing), ", ".join(missing[:5]))
+    elif missing:
         raise UsageError(f"keep-list: no node named {', '.join(missing[:5])} in the model handed to ATC")
     switches = dict(switches or {})
 

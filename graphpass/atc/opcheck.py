@@ -87,7 +87,8 @@ def check_ops(proto: onnx.ModelProto, rel: CannRelease) -> OpCheck:
         seen.add((node.domain, node.op_type))
         if node.domain not in ("", "ai.onnx"):
             why = ("a function of the model (ATC reads no ONNX functions)" if node.op_type in local
-                   else f"domain '{node.domain}': ATC's ONNX parser takes ai.onnx ops only")
+                   else f"domain '{node.domain}': ATC's ONNX parser takes ai.onnx ops only"
+                   + (" (write the model with emit='portable')" if node.domain == "graphpass.ascend" else ""))
             check.refused.append(Refusal(name, node.op_type, node.domain, opset, why))
         elif not lo <= opset <= hi:
             check.refused.append(Refusal(name, node.op_type, node.domain, opset,

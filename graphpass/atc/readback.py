@@ -16,6 +16,7 @@ placed on AI CPU (``_ge_attr_op_kernel_lib_name`` aicpu_*) against the cost mode
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import re
@@ -91,8 +92,8 @@ def _parse_text(text: str, where: str) -> list:
             stack[-1].append((keys.pop(), done))
             continue
         if key:
-            if value.startswith('"'):
-                value = bytes(value[1:-1], "utf-8").decode("unicode_escape")
+            if value.startswith('"'):  # C escapes; non-ASCII as octal UTF-8 bytes (protobuf text format)
+                value = codecs.escape_decode(value[1:-1].encode("utf-8"))[0].decode("utf-8", "replace")
             stack[-1].append((key, value))
     if len(stack) != 1:
         raise UsageError(f"{where}: unbalanced '{{'")

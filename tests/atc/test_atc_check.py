@@ -151,3 +151,10 @@ def test_cli_atc_check_exits_1_on_differences_and_prints_them(files):
     p = subprocess.run([sys.executable, "-m", "graphpass", "atc-check", str(model), "--fusion-result",
                         str(fr) + ".missing"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot read" in p.stderr
+
+
+def test_ge_dump_strings_with_octal_utf8_escapes(tmp_path):
+    f = tmp_path / "ge_proto_1_Build.txt"
+    f.write_text('graph {\n  op {\n    name: "\\345\\215\\267\\347\\247\\257"\n    type: "Conv2D"\n  }\n}\n')
+    _, ops = read_ge_graph(f)
+    assert ops[0]["name"] == "\u5377\u79ef" and ops[0]["type"] == "Conv2D"

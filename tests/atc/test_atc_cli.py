@@ -71,3 +71,17 @@ def test_atc_verb_keep_fp32_auto_and_mixed_mode(tmp_path):
     back = read_kit(tmp_path / "kit")
     assert back.keep_fp32 == ["relu"] and back.options["precision_mode"] == "allow_mix_precision"
     assert "precision_mode_v2" not in back.options  # 6.0 has none
+
+
+def test_optimize_keep_list_reaches_keep_dtype_and_fused_names_are_dropped_with_a_warning(tmp_path):
+    m = _dynamic(tmp_path)
+    common = ["--mixed-precision", "force_fp16", "--keep-fp32", "relu", "--shape-profile", "batch=1"]
+    p = _run("optimize", str(m), "-o", str(tmp_path / "a.onnx"), "--atc", str(tmp_path / "ka"),
+             "--disable", "fuse_conv_activation", *common)
+    assert p.returncode == 0, p.stderr
+    assert read_kit(tmp_path / "ka").keep_fp32 == ["relu"]
+    p = _run("optimize", str(m), "-o", str(tmp_path / "b.onnx"), "--atc", str(tmp_path / "kb"), *common)
+    assert p.returncode == 0, p.stderr
+    names = {n.name for n in onnx.load(tmp_path / "b.onnx").graph.node}
+    if "relu" not in names:  # fused into the Conv: nothing to keep by that name
+        assert read_kit(tmp_path / "kb").keep_fp32 == [] and "keep-list" in p.stderr
