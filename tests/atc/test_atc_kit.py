@@ -153,8 +153,52 @@ def test_a_change_onnx_has_no_adapter_for_but_only_widened_types_is_relabelled_a
     onnx.checker.check_model(fitted, full_check=True)
 
 
-def test_an_op_newer_than_the_target_opset_is_named_in_the_conversion_error():
+def test_an_op_newer_than_the_target_opset_is_expanded_by_its_function_body_or_named():
     nodes = [helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln", axis=-1)]
     m = make_model(nodes, {"x": [2, 4]}, {"y": [2, 4]}, {"s": np.ones(4, np.float32)}, opset=17)
-    with pytest.raises(UsageError, match="ln \\(LayerNormalization\\) does not exist at v13"):
+    fitted, check = fit_opset(m, cann.release("6.0"))
+    assert "LayerNormalization" not in [n.op_type for n in fitted.graph.node] and "expanded" in check.verified
+    nodes = [helper.make_node("DFT", ["x"], ["y"], name="the_dft", onesided=0)]  # no function body
+    m = make_model(nodes, {"x": [1, 8, 1]}, {"y": [1, 8, 2]}, opset=17)
+    with pytest.raises(UsageError, match="step v17 -> v16.*the_dft \\(DFT\\) does not exist at v16"):
         fit_opset(m, cann.release("6.0"))
+
+
+DYNAMO20 = "tests/data/atc/tiny_cnn.dynamo.opset20.onnx"  # torch 2.14 dynamo export at opset 20 (make_opset20.py)
+
+
+def test_a_dynamo_opset_20_export_is_converted_for_7_0_and_gelu_expanded_by_its_function_body(tmp_path):
+    m = onnx.load(DYNAMO20)
+    assert [i.version for i in m.opset_import if i.domain == ""] == [20]
+    assert "Gelu" in [n.op_type for n in m.graph.node]
+    fitted, check = fit_opset(m, cann.release("7.0"))
+    assert check.converted_from == 20 and check.opset == 18 and not check.refused
+    assert "1 node(s) expanded" in check.verified and "within float rounding" in check.verified
+    ops = [n.op_type for n in fitted.graph.node]
+    assert "Gelu" not in ops and "Erf" in ops
+    onnx.checker.check_model(fitted, full_check=True)
+    kit = write_kit(DYNAMO20, tmp_path, cann="7.0", profiles=["batch=1", "batch=2", "batch=4"], name="tiny")
+    assert dict(kit.options)["dynamic_batch_size"] == "1,2,4" and "converted from v20" in (tmp_path / "README.md").read_text()
+
+
+def test_the_same_export_goes_down_to_6_0_through_split_and_reducemean_changes():
+    fitted, check = fit_opset(onnx.load(DYNAMO20), cann.release("6.0"))
+    assert check.opset == 13 and not check.refused
+    split = next(n for n in fitted.graph.node if n.op_type == "Split")
+    assert len(split.input) == 2 and not any(a.name == "num_outputs" for a in split.attribute)
+    mean = next(n for n in fitted.graph.node if n.op_type == "ReduceMean")
+    assert [a.name for a in mean.attribute if a.name == "axes"] == ["axes"] and len(mean.input) == 1
+    onnx.checker.check_model(fitted, full_check=True)
+
+
+def test_shape_with_start_end_and_an_uneven_split_are_converted_exactly():
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape", start=1, end=-1),
+             helper.make_node("Split", ["x"], ["a", "b", "c"], name="split", axis=1, num_outputs=3)]
+    m = make_model(nodes, {"x": [2, 7, 3]}, {"s": (TensorProto.INT64, [1]), "a": [2, 3, 3], "b": [2, 3, 3],
+                                              "c": [2, 1, 3]}, opset=18)
+    fitted, check = fit_opset(m, cann.release("6.0"))
+    assert check.opset == 13 and "bitwise equal" in check.verified
+    ops = [n.op_type for n in fitted.graph.node]
+    assert ops == ["Shape", "Slice", "Split"]
+    sizes = next(t for t in fitted.graph.initializer if t.name.startswith("split_sizes"))
+    assert list(onnx.numpy_helper.to_array(sizes)) == [3, 3, 1]
