@@ -76,8 +76,8 @@ def cmd_atc(args: argparse.Namespace) -> int:
 
     check_atc = argparse.Namespace(atc=args.output, cann_version=args.cann_version, shape_profile=args.shape_profile,
                                    target=args.target)
-    check_optimize_atc_args(check_atc)
     check_output_folder(Path(args.output), "-o", may_not_exist=True)
+    check_optimize_atc_args(check_atc)
     args.enable = None
     _apply_fusion_switches(args)
     disabled = set(_split_names(args.disable))

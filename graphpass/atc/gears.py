@@ -79,6 +79,11 @@ class Gears:
 
 def _concrete(decl: dict[str, list], profile: dict, where: str) -> dict[str, list[int]]:
     out = {}
+    syms = {d for dims in decl.values() for d in dims if isinstance(d, str)}
+    unknown_dims = set(profile.get("dims", {})) - syms
+    if unknown_dims:
+        raise UsageError(f"{where}: no input dim named {', '.join(sorted(unknown_dims))} "
+                         f"(the model's symbolic dims: {', '.join(sorted(syms)) or 'none'})")
     if "inputs" in profile:
         unknown = set(profile["inputs"]) - set(decl)
         if unknown:

@@ -112,6 +112,10 @@ def test_an_open_dim_without_a_profile_is_a_usage_error_naming_it():
         plan_gears(_dynamic_batch(), [])
     with pytest.raises(UsageError, match="does not fit"):
         plan_gears(_dynamic_batch(), ["x:1,3,9,8", "x:2,3,8,8"])
+    with pytest.raises(UsageError, match="no input dim named bacth \\(the model's symbolic dims: batch\\)"):
+        plan_gears(_dynamic_batch(), ["bacth=1", "batch=2"])
+    with pytest.raises(UsageError, match="at most 100"):
+        plan_gears(_dynamic_batch(), [f"batch={i}" for i in range(1, 102)])
 
 
 def test_keep_list_and_switches_round_trip_through_the_kit_files(tmp_path):
