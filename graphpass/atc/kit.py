@@ -106,7 +106,7 @@ def _estimate(proto, target, gears: Gears, mode: str) -> list[dict[str, Any]]:
     return out
 
 
-def write_kit(model, folder: str | Path, *, target: str = "ascend910a", cann: str | None = None,
+def write_kit(model, folder: str | Path, *, target: str | None = None, cann: str | None = None,
               profiles: Sequence[str] = (), precision_mode: str | None = None, keep_fp32: Sequence[str] = (),
               switches: Mapping[str, bool] | None = None, seed: int = 0, name: str = "model",
               final_folder: str | Path | None = None, drop_missing_keep: bool = False) -> Kit:
@@ -116,10 +116,14 @@ def write_kit(model, folder: str | Path, *, target: str = "ascend910a", cann: st
     from graphpass.ir.model import as_proto
     from graphpass.passes.fusion_switch import write_switch_file
 
+    from graphpass.cost_model.target import DEFAULT_TARGET
+
     rel = C.release(cann)
-    tgt = Target.resolve(target)
+    tgt = Target.resolve(target or DEFAULT_TARGET)
     if not tgt.has_hardware:
-        raise UsageError("an ATC kit needs a hardware target (--target ascend910a, ascend910b2, ascend310p3), not 'none'")
+        from graphpass.cost_model import KNOWN_TARGETS
+
+        raise UsageError(f"an ATC kit needs a hardware target ({', '.join(KNOWN_TARGETS)}), not 'none'")
     soc = C.soc_version(tgt.profile.name) if tgt.profile is not None else None
     if soc is None:
         raise UsageError(f"target '{tgt.name}': no ATC --soc_version known for profile '{tgt.profile.name}' "

@@ -234,7 +234,9 @@ def atc_check(model, fusion_result: str | Path, ge_graph: str | Path | None = No
         target = target or manifest.get("target")
         if input_shapes is None and manifest.get("gears"):
             input_shapes = manifest["gears"][0]
-    target = target or "ascend910a"
+    from graphpass.cost_model.target import DEFAULT_TARGET
+
+    target = target or DEFAULT_TARGET
     switches: dict[str, bool] = {k: bool(v) for k, v in manifest.get("switches", {}).items()}
     applied = read_fusion_result(fusion_result)
     loaded = gp.load(model, input_shapes=input_shapes or None)
