@@ -158,7 +158,7 @@ def release(name: str | None = None) -> CannRelease:
         kk = _key(k)
         if want and (kk == want[: len(kk)] or (len(want) == 1 and kk[0] == want[0])):
             return known[k]
-    raise UsageError(f"--cann-version {name}: not a release graphpass has ATC data for (known: {', '.join(known)})")
+    raise UsageError(f"cann {name}: not a release graphpass has ATC data for (known: {', '.join(known)})", option="cann")
 
 
 def soc_version(target_name: str) -> str | None:

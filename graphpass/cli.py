@@ -194,6 +194,8 @@ _FLAGS = {
     "target": "--target",
     "loop_trips": "--loop-trips",
     "symbolic_dim": "--symbolic-dim",
+    "profiles": "--shape-profile",
+    "cann": "--cann-version",
 }
 
 

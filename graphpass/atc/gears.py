@@ -21,19 +21,19 @@ def parse_profile(text: str) -> dict:
     """``{"inputs": {name: dims}}`` or ``{"dims": {sym: value}}`` from one --shape-profile."""
     text = text.strip()
     if not text:
-        raise UsageError("--shape-profile: empty profile")
+        raise UsageError("profiles: an empty profile", option="profiles")
     if ":" in text:
         shapes = {}
         for part in filter(None, (p.strip() for p in text.split(";"))):
             name, sep, dims = part.rpartition(":")
             if not sep or not name:
-                raise UsageError(f"--shape-profile {text!r}: expected NAME:D1,D2,... per input")
+                raise UsageError(f"profiles {text!r}: expected NAME:D1,D2,... per input", option="profiles")
             try:
                 shapes[name] = [int(d) for d in dims.split(",")] if dims.strip() else []
             except ValueError:
-                raise UsageError(f"--shape-profile {text!r}: dims of '{name}' must be integers") from None
+                raise UsageError(f"profiles {text!r}: dims of '{name}' must be integers", option="profiles") from None
             if any(d < 1 for d in shapes[name]):
-                raise UsageError(f"--shape-profile {text!r}: a gear fixes every dim to a positive value")
+                raise UsageError(f"profiles {text!r}: a gear fixes every dim to a positive value", option="profiles")
         return {"inputs": shapes}
     dims = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -41,9 +41,9 @@ def parse_profile(text: str) -> dict:
         try:
             dims[k.strip()] = int(v)
         except ValueError:
-            raise UsageError(f"--shape-profile {text!r}: expected DIM=VALUE[,DIM=VALUE] or NAME:D1,D2,...") from None
+            raise UsageError(f"profiles {text!r}: expected DIM=VALUE[,DIM=VALUE] or NAME:D1,D2,...", option="profiles") from None
         if not sep or not k.strip() or dims[k.strip()] < 1:
-            raise UsageError(f"--shape-profile {text!r}: expected DIM=VALUE with VALUE >= 1")
+            raise UsageError(f"profiles {text!r}: expected DIM=VALUE with VALUE >= 1", option="profiles")
     return {"dims": dims}
 
 
@@ -83,17 +83,17 @@ def _concrete(decl: dict[str, list], profile: dict, where: str) -> dict[str, lis
     unknown_dims = set(profile.get("dims", {})) - syms
     if unknown_dims:
         raise UsageError(f"{where}: no input dim named {', '.join(sorted(unknown_dims))} "
-                         f"(the model's symbolic dims: {', '.join(sorted(syms)) or 'none'})")
+                         f"(the model's symbolic dims: {', '.join(sorted(syms)) or 'none'})", option="profiles")
     if "inputs" in profile:
         unknown = set(profile["inputs"]) - set(decl)
         if unknown:
-            raise UsageError(f"{where}: no model input named {', '.join(sorted(unknown))} (inputs: {', '.join(decl)})")
+            raise UsageError(f"{where}: no model input named {', '.join(sorted(unknown))} (inputs: {', '.join(decl)})", option="profiles")
     for name, dims in decl.items():
         given = profile.get("inputs", {}).get(name)
         if given is not None:
             if len(given) != len(dims) or any(isinstance(d, int) and d > 0 and d != g for d, g in zip(dims, given)):
                 raise UsageError(f"{where}: {name}:{','.join(map(str, given))} does not fit the input's shape "
-                                 f"[{','.join(map(str, dims))}]")
+                                 f"[{','.join(map(str, dims))}]", option="profiles")
             out[name] = list(given)
             continue
         shape = []
@@ -104,7 +104,7 @@ def _concrete(decl: dict[str, list], profile: dict, where: str) -> dict[str, lis
                 shape.append(profile["dims"][d])
             else:
                 raise UsageError(f"{where}: input '{name}' dim '{d}' is open; give it in the profile "
-                                 f"({d}=N, or {name}:D1,D2,...)")
+                                 f"({d}=N, or {name}:D1,D2,...)", option="profiles")
         out[name] = shape
     return out
 
@@ -117,17 +117,17 @@ def plan_gears(proto: onnx.ModelProto, profiles: list[str], min_gears: int = 2, 
         if fixed is None:
             open_ = [f"{k}[{','.join(map(str, v))}]" for k, v in decl.items()
                      if not all(isinstance(d, int) and d > 0 for d in v)]
-            raise UsageError(f"the model has open input dims ({'; '.join(open_)}): ATC needs them fixed; give "
-                             "--input-shape, or one --shape-profile per gear for a dynamic model")
+            raise UsageError(f"the model has open input dims ({'; '.join(open_)}): ATC needs them fixed; fix the "
+                             "input shapes, or give profiles, one per gear of a dynamic model", option="profiles")
         return Gears(fixed, [fixed])
     parsed = [parse_profile(p) for p in profiles]
-    shapes = [_concrete(decl, p, f"--shape-profile {t!r}") for p, t in zip(parsed, profiles)]
+    shapes = [_concrete(decl, p, f"profiles {t!r}") for p, t in zip(parsed, profiles)]
     if len(shapes) == 1:
         return Gears(shapes[0], shapes)
     if len(shapes) > max_gears:
-        raise UsageError(f"--shape-profile: {len(shapes)} gears; ATC takes at most {max_gears}")
+        raise UsageError(f"profiles: {len(shapes)} gears; ATC takes at most {max_gears}", option="profiles")
     if len({repr(s) for s in shapes}) != len(shapes):
-        raise UsageError("--shape-profile: two profiles give the same shapes")
+        raise UsageError("profiles: two gears have the same shapes", option="profiles")
     varying = {(k, i) for k, dims in shapes[0].items() for i in range(len(dims))
                if len({s[k][i] for s in shapes}) > 1}
     input_shape = {k: [-1 if (k, i) in varying else d for i, d in enumerate(dims)] for k, dims in shapes[0].items()}
@@ -142,5 +142,5 @@ def plan_gears(proto: onnx.ModelProto, profiles: list[str], min_gears: int = 2, 
         g.option = "dynamic_dims"
         g.value = ";".join(",".join(str(s[k][i]) for k, i in order) for s in shapes)
     if len(shapes) < min_gears:  # pragma: no cover - one profile is handled above
-        raise UsageError(f"--shape-profile: ATC's gear options need at least {min_gears} gears")
+        raise UsageError(f"profiles: ATC's gear options need at least {min_gears} gears", option="profiles")
     return g

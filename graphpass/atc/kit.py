@@ -126,7 +126,7 @@ def write_kit(model, folder: str | Path, *, target: str | None = None, cann: str
         raise UsageError(f"an ATC kit needs a hardware target ({', '.join(KNOWN_TARGETS)}), not 'none'")
     soc = C.soc_version(tgt.profile.name) if tgt.profile is not None else None
     if soc is None:
-        raise UsageError(f"target '{tgt.name}': no ATC --soc_version known for profile '{tgt.profile.name}' "
+        raise UsageError(f"target '{tgt.name}': no ATC soc_version known for profile '{tgt.profile.name}' "
                          f"(cost_model/data/cann_atc.toml [soc_version])")
     proto = as_proto(model)
     fitted, check = fit_opset(proto, rel, seed=seed)

@@ -114,7 +114,7 @@ def _attr_strings(value: list) -> list[str]:
 def _stage_file(folder: Path) -> Path:
     files = sorted(folder.glob("ge_proto*.txt"))
     if not files:
-        raise UsageError(f"--ge-graph {folder}: no ge_proto*.txt dump (run ATC with DUMP_GE_GRAPH=2)")
+        raise UsageError(f"{folder}: no ge_proto*.txt dump (run ATC with DUMP_GE_GRAPH=2)")
     for suffix in ("_Build.txt", "_PreRunAfterBuild.txt"):
         hits = [f for f in files if f.name.endswith(suffix)]
         if hits:
@@ -228,9 +228,9 @@ def atc_check(model, fusion_result: str | Path, ge_graph: str | Path | None = No
         try:
             manifest = json.loads(mf.read_text(encoding="utf-8"))
         except OSError as e:
-            raise UsageError(f"--kit: {mf}: cannot read: {e.strerror}") from None
+            raise UsageError(f"{mf}: cannot read the kit's manifest: {e.strerror}") from None
         except json.JSONDecodeError as e:
-            raise UsageError(f"--kit: {mf}: not valid JSON: {e.msg}") from None
+            raise UsageError(f"{mf}: the kit's manifest is not valid JSON: {e.msg}") from None
         target = target or manifest.get("target")
         if input_shapes is None and manifest.get("gears"):
             input_shapes = manifest["gears"][0]
