@@ -75,6 +75,16 @@ class Kit:
         return lines
 
 
+def _name_nodes(proto: onnx.ModelProto) -> None:
+    """Unnamed nodes named after their first output, as graphpass's keep-list calls them, so that
+    ``--keep_dtype`` names the op ATC builds from each (ATC names an op by its node's name)."""
+    taken = {n.name for n in proto.graph.node if n.name}
+    for n in proto.graph.node:
+        if not n.name and n.output and n.output[0] not in taken:
+            n.name = n.output[0]
+            taken.add(n.name)
+
+
 def _node_names(proto: onnx.ModelProto) -> dict[str, str]:
     return {(n.name or (n.output[0] if n.output else "")): n.op_type for n in proto.graph.node}
 
@@ -130,6 +140,9 @@ def write_kit(model, folder: str | Path, *, target: str | None = None, cann: str
                          f"(cost_model/data/cann_atc.toml [soc_version])")
     proto = as_proto(model)
     fitted, check = fit_opset(proto, rel, seed=seed)
+    if fitted is proto:  # as_proto may hand back the caller's own ModelProto: never change it
+        fitted = onnx.ModelProto()
+        fitted.CopyFrom(proto)
     if check.refused:
         raise UnsupportedError(f"ATC (CANN {rel.name}) would refuse {len(check.refused)} node(s); no kit written: "
                                + "; ".join(str(r) for r in check.refused[:20])
@@ -137,6 +150,7 @@ def write_kit(model, folder: str | Path, *, target: str | None = None, cann: str
     dyn = rel.option("dynamic_dims")
     gears = plan_gears(fitted, list(profiles), dyn.min_gears if dyn else 2, dyn.max_gears if dyn else 100)
 
+    _name_nodes(fitted)
     mode = precision_mode or tgt.default_precision_mode or "force_fp16"
     names = _node_names(fitted)
     keep = [n for n in keep_fp32 if n in names]

@@ -206,3 +206,12 @@ def test_shape_with_start_end_and_an_uneven_split_are_converted_exactly():
     assert ops == ["Shape", "Slice", "Split"]
     sizes = next(t for t in fitted.graph.initializer if t.name.startswith("split_sizes"))
     assert list(onnx.numpy_helper.to_array(sizes)) == [3, 3, 1]
+
+
+def test_an_unnamed_kept_node_is_named_in_the_kit_model_as_the_keep_list_calls_it(tmp_path):
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Relu", ["e"], ["y"], name="relu")]
+    m = make_model(nodes, {"x": [2, 3]}, {"y": [2, 3]})
+    kit = write_kit(m, tmp_path, keep_fp32=["e"], name="m")
+    assert read_kit(tmp_path).keep_fp32 == ["e"] == kit.keep_fp32
+    assert [n.name for n in onnx.load(tmp_path / "m.onnx").graph.node] == ["e", "relu"]
+    assert m.graph.node[0].name == ""  # the caller's model is not changed
