@@ -16,7 +16,7 @@ from typing import Any
 
 from graphpass.errors import UsageError
 
-__all__ = ["AtcOption", "CannRelease", "release", "releases", "NEWEST", "soc_version", "ATC_FILE", "OPS_FILE"]
+__all__ = ["AtcOption", "CannRelease", "OpConstraint", "release", "releases", "NEWEST", "soc_version", "ATC_FILE", "OPS_FILE"]
 
 _DATA = Path(__file__).resolve().parent / "data"
 ATC_FILE = _DATA / "cann_atc.toml"
@@ -38,6 +38,19 @@ class AtcOption:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpConstraint:
+    """What the ONNX operator list allows of one op: an attribute's values, or constant inputs."""
+
+    op: str
+    src: str
+    attr: str = ""
+    allowed: tuple[str, ...] = ()
+    default: str = ""
+    when: tuple[tuple[str, str], ...] = ()
+    const_inputs: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class CannRelease:
     name: str
     opset: tuple[int, int]
@@ -50,6 +63,7 @@ class CannRelease:
     ascend_types: dict[str, tuple[str, ...]]
     options: dict[str, AtcOption]
     op_src: dict[str, str]
+    constraints: tuple[OpConstraint, ...] = ()
 
     def supports(self, op_type: str, opset: int) -> bool:
         return opset in self.ops.get(op_type, ())
@@ -99,6 +113,20 @@ def _load(atc_path: str, ops_path: str) -> dict[str, CannRelease]:
             raise _bad(ap, f"options.{name}.{sorted(unknown)[0]}", "no such field (typo?)")
         opts[name] = AtcOption(name, e["kind"], tuple(str(v) for v in e.get("values", ())), tuple(e["versions"]),
                                e["src"], e["tag"], int(e.get("min_gears", 0)), int(e.get("max_gears", 0)))
+    cons: list[tuple[tuple[str, ...], OpConstraint]] = []
+    for i, e in enumerate(data.get("constraints", [])):
+        key = f"constraints[{i}]"
+        _sourced(ap, key, e)
+        unknown = set(e) - {"op", "attr", "allowed", "default", "when", "const_inputs", "versions", "src", "tag", "note"}
+        if unknown:
+            raise _bad(ap, f"{key}.{sorted(unknown)[0]}", "no such field (typo?)")
+        if not isinstance(e.get("op"), str) or not (e.get("attr") or e.get("const_inputs")):
+            raise _bad(ap, key, "op and attr/allowed or const_inputs")
+        if e.get("attr") and not e.get("allowed"):
+            raise _bad(ap, f"{key}.allowed", "the values the attribute may take")
+        cons.append((tuple(e.get("versions", ())), OpConstraint(
+            e["op"], e["src"], e.get("attr", ""), tuple(e.get("allowed", ())), str(e.get("default", "")),
+            tuple(sorted((str(k), str(v)) for k, v in e.get("when", {}).items())), tuple(e.get("const_inputs", ())))))
     parser = data.get("parser", {})
     builtin = tuple(parser.get("builtin", ()))
     out: dict[str, CannRelease] = {}
@@ -128,7 +156,8 @@ def _load(atc_path: str, ops_path: str) -> dict[str, CannRelease]:
             ops[op_type] = frozenset(range(lo, hi + 1))
             srcs[op_type] = parser.get("src", "")
         out[name] = CannRelease(name, (lo, hi), str(e.get("onnx", "")), e["src"], e["tag"], ops, types,
-                                {n: o for n, o in opts.items() if name in o.versions}, srcs)
+                                {n: o for n, o in opts.items() if name in o.versions}, srcs,
+                                tuple(c for vs, c in cons if name in vs))
     if not out:
         raise UsageError(f"{ap.name}: no [versions.*] entries")
     return out

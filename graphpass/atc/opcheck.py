@@ -82,6 +82,8 @@ def check_ops(proto: onnx.ModelProto, rel: CannRelease) -> OpCheck:
     lo, hi = rel.opset
     check = OpCheck(rel.name, rel.opset, opset)
     local = {f.name for f in proto.functions}
+    consts = {t.name for t in proto.graph.initializer}
+    consts |= {o for _, n in _nodes(proto.graph) if n.op_type == "Constant" for o in n.output}
     seen = set()
     for where, node in _nodes(proto.graph):
         name = where + (node.name or (node.output[0] if node.output else node.op_type))
@@ -99,8 +101,43 @@ def check_ops(proto: onnx.ModelProto, rel: CannRelease) -> OpCheck:
             why = (f"not in the CANN {rel.name} ONNX operator list" if not have
                    else f"registered at opsets {_ranges(have)} only, not v{opset}")
             check.refused.append(Refusal(name, node.op_type, node.domain, opset, why))
+        else:
+            for why in _constraint_breaks(node, rel, consts):
+                check.refused.append(Refusal(name, node.op_type, node.domain, opset, why))
     check.op_types = len(seen)
     return check
+
+
+def _attr_text(node: onnx.NodeProto, name: str) -> str | None:
+    for a in node.attribute:
+        if a.name == name:
+            v = onnx.helper.get_attribute_value(a)
+            return v.decode() if isinstance(v, bytes) else str(v)
+    return None
+
+
+def _constraint_breaks(node: onnx.NodeProto, rel: CannRelease, consts: set[str]) -> list[str]:
+    out = []
+    for c in rel.constraints:
+        if c.op != node.op_type:
+            continue
+        if any((_attr_text(node, k) or "") != v and not (_attr_text(node, k) is None and v == _default_of(rel, node.op_type, k))
+               for k, v in c.when):
+            continue
+        if c.attr:
+            value = _attr_text(node, c.attr)
+            value = c.default if value is None else value
+            if value not in c.allowed:
+                out.append(f"{c.attr}={value}: CANN {rel.name} takes {' or '.join(c.allowed)} ({c.src.split(' ')[0]})")
+        for i in c.const_inputs:
+            if i < len(node.input) and node.input[i] and node.input[i] not in consts:
+                out.append(f"input {i} ({node.input[i]}) must be a constant for CANN {rel.name} "
+                           f"(fold_constants makes it one where it can)")
+    return out
+
+
+def _default_of(rel: CannRelease, op: str, attr: str) -> str:
+    return next((c.default for c in rel.constraints if c.op == op and c.attr == attr), "")
 
 
 def _ranges(vs: list[int]) -> str:

@@ -42,3 +42,38 @@ def test_op_list_answers_by_the_models_opset():
     assert not r7.supports("Loop", 17)                                 # no parser registers Loop
     assert r7.supports("Constant", 17)                                 # the parser's own
     assert cann.soc_version("ascend910b2") == "Ascend910B2" and cann.soc_version("nope") is None
+
+
+def _resize(tmp=None, **attrs):
+    import numpy as np
+    from onnx import helper
+
+    from graphpass.testing import make_model
+
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs", **attrs)]
+    return make_model(nodes, {"x": [1, 1, 2, 2]}, {"y": [1, 1, 4, 4]}, {"scales": np.float32([1, 1, 2, 2])})
+
+
+def test_documented_attribute_constraints_refuse_by_name_and_release():
+    from graphpass.atc import check_ops
+
+    r7, r9 = cann.release("7.0"), cann.release("9.2")
+    assert check_ops(_resize(mode="linear"), r9).refused == []
+    cubic = check_ops(_resize(mode="cubic"), r7).refused
+    assert [(x.node, x.op_type) for x in cubic] == [("rs", "Resize")] and "mode=cubic" in cubic[0].reason
+    # nearest with ONNX's default nearest_mode (round_prefer_floor): only 9.2's page forbids it
+    assert check_ops(_resize(), r7).refused == []
+    assert "nearest_mode=round_prefer_floor" in check_ops(_resize(), r9).refused[0].reason
+    assert check_ops(_resize(nearest_mode="round_prefer_ceil"), r9).refused == []
+
+
+def test_a_resize_whose_scales_are_computed_is_refused():
+    from onnx import helper
+
+    from graphpass.atc import check_ops
+    from graphpass.testing import make_model
+
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs", mode="linear")]
+    m = make_model(nodes, {"x": [1, 1, 2, 2], "s": [4]}, {"y": [1, 1, 4, 4]})
+    refused = check_ops(m, cann.release("7.0")).refused
+    assert len(refused) == 1 and "input 2 (s) must be a constant" in refused[0].reason
