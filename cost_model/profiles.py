@@ -99,7 +99,8 @@ class HardwareProfile:
 
 
 def known_targets() -> list[str]:
-    return sorted(p.stem for p in DATA_DIR.glob("*.toml") if p.stem not in NOT_PROFILES)
+    # cann_*.toml: the ATC hand-off's release data (cost_model/cann.py), not hardware profiles
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml") if p.stem not in NOT_PROFILES and not p.stem.startswith("cann_"))
 
 
 def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:

@@ -194,6 +194,8 @@ _FLAGS = {
     "target": "--target",
     "loop_trips": "--loop-trips",
     "symbolic_dim": "--symbolic-dim",
+    "profiles": "--shape-profile",
+    "cann": "--cann-version",
 }
 
 
@@ -390,6 +392,9 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     if args.dump_dir:
         check_output_folder(Path(args.dump_dir), "--dump-dir", may_not_exist=True)
     _apply_fusion_switches(args)
+    from graphpass.cli_atc import check_optimize_atc_args
+
+    check_optimize_atc_args(args)
     options = {}
     if args.fold_size_limit is not None:
         options["fold_constants"] = {"size_limit": args.fold_size_limit}
@@ -406,6 +411,7 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
 
             keep = P.analyze(model_io.load_proto(args.model), seed=args.seed, input_shapes=shapes).keep_fp32
         options["mixed_precision"] = {"mode": args.mixed_precision or "force_fp16", "keep_fp32": keep}
+        args.atc_keep_fp32 = keep
         args.enable = [",".join(_split_names(args.enable) + ["mixed_precision"])]
         if args.passes and "mixed_precision" not in _split_names(args.passes):
             # --enable does not add to an explicit list: without this the pass never ran
@@ -463,6 +469,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         applied = [r.name for r in result.report.passes if r.application]
         with phase("verify"):
             result.report.notes.append(_verify_output(args, staged_model, shapes, applied))
+    kit_lines = []
+    if args.atc:
+        from graphpass.cli_atc import write_optimize_kit
+
+        kit_lines = write_optimize_kit(args, result.graph, outputs)
     profiling.enter("report")  # the report file and the table below (an error: closed when the profile stops)
     if staged_report is not None:
         text = result.report.to_markdown() if staged_report.suffix.lower() in (".md", ".markdown") else result.report.to_json()
@@ -478,6 +489,8 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
         if args.explain is not None:
             _print_explanations(report.explanations, args.explain)
         print(f"wrote {args.output}" + (f" (dumps in {args.dump_dir})" if args.dump_dir else ""))
+        if kit_lines:
+            print("\n".join(kit_lines))
     profiling.leave("report")
     return 0
 
@@ -980,6 +993,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--profile", action="store_true",
                    help="print the run's phases (load, shape inference, each pass, cost estimates, export, save, "
                         "report, verify) with wall time and peak RSS to stderr at the end")
+    from graphpass.cli_atc import add_optimize_atc_args
+
+    add_optimize_atc_args(o)
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
@@ -1074,6 +1090,9 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_git import add_git_verbs
 
     add_git_verbs(sub, common)
+    from graphpass.cli_atc import add_atc_verbs
+
+    add_atc_verbs(sub, common)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
     v.add_argument("model_a", help="the reference model")

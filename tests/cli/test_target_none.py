@@ -19,7 +19,8 @@ def _verbs_with_a_target() -> set[str]:
 
 
 def test_every_verb_with_a_target_is_covered_here():
-    assert _verbs_with_a_target() <= {"optimize", "diff", "bisect", "cost", "calibrate", "pr-comment"}
+    assert _verbs_with_a_target() <= {"optimize", "diff", "bisect", "cost", "calibrate", "pr-comment",
+                                             "atc", "atc-check"}
 
 
 def test_optimize_diff_and_bisect_run_without_a_target(tmp_path, capsys):
@@ -38,6 +39,9 @@ def test_optimize_diff_and_bisect_run_without_a_target(tmp_path, capsys):
 @pytest.mark.parametrize("argv,says", [
     (["cost", EXAMPLE, "--target", "none"], "nothing to estimate"),
     (["calibrate", EXAMPLE, "x.csv", "--target", "none", "-o", "c.toml"], "needs a hardware target"),
+    (["atc", EXAMPLE, "--target", "none", "-o", "kit", "--shape-profile", "N=1"], "needs a hardware target"),
+    (["atc-check", EXAMPLE, "--target", "none", "--fusion-result", "f.json"], "needs a hardware target"),
+    (["optimize", EXAMPLE, "-o", "o.onnx", "--target", "none", "--atc", "kit"], "needs a hardware target"),
 ])
 def test_cost_and_calibrate_without_a_target_say_so_exit_2(argv, says, capsys):
     assert main(argv) == 2
