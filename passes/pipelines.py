@@ -33,6 +33,7 @@ CLEANUP = (
 LOWERING = (
     "lower_dynamic_topk",
     "lower_extract_image_patches",
+    "lower_reflect_pad",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).

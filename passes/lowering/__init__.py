@@ -2,5 +2,6 @@
 
 from graphpass.passes.lowering.lower_dynamic_topk import LowerDynamicTopK
 from graphpass.passes.lowering.lower_extract_image_patches import LowerExtractImagePatches
+from graphpass.passes.lowering.lower_reflect_pad import LowerReflectPad
 
-__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches"]
+__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad"]
