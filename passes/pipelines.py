@@ -34,6 +34,7 @@ LOWERING = (
     "lower_dynamic_topk",
     "lower_extract_image_patches",
     "lower_reflect_pad",
+    "lower_conv1d_to_conv2d",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).
