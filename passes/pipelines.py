@@ -35,6 +35,7 @@ LOWERING = (
     "lower_extract_image_patches",
     "lower_reflect_pad",
     "lower_conv1d_to_conv2d",
+    "split_avgpool",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).

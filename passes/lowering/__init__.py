@@ -4,5 +4,6 @@ from graphpass.passes.lowering.lower_dynamic_topk import LowerDynamicTopK
 from graphpass.passes.lowering.lower_extract_image_patches import LowerExtractImagePatches
 from graphpass.passes.lowering.lower_reflect_pad import LowerReflectPad
 from graphpass.passes.lowering.lower_conv1d_to_conv2d import LowerConv1dToConv2d
+from graphpass.passes.lowering.split_avgpool import SplitAvgPool
 
-__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d"]
+__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d", "SplitAvgPool"]

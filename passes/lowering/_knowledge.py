@@ -13,7 +13,7 @@ from graphpass.ir.model import opset_of
 from graphpass.passes.framework.context import PassContext
 from graphpass.passes.framework.rewrite import Match
 
-__all__ = ["off_ai_core", "opset", "ints", "slice_", "unsqueeze", "squeeze"]
+__all__ = ["off_ai_core", "opset", "ints", "slice_", "unsqueeze", "squeeze", "SUMMATION_ORDER"]
 
 
 def off_ai_core(ctx: PassContext, node: gs.Node, who: str) -> str | None:
@@ -48,3 +48,12 @@ def squeeze(m: Match, x: gs.Tensor, axes: Sequence[int], label: str, shape=None)
     if opset(m) >= 13:
         return m.op("Squeeze", [x, ints(m, f"{label}_axes", axes)], name=m.names(label), dtype=x.dtype, shape=shape)
     return m.op("Squeeze", [x], {"axes": list(axes)}, name=m.names(label), dtype=x.dtype, shape=shape)
+
+
+#: Float rounding from summing a window in parts (a split pool or a split convolution kernel):
+#: the same terms, added in another order, and an average divided in two steps.
+from graphpass.check.promise import Promise  # noqa: E402
+
+SUMMATION_ORDER = Promise.tolerance(
+    "summation-order", rtol=1e-5, atol=1e-6,
+    reason="a window summed in parts: the same terms added in another order (and an average divided in two steps)")
