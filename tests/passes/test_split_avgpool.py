@@ -87,9 +87,9 @@ def test_cost_model_prices_the_gain_and_none_target_skips():
     before = target.estimate(model)
     assert [n["engine"] for n in before.nodes] == ["AICPU"]
     result = gp.optimize(model)
-    assert result.report.ops_after == {"AveragePool": 2}
+    assert result.report.ops_after["AveragePool"] == 2
     assert target.estimate(result.model).total_us < before.total_us
     onnx.checker.check_model(gp.to_proto(result.model), full_check=True)
     with pytest.raises(UsageError, match="needs a hardware target"):
         _run(model, target="none")
-    assert gp.optimize(model, target="none").report.ops_after == {"AveragePool": 1}
+    assert gp.optimize(model, target="none").report.ops_after["AveragePool"] == 1
