@@ -43,6 +43,7 @@ FUSION = (
     "fold_pad",
     "merge_concats",
     "fold_batchnorm",
+    "fold_transposed_batchnorm",
     "fuse_conv_scale",
     "fuse_conv_bias",
     "fuse_conv_activation",

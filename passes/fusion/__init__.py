@@ -2,6 +2,7 @@
 
 from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
 from graphpass.passes.fusion.fold_pad import FoldPad
+from graphpass.passes.fusion.fold_transposed_batchnorm import FoldTransposedBatchNorm
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
 from graphpass.passes.fusion.fuse_conv_activation import FuseConvActivation
 from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
@@ -12,4 +13,4 @@ from graphpass.passes.fusion.fuse_layer_norm import FuseLayerNorm
 from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
 from graphpass.passes.fusion.merge_concats import MergeConcats
 
-__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd"]
+__all__ = ["FoldBatchNorm", "FoldTransposedBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd"]
