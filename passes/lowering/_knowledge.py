@@ -13,7 +13,7 @@ from graphpass.ir.model import opset_of
 from graphpass.passes.framework.context import PassContext
 from graphpass.passes.framework.rewrite import Match
 
-__all__ = ["off_ai_core", "opset", "ints", "slice_", "unsqueeze", "squeeze", "SUMMATION_ORDER"]
+__all__ = ["off_ai_core", "opset", "ints", "slice_", "unsqueeze", "squeeze", "SUMMATION_ORDER", "KERNEL_SPLIT"]
 
 
 def off_ai_core(ctx: PassContext, node: gs.Node, who: str) -> str | None:
@@ -57,3 +57,10 @@ from graphpass.check.promise import Promise  # noqa: E402
 SUMMATION_ORDER = Promise.tolerance(
     "summation-order", rtol=1e-5, atol=1e-6,
     reason="a window summed in parts: the same terms added in another order (and an average divided in two steps)")
+
+#: A convolution's kernel split in pieces: each output is a sum of C * K products regrouped into
+#: one partial sum per piece; its rounding grows with the number of terms (thousands for the
+#: kernels this applies to), hence a wider bound than a pooling window's.
+KERNEL_SPLIT = Promise.tolerance(
+    "kernel-split", rtol=1e-4, atol=1e-5,
+    reason="a convolution summed per kernel piece: the same products added in another grouping")
