@@ -37,6 +37,7 @@ LOWERING = (
     "lower_conv1d_to_conv2d",
     "split_avgpool",
     "split_large_kernel_conv",
+    "transpose_wide_conv",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).
