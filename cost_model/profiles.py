@@ -63,7 +63,7 @@ PROFILE_FIELDS: dict[str, type] = {
 PRECISION_MODES = tuple(m.name for m in load_precision_modes())
 
 #: data files that are not hardware profiles
-NOT_PROFILES = frozenset({"op_info", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
+NOT_PROFILES = frozenset({"op_info", "op_limits", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,9 @@ then (a,b,c) -> (a,b,1,c)), so broadcasting is unchanged. Why: the Cube's kernel
 ATC's 5HD formats are 4-D; a 3-D tensor is ND, so each 1-D conv pays TransData on both sides.
 
 Exact: a 2-D convolution with a unit H axis and kernel height 1 sums the same products in the
-same order, elementwise ops are shape-agnostic, and Unsqueeze/Squeeze only reshape. The pass
+same order, elementwise ops are shape-agnostic, and Unsqueeze/Squeeze only reshape. A region is
+converted only where it needs fewer reshapes than ATC's ONNX parser adds itself when it maps a
+1-D conv to Conv2D (two per conv; E: the parser's behaviour, not a printed figure). The pass
 needs a hardware target (it is an Ascend layout choice) and is scored: the cost model vetoes an
 application that does not pay. Refused (for --explain): a convolution whose input or weight
 rank is unknown, or whose weight is not 3-D.
@@ -98,7 +100,9 @@ class LowerConv1dToConv2d(Pass):
       1. Conv and ConvTranspose (any group, pads, strides, dilations, auto_pad, bias);
       2. a chain Conv1d -> elementwise ops -> Conv1d converted together (no Squeeze/Unsqueeze between);
       3. a constant weight reshaped once (shared weights too); a weight computed at run time unsqueezed;
-      4. a value read outside the region, or a graph output, gets one Squeeze writing its old tensor.
+      4. a value read outside the region, or a graph output, gets one Squeeze writing its old tensor;
+      5. a connected region is converted only when it needs fewer Unsqueeze/Squeeze than ATC's
+         parser adds around each 1-D conv (two per conv, E): a lone conv is left as it is.
     """
 
     name = _NAME
@@ -118,6 +122,45 @@ class LowerConv1dToConv2d(Pass):
             self._run_graph(g, ctx, names, new_opset, stats)
         modified = stats["convs"] > 0
         return PassResult(modified, {"fired": stats["convs"], **stats} if modified else {"fired": 0})
+
+    def _paying(self, region: list[gs.Node], twin: dict[int, gs.Tensor], g: gs.Graph, ctx: PassContext) -> list[gs.Node]:
+        """The connected parts of ``region`` that save reshapes: ATC's ONNX parser runs a 1-D
+        conv as a 2-D one between its own reshapes (two per conv), so a part pays when it needs
+        fewer Unsqueeze + Squeeze than that (case 2); a lone conv gains nothing and is left."""
+        producer = {id(n.outputs[0]): n for n in region}
+        parent = {id(n): id(n) for n in region}
+
+        def find(k: int) -> int:
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+
+        for n in region:
+            for t in n.inputs:
+                p = producer.get(id(t))
+                if p is not None:
+                    parent[find(id(n))] = find(id(p))
+        members = {id(n) for n in region}
+        outputs = {id(t) for t in g.outputs}
+        parts: dict[int, list[gs.Node]] = {}
+        for n in region:
+            parts.setdefault(find(id(n)), []).append(n)
+        keep: list[gs.Node] = []
+        for nodes in parts.values():
+            convs = [n for n in nodes if n.op in ("Conv", "ConvTranspose")]
+            if not convs:
+                continue
+            added = sum(id(n.inputs[0]) not in twin for n in convs) + sum(
+                any(id(c) not in members for c in n.outputs[0].outputs) or id(n.outputs[0]) in outputs for n in nodes)
+            if added >= 2 * len(convs):
+                for n in convs:
+                    ctx.explain(self.name, n, f"{len(convs)} 1-D conv(s) would need {added} Unsqueeze/Squeeze: "
+                                "no fewer than ATC's parser adds itself (two per conv), nothing to gain")
+                continue
+            keep.extend(nodes)
+        order = {id(n): i for i, n in enumerate(region)}
+        return sorted(keep, key=lambda n: order[id(n)])
 
     def _run_graph(self, g: gs.Graph, ctx: PassContext, names: NameGen, opset: int, stats: dict) -> None:
         twin: dict[int, gs.Tensor] = {}  # id(3-D tensor) -> its (N,C,1,L) twin
@@ -142,7 +185,8 @@ class LowerConv1dToConv2d(Pass):
             out = n.outputs[0]
             twin[id(out)] = gs.Variable(names(f"{out.name}_h1"), dtype=out.dtype, shape=_shape4(out))
             region.append(n)
-        if not any(n.op in ("Conv", "ConvTranspose") for n in region):
+        region = self._paying(region, twin, g, ctx)
+        if not region:
             return
         members = {id(n) for n in region}
         weights: dict[int, gs.Constant] = {}

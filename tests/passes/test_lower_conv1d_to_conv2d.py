@@ -34,6 +34,13 @@ def _feeds(shapes, nasty=True, dtype=np.float32):
     return out
 
 
+def _then_pointwise(node, x_shape, inits, cout, elem=TensorProto.FLOAT, dtype=np.float32, inputs=None):
+    """``node`` (writing "c") followed by a pointwise 1-D Conv: a region of two convs."""
+    inits = dict(inits, wp=_w(3, cout, 1, dtype=dtype))
+    second = helper.make_node("Conv", ["c", "wp"], ["y"], kernel_shape=[1])
+    return make_model([node, second], inputs or {"x": (elem, x_shape)}, {"y": (elem, None)}, initializers=inits)
+
+
 def _chain(opset=17):
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3], pads=[1, 1]),
              helper.make_node("Relu", ["c1"], ["r"]),
@@ -57,19 +64,19 @@ def test_a_chain_is_converted_together_bitwise(opset):
 
 
 def test_conv_transpose_grouped_with_output_padding():
-    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[4], strides=[3],
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], kernel_shape=[4], strides=[3],
                             output_padding=[2], group=2, pads=[1, 2], dilations=[1])
-    model = make_model([node], {"x": [1, 4, 9]}, {"y": None}, initializers={"w": _w(4, 3, 4), "b": _w(6)})
+    model = _then_pointwise(node, [1, 4, 9], {"w": _w(4, 3, 4), "b": _w(6)}, 6)
     graph, result, _ = _run(model)
-    assert result.modified and ops(graph) == ["Unsqueeze", "ConvTranspose", "Squeeze"]
+    assert result.modified and ops(graph) == ["Unsqueeze", "ConvTranspose", "Conv", "Squeeze"]
     assert [n for n in graph.nodes if n.op == "ConvTranspose"][0].attrs["output_padding"] == [0, 2]
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 4, 9]}), exact=True)
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 def test_auto_pad(auto_pad):
-    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, strides=[2])
-    model = make_model([node], {"x": [1, 3, 10]}, {"y": None}, initializers={"w": _w(5, 3, 4)})
+    node = helper.make_node("Conv", ["x", "w"], ["c"], auto_pad=auto_pad, strides=[2])
+    model = _then_pointwise(node, [1, 3, 10], {"w": _w(5, 3, 4)}, 5)
     graph, result, _ = _run(model)
     assert result.modified
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 10]}), exact=True)
@@ -77,8 +84,8 @@ def test_auto_pad(auto_pad):
 
 @pytest.mark.parametrize("dtype,elem", [(np.float16, TensorProto.FLOAT16)])  # onnxruntime CPU has no double Conv
 def test_other_float_dtypes(dtype, elem):
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3])
-    model = make_model([node], {"x": (elem, [1, 3, 8])}, {"y": (elem, None)}, initializers={"w": _w(2, 3, 3, dtype=dtype)})
+    node = helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3])
+    model = _then_pointwise(node, [1, 3, 8], {"w": _w(2, 3, 3, dtype=dtype)}, 2, elem=elem, dtype=dtype)
     graph, result, _ = _run(model)
     assert result.modified
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 8]}, dtype=dtype), exact=True)
@@ -89,19 +96,18 @@ def test_values_read_outside_the_region_get_a_squeeze_and_keep_their_names():
              helper.make_node("Sigmoid", ["c"], ["s"]),
              helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 1]),
              helper.make_node("Conv", ["s", "w"], ["y"], kernel_shape=[1])]
-    model = make_model(nodes, {"x": [1, 3, 5]}, {"y": [1, 3, 5], "t": [1, 5, 3], "s": [1, 3, 5]},
-                       initializers={"w": _w(3, 3, 1)})
+    model = make_model(nodes, {"x": [1, 3, 5]}, {"y": [1, 3, 5], "t": [1, 5, 3]}, initializers={"w": _w(3, 3, 1)})
     graph, result, _ = _run(model)
-    assert result.stats["squeezes"] == 3  # c (for the Transpose), s (a graph output), y
-    assert sorted(t.name for t in graph.outputs) == ["s", "t", "y"]
+    assert result.stats["squeezes"] == 2  # c (for the Transpose) and y (a graph output)
+    assert sorted(t.name for t in graph.outputs) == ["t", "y"]
     assert [np.ndim(n.inputs[1].values) for n in graph.nodes if n.op == "Conv"] == [4, 4]
     assert len({id(n.inputs[1]) for n in graph.nodes if n.op == "Conv"}) == 1  # a shared weight reshaped once
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 5]}), exact=True)
 
 
 def test_runtime_weight_is_unsqueezed():
-    node = helper.make_node("Conv", ["x", "w"], ["y"])
-    model = make_model([node], {"x": [1, 3, 6], "w": [2, 3, 2]}, {"y": None})
+    node = helper.make_node("Conv", ["x", "w"], ["c"])
+    model = _then_pointwise(node, None, {}, 2, inputs={"x": [1, 3, 6], "w": [2, 3, 2]})
     graph, result, _ = _run(model)
     assert result.modified and ops(graph).count("Unsqueeze") == 2
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 6], "w": [2, 3, 2]}), exact=True)
@@ -116,6 +122,14 @@ def test_not_fired_on_2d_or_unknown_ranks_with_reason():
     graph, result, ctx = _run(unknown)
     assert not result.modified
     assert "rank is unknown" in ctx.explanations[0].reason
+
+
+def test_a_lone_conv_is_left_to_atc_with_the_reason():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": [1, 3, 8]}, {"y": None}, initializers={"w": _w(2, 3, 3)})
+    graph, result, ctx = _run(model)
+    assert not result.modified and ops(graph) == ["Conv", "Relu"]
+    assert "no fewer than ATC's parser adds itself" in ctx.explanations[0].reason
 
 
 def test_needs_a_target():
