@@ -47,7 +47,7 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
 
 def _kernel(node: Any) -> list[int] | None:
     ks = _attr(node, "kernel_shape")
-    if ks is None and node.op in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
+    if ks is None and (node.op in ("Conv", "ConvTranspose") or node.op.startswith("FusedConv")) and len(node.inputs) > 1:
         shape = node.inputs[1].shape
         if shape is not None and len(shape) > 2 and all(isinstance(d, int) for d in shape[2:]):
             ks = list(shape[2:])
@@ -64,9 +64,12 @@ class OpLimits:
 
     def aicpu_reason(self, node: Any) -> str | None:
         """Why ``node`` (a default-domain gs.Node) leaves AI Core by this table, or None."""
-        if node.domain not in (None, "", "ai.onnx"):
+        op = node.op
+        if node.domain == "graphpass.ascend" and op.startswith("FusedConv"):
+            op = "Conv"  # a Conv with its activation fused in is still that Conv's kernel
+        elif node.domain not in (None, "", "ai.onnx"):
             return None
-        row = self.rows.get(node.op)
+        row = self.rows.get(op)
         if row is None:
             return None
         return self.reason(row, node)

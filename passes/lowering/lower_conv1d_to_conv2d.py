@@ -1,6 +1,8 @@
 """1-D Conv and ConvTranspose as 2-D ones with an H of 1, converted a region at a time.
 
     Conv1d(x (N,C,L), W (M,C/g,k))  =>  Squeeze(Conv2d(Unsqueeze(x, 2), W (M,C/g,1,k)), 2)
+        (or, where a length is over the AI Core Conv's input W of 4096, the unit axis on W:
+         Unsqueeze(x, 3), W (M,C/g,k,1), the length running along H, which has no such bound)
         kernel_shape [k] -> [1,k], strides [s] -> [1,s], dilations [d] -> [1,d],
         pads [b,e] -> [0,b,0,e]; ConvTranspose: output_padding [p] -> [0,p], output_shape [L] -> [1,L]
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphpass.cost_model.op_limits import load_op_limits
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs
 from graphpass.ir.model import opset_of
@@ -57,8 +60,19 @@ def _rank(t: gs.Tensor) -> int | None:
     return len(t.shape) if t.shape is not None else None
 
 
-def _shape4(t: gs.Tensor):
-    return None if t.shape is None else [*t.shape[:2], 1, *t.shape[2:]]
+def _shape4(t: gs.Tensor, u: int = 2):
+    """``t``'s shape with the unit axis inserted at ``u`` (2: H = 1, 3: W = 1)."""
+    if t.shape is None:
+        return None
+    shape = list(t.shape)
+    shape.insert(u, 1)
+    return shape
+
+
+def _wide(n: gs.Node, limit: int | None) -> bool:
+    """The conv's input length is over the AI Core Conv's input W (it must run along H)."""
+    shape = n.inputs[0].shape
+    return limit is not None and shape is not None and isinstance(shape[-1], (int, np.integer)) and shape[-1] > limit
 
 
 def _conv1d(n: gs.Node) -> str | None:
@@ -75,20 +89,20 @@ def _conv1d(n: gs.Node) -> str | None:
     return None
 
 
-def _attrs2d(n: gs.Node) -> dict:
+def _attrs2d(n: gs.Node, u: int = 2) -> dict:
     a = dict(n.attrs)
-    for key in ("kernel_shape", "strides", "dilations"):
+
+    def two(v: int, unit: int) -> list[int]:
+        return [unit, int(v)] if u == 2 else [int(v), unit]
+
+    for key, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("output_padding", 0), ("output_shape", 1)):
         if key in a:
-            a[key] = [1, *[int(v) for v in a[key]]]
+            a[key] = two(a[key][0], unit)
     if "kernel_shape" not in a and isinstance(n.inputs[1], gs.Constant):
-        a["kernel_shape"] = [1, int(np.shape(n.inputs[1].values)[2])]
+        a["kernel_shape"] = two(np.shape(n.inputs[1].values)[2], 1)
     if "pads" in a:
         b, e = (int(v) for v in a["pads"])
-        a["pads"] = [0, b, 0, e]
-    if "output_padding" in a:
-        a["output_padding"] = [0, *[int(v) for v in a["output_padding"]]]
-    if "output_shape" in a:
-        a["output_shape"] = [1, *[int(v) for v in a["output_shape"]]]
+        a["pads"] = [0, b, 0, e] if u == 2 else [b, 0, e, 0]
     return a
 
 
@@ -102,7 +116,9 @@ class LowerConv1dToConv2d(Pass):
       3. a constant weight reshaped once (shared weights too); a weight computed at run time unsqueezed;
       4. a value read outside the region, or a graph output, gets one Squeeze writing its old tensor;
       5. a connected region is converted only when it needs fewer Unsqueeze/Squeeze than ATC's
-         parser adds around each 1-D conv (two per conv, E): a lone conv is left as it is.
+         parser adds around each 1-D conv (two per conv, E): a lone conv is left as it is;
+      6. a conv longer than the AI Core Conv's input W (data/op_limits.toml) puts the length on H
+         and the unit axis on W, (N,C,L,1), and its region is converted whatever it adds (it leaves AI CPU).
     """
 
     name = _NAME
@@ -123,7 +139,8 @@ class LowerConv1dToConv2d(Pass):
         modified = stats["convs"] > 0
         return PassResult(modified, {"fired": stats["convs"], **stats} if modified else {"fired": 0})
 
-    def _paying(self, region: list[gs.Node], twin: dict[int, gs.Tensor], g: gs.Graph, ctx: PassContext) -> list[gs.Node]:
+    def _paying(self, region: list[gs.Node], twin: dict[int, gs.Tensor], g: gs.Graph, ctx: PassContext,
+                limit: int | None) -> list[gs.Node]:
         """The connected parts of ``region`` that save reshapes: ATC's ONNX parser runs a 1-D
         conv as a 2-D one between its own reshapes (two per conv), so a part pays when it needs
         fewer Unsqueeze + Squeeze than that (case 2); a lone conv gains nothing and is left."""
@@ -153,7 +170,7 @@ class LowerConv1dToConv2d(Pass):
                 continue
             added = sum(id(n.inputs[0]) not in twin for n in convs) + sum(
                 any(id(c) not in members for c in n.outputs[0].outputs) or id(n.outputs[0]) in outputs for n in nodes)
-            if added >= 2 * len(convs):
+            if added >= 2 * len(convs) and not any(_wide(n, limit) for n in convs):
                 for n in convs:
                     ctx.explain(self.name, n, f"{len(convs)} 1-D conv(s) would need {added} Unsqueeze/Squeeze: "
                                 "no fewer than ATC's parser adds itself (two per conv), nothing to gain")
@@ -183,11 +200,18 @@ class LowerConv1dToConv2d(Pass):
             else:
                 continue
             out = n.outputs[0]
-            twin[id(out)] = gs.Variable(names(f"{out.name}_h1"), dtype=out.dtype, shape=_shape4(out))
+            twin[id(out)] = gs.Variable(names(f"{out.name}_h1"), dtype=out.dtype)
             region.append(n)
-        region = self._paying(region, twin, g, ctx)
+        row = load_op_limits().get("Conv")
+        limit = row.max_input_w if row is not None else None
+        region = self._paying(region, twin, g, ctx, limit)
         if not region:
             return
+        # the unit axis: H (2) unless a conv's length is over the AI Core Conv's input W, then W (3):
+        # the length runs along H, where the Conv has no such bound (case 6)
+        u = 3 if any(n.op in ("Conv", "ConvTranspose") and _wide(n, limit) for n in region) else 2
+        for n in region:
+            twin[id(n.outputs[0])].shape = _shape4(n.outputs[0], u)
         members = {id(n) for n in region}
         weights: dict[int, gs.Constant] = {}
         constants: dict[int, gs.Constant] = {}
@@ -197,10 +221,10 @@ class LowerConv1dToConv2d(Pass):
 
         def axes_node(op: str, x: gs.Tensor, y: gs.Tensor, label: str) -> gs.Node:
             if opset >= 13:
-                axes = gs.Constant(names(f"{label}_axes"), np.array([2], np.int64))
+                axes = gs.Constant(names(f"{label}_axes"), np.array([u], np.int64))
                 node = gs.Node(op, names(label), inputs=[x, axes], outputs=[y])
             else:
-                node = gs.Node(op, names(label), attrs={"axes": [2]}, inputs=[x], outputs=[y])
+                node = gs.Node(op, names(label), attrs={"axes": [u]}, inputs=[x], outputs=[y])
             A.mark_created(node, self.name)
             return node
 
@@ -214,19 +238,19 @@ class LowerConv1dToConv2d(Pass):
                 if id(x) in twin:
                     x4 = twin[id(x)]
                 else:
-                    x4 = gs.Variable(names(f"{x.name}_h1"), dtype=x.dtype, shape=_shape4(x))
+                    x4 = gs.Variable(names(f"{x.name}_h1"), dtype=x.dtype, shape=_shape4(x, u))
                     pre.append(axes_node("Unsqueeze", x, x4, f"{n.name or 'conv'}_unsqueeze"))
                     stats["unsqueezes"] += 1
                 if isinstance(w, gs.Constant):
                     if id(w) not in weights:
                         v = np.asarray(w.values)
-                        weights[id(w)] = gs.Constant(names(f"{w.name}_h1"), np.ascontiguousarray(v.reshape(v.shape[0], v.shape[1], 1, v.shape[2])))
+                        weights[id(w)] = gs.Constant(names(f"{w.name}_h1"), np.ascontiguousarray(np.expand_dims(v, u)))
                     w4 = weights[id(w)]
                 else:
-                    w4 = gs.Variable(names(f"{w.name}_h1"), dtype=w.dtype, shape=_shape4(w))
+                    w4 = gs.Variable(names(f"{w.name}_h1"), dtype=w.dtype, shape=_shape4(w, u))
                     pre.append(axes_node("Unsqueeze", w, w4, f"{n.name or 'conv'}_weight_unsqueeze"))
                 inputs = [x4, w4, *n.inputs[2:]]
-                attrs = _attrs2d(n)
+                attrs = _attrs2d(n, u)
                 stats["convs"] += 1
             else:
                 for t in n.inputs:
@@ -236,8 +260,7 @@ class LowerConv1dToConv2d(Pass):
                         if id(t) not in constants:
                             v = np.asarray(t.values)
                             v3 = v.reshape((1,) * (3 - v.ndim) + v.shape)
-                            constants[id(t)] = gs.Constant(names(f"{t.name}_h1"), np.ascontiguousarray(
-                                v3.reshape(v3.shape[0], v3.shape[1], 1, v3.shape[2])))
+                            constants[id(t)] = gs.Constant(names(f"{t.name}_h1"), np.ascontiguousarray(np.expand_dims(v3, u)))
                         inputs.append(constants[id(t)])
                     else:
                         inputs.append(t)  # an absent optional input

@@ -66,7 +66,8 @@ class _SplitAvgPool(Rule):
         kh, kw = (int(k) for k in pool.attrs["kernel_shape"])
         sh, sw = (int(s) for s in pool.attrs.get("strides", [1, 1]))
         t, l, b, r = (int(p) for p in pool.attrs.get("pads", [0, 0, 0, 0]))
-        base = {k: v for k, v in pool.attrs.items() if k not in ("kernel_shape", "strides", "pads", "dilations")}
+        # auto_pad VALID is pads 0, written out: ONNX forbids pads next to an auto_pad
+        base = {k: v for k, v in pool.attrs.items() if k not in ("kernel_shape", "strides", "pads", "dilations", "auto_pad")}
         label = pool.name or "avgpool"
         h = m.op("AveragePool", [pool.inputs[0]], {**base, "kernel_shape": [kh, 1], "strides": [sh, 1], "pads": [t, 0, b, 0]},
                  name=m.names(f"{label}_h"), dtype=pool.outputs[0].dtype)

@@ -132,6 +132,29 @@ def test_a_lone_conv_is_left_to_atc_with_the_reason():
     assert "no fewer than ATC's parser adds itself" in ctx.explanations[0].reason
 
 
+def test_a_conv_longer_than_the_ai_core_input_w_runs_along_h():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[2, 2], strides=[3])]
+    model = make_model(nodes, {"x": [1, 3, 6000]}, {"y": None}, initializers={"w": _w(4, 3, 3), "w2": _w(2, 4, 5)})
+    target = gp.Target.load("ascend910a")
+    before = target.estimate(model)
+    assert [n["engine"] for n in before.nodes] == ["AICPU", "AICORE", "AICPU"]
+    graph, result, _ = _run(model)
+    assert result.modified
+    convs = [n for n in graph.nodes if n.op == "Conv"]
+    assert [list(c.inputs[1].values.shape[2:]) for c in convs] == [[3, 1], [5, 1]]
+    assert convs[1].attrs["pads"] == [2, 0, 2, 0] and convs[1].attrs["strides"] == [3, 1]
+    assert_equivalent(model, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 6000]}), exact=True)
+    result = gp.optimize(model)
+    after = target.estimate(result.model)
+    assert "AICPU" not in [n["engine"] for n in after.nodes] and after.total_us < before.total_us
+    # a lone wide conv goes too: it leaves AI CPU
+    lone = make_model([nodes[0]], {"x": [1, 3, 6000]}, {"c": None}, initializers={"w": _w(4, 3, 3)})
+    graph, result, _ = _run(lone)
+    assert result.modified and ops(graph) == ["Unsqueeze", "Conv", "Squeeze"]
+    assert_equivalent(lone, gp.to_proto(graph), feeds=_feeds({"x": [1, 3, 6000]}), exact=True)
+
+
 def test_needs_a_target():
     with pytest.raises(UsageError, match="needs a hardware target"):
         _run(_chain(), target="none")

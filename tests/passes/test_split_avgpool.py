@@ -59,6 +59,13 @@ def test_float16():  # onnxruntime's CPU AveragePool has float and float16 kerne
         np.testing.assert_allclose(b, a, rtol=rtol, atol=1e-3 if dtype == np.float16 else TOL.atol)
 
 
+def test_auto_pad_valid_becomes_explicit_zero_pads():
+    model = _pool(auto_pad="VALID", strides=[3, 2])
+    graph, result, _ = _run(model)
+    assert result.modified and all("auto_pad" not in n.attrs for n in graph.nodes)
+    assert_equivalent(model, gp.to_proto(graph), feeds=_x([1, 2, 40, 45]), rtol=TOL.rtol, atol=TOL.atol)
+
+
 def test_empty_batch():
     model = _pool(shape=("n", 2, 40, 45))
     graph, result, _ = _run(model)
