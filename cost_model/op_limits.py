@@ -23,7 +23,7 @@ from graphpass.errors import UsageError
 __all__ = ["OpLimit", "OpLimits", "load_op_limits", "LIMIT_FIELDS"]
 
 #: the limits a row may hold (see the data file's header)
-LIMIT_FIELDS = ("max_kernel_dim", "max_kernel_area", "max_stride", "max_input_w", "aicpu_modes")
+LIMIT_FIELDS = ("max_kernel_dim", "max_kernel_area", "max_stride", "max_input_w", "aicpu_modes", "last_axis_unit_step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,7 @@ class OpLimit:
     max_input_w: int | None = None
     aicpu_modes: tuple[str, ...] = ()
     note: str = ""
+    last_axis_unit_step: bool = False
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:
@@ -52,6 +53,26 @@ def _kernel(node: Any) -> list[int] | None:
         if shape is not None and len(shape) > 2 and all(isinstance(d, int) for d in shape[2:]):
             ks = list(shape[2:])
     return [int(k) for k in ks] if ks is not None else None
+
+
+def _last_axis_step(node: Any) -> int | None:
+    """The step a Slice takes on its input's last axis (None: unknown, or the axis is not sliced)."""
+    import numpy as np
+    import onnx_graphsurgeon as gs
+
+    ins = node.inputs
+    shape = ins[0].shape if ins else None
+    if len(ins) < 5 or not ins[4].name or shape is None or not isinstance(ins[4], gs.Constant):
+        return None
+    rank = len(shape)
+    steps = [int(v) for v in np.asarray(ins[4].values).ravel()]
+    if len(ins) > 3 and ins[3].name:
+        if not isinstance(ins[3], gs.Constant):
+            return None
+        axes = [int(a) % rank for a in np.asarray(ins[3].values).ravel()]
+    else:
+        axes = list(range(len(steps)))
+    return next((s for a, s in zip(axes, steps) if a == rank - 1), None)
 
 
 class OpLimits:
@@ -91,6 +112,8 @@ class OpLimits:
                 return f"{node.op} input W {shape[-1]} > {row.max_input_w} {where}"
         if row.aicpu_modes and _attr(node, "mode", "constant") in row.aicpu_modes:
             return f"{node.op} mode={_attr(node, 'mode')} runs on AI CPU {where}"
+        if row.last_axis_unit_step and _last_axis_step(node) not in (None, 1):
+            return f"{node.op} step {_last_axis_step(node)} on the last axis {where}"
         return None
 
 
@@ -120,15 +143,18 @@ def parse_op_limits(path: Path) -> OpLimits:
         for k in ("tag", "fallback_tag"):
             if e.get(k) not in TAGS:
                 raise _bad(path, f"{where}.{k}", f"one of {', '.join(TAGS)}", e.get(k))
-        for k in LIMIT_FIELDS[:-1]:
+        for k in LIMIT_FIELDS[:-2]:
             v = e.get(k)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise _bad(path, f"{where}.{k}", "a positive integer", v)
+        if not isinstance(e.get("last_axis_unit_step", False), bool):
+            raise _bad(path, f"{where}.last_axis_unit_step", "true or false", e.get("last_axis_unit_step"))
         modes = e.get("aicpu_modes", [])
         if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
             raise _bad(path, f"{where}.aicpu_modes", "a list of strings", modes)
         rows[op] = OpLimit(op, e["src"], e["tag"], e["fallback_tag"], e.get("max_kernel_dim"), e.get("max_kernel_area"),
-                           e.get("max_stride"), e.get("max_input_w"), tuple(modes), e.get("note", ""))
+                           e.get("max_stride"), e.get("max_input_w"), tuple(modes), e.get("note", ""),
+                           e.get("last_axis_unit_step", False))
     return OpLimits(rows, path)
 
 

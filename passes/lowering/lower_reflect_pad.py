@@ -2,6 +2,9 @@
 
     Pad(x, pads, mode=reflect)   =>   for each axis a with pads (b, e), in order:
         x = Concat(Slice(x, b -> 0 step -1), x, Slice(x, -2 -> -2-e step -1), axis=a)
+    on the last axis, whose AI Core Slice takes step 1 only (``data/op_limits.toml``, CANN's
+    Slice page), a Gather of the mirrored indices [b, ..., 1] / [-2, ..., -1-e] instead; a
+    one-element side is the unit-step Slice x[1:2] / x[-2:-1]
 
 ``Slice(x, starts=b, ends=0, steps=-1)`` is x[b], x[b-1], ..., x[1] (the mirror without the
 edge) and ``Slice(x, starts=-2, ends=-2-e, steps=-1)`` is x[n-2], ..., x[n-1-e]: no size is
@@ -24,6 +27,7 @@ import onnx_graphsurgeon as gs
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
+from graphpass.cost_model.op_limits import load_op_limits
 from graphpass.passes.lowering._knowledge import off_ai_core, opset, slice_
 
 __all__ = ["LowerReflectPad"]
@@ -103,15 +107,35 @@ class _ReflectPad(Rule):
         pad = m.anchor
         x = pad.inputs[0]
         label = pad.name or "pad"
+        rank = len(m.pads)
+        row = load_op_limits().get("Slice")
+        unit_last = row is not None and row.last_axis_unit_step
+        size = pad.inputs[0].shape[-1] if rank else None
         for a, (b, e) in enumerate(m.pads):
             if not (b or e):
                 continue
             parts = []
-            if b:
-                parts.append(slice_(m, x, [b], [0], [a], [-1], f"{label}_reflect{a}_begin"))
-            parts.append(x)
-            if e:
-                parts.append(slice_(m, x, [-2], [-2 - e], [a], [-1], f"{label}_reflect{a}_end"))
+            for side, count in (("begin", b), ("end", e)):
+                if not count:
+                    if side == "begin":
+                        parts.append(x)
+                    continue
+                name = f"{label}_reflect{a}_{side}"
+                if count == 1:  # one element: a unit-step Slice (x[1:2] or x[-2:-1])
+                    part = slice_(m, x, [1] if side == "begin" else [-2], [2] if side == "begin" else [-1], [a], [1], name)
+                elif a == rank - 1 and unit_last and (opset(m) >= 11 or isinstance(size, (int, np.integer))):
+                    # the AI Core Slice takes only step 1 on the last axis: a Gather of the mirrored indices
+                    idx = list(range(count, 0, -1)) if side == "begin" else list(range(-2, -2 - count, -1))
+                    if opset(m) < 11:  # no negative indices before opset 11
+                        idx = [i % int(size) for i in idx]
+                    part = m.op("Gather", [x, gs.Constant(m.names(f"{name}_indices"), np.asarray(idx, np.int64))],
+                                {"axis": a}, name=m.names(name), dtype=x.dtype)
+                else:
+                    part = slice_(m, x, [count] if side == "begin" else [-2], [0] if side == "begin" else [-2 - count],
+                                  [a], [-1], name)
+                parts.append(part)
+                if side == "begin":
+                    parts.append(x)
             x = m.op("Concat", parts, {"axis": a}, name=m.names(f"{label}_reflect{a}"), dtype=pad.inputs[0].dtype)
         return x
 

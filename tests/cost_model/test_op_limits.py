@@ -17,7 +17,7 @@ def _node(op, attrs=None, x_shape=(1, 3, 8, 8), w_shape=None, domain=None):
 
 def test_every_row_has_a_source_and_tags():
     limits = load_op_limits()
-    assert {"AveragePool", "Conv", "Pad"} <= set(limits.rows)
+    assert {"AveragePool", "Conv", "Pad", "Slice"} <= set(limits.rows)
     for row in limits.rows.values():
         assert row.src and row.tag in "PDTE" and row.fallback_tag in "PDTE"
 
@@ -43,6 +43,20 @@ def test_aicpu_reason(node, expected):
         assert got is None
     else:
         assert expected in got and "P)" in got
+
+
+def _slice(axes, steps, shape=(1, 2, 5, 6)):
+    x = gs.Variable("x", dtype=np.float32, shape=list(shape))
+    c = [gs.Constant(f"c{i}", np.asarray(v, np.int64)) for i, v in enumerate(([0] * len(axes), [2] * len(axes), axes, steps))]
+    return gs.Node("Slice", inputs=[x, *c], outputs=[gs.Variable("y", dtype=np.float32)])
+
+
+def test_a_slice_with_a_step_other_than_1_on_the_last_axis_leaves_ai_core():
+    limits = load_op_limits()
+    assert "step -1 on the last axis" in limits.aicpu_reason(_slice([3], [-1]))
+    assert "step 2 on the last axis" in limits.aicpu_reason(_slice([2, -1], [1, 2]))
+    assert limits.aicpu_reason(_slice([2], [-1])) is None
+    assert limits.aicpu_reason(_slice([3], [1])) is None
 
 
 def test_a_malformed_file_names_file_and_key(tmp_path):

@@ -51,7 +51,8 @@ def test_reflect_pad_becomes_slices_and_concats_bitwise(opset):
     graph, result, _ = _run(model)
     assert result.modified and result.stats["fired"] == 1
     assert "Pad" not in ops(graph)
-    assert ops(graph).count("Concat") == 2 and ops(graph).count("Slice") == 4
+    # H (2, 3): two reversed Slices; W, the last axis (step 1 only on AI Core): 1 -> a unit-step Slice, 5 -> a Gather
+    assert ops(graph).count("Concat") == 2 and ops(graph).count("Slice") == 3 and ops(graph).count("Gather") == 1
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds(shape), exact=True)
 
 
@@ -75,6 +76,17 @@ def test_every_dtype_is_copied_exactly(dtype, elem):
     graph, result, _ = _run(model)
     assert result.modified
     assert_equivalent(model, gp.to_proto(graph), feeds=_feeds(shape, dtype), exact=True)
+
+
+def test_one_element_sides_are_unit_step_slices():
+    shape = [2, 3, 4]
+    model = _pad(shape, [0, 1, 1, 0, 1, 1])
+    graph, result, _ = _run(model)
+    assert result.modified and "Gather" not in ops(graph)
+    for n in graph.nodes:
+        if n.op == "Slice":
+            assert list(n.inputs[4].values) == [1]
+    assert_equivalent(model, gp.to_proto(graph), feeds=_feeds(shape), exact=True)
 
 
 def test_symbolic_sizes_and_an_empty_batch():
@@ -122,5 +134,6 @@ def test_cost_model_prices_the_gain_and_the_pipeline_fires():
     after = target.estimate(result.model)
     assert after.total_us < before.total_us
     assert not any(n["engine"] == "AICPU" for n in after.nodes)
+    assert "Gather" in result.report.ops_after  # the last axis: no Slice with step -1 (CANN: step 1 only there)
     assert_equivalent(model, gp.to_proto(result.model), feeds=_feeds([1, 16, 64, 64]), exact=True)
     onnx.checker.check_model(gp.to_proto(result.model), full_check=True)
