@@ -151,7 +151,7 @@ class LowerReflectPad(RulePass):
     """
 
     name = _NAME
-    summary = "Pad mode=reflect (AI CPU on Ascend) -> Slice(step -1) + Concat per padded axis, on AI Core."
+    summary = "Pad mode=reflect (AI CPU on Ascend) -> mirrored Slices (a Gather on the last axis) + Concat per padded axis, on AI Core."
     kind = PassKind.LOWERING
     promise = EXACT
     scored = True  # the cost model vetoes an application that does not pay
