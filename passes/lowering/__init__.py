@@ -1,4 +1,5 @@
-"""Lowerings of ops Ascend cannot run well (required: the cost model cannot veto them)."""
+"""Lowerings of ops Ascend cannot run well: those that make a graph compilable are required (the
+cost model cannot veto them); issue 25's Ascend knowledges are scored (vetoed where they do not pay)."""
 
 from graphpass.passes.lowering.lower_dynamic_topk import LowerDynamicTopK
 from graphpass.passes.lowering.lower_extract_image_patches import LowerExtractImagePatches
