@@ -376,6 +376,49 @@ def llama(full: bool) -> Built:
 
 def llama_static(full: bool) -> Built:
     return _llama(full, dynamic_sequence=False)
+# ------------------------------------------------------------------------------------------
+# style transfer (ReflectionPad2d: Pad mode=reflect, an AI CPU op on Ascend; issue 25)
+
+class _ConvLayer(nn.Sequential):
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1):
+        super().__init__(nn.ReflectionPad2d(k // 2), nn.Conv2d(cin, cout, k, stride))
+
+
+class _Residual(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.body = nn.Sequential(_ConvLayer(c, c, 3), nn.InstanceNorm2d(c, affine=True), nn.ReLU(),
+                                  _ConvLayer(c, c, 3), nn.InstanceNorm2d(c, affine=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class _TransformerNet(nn.Module):
+    """Johnson et al.'s fast style-transfer network (the PyTorch examples' TransformerNet):
+    reflection-padded convolutions, instance norms, residual blocks, upsampling."""
+
+    def __init__(self, width: int, blocks: int):
+        super().__init__()
+        w = width
+        layers: list[nn.Module] = [_ConvLayer(3, w, 9), nn.InstanceNorm2d(w, affine=True), nn.ReLU(),
+                                   _ConvLayer(w, 2 * w, 3, 2), nn.InstanceNorm2d(2 * w, affine=True), nn.ReLU(),
+                                   _ConvLayer(2 * w, 4 * w, 3, 2), nn.InstanceNorm2d(4 * w, affine=True), nn.ReLU()]
+        layers += [_Residual(4 * w) for _ in range(blocks)]
+        layers += [nn.Upsample(scale_factor=2, mode="nearest"), _ConvLayer(4 * w, 2 * w, 3),
+                   nn.InstanceNorm2d(2 * w, affine=True), nn.ReLU(),
+                   nn.Upsample(scale_factor=2, mode="nearest"), _ConvLayer(2 * w, w, 3),
+                   nn.InstanceNorm2d(w, affine=True), nn.ReLU(), _ConvLayer(w, 3, 9)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def style_transfer(full: bool) -> Built:
+    width, blocks = (32, 5) if full else (4, 1)
+    return Built(_TransformerNet(width, blocks), {"x": _image(size=256 if full else 32)}, {"x": _BATCH}, ["image"],
+                 f"TransformerNet(width {width}, {blocks} residual blocks)")
 
 
 MODELS: dict[str, Callable[[bool], Built]] = {
@@ -392,6 +435,7 @@ MODELS: dict[str, Callable[[bool], Built]] = {
     "whisper": whisper,
     "llama": llama,
     "llama_static": llama_static,
+    "style_transfer": style_transfer,
 }
 FULL_ONLY = {"ssdlite_mobilenet_v3": ssdlite_mobilenet_v3}
 

@@ -49,6 +49,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.cost_model.base import CostModel
 from graphpass.cost_model.op_info import OpInfo, OpTable, load_op_table
+from graphpass.cost_model.op_limits import load_op_limits
 from graphpass.cost_model.profiles import PRECISION_MODES, HardwareProfile, load_profile
 from graphpass.cost_model.report import CostReport
 from graphpass.cost_model.target import DEFAULT_TARGET
@@ -847,6 +848,9 @@ class AscendCostModel(CostModel):
         engine = info.engine
         if engine != "AICORE" or info.cost in ("view", "none", "control"):
             return engine, False, ""
+        limit = load_op_limits().aicpu_reason(node)  # an attribute or size outside the AI Core kernel
+        if limit:
+            return "AICPU", False, limit
         if dtype != np.dtype("float32"):
             if dtype.name not in info.dtypes_on(self.target) and dtype.name not in ("int64", "float64"):
                 return "AICPU", False, f"{dtype.name} has no AI Core kernel"

@@ -63,9 +63,9 @@ PROFILE_FIELDS: dict[str, type] = {
 PRECISION_MODES = tuple(m.name for m in load_precision_modes())
 
 #: data files that are not hardware profiles
-#: data files that are not hardware profiles (cann_*.toml, the ATC release data, are skipped by prefix)
-NOT_PROFILES = frozenset({"op_info", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem,
-                          "transformer_ops"})  # the transformer device ops' per-target facts
+#: (cann_*.toml, the ATC release data, are skipped by prefix)
+NOT_PROFILES = frozenset({"op_info", "op_limits", "calibration", PRECISION_MODES_FILE.stem, UB_FUSION_FILE.stem,
+                          "transformer_ops"})  # transformer_ops: the transformer device ops' per-target facts
 
 
 @dataclasses.dataclass(frozen=True)

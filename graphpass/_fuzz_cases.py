@@ -18,6 +18,9 @@ is run on (special values mixed in), the storage form of its initializers and th
   fusion       Conv + Add/Mul (operand rank up to 5), BatchNormalization (var + eps may be 0),
                Clip(0, 6), GELU's decomposition (exact and near-miss constants), LayerNorm's
                decomposition, MatMul + Add
+  knowledge    issue 25's conv/pool knowledges: reflect Pad (every dtype; pads by attribute,
+               input or with axes), 1-D Conv chains, AveragePool over the AI Core window,
+               a Conv kernel over 255, a Conv over an input W above 4096, Transpose-BN-Transpose
 Storage forms: inline, external data (tensors below and above 1 KiB), sparse initializer,
 string initializer, int4/uint4 initializer (opset 21).
 """
@@ -37,7 +40,7 @@ _NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloa
 _ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
          "float64": TensorProto.DOUBLE, "int8": TensorProto.INT8, "int32": TensorProto.INT32,
          "int64": TensorProto.INT64, "bool": TensorProto.BOOL}
-TEMPLATES = ("elementwise", "cast_pair", "shapes", "cse", "concat", "loop", "if", "scan", "topk", "fusion")
+TEMPLATES = ("elementwise", "cast_pair", "shapes", "cse", "concat", "loop", "if", "scan", "topk", "fusion", "knowledge")
 STORAGE = ("inline", "external", "sparse", "string", "int4", "uint4")
 
 
@@ -487,11 +490,52 @@ def _t_transformer(draw, st, b: _Builder, kind: str) -> None:
         g = b.node("MatMul", [x, b.const_values([w, c])])[0]
         u = b.node("MatMul", [x, b.const_values([w, c])])[0]
         b.output(b.node("Mul", [b.node("Mul", [g, b.node("Sigmoid", [g])[0]])[0], u])[0])
+def t_knowledge(draw, st, b: _Builder):
+    """Issue 25's conv/pool knowledges (the float ones where onnxruntime has float kernels)."""
+    kinds = ["reflect_pad"]
+    if b.family in ("float32", "float16"):
+        kinds += ["conv1d", "avgpool"]
+    if b.family == "float32":
+        kinds += ["large_kernel", "wide_conv", "transposed_bn"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "reflect_pad":
+        x = b.input([1, 2, 4, 5])
+        pads = [0, 0, draw(st.integers(0, 3)), draw(st.integers(0, 4)), 0, 0, draw(st.integers(0, 3)), draw(st.integers(0, 4))]
+        if b.opset >= 18 and draw(st.booleans()):
+            y = b.node("Pad", [x, b.const(np.array(pads[2:4] + pads[6:8], np.int64), "int64"), "",
+                               b.const(np.array([-2, 3], np.int64), "int64")], mode="reflect")[0]
+        else:
+            y = b.node("Pad", [x, b.const(np.array(pads, np.int64), "int64")], mode="reflect")[0]
+        b.output(y)
+    elif kind == "conv1d":
+        c = draw(st.sampled_from([1, 2, 3]))
+        x = b.input([1, c, 7])
+        y = b.node("Conv", [x, b.const_values([c, c, 3])], pads=[1, 1])[0]
+        y = b.node(draw(st.sampled_from(["Relu", "Sigmoid", "Neg"])), [y])[0]
+        b.output(b.node("Conv", [y, b.const_values([2, c, 1])], strides=[draw(st.sampled_from([1, 2]))])[0])
+    elif kind == "avgpool":
+        x = b.input([1, 1, 18, 19])
+        b.output(b.node("AveragePool", [x], kernel_shape=[16, 17], strides=[draw(st.sampled_from([1, 2, 16])), 1],
+                        pads=draw(st.sampled_from([[0, 0, 0, 0], [1, 2, 0, 1]])), ceil_mode=draw(st.integers(0, 1)),
+                        count_include_pad=draw(st.integers(0, 1)))[0])
+    elif kind == "large_kernel":
+        x = b.input([1, 1, 2, 300])
+        w = values(b.rng, "float32", [2, 1, 1, 260], 0.0) * np.float32(0.05)
+        b.output(b.node("Conv", [x, b.const(w)], pads=[0, draw(st.integers(0, 130)), 0, draw(st.integers(0, 130))])[0])
+    elif kind == "wide_conv":
+        x = b.input([1, 1, 1, 4100])
+        b.output(b.node("Conv", [x, b.const_values([2, 1, 1, 3])], pads=[0, 1, 0, 1])[0])
+    else:
+        x = b.input([2, 4, 3])
+        t = b.node("Transpose", [x], perm=[0, 2, 1])[0]
+        var = (np.abs(values(b.rng, "float32", [3], 0.0)) + 0.1).astype(np.float32)
+        bn = b.node("BatchNormalization", [t, b.const_values([3]), b.const_values([3]), b.const_values([3]), b.const(var)])[0]
+        b.output(b.node("Transpose", [bn], perm=[0, 2, 1])[0])
 
 
 _TEMPLATE_FNS = {"elementwise": t_elementwise, "cast_pair": t_cast_pair, "shapes": t_shapes, "cse": t_cse,
                  "concat": t_concat, "loop": t_loop, "if": t_if, "scan": t_scan, "topk": t_topk,
-                 "fusion": t_fusion}
+                 "fusion": t_fusion, "knowledge": t_knowledge}
 
 
 def _apply_storage(draw, st, b: _Builder, storage: str) -> None:

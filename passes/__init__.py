@@ -25,6 +25,8 @@ from graphpass.passes.cleanup import (
 from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
+from graphpass.passes.lowering import LowerConv1dToConv2d, LowerReflectPad, SplitAvgPool, SplitLargeKernelConv, TransposeWideConv
+from graphpass.passes.fusion import FoldTransposedBatchNorm
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
@@ -62,6 +64,13 @@ fuse_swiglu = FuseSwiGlu.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 propagate_layout = PropagateLayout.as_function()
 eliminate_transdata = EliminateTransData.as_function()
+# issue 25, Ascend knowledges (conv/pool)
+lower_reflect_pad = LowerReflectPad.as_function()
+lower_conv1d_to_conv2d = LowerConv1dToConv2d.as_function()
+split_avgpool = SplitAvgPool.as_function()
+split_large_kernel_conv = SplitLargeKernelConv.as_function()
+transpose_wide_conv = TransposeWideConv.as_function()
+fold_transposed_batchnorm = FoldTransposedBatchNorm.as_function()
 
 __all__ = [
     "FuseConvScale",
@@ -128,6 +137,10 @@ __all__ = [
     "FuseSwiGlu",
     "fuse_swiglu",
     "fuse_matmul_add",
+    # issue 25, Ascend knowledges (conv/pool)
+    "LowerReflectPad", "lower_reflect_pad", "LowerConv1dToConv2d", "lower_conv1d_to_conv2d", "SplitAvgPool",
+    "split_avgpool", "SplitLargeKernelConv", "split_large_kernel_conv", "TransposeWideConv", "transpose_wide_conv",
+    "FoldTransposedBatchNorm", "fold_transposed_batchnorm",
     # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
     "Match",
     "MatchResult",

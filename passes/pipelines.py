@@ -33,6 +33,11 @@ CLEANUP = (
 LOWERING = (
     "lower_dynamic_topk",
     "lower_extract_image_patches",
+    "lower_reflect_pad",
+    "lower_conv1d_to_conv2d",
+    "split_avgpool",
+    "split_large_kernel_conv",
+    "transpose_wide_conv",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).
@@ -40,6 +45,7 @@ FUSION = (
     "fold_pad",
     "merge_concats",
     "fold_batchnorm",
+    "fold_transposed_batchnorm",
     "fuse_conv_scale",
     "fuse_conv_bias",
     "fuse_conv_activation",

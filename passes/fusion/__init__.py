@@ -2,6 +2,7 @@
 
 from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
 from graphpass.passes.fusion.fold_pad import FoldPad
+from graphpass.passes.fusion.fold_transposed_batchnorm import FoldTransposedBatchNorm
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
 from graphpass.passes.fusion.fuse_conv_activation import FuseConvActivation
 from graphpass.passes.fusion.fuse_conv_bias import FuseConvBias
@@ -15,4 +16,6 @@ from graphpass.passes.fusion.fuse_rotary_embedding import FuseRotaryEmbedding
 from graphpass.passes.fusion.fuse_swiglu import FuseSwiGlu
 from graphpass.passes.fusion.merge_concats import MergeConcats
 
-__all__ = ["FoldBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation", "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd", "FuseRmsNorm", "FuseRotaryEmbedding", "FuseSwiGlu"]
+__all__ = ["FoldBatchNorm", "FoldTransposedBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation",
+           "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd", "FuseRmsNorm",
+           "FuseRotaryEmbedding", "FuseSwiGlu"]

@@ -111,7 +111,11 @@ def test_optimized_checks_and_matches(entry, pipeline, tmp_path):
     feeds = feeds_for(entry)
     checked = V.check_outputs(str(path), str(out), feeds, promises=V.promises_of(applied, all_passes()))
     assert checked.ok, checked.describe()
-    assert result.report.nodes_after <= result.report.nodes_before
+    # a lowering trades one op the device cannot run well for several it can (issue 25's reflect
+    # Pad -> Slices + Concats): the nodes it adds are the only ones allowed to grow the count
+    lowered = sum(r.nodes_after - r.nodes_before for r in result.report.passes
+                  if r.modified and not r.rolled_back and all_passes()[r.name].kind.value == "lowering")
+    assert result.report.nodes_after - max(lowered, 0) <= result.report.nodes_before
 
 
 def _fused_shuffles(result) -> int:

@@ -1,0 +1,163 @@
+"""The op-limits table (data/op_limits.toml): attribute values and sizes that put an op on AI CPU.
+
+    load_op_limits().aicpu_reason(node)  ->  "AveragePool kernel 16x17 = 272 > 256 (...)" | None
+
+The op table (op_info.toml) says which engine runs an op; this table says where the AI Core
+kernel of an op ends (a kernel size, a stride, an input width, a mode), so that the estimate
+places such a node on AI CPU and a pass can ask whether a rewrite brings it back. Every limit
+comes with its source and a P/D/E tag in the data file; none lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from graphpass.cost_model.profiles import DATA_DIR, TAGS
+from graphpass.errors import UsageError
+
+__all__ = ["OpLimit", "OpLimits", "load_op_limits", "LIMIT_FIELDS"]
+
+#: the limits a row may hold (see the data file's header)
+LIMIT_FIELDS = ("max_kernel_dim", "max_kernel_area", "max_stride", "max_input_w", "aicpu_modes", "last_axis_unit_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpLimit:
+    op: str
+    src: str
+    tag: str
+    fallback_tag: str
+    max_kernel_dim: int | None = None
+    max_kernel_area: int | None = None
+    max_stride: int | None = None
+    max_input_w: int | None = None
+    aicpu_modes: tuple[str, ...] = ()
+    note: str = ""
+    last_axis_unit_step: bool = False
+
+
+def _attr(node: Any, name: str, default: Any = None) -> Any:
+    v = node.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _kernel(node: Any) -> list[int] | None:
+    ks = _attr(node, "kernel_shape")
+    if ks is None and (node.op in ("Conv", "ConvTranspose") or node.op.startswith("FusedConv")) and len(node.inputs) > 1:
+        shape = node.inputs[1].shape
+        if shape is not None and len(shape) > 2 and all(isinstance(d, int) for d in shape[2:]):
+            ks = list(shape[2:])
+    return [int(k) for k in ks] if ks is not None else None
+
+
+def _last_axis_step(node: Any) -> int | None:
+    """The step a Slice takes on its input's last axis (None: unknown, or the axis is not sliced)."""
+    import numpy as np
+    import onnx_graphsurgeon as gs
+
+    ins = node.inputs
+    shape = ins[0].shape if ins else None
+    if len(ins) < 5 or not ins[4].name or shape is None or not isinstance(ins[4], gs.Constant):
+        return None
+    rank = len(shape)
+    steps = [int(v) for v in np.asarray(ins[4].values).ravel()]
+    if len(ins) > 3 and ins[3].name:
+        if not isinstance(ins[3], gs.Constant):
+            return None
+        axes = [int(a) % rank for a in np.asarray(ins[3].values).ravel()]
+    else:
+        axes = list(range(len(steps)))
+    return next((s for a, s in zip(axes, steps) if a == rank - 1), None)
+
+
+class OpLimits:
+    def __init__(self, rows: dict[str, OpLimit], path: Path):
+        self.rows = rows
+        self.path = path
+
+    def get(self, op: str) -> OpLimit | None:
+        return self.rows.get(op)
+
+    def aicpu_reason(self, node: Any) -> str | None:
+        """Why ``node`` (a default-domain gs.Node) leaves AI Core by this table, or None."""
+        op = node.op
+        if node.domain == "graphpass.ascend" and op.startswith("FusedConv"):
+            op = "Conv"  # a Conv with its activation fused in is still that Conv's kernel
+        elif node.domain not in (None, "", "ai.onnx"):
+            return None
+        row = self.rows.get(op)
+        if row is None:
+            return None
+        return self.reason(row, node)
+
+    @staticmethod
+    def reason(row: OpLimit, node: Any) -> str | None:
+        where = f"({row.src}; {row.tag})"
+        ks = _kernel(node)
+        if row.max_kernel_dim is not None and ks and max(ks) > row.max_kernel_dim:
+            return f"{node.op} kernel {'x'.join(map(str, ks))}: a side above {row.max_kernel_dim} {where}"
+        if row.max_kernel_area is not None and ks and math.prod(ks) > row.max_kernel_area:
+            return f"{node.op} kernel {'x'.join(map(str, ks))} = {math.prod(ks)} > {row.max_kernel_area} {where}"
+        strides = _attr(node, "strides")
+        if row.max_stride is not None and strides and max(strides) > row.max_stride:
+            return f"{node.op} stride {max(strides)} > {row.max_stride} {where}"
+        if row.max_input_w is not None and node.inputs:
+            shape = node.inputs[0].shape
+            if shape is not None and len(shape) >= 3 and isinstance(shape[-1], int) and shape[-1] > row.max_input_w:
+                return f"{node.op} input W {shape[-1]} > {row.max_input_w} {where}"
+        if row.aicpu_modes and _attr(node, "mode", "constant") in row.aicpu_modes:
+            return f"{node.op} mode={_attr(node, 'mode')} runs on AI CPU {where}"
+        if row.last_axis_unit_step and _last_axis_step(node) not in (None, 1):
+            return f"{node.op} step {_last_axis_step(node)} on the last axis {where}"
+        return None
+
+
+def _bad(path: Path, key: str, expected: str, got: Any = None) -> UsageError:
+    tail = "" if got is None else f", got {got!r}"
+    return UsageError(f"{path.name}: key '{key}': expected {expected}{tail}")
+
+
+def parse_op_limits(path: Path) -> OpLimits:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path.name}: not valid TOML: {e}") from e
+    ops = data.get("ops")
+    if not isinstance(ops, dict):
+        raise _bad(path, "ops", "an [ops.<Op>] table per op")
+    rows = {}
+    for op, e in ops.items():
+        where = f"ops.{op}"
+        if not isinstance(e, dict):
+            raise _bad(path, where, "a table")
+        unknown = set(e) - set(LIMIT_FIELDS) - {"src", "tag", "fallback_tag", "note"}
+        if unknown:
+            raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
+        if not isinstance(e.get("src"), str) or not e["src"]:
+            raise _bad(path, f"{where}.src", "a non-empty string", e.get("src"))
+        for k in ("tag", "fallback_tag"):
+            if e.get(k) not in TAGS:
+                raise _bad(path, f"{where}.{k}", f"one of {', '.join(TAGS)}", e.get(k))
+        for k in LIMIT_FIELDS[:-2]:
+            v = e.get(k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise _bad(path, f"{where}.{k}", "a positive integer", v)
+        if not isinstance(e.get("last_axis_unit_step", False), bool):
+            raise _bad(path, f"{where}.last_axis_unit_step", "true or false", e.get("last_axis_unit_step"))
+        modes = e.get("aicpu_modes", [])
+        if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+            raise _bad(path, f"{where}.aicpu_modes", "a list of strings", modes)
+        rows[op] = OpLimit(op, e["src"], e["tag"], e["fallback_tag"], e.get("max_kernel_dim"), e.get("max_kernel_area"),
+                           e.get("max_stride"), e.get("max_input_w"), tuple(modes), e.get("note", ""),
+                           e.get("last_axis_unit_step", False))
+    return OpLimits(rows, path)
+
+
+@functools.lru_cache(maxsize=4)
+def load_op_limits(path: str | None = None) -> OpLimits:
+    return parse_op_limits(Path(path) if path else DATA_DIR / "op_limits.toml")
