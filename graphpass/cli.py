@@ -194,6 +194,7 @@ _FLAGS = {
     "target": "--target",
     "loop_trips": "--loop-trips",
     "symbolic_dim": "--symbolic-dim",
+    "input_names": "--input-names",
 }
 
 
@@ -1074,6 +1075,9 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_git import add_git_verbs
 
     add_git_verbs(sub, common)
+    from graphpass.cli_tools import add_tool_verbs
+
+    add_tool_verbs(sub, common, DEFAULT_TARGET)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
     v.add_argument("model_a", help="the reference model")
