@@ -196,6 +196,7 @@ _FLAGS = {
     "symbolic_dim": "--symbolic-dim",
     "profiles": "--shape-profile",
     "cann": "--cann-version",
+    "input_names": "--input-names",
 }
 
 
@@ -1093,6 +1094,10 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_atc import add_atc_verbs
 
     add_atc_verbs(sub, common)
+
+    from graphpass.cli_tools import add_tool_verbs
+
+    add_tool_verbs(sub, common, DEFAULT_TARGET)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
     v.add_argument("model_a", help="the reference model")

@@ -44,7 +44,7 @@ class _FoldInto(Rule):
         verdict = require_constants({**weights, **params}, prod, exclusive=tuple(weights))
         if not verdict:
             return verdict
-        shapes = {k: tuple(np.shape(peek_values(t))) for k, t in params.items()}
+        shapes = {k: tuple(t.shape) for k, t in params.items()}  # a Constant's shape without loading it
         if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 1:
             return MatchResult.fail(f"BatchNormalization parameters are not four vectors of one length: {shapes}")
         verdict = self.extra_check(m)
@@ -53,7 +53,15 @@ class _FoldInto(Rule):
         return self.check_values(m)
 
     def folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(s, the producer's weight, the folded weight and bias in float32)."""
+        """(s, the producer's weight, the folded weight and bias in float32); computed once per
+        match (check and rewrite both need it, and each read of a lazy weight decodes it again)."""
+        done = getattr(m, "bn_folded", None)
+        if done is not None:
+            return done
+        m.bn_folded = self._folded(m)
+        return m.bn_folded
+
+    def _folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         prod, bn = m.nodes
         scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
         s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))

@@ -159,3 +159,72 @@ def test_an_entry_point_may_name_a_function_that_returns_the_classes(tmp_path, m
     out, report = _optimize(model, tmp_path)
     assert any(r["name"] == "t_fn_relu_relu" and r["modified"] for r in report["passes"])
     _check(model, out, tmp_path)
+
+
+# --- the worked example of a user's Ascend knowledge (issue 25) ------------------------------
+
+KNOWLEDGE = ROOT / "examples" / "ascend_knowledge_hardswish.py"
+
+
+def _hsig_mul(path: Path, alpha=1 / 6, beta=0.5, dtype=onnx.TensorProto.FLOAT, opset=17, other="x", conv=True) -> Path:
+    x = helper.make_tensor_value_info("x", dtype, ["N", 2, 4, 4])
+    y = helper.make_tensor_value_info("y", dtype, ["N", 2, 4, 4])
+    np_t = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((2, 2, 1, 1)).astype(np_t), "w")
+    nodes = [helper.make_node("Conv", ["x0", "w"], ["x"], name="conv")] if conv else []
+    nodes += [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=beta, name="hsig"),
+              helper.make_node("Mul", [other, "h"] if other else ["h", "x"], ["y"], name="mul")]
+    inputs = [helper.make_tensor_value_info("x0", dtype, ["N", 2, 4, 4])] if conv else [x]
+    if other not in (None, "x"):
+        inputs.append(helper.make_tensor_value_info(other, dtype, ["N", 2, 4, 4]))
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, [y], [w] if conv else []),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, path)
+    return path
+
+
+def _values(dtype):
+    if dtype == np.float16:  # every float16 value
+        return np.arange(65536, dtype=np.uint16).view(np.float16)
+    special = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 3.0, -3.0,
+                        2.9999998, -2.9999998], np.float32)
+    return np.concatenate([special, np.random.default_rng(1).standard_normal(4096).astype(np.float32) * 4])
+
+
+@pytest.mark.parametrize("dtype, other", [(onnx.TensorProto.FLOAT, "x"), (onnx.TensorProto.FLOAT16, "x"),
+                                          (onnx.TensorProto.FLOAT, None)])  # None: Mul(HardSigmoid(x), x)
+def test_the_hardswish_knowledge_fires_and_is_bitwise_exact(tmp_path, dtype, other):
+    model = _hsig_mul(tmp_path / "m.onnx", dtype=dtype, conv=False, other=other)
+    out, report = _optimize(model, tmp_path, "--plugin", str(KNOWLEDGE), "--target", "ascend910b2")
+    fired = [r for r in report["passes"] if r["name"] == "ascend_hardswish" and r["modified"]]
+    assert fired and fired[0]["stats"]["fired"] == 1
+    assert [n.op_type for n in out.graph.node] == ["HardSwish"]
+    onnx.checker.check_model(out, full_check=True)
+    onnx.save(out, tmp_path / "check.onnx")
+    v = _values(onnx.helper.tensor_dtype_to_np_dtype(dtype))
+    x = np.resize(v, (len(v) + 31) // 32 * 32).reshape(-1, 2, 4, 4)
+    a, b = _run(model, {"x": x})[0], _run(tmp_path / "check.onnx", {"x": x})[0]
+    assert a.shape == x.shape and a.tobytes() == b.tobytes()
+
+
+def test_the_hardswish_knowledge_runs_before_the_conv_fusion(tmp_path):
+    model = _hsig_mul(tmp_path / "m.onnx")
+    out, report = _optimize(model, tmp_path, "--plugin", str(KNOWLEDGE), "--target", "ascend910b2", "--emit", "device")
+    ran = [r["name"] for r in report["passes"]]
+    assert ran.index("ascend_hardswish") < ran.index("fuse_conv_activation")
+    assert "HardSigmoid" not in [n.op_type for n in out.graph.node]
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    ({"alpha": 0.2}, "is not HardSwish's"),
+    ({"beta": 0.4}, "is not HardSwish's"),
+    ({"alpha": 0.1666}, "is not HardSwish's"),
+    ({"other": "z"}, "other factor"),
+    ({"opset": 13}, "needs opset 14"),
+])
+def test_the_hardswish_knowledge_refuses_near_misses(tmp_path, capsys, kwargs, why):
+    model = _hsig_mul(tmp_path / "m.onnx", conv=False, **kwargs)
+    out, report = _optimize(model, tmp_path, "--plugin", str(KNOWLEDGE), "--explain")
+    assert "HardSigmoid" in [n.op_type for n in out.graph.node]
+    assert why in capsys.readouterr().out

@@ -20,7 +20,13 @@ def _verbs_with_a_target() -> set[str]:
 
 def test_every_verb_with_a_target_is_covered_here():
     assert _verbs_with_a_target() <= {"optimize", "diff", "bisect", "cost", "calibrate", "pr-comment",
-                                             "atc", "atc-check"}
+                                      "atc", "atc-check", "evaluate"}
+
+
+def test_evaluate_runs_without_a_target(capsys):
+    assert main(["evaluate", EXAMPLE, "--target", "none", "--format", "json"]) == 0
+    (r,) = __import__("json").loads(capsys.readouterr().out)
+    assert r["status"] == "ok" and r["target"] == "none" and r["cost_before_us"] is None and r["gain_pct"] is None
 
 
 def test_optimize_diff_and_bisect_run_without_a_target(tmp_path, capsys):
