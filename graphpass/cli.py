@@ -1094,7 +1094,6 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_atc import add_atc_verbs
 
     add_atc_verbs(sub, common)
-
     from graphpass.cli_tools import add_tool_verbs
 
     add_tool_verbs(sub, common, DEFAULT_TARGET)
