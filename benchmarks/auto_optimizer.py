@@ -180,7 +180,11 @@ def render(rows: list[dict]) -> str:
     def ok(r):
         if r is None:
             return "-"
-        return "yes" if r["matches"] else f"**no** ({r['error']})" if r.get("error") else "**no**"
+        if r["matches"]:
+            return "yes"
+        err = r.get("error") or ""
+        return "**no** (does not run)" if err.startswith("does not run") else "**no** (failed)" if r["nodes"] is None \
+            else "**no** (outputs differ)"
 
     lagging = {b["model"] for b in behind(rows)}
     for model, t in by.items():
