@@ -247,6 +247,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     # The inliner expands each call in place, in order: give its nodes the call's name and metadata.
     nodes = inlined.graph.node
     expected = sum(k if k is not None else 1 for _, _, k in calls)
+    body_constants: list[int] = []  # positions of the Constant nodes the bodies brought
     if expected == len(nodes):
         pos = 0
         for name, props, k in calls:
@@ -258,10 +259,58 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
                 n.name = f"{name}/{j}_{n.op_type}" if name else n.name
                 del n.metadata_props[:]
                 n.metadata_props.extend(props)
+                if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                    body_constants.append(pos + j)
             pos += k
     else:  # pragma: no cover - the inliner changed how it expands calls
         log.warning("portable output: could not map inlined nodes back to their calls; their annotations are dropped")
+    if inlined.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
+        _constants_to_initializers(inlined.graph, body_constants)
     return _drop_device_domain(inlined)
+
+
+def _constants_to_initializers(g: onnx.GraphProto, positions: list[int]) -> None:
+    """The Constant nodes the inlined bodies brought (at ``positions`` of ``g.node``) as
+    initializers, one per distinct value (dtype, dims, bytes): a fused op's portable form adds
+    no node a body's constant would add (a Gelu's 0.5, 1 and sqrt(2) per call). Same values, same
+    order of evaluation: the model computes the same. A Constant that is a graph output, or not
+    a plain ``value`` tensor, stays a node."""
+    if not positions:
+        return
+    outputs = {o.name for o in g.output}
+    taken = {i.name for i in g.initializer}
+    by_value: dict[bytes, str] = {}
+    rename: dict[str, str] = {}
+    drop: set[int] = set()
+    for i in positions:
+        n = g.node[i]
+        if len(n.attribute) != 1 or n.attribute[0].name != "value" or n.output[0] in outputs or n.output[0] in taken:
+            continue
+        t = onnx.TensorProto()
+        t.CopyFrom(n.attribute[0].t)
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        arr = onnx.numpy_helper.to_array(t)
+        key = bytes([t.data_type]) + repr(tuple(t.dims)).encode() + arr.tobytes()
+        drop.add(i)
+        if key in by_value:
+            rename[n.output[0]] = by_value[key]
+            continue
+        by_value[key] = n.output[0]
+        t.name = n.output[0]
+        t.ClearField("doc_string")
+        g.initializer.append(t)
+        taken.add(t.name)
+    if not drop:
+        return
+    keep = [n for j, n in enumerate(g.node) if j not in drop]
+    del g.node[:]
+    g.node.extend(keep)
+    if rename:
+        _rename_inputs(g, rename)
+        vis = [vi for vi in g.value_info if vi.name not in rename]
+        del g.value_info[:]
+        g.value_info.extend(vis)
 
 
 #: Where :func:`free_reserved_domain` moves a model's own functions that use graphpass's domain.
