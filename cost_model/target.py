@@ -151,6 +151,19 @@ class Target:
         return self._hardware.placement(graph, precision_mode=precision_mode)
 
     @profiling.timed("cost estimate")
+    def estimate_with_placement(self, graph: gs.Graph, **kwargs: Any):
+        """``(report, engines)``: the estimate of ``graph`` and, when the estimates are this
+        target's own hardware model's, the engine of every node as :meth:`placement` gives it
+        (one walk for both; None when a cost model of one's own estimates)."""
+        if self.has_hardware and self.cost_model is self._hardware:
+            from graphpass.cost_model.base import check_estimate_options
+
+            check_estimate_options(kwargs)
+            engines, report = self._hardware.placement(graph, **kwargs)
+            return report, engines
+        return self.estimate(graph, **kwargs), None
+
+    @profiling.timed("cost estimate")
     def estimate(self, model: Any, **kwargs: Any):
         """The cost model's report on ``model`` (a gs.Graph, or any form
         :func:`graphpass.ir.model.as_model` takes; ``total_us`` None when the model estimates

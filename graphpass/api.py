@@ -210,8 +210,11 @@ def optimize(
     cm = ctx.target.cost_model
     if not ctx.target.estimates:
         report.notes.append(f"no cost model (target '{target.name}'): estimates are not available")
-    elif report.nodes_after <= 20_000:  # one more estimate: cheap below that size
-        final = cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=1, loop_trips=loop_trips)
+    elif report.nodes_after <= 20_000 or (iterations_per_loop == 1 and veto.final_report is not None):
+        if iterations_per_loop == 1 and veto.final_report is not None and cost_model is None:
+            final = veto.final_report  # the veto's report of the graph as the run left it: no second walk
+        else:  # one more estimate: cheap below that size
+            final = cm.estimate(graph, precision_mode=precision_mode, iterations_per_loop=1, loop_trips=loop_trips)
         # only the step term (launch + copies + sync) is divided by N, and only for a graph that can sink
         step = final.breakdown_us.get("step", 0.0)
         sinkable = not final.dynamic_regions

@@ -7,6 +7,9 @@ import pytest
 # every pass-manager run of the suite checks that a vetoed pass's rollback restores the exported
 # model byte for byte (passes.framework.instruments.CostVeto)
 os.environ.setdefault("GRAPHPASS_CHECK_ROLLBACK", "1")
+# ... and that what the cost veto hands a pass of the graph it starts on (ctx.placement: engines and
+# report from the veto's own walk) equals a fresh placement of that graph (place_and_sink)
+os.environ.setdefault("GRAPHPASS_CHECK_SHARED_PLACEMENT", "1")
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))

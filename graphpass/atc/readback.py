@@ -29,15 +29,36 @@ from graphpass.reporting import Report
 __all__ = ["read_fusion_result", "read_ge_graph", "AtcCheckReport", "atc_check"]
 
 
+def _read_text(p: Path, what: str) -> str:
+    """A regular file of at most the run's memory budget, as text (refused in one line: a device,
+    a FIFO, a folder, too big, not UTF-8)."""
+    from graphpass.ir import limits
+    from graphpass.ir.files import read_regular_file
+
+    try:
+        raw = read_regular_file(p, limits.resolve_max_memory(None), what)
+    except OSError as e:
+        raise UsageError(f"{p}: cannot read the {what}: {e.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: the {what} is not UTF-8 text (byte {e.start})") from None
+
+
+def _read_json(p: Path, what: str) -> Any:
+    text = _read_text(p, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{p}: line {e.lineno}: not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise UsageError(f"{p}: the {what} nests too deeply to be one") from None
+
+
 def read_fusion_result(path: str | Path) -> dict[str, dict[str, int]]:
     """pass name -> {"section", "match", "effect"} summed over every session and graph."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"{p}: cannot read the fusion result: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{p}: line {e.lineno}: not valid JSON: {e.msg}") from None
+    data = _read_json(p, "fusion result")
     if not isinstance(data, dict):
         raise UsageError(f"{p}: expected an object of session_and_graph_id_* entries")
     out: dict[str, dict[str, Any]] = {}
@@ -127,8 +148,11 @@ def read_ge_graph(path: str | Path) -> tuple[Path, list[dict[str, Any]]]:
     graph's): each {"name", "type", "inputs", "engine", "pass_name", "original"}."""
     p = Path(path)
     f = _stage_file(p) if p.is_dir() else p
-    try:
-        text = f.read_text(encoding="utf-8", errors="replace")
+    from graphpass.ir import limits
+    from graphpass.ir.files import read_regular_file
+
+    try:  # GE writes its strings as protobuf text (octal escapes): undecodable bytes are replaced
+        text = read_regular_file(f, limits.resolve_max_memory(None), "GE graph dump").decode("utf-8", errors="replace")
     except OSError as e:
         raise UsageError(f"{f}: cannot read the GE graph dump: {e.strerror}") from None
     tree = _parse_text(text, str(f))
@@ -225,18 +249,25 @@ def atc_check(model, fusion_result: str | Path, ge_graph: str | Path | None = No
     manifest: dict[str, Any] = {}
     if kit is not None:
         mf = Path(kit) / "graphpass_kit.json"
-        try:
-            manifest = json.loads(mf.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise UsageError(f"{mf}: cannot read the kit's manifest: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{mf}: the kit's manifest is not valid JSON: {e.msg}") from None
+        manifest = _read_json(mf, "kit's manifest")
+        if not isinstance(manifest, dict):
+            raise UsageError(f"{mf}: the kit's manifest is not a JSON object")
+        shapes_ok = lambda g: isinstance(g, dict) and all(  # noqa: E731
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+            for k, v in g.items())
+        for key, ok in (("target", lambda v: isinstance(v, str)), ("switches", lambda v: isinstance(v, dict)),
+                        ("gears", lambda v: isinstance(v, list) and all(shapes_ok(g) for g in v))):
+            if key in manifest and manifest[key] is not None and not ok(manifest[key]):
+                raise UsageError(f"{mf}: the kit's manifest has a malformed '{key}'")
         target = target or manifest.get("target")
         if input_shapes is None and manifest.get("gears"):
             input_shapes = manifest["gears"][0]
     from graphpass.cost_model.target import DEFAULT_TARGET
 
     target = target or DEFAULT_TARGET
+    from graphpass.cost_model.target import Target
+
+    Target.load(target)  # an unknown name (from the kit's manifest too) is a UsageError
     switches: dict[str, bool] = {k: bool(v) for k, v in manifest.get("switches", {}).items()}
     applied = read_fusion_result(fusion_result)
     loaded = gp.load(model, input_shapes=input_shapes or None)

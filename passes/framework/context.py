@@ -61,6 +61,10 @@ class PassContext:
     max_memory: int | None = None
     freeze_initializer_inputs: bool = False
     dims: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: (engines, report) of the graph as it is when the running pass starts, from the pass
+    #: manager's cost veto when it has them (the run's target and precision mode): what
+    #: ``target.placement(graph)`` would return, without a second walk. None otherwise.
+    placement: tuple[dict[int, tuple[str, str]], Any] | None = None
 
     def __setattr__(self, key: str, value: Any) -> None:
         # the target is resolved once, here; ctx.cost_model is always ctx.target.cost_model

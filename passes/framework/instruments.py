@@ -132,7 +132,16 @@ class CostVeto(PassInstrument):
         return self.target is not None and self.target.estimates
 
     def _estimate(self, graph: gs.Graph):
-        return self.target.estimate(graph, **self.cost_options) if self.active else None
+        """The estimate of ``graph``; with it, the engines of its nodes when the estimate can give
+        them in the same walk (kept in ``_engines`` while the report is current: place_and_sink
+        takes them from ``ctx.placement`` instead of estimating again)."""
+        self._engines = None
+        if not self.active:
+            return None
+        if self._given is None:  # the run's own target: one walk gives the report and the engines
+            report, self._engines = self.target.estimate_with_placement(graph, **self.cost_options)
+            return report
+        return self.target.estimate(graph, **self.cost_options)
 
     def enter(self, manager, graph, ctx):
         given = self._given
@@ -142,10 +151,12 @@ class CostVeto(PassInstrument):
             self.target = Target.resolve(given)
         else:  # a cost model of one's own: the run's target with these estimates
             self.target = ctx.target.with_cost_model(given)
+        self._engines = None
         report = self._estimate(graph)
-        self.initial_report = report
+        self.initial_report = self._report = report
         self.initial_cost = self._cost = report.total_us if report is not None else None
         self.final_cost = None
+        self.final_report = None
         self._journal = None
         self._before_bytes = None
         self._stale = False
@@ -156,9 +167,14 @@ class CostVeto(PassInstrument):
             # an unscored application above ESTIMATE_EACH_MAX_NODES left the estimate behind:
             # judge this one against the graph as it is now, not as it was (issue 21)
             report = self._estimate(graph)
+            self._report = report
             self._cost = report.total_us if report is not None else None
             self._stale = False
         cost = self._cost
+        ctx.placement = None
+        if (self._scored and not self._stale and self._engines is not None and self._report is not None
+                and self.cost_options.get("precision_mode") == ctx.cost_options.get("precision_mode")):
+            ctx.placement = (self._engines, self._report)  # the graph as it is now: the pass may reuse them
         record.cost_before_us = cost
         self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
         self._before_bytes = None
@@ -168,6 +184,7 @@ class CostVeto(PassInstrument):
         self._journal.start()
 
     def after(self, pass_, graph, ctx, result, record):
+        ctx.placement = None
         journal, self._journal = self._journal, None
         cost = self._cost
         if not record.modified:
@@ -176,6 +193,7 @@ class CostVeto(PassInstrument):
             record.cost_after_us = cost
             return
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
+        kept = (self._report, self._engines)
         report = self._estimate(graph) if self._estimate_after else None
         if journal is not None:
             journal.stop()
@@ -184,6 +202,7 @@ class CostVeto(PassInstrument):
         if (self._scored and journal is not None and new_cost is not None and cost is not None
                 and new_cost > cost * (1 + 1e-9) + 1e-9):
             journal.rollback()
+            self._report, self._engines = kept  # the graph is as it was: so are its report and engines
             if self._before_bytes is not None and _model_bytes(graph) != self._before_bytes:
                 raise AssertionError(f"the rollback of pass '{pass_.name}' did not restore the exported model")
             record.rolled_back = True
@@ -193,12 +212,15 @@ class CostVeto(PassInstrument):
             log.info("%s %s", pass_.name, record.note)
         elif new_cost is not None:
             self._cost = new_cost
+            self._report = report
         elif cost is not None:
             record.cost_before_us = None
             self._stale = True
+            self._report = self._engines = None
         self._before_bytes = None
 
     def abort(self, pass_, graph, ctx, record, error):
+        ctx.placement = None
         journal, self._journal = self._journal, None
         if journal is not None and journal.recording:
             journal.rollback()
@@ -208,8 +230,10 @@ class CostVeto(PassInstrument):
         if self._stale and self._cost is not None:
             report = self._estimate(graph)
             self.final_cost = report.total_us if report is not None else None
+            self.final_report = report
         else:
             self.final_cost = self._cost
+            self.final_report = self._report  # the report of the graph as the run leaves it
 
 
 def _model_bytes(graph: gs.Graph) -> tuple[bytes, dict[str, int]]:

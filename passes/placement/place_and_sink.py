@@ -15,6 +15,8 @@ for all iterations. Run after hoist_loop_invariants, which takes host work out o
 
 from __future__ import annotations
 
+import os
+
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
@@ -78,7 +80,15 @@ class PlaceAndSink(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         # placement is a hardware decision: the target's, never an assumed chip's
         target = ctx.target.require(f"pass '{self.name}'")
-        engines, report = target.placement(graph, precision_mode=ctx.cost_options.get("precision_mode"))
+        shared = getattr(ctx, "placement", None)  # the cost veto's walk of this very graph (issue 22)
+        if shared is not None and target is ctx.target:
+            engines, report = shared
+            if os.environ.get("GRAPHPASS_CHECK_SHARED_PLACEMENT", "") not in ("", "0"):  # a development check
+                fresh, fresh_report = target.placement(graph, precision_mode=ctx.cost_options.get("precision_mode"))
+                if fresh != engines or len(fresh_report.crossings) != len(report.crossings):
+                    raise AssertionError("the cost veto's engines are not those of the graph place_and_sink runs on")
+        else:
+            engines, report = target.placement(graph, precision_mode=ctx.cost_options.get("precision_mode"))
         stats = {"AICORE": 0, "AICPU": 0, "HOST": 0, "sunk": 0, "not_sunk": 0, "crossings": len(report.crossings)}
         changed = 0
         # why each loop cannot sink; shapes are re-inferred (once) only if a body is blocked by

@@ -150,7 +150,7 @@ def test_cli_atc_check_exits_1_on_differences_and_prints_them(files):
     assert json.loads(p.stdout)["mismatches"] >= 3
     p = subprocess.run([sys.executable, "-m", "graphpass", "atc-check", str(model), "--fusion-result",
                         str(fr) + ".missing"], capture_output=True, text=True)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot read" in p.stderr
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no such file" in p.stderr
 
 
 def test_ge_dump_strings_with_octal_utf8_escapes(tmp_path):
@@ -158,3 +158,45 @@ def test_ge_dump_strings_with_octal_utf8_escapes(tmp_path):
     f.write_text('graph {\n  op {\n    name: "\\345\\215\\267\\347\\247\\257"\n    type: "Conv2D"\n  }\n}\n')
     _, ops = read_ge_graph(f)
     assert ops[0]["name"] == "\u5377\u79ef" and ops[0]["type"] == "Conv2D"
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\xff\xfe\x00garbage", "not UTF-8"),
+    (b"[" * 100_000, "nests too deeply"),
+])
+def test_hostile_fusion_results_are_one_line_exit_2(tmp_path, content, says):
+    """Found by attacking atc-check: binary bytes and a deeply nested array were internal errors (exit 3)."""
+    p = tmp_path / "f.json"
+    p.write_bytes(content)
+    r = subprocess.run([sys.executable, "-m", "graphpass", "atc-check", str(_write_model(tmp_path)), "--fusion-result",
+                        str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_device_or_folder_is_not_read_as_a_fusion_result(tmp_path):
+    for path, says in (("/dev/zero", "is a device"), (str(tmp_path), "is a folder")):
+        r = subprocess.run([sys.executable, "-m", "graphpass", "atc-check", str(_write_model(tmp_path)),
+                            "--fusion-result", path], capture_output=True, text=True)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("manifest, says", [
+    ("[1]", "not a JSON object"), ('{"switches": [1]}', "malformed 'switches'"), ('{"gears": "abc"}', "malformed 'gears'"),
+    ('{"gears": [{"x": "1"}]}', "malformed 'gears'"), ('{"target": 5}', "malformed 'target'"),
+    ('{"target": "nope"}', "unknown target 'nope'"),
+])
+def test_a_malformed_kit_manifest_is_a_usage_error(tmp_path, manifest, says):
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    (kit / "graphpass_kit.json").write_text(manifest)
+    fr = tmp_path / "f.json"
+    fr.write_text("{}")
+    with pytest.raises(UsageError, match=says):
+        atc_check(str(_write_model(tmp_path)), fr, kit=kit)
+
+
+def _write_model(tmp_path):
+    p = tmp_path / "m.onnx"
+    if not p.exists():
+        onnx.save(_model(), p)
+    return p

@@ -85,3 +85,14 @@ def test_optimize_keep_list_reaches_keep_dtype_and_fused_names_are_dropped_with_
     names = {n.name for n in onnx.load(tmp_path / "b.onnx").graph.node}
     assert "relu" not in names  # fused with the Conv (portable emit renames the inlined Relu)
     assert read_kit(tmp_path / "kb").keep_fp32 == [] and "keep-list: 1 node(s)" in p.stderr
+
+
+def test_an_input_name_atc_cannot_write_is_refused_by_name(tmp_path):
+    """ATC's --input_shape separates inputs with ';', a name from its dims with ':' and dims with
+    ',': an input named with one of them cannot be given to ATC (the kit would be wrong)."""
+    for name in ("a;b", "a:b", "a,b"):
+        m = tmp_path / "m.onnx"
+        onnx.save(make_model([helper.make_node("Relu", [name], ["y"])], {name: [1, 3]}, {"y": [1, 3]}, opset=13), m)
+        p = _run("atc", str(m), "-o", str(tmp_path / "kit"))
+        assert p.returncode == 2 and f"'{name}'" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+        assert not (tmp_path / "kit").exists()

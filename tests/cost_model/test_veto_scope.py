@@ -5,6 +5,8 @@ falls. mixed_precision is scored and required (a precision the user asked for): 
 applications are estimated, and kept even when the estimate rises.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -129,3 +131,18 @@ def test_the_default_pipeline_still_places_a_plain_model():
     rec = [r for r in records if r.name == "place_and_sink"]
     assert rec and not any(r.rolled_back for r in rec)
     assert A.get_engine(next(n for n in graph.nodes if n.op == "Resize")) == "AICPU"
+
+
+def test_the_reports_final_estimate_is_a_fresh_estimate_of_the_result():
+    """optimize's report takes the veto's last report instead of walking the graph again (issue 22):
+    it must be what a fresh estimate of the optimized graph says, on every light model."""
+    import onnx
+
+    import graphpass as gp
+
+    light = sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("*.onnx"))[:4]
+    for path in light:
+        result = gp.optimize(path, target="ascend910b2")
+        fresh = gp.estimate(result.model, target="ascend910b2")
+        assert result.report.cost_after_us == pytest.approx(fresh.total_us, rel=1e-12), path.name
+        assert result.report.iterations_per_loop[1] == pytest.approx(fresh.total_us, rel=1e-12), path.name

@@ -221,3 +221,69 @@ def test_the_explanation_gives_the_op_tables_reason_when_there_is_one():
     result = place_and_sink(graph, ctx)
     assert result.stats["AICPU"] == 1 and result.stats["AICORE"] == 1
     assert [(e.node, e.reason) for e in ctx.explanations] == [("mystery", "runs on AICPU: unknown op: costed as AI CPU")]
+
+
+# --- issue 22: the cost veto's walk is shared with place_and_sink -----------------------------
+
+def _probe_pass(seen):
+    """A scored pass that records ctx.placement against a fresh placement of the graph it runs on."""
+    from graphpass.passes.framework import PassKind, PassResult
+    from graphpass.passes.framework.pass_base import Pass
+
+    class Probe(Pass):
+        name = "probe_placement"
+        kind = PassKind.PLACEMENT
+        scored = True
+
+        def run(self, graph, ctx):
+            fresh, report = ctx.target.placement(graph, precision_mode=ctx.cost_options.get("precision_mode"))
+            seen.append((ctx.placement, fresh, report.total_us))
+            return PassResult(modified=False)
+
+    return Probe()
+
+
+def test_the_veto_hands_a_scored_pass_the_placement_of_the_graph_it_runs_on(monkeypatch):
+    """After rewrites (a Loop hoisted, Identity removed) and in every round, ctx.placement is
+    exactly what a fresh placement of the graph gives, and it is not there for unscored passes."""
+    from graphpass.passes.framework.instruments import CostVeto
+    from graphpass.passes.framework.manager import PassManager
+    from graphpass.passes.framework.registry import get_pass
+
+    seen = []
+    graph = gp.load(_tracking(False)).graph
+    ctx = PassContext(target="ascend910a")
+    passes = [get_pass("eliminate_identity")(), get_pass("hoist_loop_invariants")(), _probe_pass(seen),
+              get_pass("place_and_sink")(), _probe_pass(seen)]
+    PassManager(passes, instruments=[CostVeto()])(graph, ctx)
+    assert seen and all(shared is not None for shared, _, _ in seen)
+    for (engines, report), fresh, total in seen:
+        assert engines == fresh and report.total_us == pytest.approx(total, rel=0, abs=0)
+    assert ctx.placement is None  # cleared after every application
+
+
+def test_place_and_sink_in_a_pipeline_does_not_walk_the_graph_again(monkeypatch):
+    """In optimize's pipeline place_and_sink takes the veto's engines (no placement walk of its
+    own), and writes the same model as when it walks the graph itself (a veto given its target
+    explicitly shares nothing)."""
+    from graphpass.cost_model.target import Target
+    from graphpass.passes.framework.instruments import CostVeto
+    from graphpass.passes.framework.manager import PassManager
+    from graphpass.passes.framework.registry import get_pass
+
+    calls = []
+    real = Target.placement
+
+    def counting(self, graph, *a, **k):
+        calls.append(1)
+        return real(self, graph, *a, **k)
+
+    monkeypatch.setattr(Target, "placement", counting)
+    monkeypatch.setenv("GRAPHPASS_CHECK_SHARED_PLACEMENT", "0")
+    shared = gp.optimize(_tracking(False), passes=["hoist_loop_invariants", "place_and_sink"], target="ascend910a")
+    assert calls == [] and any(r.name == "place_and_sink" and r.modified for r in shared.report.passes)
+    graph = gp.load(_tracking(False)).graph
+    PassManager([get_pass("hoist_loop_invariants")(), get_pass("place_and_sink")()],
+                instruments=[CostVeto(target="ascend910a")])(graph, PassContext(target="ascend910a"))
+    assert calls, "with nothing shared place_and_sink walks the graph itself"
+    assert gp.to_proto(shared.model, emit="device").SerializeToString() == gp.to_proto(graph, emit="device").SerializeToString()
