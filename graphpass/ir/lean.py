@@ -36,7 +36,18 @@ class SyncList(list):
         list.append(getattr(elem, self.field_name), self.parent_obj)
 
     def _remove_from_elem(self, elem):
-        list.remove(getattr(elem, self.field_name), self.parent_obj)
+        # by identity: list.remove compares with == until it meets the owner, and gs's Node.__eq__
+        # compares structure (op, attributes, every input and output): a tensor read by hundreds
+        # of nodes (a shared constant after CSE) made each edit cost hundreds of structural
+        # comparisons (issue 22: 277,202 of them, 2.3 s, on a 10k-node transformer), and an
+        # equal but other node earlier in the list would be the one removed
+        others = getattr(elem, self.field_name)
+        owner = self.parent_obj
+        for i, x in enumerate(others):
+            if x is owner:
+                list.__delitem__(others, i)
+                return
+        list.remove(others, owner)  # not there: gs's ValueError
 
     def __delitem__(self, index):
         self._remove_from_elem(self[index])

@@ -97,3 +97,26 @@ def test_the_inferred_copy_is_not_kept_through_the_import(monkeypatch):
     graph = serialize.from_proto(model)
     assert held == []
     assert graph.nodes[0].outputs[0].shape == [2, 3]  # the inferred shapes did arrive
+
+
+def test_unlinking_a_node_finds_it_by_identity_not_by_structure(monkeypatch):
+    """Issue 22: a tensor read by many nodes (a constant shared after CSE) made every edit of one
+    reader compare it structurally (gs's Node.__eq__) with the readers before it; and of two
+    structurally equal readers, list.remove took the first, not the one edited."""
+    import onnx_graphsurgeon as gs
+
+    from graphpass.ir import lean
+
+    assert lean.installed()
+    shared = gs.Variable("x", dtype=None)
+    readers = [gs.Node("Relu", inputs=[shared], outputs=[gs.Variable(f"y{i}")]) for i in range(200)]
+    twin = gs.Node("Relu", inputs=[shared], outputs=readers[0].outputs)  # equal to readers[0] by structure
+    calls = []
+    real = gs.Node.__eq__
+    monkeypatch.setattr(gs.Node, "__eq__", lambda a, b: calls.append(1) or real(a, b))
+    readers[-1].inputs.clear()
+    twin.inputs.clear()
+    assert calls == []
+    assert readers[-1] not in list(shared.outputs) and twin not in [n for n in shared.outputs if n is twin]
+    assert any(n is readers[0] for n in shared.outputs)  # the equal twin's removal left readers[0] in place
+    assert len(shared.outputs) == 199
