@@ -416,14 +416,25 @@ def _norm(reason: str) -> str:
 
 
 def differential(case: Case, workdir: str | Path | None = None) -> Outcome:
-    """Run ``case`` through its passes and hold the result to their promise."""
+    """Run ``case`` through its passes and hold the result to their promise. graphpass's own
+    warnings are silenced while it runs (fold_constants' retries are not findings) and the
+    logger's level is put back afterwards."""
+    import logging
+
+    logger = logging.getLogger("graphpass")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _differential(case, workdir)
+    finally:
+        logger.setLevel(level)
+
+
+def _differential(case: Case, workdir: str | Path | None) -> Outcome:
     import graphpass as gp
     from graphpass.check import verify as V
     from graphpass.errors import BadModelError
 
-    import logging
-
-    logging.getLogger("graphpass").setLevel(logging.ERROR)  # fold_constants' retries are not findings
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
         model, source = case.model, case.model

@@ -13,6 +13,7 @@ from graphpass.passes.cleanup import (
     EliminateCastPairs,
     EliminateCommonSubexpressions,
     EliminateDeadNodes,
+    EliminateEmptySlices,
     EliminateIdentity,
     FoldConstants,
     InlineControlFlow,
@@ -34,6 +35,7 @@ from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseCh
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
 eliminate_dead_nodes = EliminateDeadNodes.as_function()
+eliminate_empty_slices = EliminateEmptySlices.as_function()
 eliminate_identity = EliminateIdentity.as_function()
 fold_constants = FoldConstants.as_function()
 inline_control_flow = InlineControlFlow.as_function()
@@ -82,6 +84,7 @@ __all__ = [
     "EliminateCastPairs",
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",
+    "EliminateEmptySlices",
     "EliminateIdentity",
     "FoldConstants",
     "InlineControlFlow",
@@ -108,6 +111,7 @@ __all__ = [
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",
     "eliminate_dead_nodes",
+    "eliminate_empty_slices",
     "eliminate_identity",
     "fold_constants",
     "inline_control_flow",

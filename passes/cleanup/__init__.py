@@ -3,6 +3,7 @@
 from graphpass.passes.cleanup.eliminate_cast_pairs import EliminateCastPairs
 from graphpass.passes.cleanup.eliminate_common_subexpressions import EliminateCommonSubexpressions
 from graphpass.passes.cleanup.eliminate_dead_nodes import EliminateDeadNodes
+from graphpass.passes.cleanup.eliminate_empty_slices import EliminateEmptySlices
 from graphpass.passes.cleanup.eliminate_identity import EliminateIdentity
 from graphpass.passes.cleanup.fold_constants import FoldConstants
 from graphpass.passes.cleanup.inline_control_flow import InlineControlFlow
@@ -16,6 +17,7 @@ __all__ = [
     "EliminateCastPairs",
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",
+    "EliminateEmptySlices",
     "EliminateIdentity",
     "FoldConstants",
     "InlineControlFlow",

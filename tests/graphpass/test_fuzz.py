@@ -143,3 +143,20 @@ def test_a_reproducer_of_an_external_data_case_is_self_contained(tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Outcome(status='ok'" in run.stdout
+
+
+def test_differential_puts_the_logger_level_back():
+    """It silenced graphpass's logger for good: a CLI warning test run after the fuzzer saw nothing."""
+    import logging
+
+    from onnx import TensorProto, helper
+
+    logger = logging.getLogger("graphpass")
+    before = logger.level
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    differential(Case("float32", "t", "inline", 17, m, {"x": np.array([-0.0, 1.0], np.float32)}, ["eliminate_identity"]))
+    assert logger.level == before
