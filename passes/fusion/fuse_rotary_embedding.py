@@ -61,6 +61,21 @@ def _slice_of(t: gs.Tensor, local: set[int]) -> tuple[gs.Tensor, int, int, int] 
     return s.inputs[0], starts[0], ends[0], axes[0]
 
 
+def _cos_sin_terms(anchor: gs.Node, scope: Scope):
+    """For an Add of X * Cos and Rot * Sin (each Mul read only by the Add), both ways round:
+    (the cos Mul, the sin Mul, the rotated operand, the sin operand) per order of the sin Mul's
+    operands. Both rotary spellings start here."""
+    if anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
+        return
+    g, local = scope.graph, scope.local
+    for a, b in operands(anchor):
+        mul_c, mul_s = producer_of(a, "Mul", local), producer_of(b, "Mul", local)
+        if mul_c is None or mul_s is None or mul_c is mul_s or not single_reader(a, g) or not single_reader(b, g):
+            continue
+        for rot, sin in operands(mul_s):
+            yield mul_c, mul_s, rot, sin
+
+
 class _Rotary(Rule):
     """Anchored at the final Add."""
 
@@ -70,31 +85,25 @@ class _Rotary(Rule):
         return frozenset({"Add"})
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
-        if anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
-            return None
         g, local = scope.graph, scope.local
-        for a, b in operands(anchor):
-            mul_c, mul_s = producer_of(a, "Mul", local), producer_of(b, "Mul", local)
-            if mul_c is None or mul_s is None or mul_c is mul_s or not single_reader(a, g) or not single_reader(b, g):
+        for mul_c, mul_s, rot, sin in _cos_sin_terms(anchor, scope):
+            cat = producer_of(rot, "Concat", local)
+            if cat is None or len(cat.inputs) != 2 or not single_reader(rot, g):
                 continue
-            for rot, sin in operands(mul_s):
-                cat = producer_of(rot, "Concat", local)
-                if cat is None or len(cat.inputs) != 2 or not single_reader(rot, g):
+            neg = producer_of(cat.inputs[0], "Neg", local)
+            if neg is None or not single_reader(cat.inputs[0], g) or not single_reader(cat.inputs[1], g) \
+                    or not single_reader(neg.inputs[0], g):
+                continue
+            hi, lo = _slice_of(neg.inputs[0], local), _slice_of(cat.inputs[1], local)
+            if hi is None or lo is None or hi[0] is not lo[0]:
+                continue
+            x = lo[0]
+            for xx, cos in operands(mul_c):
+                if xx is not x:
                     continue
-                neg = producer_of(cat.inputs[0], "Neg", local)
-                if neg is None or not single_reader(cat.inputs[0], g) or not single_reader(cat.inputs[1], g) \
-                        or not single_reader(neg.inputs[0], g):
-                    continue
-                hi, lo = _slice_of(neg.inputs[0], local), _slice_of(cat.inputs[1], local)
-                if hi is None or lo is None or hi[0] is not lo[0]:
-                    continue
-                x = lo[0]
-                for xx, cos in operands(mul_c):
-                    if xx is not x:
-                        continue
-                    m = scope.match([lo_node(cat), neg.inputs[0].inputs[0], neg, cat, mul_s, mul_c, anchor])
-                    m.x, m.cos, m.sin, m.hi, m.lo, m.cat = x, cos, sin, hi, lo, cat
-                    return m
+                m = scope.match([lo_node(cat), neg.inputs[0].inputs[0], neg, cat, mul_s, mul_c, anchor])
+                m.x, m.cos, m.sin, m.hi, m.lo, m.cat = x, cos, sin, hi, lo, cat
+                return m
         return None
 
     def check(self, m: Match, ctx) -> MatchResult:
@@ -166,38 +175,32 @@ class _RotaryInterleaved(Rule):
         return frozenset({"Add"})
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
-        if anchor.domain not in (None, "", "ai.onnx") or len(anchor.inputs) != 2:
-            return None
         g, local = scope.graph, scope.local
-        for a, b in operands(anchor):
-            mul_c, mul_s = producer_of(a, "Mul", local), producer_of(b, "Mul", local)
-            if mul_c is None or mul_s is None or mul_c is mul_s or not single_reader(a, g) or not single_reader(b, g):
+        for mul_c, mul_s, rot, sin in _cos_sin_terms(anchor, scope):
+            rs = producer_of(rot, "Reshape", local)
+            if rs is None or not single_reader(rot, g):
                 continue
-            for rot, sin in operands(mul_s):
-                rs = producer_of(rot, "Reshape", local)
-                if rs is None or not single_reader(rot, g):
+            cat = producer_of(rs.inputs[0], "Concat", local)
+            if cat is None or len(cat.inputs) != 2 or not single_reader(rs.inputs[0], g):
+                continue
+            first, second = _unsqueezed_last(cat.inputs[0], local), _unsqueezed_last(cat.inputs[1], local)
+            if first is None or second is None or not all(single_reader(t, g) for t in cat.inputs):
+                continue
+            neg = producer_of(first[0], "Neg", local)
+            if neg is None or not single_reader(first[0], g) or not single_reader(neg.inputs[0], g) \
+                    or not single_reader(second[0], g):
+                continue
+            odd, even = _strided_slice(neg.inputs[0], local), _strided_slice(second[0], local)
+            if odd is None or even is None or odd[0] is not even[0]:
+                continue
+            x = odd[0]
+            for xx, cos in operands(mul_c):
+                if xx is not x:
                     continue
-                cat = producer_of(rs.inputs[0], "Concat", local)
-                if cat is None or len(cat.inputs) != 2 or not single_reader(rs.inputs[0], g):
-                    continue
-                first, second = _unsqueezed_last(cat.inputs[0], local), _unsqueezed_last(cat.inputs[1], local)
-                if first is None or second is None or not all(single_reader(t, g) for t in cat.inputs):
-                    continue
-                neg = producer_of(first[0], "Neg", local)
-                if neg is None or not single_reader(first[0], g) or not single_reader(neg.inputs[0], g) \
-                        or not single_reader(second[0], g):
-                    continue
-                odd, even = _strided_slice(neg.inputs[0], local), _strided_slice(second[0], local)
-                if odd is None or even is None or odd[0] is not even[0]:
-                    continue
-                x = odd[0]
-                for xx, cos in operands(mul_c):
-                    if xx is not x:
-                        continue
-                    m = scope.match([second[0].inputs[0], neg.inputs[0].inputs[0], neg, first[1], second[1], cat, rs,
-                                     mul_s, mul_c, anchor])
-                    m.x, m.cos, m.sin, m.odd, m.even, m.cat, m.reshape = x, cos, sin, odd, even, cat, rs
-                    return m
+                m = scope.match([second[0].inputs[0], neg.inputs[0].inputs[0], neg, first[1], second[1], cat, rs,
+                                 mul_s, mul_c, anchor])
+                m.x, m.cos, m.sin, m.odd, m.even, m.cat, m.reshape = x, cos, sin, odd, even, cat, rs
+                return m
         return None
 
     def check(self, m: Match, ctx) -> MatchResult:

@@ -64,3 +64,21 @@ SUMMATION_ORDER = Promise.tolerance(
 KERNEL_SPLIT = Promise.tolerance(
     "kernel-split", rtol=1e-4, atol=1e-5,
     reason="a convolution summed per kernel piece: the same products added in another grouping")
+
+
+def splice_region(g: gs.Graph, region, new_nodes: dict, before: dict, after: dict) -> None:
+    """Replace each node of ``region`` (unlinked here) in ``g``'s node order by its rewrite
+    ``new_nodes[id(node)]``, with the nodes ``before[id(node)]`` ahead of it and
+    ``after[id(node)]`` behind it (the region passes: lower_conv1d_to_conv2d, transpose_wide_conv)."""
+    for n in region:
+        n.inputs.clear()
+        n.outputs.clear()
+    nodes = []
+    for n in g.nodes:
+        if id(n) in new_nodes:
+            nodes.extend(before.get(id(n), []))
+            nodes.append(new_nodes[id(n)])
+            nodes.extend(after.get(id(n), []))
+        else:
+            nodes.append(n)
+    g.nodes = nodes

@@ -35,6 +35,7 @@ from graphpass.ir.graph import NameGen, iter_graphs
 from graphpass.ir.model import opset_of
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT, Pass
+from graphpass.passes.lowering._knowledge import splice_region
 
 __all__ = ["LowerConv1dToConv2d", "ELEMENTWISE"]
 
@@ -275,15 +276,4 @@ class LowerConv1dToConv2d(Pass):
                 n.outputs.clear()  # the Squeeze writes the old tensor: its name, type and shape stay
                 after.setdefault(id(n), []).append(axes_node("Squeeze", twin[id(old_out)], old_out, f"{n.name or n.op}_squeeze"))
                 stats["squeezes"] += 1
-        for n in region:
-            n.inputs.clear()
-            n.outputs.clear()
-        nodes = []
-        for n in g.nodes:
-            if id(n) in new_nodes:
-                nodes.extend(before.get(id(n), []))
-                nodes.append(new_nodes[id(n)])
-                nodes.extend(after.get(id(n), []))
-            else:
-                nodes.append(n)
-        g.nodes = nodes
+        splice_region(g, region, new_nodes, before, after)

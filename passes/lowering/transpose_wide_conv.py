@@ -33,7 +33,7 @@ from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, peek_values
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT, Pass
-from graphpass.passes.lowering._knowledge import off_ai_core
+from graphpass.passes.lowering._knowledge import off_ai_core, splice_region
 
 __all__ = ["TransposeWideConv"]
 
@@ -198,15 +198,4 @@ class TransposeWideConv(Pass):
             if any(id(c) not in members for c in old_out.outputs) or id(old_out) in outputs:
                 n.outputs.clear()  # the Transpose back writes the old tensor: its name, type and shape stay
                 after.setdefault(id(n), []).append(transpose(twin[id(old_out)], old_out, f"{n.name or n.op}_to_w"))
-        for n in region:
-            n.inputs.clear()
-            n.outputs.clear()
-        nodes = []
-        for n in g.nodes:
-            if id(n) in new_nodes:
-                nodes.extend(before.get(id(n), []))
-                nodes.append(new_nodes[id(n)])
-                nodes.extend(after.get(id(n), []))
-            else:
-                nodes.append(n)
-        g.nodes = nodes
+        splice_region(g, region, new_nodes, before, after)
