@@ -107,3 +107,16 @@ def keeps_specials(what: str, operand: np.ndarray, old: np.ndarray, new: np.ndar
             if np.any((np.asarray(old) != 0) & (np.asarray(new) == 0) & (f != 0)):
                 return MatchResult.fail(f"folding the {what} rounds a nonzero parameter to zero (an inf input would give NaN)")
     return MatchResult.success()
+
+
+def bn_inference_refusal(bn: gs.Node, graph: gs.Graph) -> "MatchResult | None":
+    """Why a BatchNormalization cannot be folded as the inference-mode affine map it is (its
+    parameters missing, training mode, spatial=0), or None (fold_batchnorm,
+    fold_transposed_batchnorm)."""
+    if len(bn.inputs) < 5:
+        return MatchResult.fail("BatchNormalization without its four parameters")
+    if int(bn.attrs.get("training_mode", 0)) or any(t.name and (len(t.outputs) or t in graph.outputs) for t in bn.outputs[1:]):
+        return MatchResult.fail("BatchNormalization in training mode (running statistics are used)")
+    if int(bn.attrs.get("spatial", 1)) == 0:
+        return MatchResult.fail("BatchNormalization with spatial=0 (per-activation statistics)")
+    return None

@@ -23,7 +23,7 @@ from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.graph import peek_values
-from graphpass.passes.fusion._common import require_constants
+from graphpass.passes.fusion._common import bn_inference_refusal, require_constants
 
 __all__ = ["FoldBatchNorm"]
 
@@ -31,12 +31,9 @@ __all__ = ["FoldBatchNorm"]
 class _FoldInto(Rule):
     def check(self, m: Match, ctx) -> MatchResult:
         prod, bn = m.nodes
-        if len(bn.inputs) < 5:
-            return MatchResult.fail("BatchNormalization without its four parameters")
-        if int(bn.attrs.get("training_mode", 0)) or any(t.name and (len(t.outputs) or t in m.graph.outputs) for t in bn.outputs[1:]):
-            return MatchResult.fail("BatchNormalization in training mode (running statistics are used)")
-        if int(bn.attrs.get("spatial", 1)) == 0:
-            return MatchResult.fail("BatchNormalization with spatial=0 (per-activation statistics)")
+        refusal = bn_inference_refusal(bn, m.graph)
+        if refusal is not None:
+            return refusal
         params = {"scale": bn.inputs[1], "bias": bn.inputs[2], "mean": bn.inputs[3], "var": bn.inputs[4]}
         weights = {"weight": prod.inputs[1]}
         if len(prod.inputs) > 2 and prod.inputs[2].name:

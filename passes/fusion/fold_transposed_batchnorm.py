@@ -29,7 +29,7 @@ from graphpass.ir.shapes import tensor_elem_type
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
-from graphpass.passes.fusion._common import require_constants
+from graphpass.passes.fusion._common import bn_inference_refusal, require_constants
 
 __all__ = ["FoldTransposedBatchNorm"]
 
@@ -55,12 +55,9 @@ class _TransposeBnTranspose(Rule):
             return MatchResult.fail(f"perm {q} after perm {p} is not the identity: the Transposes do not cancel")
         if len(p) < 2:
             return MatchResult.fail("a BN needs a channel axis")
-        if len(bn.inputs) < 5:
-            return MatchResult.fail("BatchNormalization without its four parameters")
-        if int(bn.attrs.get("training_mode", 0)) or any(t.name and (len(t.outputs) or t in m.graph.outputs) for t in bn.outputs[1:]):
-            return MatchResult.fail("BatchNormalization in training mode (running statistics are used)")
-        if int(bn.attrs.get("spatial", 1)) == 0:
-            return MatchResult.fail("BatchNormalization with spatial=0 (per-activation statistics)")
+        refusal = bn_inference_refusal(bn, m.graph)
+        if refusal is not None:
+            return refusal
         if tensor_elem_type(x) != TensorProto.FLOAT:
             return MatchResult.fail("the input is not float32: the folded scale would be rounded to its type")
         params = dict(zip(("scale", "bias", "mean", "var"), bn.inputs[1:5]))
