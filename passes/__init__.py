@@ -31,6 +31,7 @@ from graphpass.passes.fusion import FoldTransposedBatchNorm
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
 from graphpass.passes.fusion import FoldBatchNorm, FoldPad, MergeConcats, FuseChannelShuffle, FuseConvActivation, FuseConvBias, FuseConvScale, FuseGatherSplit, FuseGelu, FuseLayerNorm, FuseMatMulAdd
+from graphpass.passes.fusion import GatherToSplit
 
 eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
@@ -57,6 +58,7 @@ fuse_conv_activation = FuseConvActivation.as_function()
 fuse_conv_bias = FuseConvBias.as_function()
 fuse_conv_scale = FuseConvScale.as_function()
 fuse_gather_split = FuseGatherSplit.as_function()
+gather_to_split = GatherToSplit.as_function()
 fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
 from graphpass.passes.fusion import FuseRmsNorm, FuseRotaryEmbedding, FuseSwiGlu  # noqa: E402  (issue 26)
@@ -105,6 +107,7 @@ __all__ = [
     "FuseConvActivation",
     "FuseConvBias",
     "FuseGatherSplit",
+    "GatherToSplit",
     "FuseGelu",
     "FuseLayerNorm",
     "FuseMatMulAdd",
@@ -132,6 +135,7 @@ __all__ = [
     "fuse_conv_activation",
     "fuse_conv_bias",
     "fuse_gather_split",
+    "gather_to_split",
     "fuse_gelu",
     "fuse_layer_norm",
     "FuseRmsNorm",

@@ -58,6 +58,7 @@ FUSION = (
     "fuse_swiglu",
     "fuse_channel_shuffle",
     "fuse_gather_split",
+    "gather_to_split",
 )
 
 #: Layout after lowering and fusion (declared on propagate_layout; eliminate_transdata runs after it).

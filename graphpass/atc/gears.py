@@ -112,10 +112,10 @@ def _concrete(decl: dict[str, list], profile: dict, where: str) -> dict[str, lis
 def plan_gears(proto: onnx.ModelProto, profiles: list[str], min_gears: int = 2, max_gears: int = 100) -> Gears:
     """The ATC shape options for ``proto`` with ``profiles`` (none: the model must be static)."""
     decl = _declared(proto)
-    for name in decl:  # ATC's --input_shape syntax: name:d1,d2;name:...
+    for name in decl:  # the syntax of ATC's input_shape option: name:d1,d2;name:...
         bad = [c for c in ";:," if c in name]
         if bad:
-            raise UsageError(f"input '{name}' has '{bad[0]}' in its name, which ATC's --input_shape uses as a "
+            raise UsageError(f"input '{name}' has '{bad[0]}' in its name, which ATC's input_shape option uses as a "
                              "separator (name:d1,d2;...): rename the input before handing the model to ATC")
     if not profiles:
         fixed = static_shapes(proto)

@@ -14,8 +14,9 @@ from graphpass.passes.fusion.fuse_matmul_add import FuseMatMulAdd
 from graphpass.passes.fusion.fuse_rms_norm import FuseRmsNorm
 from graphpass.passes.fusion.fuse_rotary_embedding import FuseRotaryEmbedding
 from graphpass.passes.fusion.fuse_swiglu import FuseSwiGlu
+from graphpass.passes.fusion.gather_to_split import GatherToSplit
 from graphpass.passes.fusion.merge_concats import MergeConcats
 
 __all__ = ["FoldBatchNorm", "FoldTransposedBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation",
            "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd", "FuseRmsNorm",
-           "FuseRotaryEmbedding", "FuseSwiGlu"]
+           "FuseRotaryEmbedding", "FuseSwiGlu", "GatherToSplit"]
