@@ -35,7 +35,7 @@ import onnx.version_converter
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, ResourceLimitError, UsageError
-from graphpass.ir import annotations, external, limits, profiling
+from graphpass.ir import annotations, external, fast_import, limits, profiling
 from graphpass.ir.external import (
     ExternalValues,
     _as_proto,
@@ -312,7 +312,7 @@ def from_proto(
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     try:
         with gc_paused():
-            graph = gs.import_onnx(model)
+            graph = fast_import.import_onnx(model)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
