@@ -32,6 +32,8 @@ transposed for the MatMul, folds this way (as onnxsim folds it) while the file s
 
 from __future__ import annotations
 
+from typing import Callable
+
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.size import constant_overhead, freed_bytes, node_bytes_least
@@ -79,7 +81,8 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
 
 
 def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
-         growing_limit: int | None, room: int = 0) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor], int]:
+         growing_limit: int | None, room: int | Callable[[], int] = 0
+         ) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor], int]:
     """Split ``wanted`` (boundary tensors of the foldable set, topologically ordered) into the
     ones to fold, the ones refused because the file would grow, and (only with
     ``growing_limit``, the ``fold_growing`` mode) the growing ones refused as over that limit.
@@ -89,8 +92,9 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         graph_outputs: ids of the graph's outputs (never freed).
         growing_limit: None by default; with ``fold_growing`` the size limit up to which a
             tensor is folded even when the file grows.
-        room: bytes the model may still grow by (see the module docstring); unused with
-            ``growing_limit``.
+        room: bytes the model may still grow by (see the module docstring), or a function
+            computing it, called only when a fold would grow the file (computing it walks the
+            whole model); unused with ``growing_limit``.
 
     Returns:
         (fold, grow, over, room used).
@@ -138,7 +142,10 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
                 if g - base <= 0:
                     kept.append(t)
                     base = g
-        if growing_limit is None and room - used > 0 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
+        if callable(room) and growing_limit is None and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
+            room = room()
+        if growing_limit is None and not callable(room) and room - used > 0 \
+                and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
             # the model-wide room, charged at the most each fold can grow the file
             base = _growth(kept, nodes, sizes, graph_outputs, bound=True)
             taken = {id(t) for t in kept}

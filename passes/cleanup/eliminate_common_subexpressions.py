@@ -59,7 +59,10 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-#: constants up to this size are keyed by their bytes; larger ones by a digest, then compared
+#: constants up to this size are keyed by their bytes (not cached); larger ones by a digest
+#: (cached on the constant), then compared byte for byte
+_SMALL_KEY_BYTES = 64
+#: constants over this size are first told apart by a sample of their bytes
 _KEY_BYTES = 64 * 1024
 
 
@@ -75,9 +78,10 @@ def _value_key(t: gs.Constant) -> tuple | None:
         if arr.dtype.kind in "OSU":
             return None
         raw = _raw(arr)
-        body = raw.tobytes() if raw.nbytes <= _KEY_BYTES else ("sha256", hashlib.sha256(raw.data).digest())
+        small = raw.nbytes <= _SMALL_KEY_BYTES
+        body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw.data).digest())
         key = (_dtype_key(arr.dtype), arr.shape, body, str(getattr(t, "export_dtype", None)))
-        if raw.nbytes > _KEY_BYTES:
+        if not small:  # the pass runs once per round: hash each weight once, not once per round
             t.__dict__["_gp_digest"] = (t._values, key)
     meta = A.meta(t)
     return key + (tuple(sorted(meta.items())),) if meta else key

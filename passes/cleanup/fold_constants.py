@@ -220,7 +220,9 @@ class FoldConstants(Pass):
         loop runs at most ``max_iterations`` (default 32) times and only while it progresses.
         """
         total: dict[str, int] = {}
-        room = [self._room(graph)]  # bytes the saved model may still grow by (spent by the folds)
+        # bytes the saved model may still grow by (spent by the folds); None until a fold would
+        # grow the file (computing it walks the whole model)
+        room: list[int | None] = [None]
         for _ in range(self.max_iterations):
             result = self._fold_once(graph, ctx, room)
             for k, v in result.stats.items():
@@ -311,8 +313,8 @@ class FoldConstants(Pass):
                             guarded.add(id(t))
                         wanted.append(t)
             # Case 4: the size policy, first on the sizes shapes give (unknown: decided after)
-            wanted = self._size_policy(wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats,
-                                       list(room))
+            wanted = self._size_policy(graph, wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats,
+                                       room, spend=False)
             if not wanted:
                 continue
             needed = self._needed(wanted, fold_ids)
@@ -336,7 +338,7 @@ class FoldConstants(Pass):
                     continue
                 computed.append(t)
             # Case 4 again on the computed sizes, over the tensors that can fold
-            for t in self._size_policy(computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
+            for t in self._size_policy(graph, computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
                                        outs, stats, room):
                 v = values[t.name]
                 if not budget.fits(v.nbytes):
@@ -359,13 +361,21 @@ class FoldConstants(Pass):
         modified = any(stats[k] for k in ("constant_nodes", "shapes", "folded", "removed"))
         return PassResult(modified, stats)
 
-    def _size_policy(self, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
-                     outs: set[int], stats: dict[str, int], room: list[int]) -> list[gs.Tensor]:
+    def _size_policy(self, graph: gs.Graph, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
+                     outs: set[int], stats: dict[str, int], room: list[int | None], *,
+                     spend: bool = True) -> list[gs.Tensor]:
         """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``);
-        ``room[0]`` (the model-wide room) is lowered by what the folds chosen spend of it."""
+        ``room[0]`` (the model-wide room, computed when first needed) is lowered by what the folds
+        chosen spend of it (with ``spend``)."""
+        def resolve() -> int:
+            if room[0] is None:
+                room[0] = self._room(graph)
+            return room[0]
+
         fold, grow, over, used = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None,
-                                      room[0])
-        room[0] -= used
+                                      room[0] if room[0] is not None else resolve)
+        if used and spend:
+            room[0] = resolve() - used
         stats["would_grow"] += len(grow)
         stats["too_large"] += len(over)
         return fold
