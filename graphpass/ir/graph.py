@@ -26,6 +26,7 @@ __all__ = [
     "replace_uses",
     "count_nodes",
     "op_histogram",
+    "op_types",
     "fingerprint",
     "NameGen",
     "constant_array",
@@ -265,6 +266,15 @@ def count_nodes(graph: gs.Graph, recursive: bool = True) -> int:
     if not recursive:
         return len(graph.nodes)
     return sum(len(g.nodes) for g in iter_graphs(graph))
+
+
+def op_types(graph: gs.Graph) -> frozenset[str]:
+    """Every op type (without its domain) of ``graph``, its bodies and its local functions."""
+    ops: set[str] = set()
+    for root in (graph, *(getattr(graph, "functions", None) or ())):
+        for g in iter_graphs(root):
+            ops.update(n.op for n in g.nodes)
+    return frozenset(ops)
 
 
 def op_histogram(graph: gs.Graph, recursive: bool = True) -> collections.Counter:

@@ -377,6 +377,7 @@ class InlineControlFlow(Pass):
     """
 
     name = "inline_control_flow"
+    anchor_ops = frozenset({"If", "Loop"})  # nothing to do in a graph without them
     summary = "Inline If with a constant condition and Loop with a constant single trip (M=1, cond true)."
     kind = PassKind.CLEANUP
     promise = EXACT

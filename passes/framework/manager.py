@@ -25,7 +25,7 @@ from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, EST
 from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
-from graphpass.ir.graph import count_nodes, toposort
+from graphpass.ir.graph import count_nodes, op_types, toposort
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
@@ -137,10 +137,16 @@ class PassManager(Pass):
         # already saw the final graph)
         version = 0
         clean: dict[int, int] = {}  # pass position -> the version it last ran on without a change
+        ops_seen: tuple[int, frozenset[str]] = (-1, frozenset())  # (version, the graph's op types)
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
                 if (p.run_once and rnd > 1) or p.name in unavailable or clean.get(k) == version:
+                    continue
+                if ops_seen[0] != version:
+                    ops_seen = (version, op_types(graph))
+                if not p.can_act(ops_seen[1], ctx):  # nothing it rewrites is in the graph
+                    clean[k] = version
                     continue
                 if not all(ins.should_run(p, graph, ctx) for ins in instruments):
                     continue

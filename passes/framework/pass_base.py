@@ -136,6 +136,10 @@ class Pass:
     #: True when the pass needs hardware facts (``ctx.target`` with a profile): applied under
     #: the ``none`` target it raises a UsageError; the pass manager skips it and says why.
     needs_target: ClassVar[bool] = False
+    #: The op types the pass rewrites at (None: it may act anywhere). With a set, the pass
+    #: manager does not run the pass on a graph (bodies and functions included) that holds none
+    #: of them (see :meth:`can_act`).
+    anchor_ops: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, **options: Any) -> None:
         if options:  # a pass without options: any keyword is a typo
@@ -192,6 +196,12 @@ class Pass:
     def scored_in(self, ctx: "PassContext") -> bool:
         """Whether the cost model may veto this application (a pass may depend on its options)."""
         return self.is_scored()
+
+    def can_act(self, ops: frozenset[str], ctx: "PassContext") -> bool:
+        """False only when the pass cannot change a graph whose nodes (in every graph, body and
+        function) have the op types ``ops``: the pass manager then skips it, as it skips a pass
+        that already saw the same graph. Default: from :attr:`anchor_ops`."""
+        return self.anchor_ops is None or not self.anchor_ops.isdisjoint(ops)
 
     # -- the contract ----------------------------------------------------------------------
 

@@ -510,6 +510,18 @@ class RulePass(Pass):
         counts = apply_rules(graph, self.rule_set(ctx), ctx, self.name, reverse=self.reverse)
         return PassResult(counts.total("rewritten") > 0, self.summarize(counts))
 
+    def can_act(self, ops: frozenset[str], ctx: PassContext) -> bool:
+        """Whether a rule can anchor at one of ``ops`` (apply_rules tries a rule only on nodes
+        of its anchors: with none in the graph, the walk would match nothing). A subclass with
+        its own ``run`` may apply other rules than ``rules``: only its ``anchor_ops`` count."""
+        if type(self).run is not RulePass.run:
+            return super().can_act(ops, ctx)
+        for r in self.rule_set(ctx):
+            anchors = r.anchors()
+            if anchors is None or not anchors.isdisjoint(ops):
+                return True
+        return False
+
     def rule_set(self, ctx: PassContext) -> RuleSet | Sequence[Rule]:
         """The rules of this application (a pass may choose them from its options)."""
         return self.rules

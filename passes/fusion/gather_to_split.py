@@ -63,6 +63,7 @@ class GatherToSplit(Pass):
     """Several scalar-index Gathers of one tensor along one axis -> one Split and a Squeeze each."""
 
     name = "gather_to_split"
+    anchor_ops = frozenset({"Gather"})  # nothing to do in a graph without them
     summary = "Gathers of one tensor at constant scalar indices along one axis -> one Split (+ a Squeeze each); exact."
     kind = PassKind.FUSION
     promise = EXACT

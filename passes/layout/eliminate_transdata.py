@@ -59,6 +59,7 @@ class EliminateTransData(Pass):
     """
 
     name = "eliminate_transdata"
+    anchor_ops = frozenset({"TransData"})  # nothing to do in a graph without them
     summary = "TransData: inverse pairs cancel, chains compose, fan-out duplicates merge, weights convert at compile time."
     kind = PassKind.LAYOUT
     promise = EXACT

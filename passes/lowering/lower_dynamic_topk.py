@@ -105,6 +105,7 @@ class LowerDynamicTopK(Pass):
     """
 
     name = "lower_dynamic_topk"
+    anchor_ops = frozenset({"TopK"})  # nothing to do in a graph without them
     summary = "TopK with a runtime k feeding reductions -> static TopK + mask (OHEM losses)."
     kind = PassKind.LOWERING
     # lowerings make the graph compilable, and fusions may then apply to their output

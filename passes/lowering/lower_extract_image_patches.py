@@ -96,6 +96,7 @@ class LowerExtractImagePatches(Pass):
     """
 
     name = "lower_extract_image_patches"
+    anchor_ops = frozenset({"ExtractImagePatches"})  # nothing to do in a graph without them
     summary = "ExtractImagePatches (TF semantics) -> Pad + Gather of pixels (or strided Slices): exact data movement."
     kind = PassKind.LOWERING
     # lowerings make the graph compilable, and fusions may then apply to their output

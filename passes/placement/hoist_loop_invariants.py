@@ -188,6 +188,7 @@ class HoistLoopInvariants(Pass):
     """
 
     name = "hoist_loop_invariants"
+    anchor_ops = frozenset({"Loop", "Scan"})  # nothing to do in a graph without them
     summary = "Move loop-invariant nodes out of Loop/Scan bodies (exact; recursive)."
     kind = PassKind.CLEANUP
     promise = EXACT
