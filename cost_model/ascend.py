@@ -199,6 +199,7 @@ class _Ctx:
         self.per_engine: dict[str, float] = defaultdict(float)
         self.per_op: dict[str, float] = defaultdict(float)
         self.nodes: list[dict[str, Any]] = []
+        self.keep_nodes = True  # False: per-node records are not kept in the report
         self.explicit_transdata = 0
         self.transdata_us = 0.0
         self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
@@ -297,10 +298,13 @@ class AscendCostModel(CostModel):
             report = self._estimate(graph, _costs_out=(out := {}), **kwargs)
         return out, report
 
-    def placement(self, graph: gs.Graph, **kwargs: Any) -> tuple[dict[int, tuple[str, str]], CostReport]:
-        """Engine of every node (by id, subgraphs included) with the reason when it is not AI Core."""
+    def placement(self, graph: gs.Graph, *, node_records: bool = True,
+                  **kwargs: Any) -> tuple[dict[int, tuple[str, str]], CostReport]:
+        """Engine of every node (by id, subgraphs included) with the reason when it is not AI Core;
+        ``node_records=False`` leaves the report's per-node list empty (the pass manager's cost
+        veto keeps several reports of a big graph alive and reads only their totals)."""
         with gc_frozen():
-            report = self._estimate(graph, _engines_out=(out := {}), **kwargs)
+            report = self._estimate(graph, _engines_out=(out := {}), _node_records=node_records, **kwargs)
         return out, report
 
     def _estimate(
@@ -314,6 +318,7 @@ class AscendCostModel(CostModel):
         fusion: bool = True,
         _engines_out: dict | None = None,
         _costs_out: dict | None = None,
+        _node_records: bool = True,
         **_: Any,
     ) -> CostReport:
         mode = precision_mode or self.profile.default_precision_mode
@@ -324,6 +329,7 @@ class AscendCostModel(CostModel):
         cx = _Ctx(self, mode, max(1, int(loop_trips)), dict(input_shapes or {}))
         cx.set_graph(graph, dims)
         cx.costs_out = _costs_out
+        cx.keep_nodes = _node_records
         cx.static_graph = self.static_inputs(graph)
         cx.fusion = bool(fusion)
         nodes_us = self._graph_cost(graph, cx, top=True)
@@ -533,7 +539,8 @@ class AscendCostModel(CostModel):
             if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
                 rec["us"] *= scale[it.node.op]
                 rec["note"] = (rec["note"] + f"; x{scale[it.node.op]:.3g} (op_scale)").strip("; ")
-            cx.nodes.append(rec)
+            if cx.keep_nodes:
+                cx.nodes.append(rec)
             if it.engine == "compile-time":
                 continue
             if cx.costs_out is not None and it.node.outputs:

@@ -151,15 +151,16 @@ class Target:
         return self._hardware.placement(graph, precision_mode=precision_mode)
 
     @profiling.timed("cost estimate")
-    def estimate_with_placement(self, graph: gs.Graph, **kwargs: Any):
+    def estimate_with_placement(self, graph: gs.Graph, *, node_records: bool = True, **kwargs: Any):
         """``(report, engines)``: the estimate of ``graph`` and, when the estimates are this
         target's own hardware model's, the engine of every node as :meth:`placement` gives it
-        (one walk for both; None when a cost model of one's own estimates)."""
+        (one walk for both; None when a cost model of one's own estimates). ``node_records=False``:
+        the report's per-node list stays empty (its totals only; less memory on a big graph)."""
         if self.has_hardware and self.cost_model is self._hardware:
             from graphpass.cost_model.base import check_estimate_options
 
             check_estimate_options(kwargs)
-            engines, report = self._hardware.placement(graph, **kwargs)
+            engines, report = self._hardware.placement(graph, node_records=node_records, **kwargs)
             return report, engines
         return self.estimate(graph, **kwargs), None
 

@@ -5,7 +5,9 @@ converts each tensor's dtype through ``onnx.helper.get_all_tensor_dtypes()`` (a 
 call): about 30 us per tensor, half the load of a large model. :func:`import_onnx` builds the
 same objects (the same classes, fields, field order and values, the same sharing of tensors
 between a graph and its bodies) directly, and converts each distinct ONNX dtype once, with gs's
-own functions. What it does not build itself (sparse initializers, non-tensor value types,
+own functions. One difference: a node's attributes are a plain ``dict`` (ordered too), not an
+``OrderedDict`` (224 bytes less per node; gs compares attributes with ``==`` and iterates
+them, nothing else). What it does not build itself (sparse initializers, non-tensor value types,
 unknown dtypes, attributes gs skips or turns into references, local functions) it hands to gs's
 importer, so those keep gs's exact behaviour, warnings included.
 
@@ -15,7 +17,6 @@ onnx's backend test data, the exporter corpus and the suite's own files.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import onnx
@@ -105,8 +106,8 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     return c
 
 
-def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> OrderedDict:
-    attrs: OrderedDict = OrderedDict()
+def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> dict:
+    attrs: dict = {}
     for a in node.attribute:
         t = a.type
         if t not in _SIMPLE or a.ref_attr_name:
@@ -133,7 +134,7 @@ def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) 
 def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs.Node:
     """gs's ``import_node``: the attributes first (a body sees the tensors imported before the
     node), then the inputs and outputs."""
-    attrs = _attributes(proto, outer, local, opset, domains) if len(proto.attribute) else OrderedDict()
+    attrs = _attributes(proto, outer, local, opset, domains) if len(proto.attribute) else {}
     inputs = []
     for name in proto.input:
         t = local.get(name)

@@ -139,7 +139,9 @@ class CostVeto(PassInstrument):
         if not self.active:
             return None
         if self._given is None:  # the run's own target: one walk gives the report and the engines
-            report, self._engines = self.target.estimate_with_placement(graph, **self.cost_options)
+            # totals only: the veto keeps up to three reports alive (before, after, the input's),
+            # and per-node records were ~1 KB per node each (2.6 GB on a 1M-node graph)
+            report, self._engines = self.target.estimate_with_placement(graph, node_records=False, **self.cost_options)
             return report
         return self.target.estimate(graph, **self.cost_options)
 

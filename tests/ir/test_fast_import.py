@@ -1,6 +1,6 @@
 """graphpass.ir.fast_import builds exactly what onnx-graphsurgeon's importer builds: the same
 classes, fields (in the same order), values, and the same sharing of tensor objects between
-nodes, graphs and bodies; on every model of onnx's backend test data (node conformance cases and
+nodes, graphs and bodies (node attributes aside: a dict, not an OrderedDict, same items); on every model of onnx's backend test data (node conformance cases and
 model-zoo architectures), the exporter corpus and the suite's own files."""
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ class _Dump:
         for name, v in n.__dict__.items():
             if name in ("inputs", "outputs"):
                 fields.append((name, type(v).__name__, tuple(self.tensor(x) for x in v)))
-            elif name == "attrs":
-                fields.append((name, type(v).__name__, tuple((a, self.value(x)) for a, x in v.items())))
+            elif name == "attrs":  # fast_import's are plain dicts (gs's OrderedDicts): same items, same order
+                fields.append((name, tuple((a, self.value(x)) for a, x in v.items())))
             else:
                 fields.append((name, repr(v)))
         return (self.ref(n), tuple(fields))
