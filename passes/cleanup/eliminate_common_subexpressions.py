@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.ir import annotations as A
@@ -66,6 +68,36 @@ _SMALL_KEY_BYTES = 64
 _KEY_BYTES = 64 * 1024
 
 
+#: ONNX types whose ``raw_data`` holds exactly the bytes ``onnx.numpy_helper.to_array`` gives
+#: (little-endian, one element after another); not int4/float4 (packed) or bfloat16/float8
+_RAW_IS_ARRAY = {
+    onnx.TensorProto.FLOAT: np.dtype("<f4"), onnx.TensorProto.DOUBLE: np.dtype("<f8"),
+    onnx.TensorProto.FLOAT16: np.dtype("<f2"), onnx.TensorProto.BOOL: np.dtype(bool),
+    onnx.TensorProto.INT8: np.dtype("i1"), onnx.TensorProto.INT16: np.dtype("<i2"),
+    onnx.TensorProto.INT32: np.dtype("<i4"), onnx.TensorProto.INT64: np.dtype("<i8"),
+    onnx.TensorProto.UINT8: np.dtype("u1"), onnx.TensorProto.UINT16: np.dtype("<u2"),
+    onnx.TensorProto.UINT32: np.dtype("<u4"), onnx.TensorProto.UINT64: np.dtype("<u8"),
+}
+
+
+def _stored_bytes(t: gs.Constant) -> tuple[np.dtype, tuple[int, ...], memoryview] | None:
+    """(dtype, shape, bytes) of a weight not read yet whose TensorProto stores it as raw bytes
+    of a plain numeric type: the key is computed from those bytes (equal to the decoded
+    array's on a little-endian machine) instead of decoding the weight. None otherwise."""
+    v = t._values
+    if type(v) is not gs.ir.tensor.LazyValues or sys.byteorder != "little":
+        return None
+    tp = v.tensor
+    dtype = _RAW_IS_ARRAY.get(tp.data_type)
+    if dtype is None or not tp.HasField("raw_data") or tp.HasField("data_location") and tp.data_location != 0:
+        return None
+    shape = tuple(int(d) for d in tp.dims)
+    raw = tp.raw_data
+    if len(raw) != math.prod(shape) * dtype.itemsize:
+        return None  # malformed: the decode path says what is wrong
+    return np.dtype(dtype.type), shape, memoryview(raw)
+
+
 def _value_key(t: gs.Constant) -> tuple | None:
     """(dtype, shape, bytes or sha256 of the bytes, annotations) of ``t``; a digest is cached on
     ``t`` while its value object is the same (passes replace a Constant's values, never change
@@ -74,13 +106,17 @@ def _value_key(t: gs.Constant) -> tuple | None:
     if cached is not None and cached[0] is t._values:
         key = cached[1]
     else:
-        arr = _bytes_of(t)
-        if arr.dtype.kind in "OSU":
-            return None
-        raw = _raw(arr)
+        stored = _stored_bytes(t)
+        if stored is not None:  # the stored bytes are the array's: no decode
+            dtype, shape, raw = stored
+        else:
+            arr = _bytes_of(t)
+            if arr.dtype.kind in "OSU":
+                return None
+            dtype, shape, raw = arr.dtype, arr.shape, _raw(arr)
         small = raw.nbytes <= _SMALL_KEY_BYTES
-        body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw.data).digest())
-        key = (_dtype_key(arr.dtype), arr.shape, body, str(getattr(t, "export_dtype", None)))
+        body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw).digest())
+        key = (_dtype_key(dtype), shape, body, str(getattr(t, "export_dtype", None)))
         if not small:  # the pass runs once per round: hash each weight once, not once per round
             t.__dict__["_gp_digest"] = (t._values, key)
     meta = A.meta(t)

@@ -239,3 +239,30 @@ def test_constants_of_types_numpy_spells_alike_stay_apart(dt_a, dt_b, raw, n, as
     types = {i.name: i.data_type for i in out.graph.initializer}
     types.update({n.output[0]: n.attribute[0].t.data_type for n in out.graph.node if n.op_type == "Constant"})
     assert types == {"a": dt_a, "b": dt_b}
+
+
+@pytest.mark.parametrize("arr", [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4) * -0.0, np.array([np.nan, -0.0, 1, np.inf], np.float16),
+    np.array([np.iinfo(np.int64).min, 0, 7], np.int64), np.array([True, False]), np.zeros((0, 3), np.float32),
+    np.array(3.5, np.float64), np.arange(100, dtype=np.uint16), np.arange(-8, 8, dtype=np.int8),
+    np.arange(4096, dtype=np.float32),  # over the 64-byte key: a digest
+], ids=lambda a: f"{a.dtype}{list(a.shape)}")
+def test_a_weight_is_keyed_from_its_stored_bytes_as_from_its_values(arr):
+    """A weight not read yet is keyed from its TensorProto's raw bytes (no decode): the key is the
+    one its decoded array gets, so equal constants merge whichever form each is in."""
+    import onnx
+    import onnx_graphsurgeon as gs
+    from onnx import numpy_helper
+
+    from graphpass.passes.cleanup import eliminate_common_subexpressions as cse
+
+    tp = numpy_helper.from_array(arr, "w")
+    stored = gs.Constant("w", gs.ir.tensor.LazyValues(tp))
+    assert cse._stored_bytes(stored) is not None
+    assert cse._value_key(stored) == cse._value_key(gs.Constant("w", numpy_helper.to_array(tp)))
+    # the same values stored as float_data/int32_data etc. (not raw): decoded, same key
+    typed = onnx.helper.make_tensor("w", tp.data_type, arr.shape, arr.ravel().tolist()) if arr.dtype.kind != "f" or \
+        arr.dtype == np.float32 else None
+    if typed is not None and arr.dtype != np.float16:
+        lazy = gs.Constant("w", gs.ir.tensor.LazyValues(typed))
+        assert cse._stored_bytes(lazy) is None and cse._value_key(lazy) == cse._value_key(stored)
