@@ -149,3 +149,37 @@ def test_shared_and_unusual_forms():
     ours = _import(fast_import.import_onnx, model)
     assert ours == _import(gs.import_onnx, model)
     assert ours[0] != "error"
+
+
+def test_a_loaded_model_holds_no_part_of_the_parse(monkeypatch):
+    """After graphpass.load, no weight, opset import, kept type or default initializer is a part of
+    the parsed ModelProto (protobuf allocates a message's parts in one arena: one part kept
+    alive keeps every node and value_info of the parse in memory). A part of a message is the
+    same Python object while something holds it, so a part the graph kept would be found again."""
+    import graphpass as gp
+    from graphpass.ir import serialize
+
+    parsed = []
+    real = serialize._load_proto
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        parsed.append(out[0])
+        return out
+
+    monkeypatch.setattr(serialize, "_load_proto", spy)
+    path = _REPO / "tests" / "data" / "exporters" / "resnet18.torchscript.onnx"
+    model = gp.load(path)
+    proto = parsed[0]
+    held = set()
+    for g in [model.graph]:
+        held.update(id(o) for o in g.import_domains or ())
+        for n in g.nodes:
+            for t in list(n.inputs) + [v for v in n.attrs.values() if isinstance(v, gs.Constant)]:
+                v = t.__dict__.get("_values")
+                if isinstance(v, gs.ir.tensor.LazyValues):
+                    held.add(id(v.tensor))
+    assert len(held) > 10
+    parts = list(proto.graph.initializer) + list(proto.opset_import)
+    parts += [a.t for n in proto.graph.node for a in n.attribute if a.HasField("t")]
+    assert parts and not {id(p) for p in parts} & held
