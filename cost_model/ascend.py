@@ -63,6 +63,16 @@ __all__ = ["AscendCostModel", "Fractal", "groups_per_fractal", "cube_cycles_conv
 
 _PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
 _F32 = np.dtype("float32")
+_DTYPES: dict[Any, np.dtype] = {}  # a gs dtype (numpy type, dtype or ONNX enum) -> its np.dtype
+_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached (numpy computes it on every access)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
 _NEVER_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                            "Dropout", "Bernoulli"})
 #: Attributes that change a node's cost (the rest only change values, not work).
@@ -183,6 +193,7 @@ class _Ctx:
         self.m = model
         self.p = model.pv
         self.shapes: dict[int, tuple[int, ...]] = {}
+        self.bytes: dict[tuple[int, str, bool], int] = {}  # (tensor id, format, computed in fp16) -> bytes
         self.engines: dict[int, tuple[str, str]] = {}  # node id -> (engine, why not AI Core)
         self.memo: dict[tuple, dict[str, Any]] = {}
         self.mode = precision_mode
@@ -267,13 +278,23 @@ class AscendCostModel(CostModel):
 
     @staticmethod
     def _dtype(t: gs.Tensor) -> np.dtype:
+        d = t.dtype
         try:
-            return np.dtype(t.dtype) if t.dtype is not None else np.dtype("float32")
+            return _DTYPES[d]
+        except (KeyError, TypeError):  # TypeError: an unhashable dtype object (not cached)
+            pass
+        try:
+            out = np.dtype(d) if d is not None else _F32
         except TypeError:
-            return np.dtype("float32")
+            out = _F32
+        try:
+            _DTYPES[d] = out
+        except TypeError:
+            pass
+        return out
 
     def _storage_itemsize(self, dtype: np.dtype, compute16: bool) -> int:
-        if dtype == np.dtype("float32") and compute16:
+        if dtype == _F32 and compute16:
             return 2
         return max(1, dtype.itemsize)
 
@@ -377,9 +398,12 @@ class AscendCostModel(CostModel):
         return p.graph_launch_us + h2d + d2h + copies + p.host_sync_us, not cx.dynamic_regions
 
     def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
-        dtype = self._dtype(t)
-        item = self._storage_itemsize(dtype, compute16)
-        return padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
+        key = (id(t), fmt, compute16)
+        hit = cx.bytes.get(key)
+        if hit is None:
+            item = self._storage_itemsize(self._dtype(t), compute16)
+            hit = cx.bytes[key] = padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
+        return hit
 
     # -- formats --------------------------------------------------------------------------
 
@@ -751,6 +775,7 @@ class AscendCostModel(CostModel):
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
         fused: set[int] = set()
+        efficiency = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}
         for it in items:
             if id(it) in fused or not it.kernel():
                 continue
@@ -779,7 +804,7 @@ class AscendCostModel(CostModel):
             mem = sum(g.rec["memory_us"] for g in group)
             for g in group:
                 # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
-                eff = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}.get(g.info.cost, 1.0)
+                eff = efficiency.get(g.info.cost, 1.0)
                 save = save_gm / eff
                 for i, t in enumerate(g.node.outputs):
                     if not t.name:
@@ -858,9 +883,10 @@ class AscendCostModel(CostModel):
         limit = load_op_limits().aicpu_reason(node)  # an attribute or size outside the AI Core kernel
         if limit:
             return "AICPU", False, limit
-        if dtype != np.dtype("float32"):
-            if dtype.name not in info.dtypes_on(self.target) and dtype.name not in ("int64", "float64"):
-                return "AICPU", False, f"{dtype.name} has no AI Core kernel"
+        if dtype != _F32:
+            name = _dtype_name(dtype)
+            if name not in info.dtypes_on(self.target) and name not in ("int64", "float64"):
+                return "AICPU", False, f"{name} has no AI Core kernel"
             return engine, False, ""
         # fp32 input
         cube = info.cost == "cube"
