@@ -377,6 +377,11 @@ def free_reserved_domain(model: onnx.ModelProto) -> list[str]:
     that nothing graphpass does with its device ops (reusing a body, bypassing TransData,
     inlining) touches them; the model computes the same. Returns the moved names."""
     foreign = {f.name for f in model.functions if f.domain == DOMAIN and not is_graphpass_body(f)}
+    # a node of the domain with a graph attribute is not one of graphpass's device ops either
+    # (they never carry one; the IR's walks rely on it, graphpass.ir.graph._NO_SUBGRAPHS)
+    _G = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    for nodes in _node_lists(model):
+        foreign.update(n.op_type for n in nodes if n.domain == DOMAIN and any(a.type in _G for a in n.attribute))
     if not foreign:
         return []
     version = next((o.version for o in model.opset_import if o.domain == DOMAIN), 1)

@@ -36,12 +36,15 @@ __all__ = [
 ]
 
 
-#: Default-domain ops that carry graph attributes. Custom-domain nodes are checked in full.
+#: Default-domain ops that carry graph attributes. Custom-domain nodes are checked in full,
+#: but for graphpass's own device ops (their domain is reserved at load: a model's own functions
+#: in it are moved to another), which never carry one: a fused transformer holds thousands.
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+_NO_SUBGRAPHS = frozenset({None, "", "ai.onnx", "graphpass.ascend"})
 
 
 def _may_have_subgraph(node: gs.Node) -> bool:
-    return node.op in _CONTROL_FLOW or node.domain not in (None, "", "ai.onnx")
+    return node.op in _CONTROL_FLOW or node.domain not in _NO_SUBGRAPHS
 
 
 def subgraphs_of(node: gs.Node) -> list[gs.Graph]:

@@ -59,3 +59,21 @@ def test_graphpass_own_device_output_keeps_its_domain_when_optimized_again():
     out = gp.to_proto(gp.optimize(device, target="ascend910a").graph, emit="device")
     assert not any(f.domain == MODEL_OWN_DOMAIN for f in out.functions)
     assert_equivalent(model, out)
+
+
+def test_a_device_domain_node_with_a_subgraph_is_not_taken_for_a_device_op():
+    """graphpass's device ops never carry a graph attribute, and the IR's walks skip their
+    attributes; a node of the reserved domain that does carry one (not graphpass's) is moved to
+    the model's own domain at load, so its body is still walked (and kept)."""
+    from graphpass.ir.device_ops import MODEL_OWN_DOMAIN
+    from graphpass.ir.graph import iter_graphs
+
+    body = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "body", [],
+                             [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    node = helper.make_node("Wrapped", ["x"], ["z"], domain="graphpass.ascend", body=body)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("graphpass.ascend", 1)])
+    m = gp.load(model.SerializeToString())
+    assert [n.domain for n in m.graph.nodes] == [MODEL_OWN_DOMAIN]
+    assert len(list(iter_graphs(m.graph))) == 2
