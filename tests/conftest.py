@@ -10,6 +10,8 @@ os.environ.setdefault("GRAPHPASS_CHECK_ROLLBACK", "1")
 # ... and that what the cost veto hands a pass of the graph it starts on (ctx.placement: engines and
 # report from the veto's own walk) equals a fresh placement of that graph (place_and_sink)
 os.environ.setdefault("GRAPHPASS_CHECK_SHARED_PLACEMENT", "1")
+# the cost veto's estimate, kept through a run, equals a fresh estimate of the final graph
+os.environ.setdefault("GRAPHPASS_CHECK_KEPT_COST", "1")
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))

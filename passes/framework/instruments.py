@@ -87,6 +87,10 @@ class PassInstrument:
               error: BaseException) -> None:
         """The pass (or a ``before`` hook) raised ``error``; the manager re-raises it after."""
 
+    def refreshed(self, graph: gs.Graph, ctx: "PassContext") -> None:
+        """The manager changed the graph outside any pass: it re-inferred shapes (between
+        rounds). What an instrument knew of the graph may be stale."""
+
     def exit(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
         pass
 
@@ -215,11 +219,19 @@ class CostVeto(PassInstrument):
         elif new_cost is not None:
             self._cost = new_cost
             self._report = report
+            self._stale = False  # an estimate of the graph as it is now
         elif cost is not None:
             record.cost_before_us = None
             self._stale = True
             self._report = self._engines = None
         self._before_bytes = None
+
+    def refreshed(self, graph, ctx):
+        # new shapes change the estimate (a dim resolved, a symbolic one renamed): the next scored
+        # application, and the final report, are judged on a fresh one
+        if self._cost is not None:
+            self._stale = True
+            self._report = self._engines = None
 
     def abort(self, pass_, graph, ctx, record, error):
         ctx.placement = None
@@ -236,6 +248,18 @@ class CostVeto(PassInstrument):
         else:
             self.final_cost = self._cost
             self.final_report = self._report  # the report of the graph as the run leaves it
+            if (self.final_cost is not None and self._given is None  # the target's own model (a given one may vary)
+                    and os.environ.get("GRAPHPASS_CHECK_KEPT_COST", "") not in ("", "0")):
+                # a development check (set by the suite): the estimate kept through the run (reports
+                # reused across passes that changed nothing, restored by rollbacks) is the one a
+                # fresh estimate of the final graph gives, to the last bit
+                fresh = self._estimate(graph)
+                kept, new = self.final_report.to_dict(), fresh.to_dict()
+                if fresh.total_us != self.final_cost or kept != new:
+                    differ = sorted(k for k in set(kept) | set(new) if kept.get(k) != new.get(k))
+                    raise AssertionError(f"the cost veto kept {self.final_cost!r} us, a fresh estimate gives "
+                                         f"{fresh.total_us!r} us (differing: {differ}: "
+                                         f"{[(kept.get(k), new.get(k)) for k in differ][:2]})")
 
 
 def _model_bytes(graph: gs.Graph) -> tuple[bytes, dict[str, int]]:

@@ -195,6 +195,8 @@ class PassManager(Pass):
                 if unresolved and unresolved != futile:
                     refresh_shapes(graph)
                     version += 1
+                    for ins in instruments:
+                        ins.refreshed(graph, ctx)
                     after = count_unresolved(graph)
                     futile = after if after == unresolved else -1
             stale = False

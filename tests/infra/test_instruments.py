@@ -211,3 +211,29 @@ def test_one_progress_shared_by_nested_managers():
     inner = PassManager(["eliminate_identity"], max_rounds=1, instruments=[progress])
     PassManager([inner, "eliminate_dead_nodes"], max_rounds=1, instruments=[progress])(gp.load(chain_model()))
     assert calls == [("pass_manager", 1, 0, 2), ("eliminate_identity", 1, 0, 1), ("eliminate_dead_nodes", 1, 1, 2)]
+
+
+def test_the_cost_kept_through_a_run_is_a_fresh_estimate_after_a_shape_refresh(monkeypatch):
+    """The pass manager re-infers shapes between rounds (outside any pass): the cost veto's kept
+    estimate must follow (a refresh renames or resolves dims; the report's assumptions and the
+    next scored application's 'before' are of the graph as it is). vit.dynamo's refresh names
+    new symbolic dims after the passes."""
+    from pathlib import Path
+
+    from graphpass.passes.framework import CostVeto
+
+    monkeypatch.delenv("GRAPHPASS_CHECK_KEPT_COST", raising=False)  # compared here, not by the check
+    src = Path(__file__).resolve().parents[1] / "data" / "exporters" / "vit.dynamo.onnx"
+    model = gp.load(src)
+    veto = CostVeto()
+    PassManager(_default_names(), instruments=[veto])(model, PassContext(target="ascend910a"))
+    fresh = veto.target.estimate(model.graph)
+    assert veto.final_cost == fresh.total_us
+    assert veto.final_report.assumptions == fresh.assumptions
+    assert veto.final_report.assumed_dims == fresh.assumed_dims
+
+
+def _default_names():
+    from graphpass.passes import pipelines
+
+    return pipelines.build(None, None, set(), set())
