@@ -347,7 +347,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """Optimize; the model, its external data, the report and the dumps are staged in
     temporaries (graphpass.outputs) and moved into place only after --verify passed."""
     from graphpass.ir import profiling
+    from graphpass.cli_zoo import cmd_zoo, zoo_mode
 
+    inputs = list(args.model)
+    if zoo_mode(args, inputs):
+        return cmd_zoo(args, "optimize", inputs, args.output)
+    args.model = inputs[0]
     if args.profile:
         profiling.start()
     try:
@@ -934,8 +939,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "repeatable (the graphpass.passes entry points load always)")
 
     o = sub.add_parser("optimize", parents=[common], help="run the pipeline and write the optimized model")
-    o.add_argument("model", help="the ONNX model to optimize")
-    o.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    o.add_argument("model", nargs="+", metavar="MODEL",
+                   help="the ONNX model to optimize; several files, folders or glob patterns: every model, each in "
+                        "its own worker, results in the -o folder (see the options for several models)")
+    o.add_argument("-o", "--output", required=True,
+                   help="where to write the optimized model (several models: the folder of the results)")
     o.add_argument("--pipeline", default=None, help="named pipeline (default: 'default')")
     o.add_argument("--passes", action="append", help="run exactly these passes (comma-separated)")
     o.add_argument("--disable", action="append", help="passes not to run (comma-separated)")
@@ -997,6 +1005,9 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_atc import add_optimize_atc_args
 
     add_optimize_atc_args(o)
+    from graphpass.cli_zoo import add_zoo_args
+
+    add_zoo_args(o)
     o.set_defaults(func=cmd_optimize)
 
     c = sub.add_parser("cost", parents=[common], help="cost-model estimate with per-op / per-engine breakdown")
@@ -1097,6 +1108,9 @@ def build_parser() -> argparse.ArgumentParser:
     from graphpass.cli_tools import add_tool_verbs
 
     add_tool_verbs(sub, common, DEFAULT_TARGET)
+    from graphpass.cli_zoo import add_zoo_verbs
+
+    add_zoo_verbs(sub, common)
 
     v = sub.add_parser("verify", parents=[common], help="compare two models' outputs in onnxruntime")
     v.add_argument("model_a", help="the reference model")

@@ -43,8 +43,11 @@ def _table(results: list[dict]) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Exit 0 when every model was evaluated; else the worst exit a single model's optimize would
     have had (2: a bad model or input, 3: a graphpass bug), after the whole table."""
+    from graphpass.cli_zoo import cmd_zoo, zoo_mode
     from graphpass.evaluate import evaluate
 
+    if args.output is not None or zoo_mode(args, []):  # workers, stored results
+        return cmd_zoo(args, "evaluate", list(args.models), args.output)
     options = {"target": args.target, "pipeline": args.pipeline, "passes": _split_names(args.passes) or None,
                "disable": _split_names(args.disable), "enable": _split_names(args.enable),
                "input_shapes": parse_input_shapes(args.input_shape) or None, "dims": parse_dims(args.dim) or None,
@@ -89,6 +92,11 @@ def add_tool_verbs(sub, common, default_target: str) -> None:
     e.add_argument("--dim", action="append", metavar="NAME=VALUE", help="fix a symbolic dim by name (repeatable)")
     e.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE", help="memory budget per model")
     e.add_argument("--format", default="table", choices=["table", "json"])
+    e.add_argument("-o", "--output", default=None, metavar="OUTDIR",
+                   help="run each model in its own worker and keep the results (SQLite, report) in this folder")
+    from graphpass.cli_zoo import add_zoo_args
+
+    add_zoo_args(e)
     e.set_defaults(func=cmd_evaluate)
 
     x = sub.add_parser("extract", parents=[common], help="write the subgraph between named tensors as a runnable model")
