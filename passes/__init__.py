@@ -14,6 +14,7 @@ from graphpass.passes.cleanup import (
     EliminateCommonSubexpressions,
     EliminateDeadNodes,
     EliminateEmptySlices,
+    MergeSlices,
     EliminateIdentity,
     FoldConstants,
     InlineControlFlow,
@@ -37,6 +38,7 @@ eliminate_cast_pairs = EliminateCastPairs.as_function()
 eliminate_common_subexpressions = EliminateCommonSubexpressions.as_function()
 eliminate_dead_nodes = EliminateDeadNodes.as_function()
 eliminate_empty_slices = EliminateEmptySlices.as_function()
+merge_slices = MergeSlices.as_function()
 eliminate_identity = EliminateIdentity.as_function()
 fold_constants = FoldConstants.as_function()
 inline_control_flow = InlineControlFlow.as_function()
@@ -87,6 +89,7 @@ __all__ = [
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",
     "EliminateEmptySlices",
+    "MergeSlices",
     "EliminateIdentity",
     "FoldConstants",
     "InlineControlFlow",
@@ -115,6 +118,7 @@ __all__ = [
     "eliminate_common_subexpressions",
     "eliminate_dead_nodes",
     "eliminate_empty_slices",
+    "merge_slices",
     "eliminate_identity",
     "fold_constants",
     "inline_control_flow",

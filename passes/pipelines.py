@@ -23,6 +23,7 @@ CLEANUP = (
     "eliminate_identity",
     "merge_transposes",
     "merge_reshapes",
+    "merge_slices",
     "eliminate_empty_slices",
     "eliminate_cast_pairs",
     "eliminate_common_subexpressions",

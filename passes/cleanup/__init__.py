@@ -4,6 +4,7 @@ from graphpass.passes.cleanup.eliminate_cast_pairs import EliminateCastPairs
 from graphpass.passes.cleanup.eliminate_common_subexpressions import EliminateCommonSubexpressions
 from graphpass.passes.cleanup.eliminate_dead_nodes import EliminateDeadNodes
 from graphpass.passes.cleanup.eliminate_empty_slices import EliminateEmptySlices
+from graphpass.passes.cleanup.merge_slices import MergeSlices
 from graphpass.passes.cleanup.eliminate_identity import EliminateIdentity
 from graphpass.passes.cleanup.fold_constants import FoldConstants
 from graphpass.passes.cleanup.inline_control_flow import InlineControlFlow
@@ -18,6 +19,7 @@ __all__ = [
     "EliminateCommonSubexpressions",
     "EliminateDeadNodes",
     "EliminateEmptySlices",
+    "MergeSlices",
     "EliminateIdentity",
     "FoldConstants",
     "InlineControlFlow",
