@@ -18,7 +18,8 @@ is run on (special values mixed in), the storage form of its initializers and th
   fusion       Conv + Add/Mul (operand rank up to 5), BatchNormalization (var + eps may be 0),
                Clip(0, 6), GELU's decomposition (exact and near-miss constants), LayerNorm's
                decomposition, MatMul + Add
-  knowledge    issue 25's conv/pool knowledges: reflect Pad (every dtype; pads by attribute,
+  knowledge    issue 25's knowledges: Slice chains (merge_slices), an empty Slice into a Concat
+               (eliminate_empty_slices), scalar-index Gathers (gather_to_split); reflect Pad (every dtype; pads by attribute,
                input or with axes), 1-D Conv chains, AveragePool over the AI Core window,
                a Conv kernel over 255, a Conv over an input W above 4096, Transpose-BN-Transpose
 Storage forms: inline, external data (tensors below and above 1 KiB), sparse initializer,
@@ -492,7 +493,7 @@ def _t_transformer(draw, st, b: _Builder, kind: str) -> None:
         b.output(b.node("Mul", [b.node("Mul", [g, b.node("Sigmoid", [g])[0]])[0], u])[0])
 def t_knowledge(draw, st, b: _Builder):
     """Issue 25's conv/pool knowledges (the float ones where onnxruntime has float kernels)."""
-    kinds = ["reflect_pad"]
+    kinds = ["reflect_pad", "slice_chain", "empty_slice", "gathers"]
     if b.family in ("float32", "float16"):
         kinds += ["conv1d", "avgpool"]
     if b.family == "float32":
@@ -507,6 +508,29 @@ def t_knowledge(draw, st, b: _Builder):
         else:
             y = b.node("Pad", [x, b.const(np.array(pads, np.int64), "int64")], mode="reflect")[0]
         b.output(y)
+    elif kind == "slice_chain":  # merge_slices: two or three Slices, shared and disjoint axes, any step
+        x = b.input([3, 7])
+        y = x
+        for _ in range(draw(st.integers(2, 3))):
+            axis = draw(st.sampled_from([0, 1, -1]))
+            bound = st.sampled_from([0, 1, 2, -1, -3, 5, 9, -9, 2**63 - 1, -2**63])
+            step = draw(st.sampled_from([1, 2, -1, -2]))
+            ins = [y, b.const(np.array([draw(bound)], np.int64), "int64"), b.const(np.array([draw(bound)], np.int64), "int64"),
+                   b.const(np.array([axis], np.int64), "int64"), b.const(np.array([step], np.int64), "int64")]
+            y = b.node("Slice", ins)[0]
+        b.output(y)
+    elif kind == "empty_slice":  # eliminate_empty_slices: an empty Concat input dropped
+        x = b.input([2, 4])
+        s0 = draw(st.sampled_from([0, 1, 3, -1]))
+        e = b.node("Slice", [x, b.const(np.array([s0], np.int64), "int64"), b.const(np.array([s0], np.int64), "int64"),
+                             b.const(np.array([1], np.int64), "int64")])[0]
+        b.output(b.node("Concat", [x, e, x] if draw(st.booleans()) else [e, x], axis=1)[0])
+    elif kind == "gathers":  # gather_to_split: scalar-index Gathers of one tensor along one axis
+        x = b.input([2, 3, 4])
+        axis = draw(st.sampled_from([0, 1, 2, -1]))
+        dim = [2, 3, 4][axis]
+        for i in draw(st.lists(st.integers(-dim, dim - 1), min_size=2, max_size=4)):
+            b.output(b.node("Gather", [x, b.const(np.array(i, np.int64), "int64")], axis=axis)[0])
     elif kind == "conv1d":
         c = draw(st.sampled_from([1, 2, 3]))
         x = b.input([1, c, 7])
