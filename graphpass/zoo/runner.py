@@ -72,9 +72,10 @@ def expand_models(specs: Sequence[str | os.PathLike]) -> list[tuple[str, Path]]:
         if key in seen:
             return
         seen.add(key)
-        base, k = name, 2
+        stem, dot, ext = name.rpartition(".") if name.endswith(".onnx") else (name, "", "")
+        k = 2
         while name in names:  # two folders with a model of the same relative name
-            name = f"{base}~{k}"
+            name = f"{stem}~{k}{dot}{ext}"
             k += 1
         names.add(name)
         out.append((name, p))
@@ -360,7 +361,10 @@ def plan(specs: Sequence[str | os.PathLike], verb: str, options: dict[str, Any],
         m = int(options["max_memory"])
         rss_limit = max(2 * m, m + _RSS_SLACK)
     tasks = []
+    inside = out_dir.resolve()
     for name, path in expand_models(specs):
+        if inside in path.resolve().parents:  # an output folder inside an input folder: not an input
+            continue
         tasks.append(Task(model=name, path=path, out_rel=name, verb=verb, options=options, input_hash=input_hash(path),
                           options_json=canon, options_hash=ohash, timeout=timeout, rss_limit=rss_limit,
                           out_dir=out_dir))

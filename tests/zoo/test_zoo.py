@@ -224,3 +224,20 @@ def test_the_ray_backend_without_ray_is_a_usage_error(tmp_path, monkeypatch, cap
     shutil.copy(LIGHT / "light_squeezenet.onnx", d / "a.onnx")
     assert main(["optimize", str(d), "-o", str(tmp_path / "o"), "--backend", "ray"]) == 2
     assert "pip install 'graphpass[ray]'" in capsys.readouterr().err
+
+
+def test_outputs_inside_the_input_folder_are_not_inputs_and_same_names_stay_apart(tmp_path):
+    d = tmp_path / "m"
+    (d / "a").mkdir(parents=True)
+    shutil.copy(LIGHT / "light_squeezenet.onnx", d / "x.onnx")
+    shutil.copy(LIGHT / "light_squeezenet.onnx", d / "a" / "x.onnx")
+    out = d / "results"
+    first = list(zoo.run([d], out))
+    second = list(zoo.run([d, d / "a" / "x.onnx", str(tmp_path / "m" / "*.onnx")], out))
+    assert sorted(r["model"] for r in first) == ["a/x.onnx", "x.onnx"]
+    assert sorted(r["model"] for r in second) == ["a/x.onnx", "x.onnx"] and all(r.get("skipped") for r in second)
+    from graphpass.zoo.runner import expand_models
+    other = tmp_path / "o"
+    other.mkdir()
+    shutil.copy(LIGHT / "light_squeezenet.onnx", other / "x.onnx")
+    assert [n for n, _ in expand_models([d / "x.onnx", other / "x.onnx"])] == ["x.onnx", "x~2.onnx"]
