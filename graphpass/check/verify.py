@@ -376,7 +376,8 @@ def check_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
 
 def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 symbolic_dim: int = SYMBOLIC_DIM) -> tuple[dict[str, np.ndarray], list[FedInput]]:
-    """Seeded inputs for every graph input: normal floats, small non-negative ints, bools.
+    """Seeded inputs for every graph input: normal floats, small non-negative ints (below the
+    table size where an input indexes a constant table directly), bools.
 
     A dim without a value takes ``input_shapes``' value or ``symbolic_dim``.
     """
@@ -384,6 +385,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     fed: list[FedInput] = []
+    index_bounds = _index_bounds(model)
     # a named dim fixed through one input's --input-shape holds for every input that names it
     bound: dict[str, int] = {}
     for vi in _graph_inputs(model):
@@ -424,10 +426,30 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, input_shapes: Mapping[str
         elif dtype.kind == "b":
             arr = rng.integers(0, 2, size=shape).astype(np.bool_)
         else:
-            arr = rng.integers(0, 4, size=shape).astype(dtype)
+            arr = rng.integers(0, max(1, min(4, index_bounds.get(vi.name, 4))), size=shape).astype(dtype)
         feeds[vi.name] = arr
         fed.append(FedInput(vi.name, str(dtype), list(arr.shape), symbolic, given is not None))
     return feeds, fed
+
+
+def _index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer graph inputs that index a constant table directly (a Gather of an initializer:
+    an embedding's ids, BERT's token_type_ids over a 2-row table): input -> the table's size along
+    the gathered axis. Random ints are drawn below it, so the original model runs."""
+    g = model.graph
+    sizes = {t.name: list(t.dims) for t in g.initializer}
+    inputs = {vi.name for vi in g.input}
+    out: dict[str, int] = {}
+    for n in g.node:
+        if n.op_type != "Gather" or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+            continue
+        dims = sizes.get(n.input[0])
+        if n.input[1] not in inputs or not dims:
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        if -len(dims) <= axis < len(dims):
+            out[n.input[1]] = min(out.get(n.input[1], dims[axis]), dims[axis])
+    return out
 
 
 class Runner:

@@ -158,3 +158,21 @@ def test_all_tensors_maps_a_fused_tensor_whose_name_changed():
     b.graph.node[3].input[0] = "fused_r"
     b.graph.node.remove(bn)
     assert _provenance_map(a, b) == {"fused_r": "r1"}  # fused_c stays inside the group: no counterpart
+
+
+def test_generated_ids_stay_inside_the_table_they_index(tmp_path):
+    """An integer input that a Gather of a constant table reads directly (BERT's token_type_ids,
+    a 2-row table) gets ids below the table's size: the original model runs, and --verify can
+    compare (before: ids 0..3, onnxruntime refused the original)."""
+    from pathlib import Path
+
+    import onnx
+
+    from graphpass.check.verify import make_inputs
+
+    path = Path(__file__).resolve().parents[1] / "data" / "exporters" / "bert.torchscript.onnx"
+    model = onnx.load(str(path))
+    feeds, _ = make_inputs(model, seed=0, input_shapes={"input_ids": [2, 8], "token_type_ids": [2, 8],
+                                                        "attention_mask": [2, 8]})
+    assert feeds["token_type_ids"].max() <= 1 and feeds["input_ids"].max() == 3
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--verify"]) == 0
