@@ -144,6 +144,9 @@ document.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', 
   [...tb.rows].sort((a, b) => { const x = key(a.cells[i]), y = key(b.cells[i]);
     return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1); }).forEach(r => tb.appendChild(r));
 }));
+const want = location.hash.match(/sort=(\d+)/);  // page.html#sort=N: sorted by column N on load
+if (want) document.querySelectorAll('th')[+want[1]].click();
+document.body.dataset.rows = document.querySelectorAll('tbody tr').length;
 """
 
 

@@ -241,3 +241,33 @@ def test_outputs_inside_the_input_folder_are_not_inputs_and_same_names_stay_apar
     other.mkdir()
     shutil.copy(LIGHT / "light_squeezenet.onnx", other / "x.onnx")
     assert [n for n, _ in expand_models([d / "x.onnx", other / "x.onnx"])] == ["x.onnx", "x~2.onnx"]
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium (.ci/run installs Debian's chromium)")
+def test_the_report_page_sorts_in_a_headless_browser(tmp_path):
+    """The zoo report's HTML in a real browser: its script ran (every row counted) and a column
+    header sorts the rows (#sort=N clicks header N on load; column 9 is the wall time)."""
+    import re
+
+    d = tmp_path / "m"
+    d.mkdir()
+    for name in ("light_squeezenet.onnx", "light_shufflenet.onnx", "light_inception_v1.onnx"):
+        shutil.copy(LIGHT / name, d / name)
+    (d / "bad.onnx").write_bytes(b"nope")
+    out = tmp_path / "out"
+    rows = list(zoo.run([d], out, verb="evaluate", jobs=2))
+    zoo.write_reports(out)
+    page = out / "zoo-report.html"
+    args = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000"]
+    for col, key in ((9, "wall_s"), (0, "model")):
+        dom = subprocess.run(args + ["--dump-dom", page.as_uri() + f"#sort={col}"], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert re.search(r'data-rows="4"', dom), dom[:300]
+        shown = re.findall(r'<tr class="[^"]*"><td[^>]*>([^<]*)</td>', dom)
+        expect = [r["model"] for r in sorted(rows, key=lambda r: r[key])]
+        assert shown == expect, (shown, expect)
