@@ -135,7 +135,7 @@ def to_markdown(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SORT_JS = """
+_SORT_JS = r"""
 document.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', () => {
   const tb = th.closest('table').tBodies[0];
   const asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
