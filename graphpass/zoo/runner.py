@@ -433,11 +433,13 @@ def _run_local(todo: list[Task], jobs: int, state: dict[str, Any], on_progress) 
 
     if not todo:
         return
-    with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, t) for t in todo]
-        try:
-            for f in cf.as_completed(futures):
-                yield f.result()
-        finally:
-            for f in futures:
-                f.cancel()
+    pool = cf.ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(one, t) for t in todo]
+    try:
+        for f in cf.as_completed(futures):
+            yield f.result()
+    finally:  # interrupted: the workers first (the threads wait for them), then the threads
+        for f in futures:
+            f.cancel()
+        kill_workers()
+        pool.shutdown(wait=True, cancel_futures=True)

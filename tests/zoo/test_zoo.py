@@ -271,3 +271,27 @@ def test_the_report_page_sorts_in_a_headless_browser(tmp_path):
         shown = re.findall(r'<tr class="[^"]*"><td[^>]*>([^<]*)</td>', dom)
         expect = [r["model"] for r in sorted(rows, key=lambda r: r[key])]
         assert shown == expect, (shown, expect)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_batch_leaves_no_worker_running(tmp_path, sig, code):
+    d = tmp_path / "m"
+    d.mkdir()
+    _hang(d / "hang.onnx")
+    out = tmp_path / f"out-{sig.name}"
+    p = subprocess.Popen([sys.executable, "-m", "graphpass", "optimize", str(d), "-o", str(out), "--verify"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def workers():
+        return subprocess.run(["pgrep", "-f", str(out / "models")], capture_output=True, text=True).stdout.split()
+
+    deadline = time.monotonic() + 60
+    while not workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers(), "the worker never started"
+    time.sleep(1)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == code, err
+    time.sleep(0.5)
+    assert not workers()
