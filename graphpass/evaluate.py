@@ -22,21 +22,36 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from graphpass.errors import BadModelError, GraphpassError, UsageError
 
-__all__ = ["evaluate", "evaluate_model", "expand_paths"]
+__all__ = ["evaluate", "evaluate_model", "expand_named", "expand_paths"]
 
 
 def expand_paths(specs: Iterable[str | os.PathLike]) -> list[Path]:
     """Model files named by ``specs``: a file as it is, a folder's ``*.onnx`` (recursively), a glob
     pattern's matches; each file once, in the order given (a folder's and a glob's in name
     order). A spec that names nothing is a UsageError."""
-    out: list[Path] = []
-    seen: set[str] = set()
+    return [p for _, p in expand_named(specs)]
 
-    def add(p: Path) -> None:
+
+def expand_named(specs: Iterable[str | os.PathLike]) -> list[tuple[str, Path]]:
+    """:func:`expand_paths` with a name for each model: its path below the folder it was found
+    in (a file's and a glob match's: its file name); a name met twice gets ``~2``, ``~3`` before
+    its ``.onnx``."""
+    out: list[tuple[str, Path]] = []
+    seen: set[str] = set()
+    names: set[str] = set()
+
+    def add(name: str, p: Path) -> None:
         key = os.path.realpath(p)
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
+        if key in seen:
+            return
+        seen.add(key)
+        stem, dot, ext = name.rpartition(".") if name.endswith(".onnx") else (name, "", "")
+        k = 2
+        while name in names:  # two folders with a model of the same relative name
+            name = f"{stem}~{k}{dot}{ext}"
+            k += 1
+        names.add(name)
+        out.append((name, p))
 
     for spec in specs:
         spec = str(spec)
@@ -46,15 +61,15 @@ def expand_paths(specs: Iterable[str | os.PathLike]) -> list[Path]:
             if not found:
                 raise UsageError(f"no .onnx file in folder '{spec}'")
             for q in found:
-                add(q)
+                add(q.relative_to(p).as_posix(), q)
         elif p.exists():
-            add(p)
+            add(p.name, p)
         elif glob.has_magic(spec):
             found = sorted(Path(q) for q in glob.glob(spec, recursive=True) if Path(q).is_file())
             if not found:
                 raise UsageError(f"no file matches '{spec}'")
             for q in found:
-                add(q)
+                add(q.name, q)
         else:
             raise UsageError(f"no such file or folder: '{spec}'")
     return out

@@ -4,7 +4,6 @@ limits, in parallel, resumable (see :mod:`graphpass.zoo`)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import glob
 import hashlib
 import json
 import os
@@ -60,46 +59,10 @@ class Task:
 
 
 def expand_models(specs: Sequence[str | os.PathLike]) -> list[tuple[str, Path]]:
-    """(name, path) of every model ``specs`` name: a file; a folder's ``*.onnx`` (recursively, in
-    name order; named by their path below the folder); a glob pattern's matches. Each file once.
-    A spec that names nothing is a UsageError."""
-    out: list[tuple[str, Path]] = []
-    seen: set[str] = set()
-    names: set[str] = set()
+    """(name, path) of every model ``specs`` name (:func:`graphpass.evaluate.expand_named`)."""
+    from graphpass.evaluate import expand_named
 
-    def add(name: str, p: Path) -> None:
-        key = os.path.realpath(p)
-        if key in seen:
-            return
-        seen.add(key)
-        stem, dot, ext = name.rpartition(".") if name.endswith(".onnx") else (name, "", "")
-        k = 2
-        while name in names:  # two folders with a model of the same relative name
-            name = f"{stem}~{k}{dot}{ext}"
-            k += 1
-        names.add(name)
-        out.append((name, p))
-
-    for spec in specs:
-        s = str(spec)
-        p = Path(s)
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*.onnx") if q.is_file())
-            if not found:
-                raise UsageError(f"no .onnx file in folder '{s}'")
-            for q in found:
-                add(q.relative_to(p).as_posix(), q)
-        elif p.is_file():
-            add(p.name, p)
-        elif glob.has_magic(s):
-            found = sorted(Path(q) for q in glob.glob(s, recursive=True) if Path(q).is_file())
-            if not found:
-                raise UsageError(f"no file matches '{s}'")
-            for q in found:
-                add(q.name, q)
-        else:
-            raise UsageError(f"no such file or folder: '{s}'")
-    return out
+    return expand_named(specs)
 
 
 def input_hash(path: Path) -> str:
