@@ -150,11 +150,15 @@ def run_task(task: Task) -> dict[str, Any]:
     Never raises for the model's sake: a crash, a hang or a model over the memory limit is a
     status. Picklable and self-contained: the Ray backend runs it on any node."""
     out_dir = Path(task.out_dir) if task.out_dir is not None else Path(tempfile.mkdtemp(prefix="graphpass-zoo-"))
+    # the worker runs in the output folder, with absolute paths: ``-m`` puts the working folder on
+    # the module path, and run from a source checkout its 'graphpass' folder would shadow the
+    # installed package
+    out_dir = out_dir.resolve()
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stem = task.out_rel[:-5] if task.out_rel.endswith(".onnx") else task.out_rel
     log_path = logs / (stem.replace("/", "__") + f".{task.verb}.log")
-    cmd = [sys.executable, "-m", "graphpass", task.verb, str(task.path)]
+    cmd = [sys.executable, "-m", "graphpass", task.verb, str(Path(task.path).resolve())]
     report = output = None
     if task.verb == "optimize":
         output = out_dir / "models" / task.out_rel
@@ -173,6 +177,7 @@ def run_task(task: Task) -> dict[str, Any]:
     t0 = time.monotonic()
     with open(log_path, "wb") as err, tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=out_dir,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         with _LIVE_LOCK:
             _LIVE.add(proc.pid)
@@ -195,7 +200,7 @@ def run_task(task: Task) -> dict[str, Any]:
         result.update(status="crash", error=f"the worker died of signal {-code} ({_signal_name(-code)})")
     elif code == 0:
         result["status"] = "ok"
-    elif code == 1:
+    elif code == 1 and _last_error(stderr).startswith("graphpass:"):
         result.update(status="verify-failed", error=_last_error(stderr))
     elif code == 2:
         err = _last_error(stderr)

@@ -295,3 +295,16 @@ def test_an_interrupted_batch_leaves_no_worker_running(tmp_path, sig, code):
     assert p.returncode == code, err
     time.sleep(0.5)
     assert not workers()
+
+
+def test_workers_run_the_installed_graphpass_not_a_folder_named_graphpass_where_the_batch_starts(tmp_path, monkeypatch):
+    """Run from a folder holding a 'graphpass' folder (a source checkout): ``python -m graphpass``
+    there imported that folder, not the installed package (a plain ``pip install .`` then failed
+    every model)."""
+    (tmp_path / "graphpass").mkdir()
+    (tmp_path / "graphpass" / "__init__.py").write_text("raise ImportError('the wrong graphpass')\n")
+    (tmp_path / "graphpass" / "__main__.py").write_text("raise SystemExit(1)\n")
+    shutil.copy(LIGHT / "light_squeezenet.onnx", tmp_path / "a.onnx")
+    monkeypatch.chdir(tmp_path)
+    rows = list(zoo.run(["a.onnx"], "out", jobs=1, force=True))
+    assert rows[0]["status"] == "ok", rows[0]["error"]
