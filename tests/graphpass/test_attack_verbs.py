@@ -117,9 +117,11 @@ def test_if_on_a_computed_condition_is_observed():
 
 
 def test_a_failing_original_names_the_inputs_it_was_fed_in_one_line(tmp_path, capsys):
-    # random ints are 0..3: a Gather over 2 rows fails; the message says what was fed and how to
-    # feed others, and onnxruntime's own log line no longer precedes it
-    m = make_model([helper.make_node("Gather", ["d", "i"], ["y"])], {"i": (T.INT64, [5])}, {"y": [5, 2]},
+    # random ints are 0..3 (below a table's size only where an input indexes it directly): a Gather
+    # over 2 rows of -i fails; the message says what was fed and how to feed others, and
+    # onnxruntime's own log line no longer precedes it
+    m = make_model([helper.make_node("Neg", ["i"], ["j"]), helper.make_node("Gather", ["d", "j"], ["y"])],
+                   {"i": (T.INT64, [5])}, {"y": [5, 2]},
                    {"d": np.arange(4, dtype=np.float32).reshape(2, 2)})
     p = _write(tmp_path, "m", m)
     assert main(["verify", p, p]) == 2

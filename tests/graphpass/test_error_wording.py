@@ -42,7 +42,8 @@ def test_load_inputs_names_input_shapes_and_the_cli_names_the_flag(tmp_path, cap
 
 
 def test_a_failing_original_names_feeds_and_the_cli_names_inputs(tmp_path, capsys):
-    m = make_model([helper.make_node("Gather", ["d", "i"], ["y"])], {"i": (T.INT64, [5])}, {"y": [5, 2]},
+    m = make_model([helper.make_node("Neg", ["i"], ["j"]), helper.make_node("Gather", ["d", "j"], ["y"])],
+                   {"i": (T.INT64, [5])}, {"y": [5, 2]},
                    {"d": np.arange(4, dtype=np.float32).reshape(2, 2)})
     with pytest.raises(BadModelError) as e:
         V.verify_models(m, m)
