@@ -186,6 +186,10 @@ class _Item:
             self.info.cost == "vector" and self.info.layout == "fixed")
 
 
+#: graphpass's attention device ops (two MatMuls on the Cube, the softmax on the Vector unit)
+_ATTENTION_OPS = frozenset({"Attention", "AttentionBSH"})
+
+
 class _Ctx:
     """State of one estimate (per graph, recursive into subgraphs)."""
 
@@ -1038,6 +1042,9 @@ class AscendCostModel(CostModel):
         rec["memory_us"] = mem_bytes / (p.gm_bytes_per_us * eff)
 
         elems = p.vector_fp16_elems_per_cycle if (compute16 or self._dtype(node.outputs[0]).itemsize <= 2) else p.vector_fp32_elems_per_cycle
+        if node.op in _ATTENTION_OPS and node.domain == "graphpass.ascend":
+            bn, sq, skv, _ = self._attention_dims(node, cx)
+            out_numel = bn * sq * skv  # the softmax runs over the scores, which never leave the core
         if cost in ("vector", "cube"):
             ops = (info.vector_ops if info is not None else 0.0) or self.ops.default_vector_ops
             rec["vector_us"] = vector_cycles(out_numel, elems, ops) / max(1, p.vector_core_count) / p.vector_freq_mhz
@@ -1083,6 +1090,11 @@ class AscendCostModel(CostModel):
                 cycles = _ceil(spatial_in, m16) * _ceil(cin // groups, c0) * _ceil(cout // groups * kh * kw, m16) * x[0] * groups
                 tiles = _ceil(spatial_in, m16) * _ceil(cout // groups, m16) * x[0] * groups
             return cycles * scale, max(1, tiles)
+        if node.op in _ATTENTION_OPS and len(node.inputs) >= 3:
+            bn, sq, skv, d = self._attention_dims(node, cx)
+            dv = d
+            cycles = cube_cycles_matmul(sq, d, skv, bn, self.fr, c0) + cube_cycles_matmul(sq, skv, dv, bn, self.fr, c0)
+            return cycles * scale, max(1, _ceil(sq, m16) * bn)
         if node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
             a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
             if node.op == "Gemm":
@@ -1105,6 +1117,16 @@ class AscendCostModel(CostModel):
             cycles = seq * cube_cycles_matmul(batch, hidden_in + hidden, gates, 1, self.fr, c0)
             return cycles * scale, max(1, _ceil(batch, m16) * _ceil(gates, m16))
         return 0.0, 1
+
+    def _attention_dims(self, node: gs.Node, cx: _Ctx) -> tuple[int, int, int, int]:
+        """(B*N, Sq, Skv, D) of a graphpass.ascend::Attention (BNSD) or AttentionBSH (BSH) node."""
+        q, k = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
+        heads = max(1, int(node.attrs.get("num_heads", 1)))
+        if node.op == "AttentionBSH" and len(q) == 3 and len(k) == 3:
+            return q[0] * heads, q[1], k[1], max(1, q[2] // heads)
+        if len(q) == 4 and len(k) == 4:
+            return q[0] * q[1], q[2], k[2], q[3]
+        return 1, 1, 1, 1
 
     def _control_cost(self, node: gs.Node, cx: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
         p = self.pv

@@ -57,6 +57,7 @@ FUSION = (
     "fuse_rms_norm",
     "fuse_rotary_embedding",
     "fuse_swiglu",
+    "fuse_attention",
     "fuse_channel_shuffle",
     "fuse_gather_split",
     "gather_to_split",

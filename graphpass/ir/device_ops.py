@@ -326,9 +326,10 @@ def _bodies_graphpass_writes(name: str, opset: int) -> list[onnx.FunctionProto]:
         makers.append(lambda e: layer_norm_function(opset, e))
     elif name == "TransData":
         makers.append(lambda e: transdata_function(opset))
-    from graphpass.ir import device_ops_tf  # the transformer ops (RmsNorm, RotaryEmbedding, ...)
+    from graphpass.ir import device_ops_attention, device_ops_tf  # the transformer ops (RmsNorm, Attention, ...)
 
-    return [make(e) for make in makers for e in FLOAT_TYPES] + device_ops_tf.bodies(name, opset, FLOAT_TYPES)
+    return ([make(e) for make in makers for e in FLOAT_TYPES] + device_ops_tf.bodies(name, opset, FLOAT_TYPES)
+            + device_ops_attention.bodies(name, opset))
 
 
 def _body_key(fn: onnx.FunctionProto) -> bytes:

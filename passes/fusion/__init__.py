@@ -1,6 +1,7 @@
 """Switchable fusions (each registered with its ATC/FE counterpart name where one exists)."""
 
 from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
+from graphpass.passes.fusion.fuse_attention import FuseAttention
 from graphpass.passes.fusion.fold_pad import FoldPad
 from graphpass.passes.fusion.fold_transposed_batchnorm import FoldTransposedBatchNorm
 from graphpass.passes.fusion.fuse_channel_shuffle import FuseChannelShuffle
@@ -19,4 +20,4 @@ from graphpass.passes.fusion.merge_concats import MergeConcats
 
 __all__ = ["FoldBatchNorm", "FoldTransposedBatchNorm", "FoldPad", "MergeConcats", "FuseChannelShuffle", "FuseConvActivation",
            "FuseConvBias", "FuseConvScale", "FuseGatherSplit", "FuseGelu", "FuseLayerNorm", "FuseMatMulAdd", "FuseRmsNorm",
-           "FuseRotaryEmbedding", "FuseSwiGlu", "GatherToSplit"]
+           "FuseRotaryEmbedding", "FuseSwiGlu", "FuseAttention", "GatherToSplit"]

@@ -1,0 +1,140 @@
+"""The attention device ops of the ``graphpass.ascend`` domain, with the ONNX bodies that define
+them (see :mod:`graphpass.ir.device_ops`): CANN's PromptFlashAttention (IncreFlashAttention for a
+one-token query) in its BNSD and BSH layouts.
+
+``Attention(Q, K, V, Mask)`` -- layout BNSD: Q ``[B, N, Sq, D]``, K ``[B, Nkv, Skv, D]``, V
+``[B, Nkv, Skv, Dv]``, output ``[B, N, Sq, Dv]``::
+
+    Kr, Vr = repeat_kv(K), repeat_kv(V)            each KV head read by N / Nkv query heads
+    S = MatMul(Q * scale_q, Transpose(Kr * scale_k, [0, 1, 3, 2]))
+    P = Softmax((S * scale_mul) / scale_div + Mask, axis=-1)
+    P = Where(IsNaN(P) and nan_to_zero, 0, P)      torch's guard of a fully masked row
+    Y = MatMul(P, Vr)
+
+``AttentionBSH(Q, K, V, Mask)`` -- layout BSH: Q ``[B, Sq, N*D]``, K and V ``[B, Skv, Nkv*D]``;
+the head split ``Transpose(Reshape(x, [B, S, heads, -1]), [0, 2, 1, 3])`` of each (heads: the
+``num_heads`` / ``num_key_value_heads`` attributes), the body above, and the head merge
+``Reshape(Transpose(Y, [0, 2, 1, 3]), [B, Sq, -1])``. In BNSD the body reads N from Q as it
+runs (``num_heads`` only describes the op).
+
+Exactness: exporters place the softmax scale in several ways (torch's SDPA export multiplies Q
+and K^T by sqrt(scale) each; HF's eager attention divides the scores by sqrt(d); Whisper scales
+Q before the head split). The body has a slot for each: a slot the export does not use holds
+1.0, and ``x * 1`` and ``x / 1`` are ``x`` bit for bit (NaN, inf and -0.0 included), so the body
+computes exactly the export's ops. An absent mask is a ``-0.0`` constant, the exact identity of
+addition (``+0.0 + -0.0`` is ``+0.0``). ``repeat_kv`` (Unsqueeze, Expand, Reshape) and the head
+split and merge only copy elements. The two MatMuls see the very operands (values and shapes)
+the export's MatMuls see.
+
+Attributes the body does not read describe the op for CANN: ``scale`` (scaleValue: the product
+of the slots), ``input_layout``, ``mask_kind`` (none / additive: pseShift / boolean: the additive
+form of a boolean mask, CANN's attenMask) and ``num_key_value_heads``.
+
+The bodies are polymorphic (the slots are float attributes cast like Q, which is exact for a
+value of Q's type: the fusion refuses one that float32 does not hold), and need opset 15
+(CastLike, Shape's start/end).
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import AttributeProto, TensorProto, helper
+
+__all__ = ["OPS", "MIN_OPSET", "SCALE_SLOTS", "attention_function", "bodies"]
+
+DOMAIN = "graphpass.ascend"
+
+#: layout -> device op name
+OPS = {"BNSD": "Attention", "BSH": "AttentionBSH"}
+
+MIN_OPSET = 15
+
+#: the float slots of the body, in the order they apply
+SCALE_SLOTS = ("scale_q", "scale_k", "scale_mul", "scale_div")
+
+_ATTRS = ("num_heads", "num_key_value_heads", *SCALE_SLOTS, "nan_to_zero", "scale", "input_layout", "mask_kind")
+
+
+def _ref(out: str, field: str, attr: str, kind: int) -> onnx.NodeProto:
+    node = helper.make_node("Constant", [], [out])
+    ref = helper.make_attribute_ref(field, kind)
+    ref.ref_attr_name = attr
+    node.attribute.append(ref)
+    return node
+
+
+def _i64(name: str, values: list[int]) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+
+
+def _heads(attr: str, out: str) -> list[onnx.NodeProto]:
+    """``out`` = [the int attribute ``attr``] (a 1-D int64 of one element)."""
+    return [_ref(f"{out}_s", "value_int", attr, AttributeProto.INT), helper.make_node("Reshape", [f"{out}_s", "one"], [out])]
+
+
+def _split_heads(x: str, heads: str, out: str) -> list[onnx.NodeProto]:
+    """``[B, S, heads*D] -> [B, heads, S, D]``: the exporters' view + transpose (copies only)."""
+    return [helper.make_node("Shape", [x], [f"{x}_bs"], start=0, end=2),
+            helper.make_node("Concat", [f"{x}_bs", heads, "minus1"], [f"{x}_4d"], axis=0),
+            helper.make_node("Reshape", [x, f"{x}_4d"], [f"{x}_bsnd"]),
+            helper.make_node("Transpose", [f"{x}_bsnd"], [out], perm=[0, 2, 1, 3])]
+
+
+def _repeat_kv(x: str, out: str) -> list[onnx.NodeProto]:
+    """``[B, Nkv, S, D] -> [B, N, S, D]``, head h reading KV head h // (N / Nkv): HF's repeat_kv
+    (``x[:, :, None].expand(B, Nkv, rep, S, D).reshape(B, N, S, D)``); with N = Nkv it copies."""
+    return [helper.make_node("Shape", [x], [f"{x}_b"], start=0, end=1),
+            helper.make_node("Shape", [x], [f"{x}_n"], start=1, end=2),
+            helper.make_node("Shape", [x], [f"{x}_sd"], start=2),
+            helper.make_node("Div", ["nh", f"{x}_n"], [f"{x}_rep"]),
+            helper.make_node("Concat", [f"{x}_b", f"{x}_n", f"{x}_rep", f"{x}_sd"], [f"{x}_5d"], axis=0),
+            helper.make_node("Concat", [f"{x}_b", "nh", f"{x}_sd"], [f"{x}_4d"], axis=0),
+            helper.make_node("Unsqueeze", [x, "two"], [f"{x}_u"]),
+            helper.make_node("Expand", [f"{x}_u", f"{x}_5d"], [f"{x}_e"]),
+            helper.make_node("Reshape", [f"{x}_e", f"{x}_4d"], [out])]
+
+
+def _core(q: str, k: str, v: str, y: str) -> list[onnx.NodeProto]:
+    nodes = [_ref(f"c_{s}", "value_float", s, AttributeProto.FLOAT) for s in SCALE_SLOTS]
+    nodes += [helper.make_node("CastLike", [f"c_{s}", q], [s]) for s in SCALE_SLOTS]
+    nodes.append(helper.make_node("Shape", [q], ["nh"], start=1, end=2))  # the query's heads, as it runs
+    nodes += _repeat_kv(k, "kr") + _repeat_kv(v, "vr")
+    nodes += [helper.make_node("Mul", [q, "scale_q"], ["qs"]),
+              helper.make_node("Mul", ["kr", "scale_k"], ["ks"]),
+              helper.make_node("Transpose", ["ks"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["qs", "kt"], ["s0"]),
+              helper.make_node("Mul", ["s0", "scale_mul"], ["s1"]),
+              helper.make_node("Div", ["s1", "scale_div"], ["s2"]),
+              helper.make_node("Add", ["s2", "Mask"], ["s3"]),
+              helper.make_node("Softmax", ["s3"], ["p0"], axis=-1),
+              _ref("guard_i", "value_int", "nan_to_zero", AttributeProto.INT),
+              helper.make_node("Cast", ["guard_i"], ["guard"], to=TensorProto.BOOL),
+              helper.make_node("IsNaN", ["p0"], ["nan"]),
+              helper.make_node("And", ["nan", "guard"], ["zap"]),
+              helper.make_node("Constant", [], ["zero_f"], value=helper.make_tensor("zero_f", TensorProto.FLOAT, [], [0.0])),
+              helper.make_node("CastLike", ["zero_f", "p0"], ["zero"]),
+              helper.make_node("Where", ["zap", "zero", "p0"], ["p"]),
+              helper.make_node("MatMul", ["p", "vr"], [y])]
+    return nodes
+
+
+def attention_function(opset: int, layout: str = "BNSD") -> onnx.FunctionProto:
+    """The body of ``Attention`` (layout ``BNSD``) or ``AttentionBSH`` (``BSH``) at ``opset`` (15+)."""
+    nodes = [_i64("one", [1]), _i64("two", [2]), _i64("minus1", [-1])]
+    if layout == "BSH":
+        nodes += _heads("num_heads", "nq") + _heads("num_key_value_heads", "nkv")
+        nodes += _split_heads("Q", "nq", "qh") + _split_heads("K", "nkv", "kh") + _split_heads("V", "nkv", "vh")
+        nodes += _core("qh", "kh", "vh", "yh")
+        nodes += [helper.make_node("Transpose", ["yh"], ["y_bsnd"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Shape", ["Q"], ["q_bs"], start=0, end=2),
+                  helper.make_node("Concat", ["q_bs", "minus1"], ["y_3d"], axis=0),
+                  helper.make_node("Reshape", ["y_bsnd", "y_3d"], ["Y"])]
+    else:
+        nodes += _core("Q", "K", "V", "Y")
+    return helper.make_function(DOMAIN, OPS[layout], ["Q", "K", "V", "Mask"], ["Y"], nodes,
+                                [helper.make_opsetid("", opset)], attributes=list(_ATTRS))
+
+
+def bodies(name: str, opset: int) -> list[onnx.FunctionProto]:
+    """The body graphpass writes for the device op ``name`` at ``opset`` (none for another op)."""
+    return [attention_function(opset, layout) for layout, op in OPS.items() if op == name and opset >= MIN_OPSET]
