@@ -1,6 +1,6 @@
 """Issue 26: per transformer of the real-exporter corpus (tests/data/exporters), what the transformer
 fusions do: nodes and the estimate (target ascend910b2) before, after the default pipeline
-without the norm/GELU/rotary/gated-MLP fusions, and after it with them, and the ops formed.
+without the attention/norm/GELU/rotary/gated-MLP fusions, and after it with them, and the ops formed.
 
     python benchmarks/transformer_fusions.py [--target ascend910b2] [--markdown]
 """
@@ -18,9 +18,10 @@ import graphpass as gp
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "exporters"
 MODELS = ("bert", "gpt2", "vit", "whisper", "llama", "llama_static")
-#: the fusions of norms, GELU, rotary embeddings and gated MLPs (the baseline runs without them)
-OURS = ("fuse_rms_norm", "fuse_rotary_embedding", "fuse_swiglu", "fuse_gelu", "fuse_layer_norm")
-SHOWN = ("RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "LayerNormalization", "LayerNorm", "Gelu", "GeluTanh")
+#: the fusions of attention, norms, GELU, rotary embeddings and gated MLPs (the baseline runs without them)
+OURS = ("fuse_attention", "fuse_rms_norm", "fuse_rotary_embedding", "fuse_swiglu", "fuse_gelu", "fuse_layer_norm")
+SHOWN = ("Attention", "AttentionBSH", "RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "LayerNormalization",
+         "LayerNorm", "Gelu", "GeluTanh")
 
 
 def main(argv=None) -> int:

@@ -63,10 +63,11 @@ fuse_gather_split = FuseGatherSplit.as_function()
 gather_to_split = GatherToSplit.as_function()
 fuse_gelu = FuseGelu.as_function()
 fuse_layer_norm = FuseLayerNorm.as_function()
-from graphpass.passes.fusion import FuseRmsNorm, FuseRotaryEmbedding, FuseSwiGlu  # noqa: E402  (issue 26)
+from graphpass.passes.fusion import FuseAttention, FuseRmsNorm, FuseRotaryEmbedding, FuseSwiGlu  # noqa: E402  (issue 26)
 fuse_rms_norm = FuseRmsNorm.as_function()
 fuse_rotary_embedding = FuseRotaryEmbedding.as_function()
 fuse_swiglu = FuseSwiGlu.as_function()
+fuse_attention = FuseAttention.as_function()
 fuse_matmul_add = FuseMatMulAdd.as_function()
 propagate_layout = PropagateLayout.as_function()
 eliminate_transdata = EliminateTransData.as_function()
@@ -147,7 +148,9 @@ __all__ = [
     "FuseRotaryEmbedding",
     "fuse_rotary_embedding",
     "FuseSwiGlu",
+    "FuseAttention",
     "fuse_swiglu",
+    "fuse_attention",
     "fuse_matmul_add",
     # issue 25, Ascend knowledges (conv/pool)
     "LowerReflectPad", "lower_reflect_pad", "LowerConv1dToConv2d", "lower_conv1d_to_conv2d", "SplitAvgPool",

@@ -1,7 +1,7 @@
-"""Issue 26 (norms, rotary, gated MLP, GELU): on every transformer of the real-exporter corpus and
-the LLaMA-style exports, each norm, GELU, rotary embedding and gated MLP is fused (the count is
-the architecture's), the portable output equals the export's within the fusions' promises, and
-the estimate drops (with these fusions against without them)."""
+"""Issue 26 (attention, norms, rotary, gated MLP, GELU): on every transformer of the real-exporter
+corpus and the LLaMA-style exports, each attention block, norm, GELU, rotary embedding and gated
+MLP is fused (the count is the architecture's), the portable output equals the export's within
+the fusions' promises, and the estimate drops (with these fusions against without them)."""
 
 from __future__ import annotations
 
@@ -21,22 +21,24 @@ TARGET = "ascend910b2"
 #: and the decomposition ops that must be gone
 EXPECTED = {
     # 2 layers x (attention LN, output LN) + the embeddings' LN; one GELU per layer
-    "bert": ({"LayerNormalization": 5, "Gelu": 2}, {"Erf", "ReduceMean", "Sqrt"}),
+    "bert": ({"LayerNormalization": 5, "Gelu": 2, "attention": 2}, {"Erf", "ReduceMean", "Sqrt", "Softmax"}),
     # 2 layers x (ln_1, ln_2) + ln_f; gelu_new (tanh form) per layer
-    "gpt2": ({"LayerNormalization": 5, "GeluTanh": 2}, {"Pow", "Tanh", "ReduceMean", "Sqrt"}),
+    "gpt2": ({"LayerNormalization": 5, "GeluTanh": 2, "attention": 2}, {"Pow", "Tanh", "ReduceMean", "Sqrt", "Softmax"}),
     # 2 layers x (layernorm_before, layernorm_after) + the final LN; one GELU per layer
-    "vit": ({"LayerNormalization": 5, "Gelu": 2}, {"Erf", "ReduceMean", "Sqrt"}),
-    # 1 encoder layer (2 LN + final) + 1 decoder layer (3 LN + final); GELU after both convs and in both MLPs
-    "whisper": ({"LayerNormalization": 7, "Gelu": 4}, {"Erf", "ReduceMean", "Sqrt"}),
+    "vit": ({"LayerNormalization": 5, "Gelu": 2, "attention": 2}, {"Erf", "ReduceMean", "Sqrt", "Softmax"}),
+    # 1 encoder layer (2 LN + final) + 1 decoder layer (3 LN + final); GELU after both convs and in both MLPs;
+    # attention: the encoder's, the decoder's self- and cross-attention
+    "whisper": ({"LayerNormalization": 7, "Gelu": 4, "attention": 3}, {"Erf", "ReduceMean", "Sqrt", "Softmax"}),
     # 2 layers x (input norm, post-attention norm) + the final norm: the first reads the embedding,
-    # the other four a residual Add; q and k rotated per layer; one SwiGLU MLP per layer
-    "llama": ({"RmsNorm": 1, "AddRmsNorm": 4, "RotaryEmbedding": 4, "SwiGlu": 2},
-              {"Pow", "ReduceMean", "Sqrt", "Reciprocal", "Neg", "Sigmoid"}),
+    # the other four a residual Add; q and k rotated per layer; one SwiGLU MLP per layer; one
+    # grouped-query attention per layer (4 heads over 2 KV heads: repeat_kv taken in)
+    "llama": ({"RmsNorm": 1, "AddRmsNorm": 4, "RotaryEmbedding": 4, "SwiGlu": 2, "attention": 2},
+              {"Pow", "ReduceMean", "Sqrt", "Reciprocal", "Neg", "Sigmoid", "Softmax"}),
 }
 EXPECTED["llama_static"] = EXPECTED["llama"]
 
 ENTRIES = [e for e in exported() if e["model"] in EXPECTED]
-OURS = ("fuse_rms_norm", "fuse_rotary_embedding", "fuse_swiglu")
+OURS = ("fuse_rms_norm", "fuse_rotary_embedding", "fuse_swiglu", "fuse_attention")
 
 
 def test_the_corpus_has_every_transformer():
@@ -50,17 +52,22 @@ def test_every_norm_gelu_rotary_and_gated_mlp_is_fused(entry):
     result = gp.optimize(str(path), target=TARGET)
     device = gp.to_proto(result.graph, emit="device")
     counts = collections.Counter(n.op_type for n in device.graph.node)
+    counts["attention"] = counts["Attention"] + counts["AttentionBSH"]  # the layout is the export's
     # Gelu(approximate="tanh") is the standard op's spelling from opset 20; these exports are 17/18
     got = {op: counts.get(op, 0) for op in expected}
     assert got == expected, dict(counts)
     left = gone & set(counts)
     assert not left, f"decomposition ops left: {sorted(left)}"
+    if entry["model"].startswith("llama"):
+        kv = {a.name: onnx.helper.get_attribute_value(a) for n in device.graph.node if n.op_type == "Attention"
+              for a in n.attribute}
+        assert kv["num_heads"] == 4 and kv["num_key_value_heads"] == 2
     feeds = feeds_for(entry)
     exact = entry["model"].startswith("llama")  # fuse_swiglu's packed MatMul is a tolerance, bitwise here
     assert_equivalent(onnx.load(str(path)), gp.to_proto(result.graph), feeds, rtol=1e-4, atol=1e-5, exact=exact)
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["model"].startswith("llama")], ids=lambda e: e["file"])
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["file"])
 def test_the_estimate_drops_with_the_transformer_fusions(entry):
     path = str(DATA / entry["file"])
     with_ = gp.optimize(path, target=TARGET).report
@@ -69,8 +76,8 @@ def test_the_estimate_drops_with_the_transformer_fusions(entry):
 
 
 @pytest.mark.parametrize("target, formed, refused", [
-    ("ascend910a", set(), {"RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu"}),
-    ("ascend310p3", {"RmsNorm", "AddRmsNorm", "SwiGlu"}, {"RotaryEmbedding"}),
+    ("ascend910a", set(), {"RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "Attention"}),
+    ("ascend310p3", {"RmsNorm", "AddRmsNorm", "SwiGlu", "Attention"}, {"RotaryEmbedding"}),
 ])
 def test_a_target_without_a_kernel_keeps_the_decomposition_and_says_why(target, formed, refused):
     path = str(DATA / "llama.dynamo.onnx")
@@ -82,3 +89,5 @@ def test_a_target_without_a_kernel_keeps_the_decomposition_and_says_why(target, 
         assert "no RotaryPositionEmbedding (mode 0, rotate-half) kernel" in reasons
     if "RmsNorm" in refused:
         assert "no RmsNorm kernel" in reasons
+    if "Attention" in refused:
+        assert "no PromptFlashAttention / IncreFlashAttention kernel" in reasons

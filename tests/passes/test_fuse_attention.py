@@ -324,3 +324,14 @@ def test_the_estimate_prices_the_fused_op_below_the_decomposition():
     assert after.total_us < before.total_us
     rec = [r for r in after.nodes if r.get("op") == "graphpass.ascend::AttentionBSH"]
     assert rec and rec[0]["engine"] == "AICORE" and rec[0]["cube_us"] > 0 and rec[0]["vector_us"] > 0
+
+
+def test_the_report_says_why_an_attention_was_left(tmp_path):
+    # a head dim of 640 (> PromptFlashAttention's 512) through the whole pipeline: the attention
+    # stays decomposed and the report's explanations carry the reason
+    model = _sdpa(b=1, n=2, sq=3, skv=3, d=640)
+    result = gp.optimize(model, target="ascend910b2")
+    assert not any(n.op.startswith("Attention") for n in result.graph.nodes)
+    reasons = [e.reason if hasattr(e, "reason") else str(e) for e in result.report.explanations]
+    assert any("PromptFlashAttention / IncreFlashAttention on ascend910b2 takes a head dim up to 512, not 640" in r
+               for r in reasons), reasons

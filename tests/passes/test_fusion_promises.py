@@ -152,6 +152,21 @@ def gather_split():
                       initializers={"idx": np.array([5, 0, 4, 1, 3, 2], np.int64), "sizes": np.array([3, 3], np.int64)})
 
 
+def attention(scale):
+    """torch's SDPA export over BNSD q, k, v (values near float32's max overflow the scores)."""
+    inits = {"s": np.float32(math.sqrt(0.25)), "z": np.zeros((1,), np.float32), "c": np.float32(8.0)}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    if scale == "sdpa":
+        nodes += [helper.make_node("Mul", ["q", "s"], ["qs"]), helper.make_node("Mul", ["kt", "s"], ["kts"]),
+                  helper.make_node("MatMul", ["qs", "kts"], ["sc"])]
+    else:
+        nodes += [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Div", ["s0", "c"], ["sc"])]
+    nodes += [helper.make_node("Softmax", ["sc"], ["p"], axis=-1), helper.make_node("IsNaN", ["p"], ["n"]),
+              helper.make_node("Where", ["n", "z", "p"], ["pg"]), helper.make_node("MatMul", ["pg", "v"], ["y"])]
+    shape = [1, 2, 3, 4]
+    return make_model(nodes, {"q": shape, "k": shape, "v": shape}, {"y": shape}, initializers=inits, opset=18)
+
+
 def _pass_class(name):
     from graphpass.passes.framework.registry import get_pass
     return get_pass(name)
@@ -179,6 +194,8 @@ CASES = {
     "merge_concats": ("merge_concats", concat_chain, True),
     "fuse_channel_shuffle": ("fuse_channel_shuffle", channel_shuffle, True),
     "fuse_gather_split": ("fuse_gather_split", gather_split, True),
+    "fuse_attention/sdpa": ("fuse_attention", lambda: attention("sdpa"), True),
+    "fuse_attention/div": ("fuse_attention", lambda: attention("div"), True),
 }
 CASES.update({f"fuse_conv_activation/{a}{'+b' if b else ''}": ("fuse_conv_activation", (lambda a=a, b=b: conv_act(a, b)), True)
               for a in ("Relu", "Relu6", "LeakyRelu", "HardSwish", "SiLU") for b in (False, True)})
