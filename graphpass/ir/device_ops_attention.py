@@ -14,7 +14,8 @@ one-token query) in its BNSD and BSH layouts.
 ``AttentionBSH(Q, K, V, Mask)`` -- layout BSH: Q ``[B, Sq, N*D]``, K and V ``[B, Skv, Nkv*D]``;
 the head split ``Transpose(Reshape(x, [B, S, heads, -1]), [0, 2, 1, 3])`` of each (heads: the
 ``num_heads`` / ``num_key_value_heads`` attributes), the body above, and the head merge
-``Reshape(Transpose(Y, [0, 2, 1, 3]), [B, Sq, -1])``. In BNSD the body reads N from Q as it
+``Reshape(Transpose(Y, [0, 2, 1, 3]), [B, Sq, N*Dv])``. Every Reshape target is spelled out
+(allowzero 1), so an empty batch or sequence stays empty where a -1 could not be inferred. In BNSD the body reads N from Q as it
 runs (``num_heads`` only describes the op).
 
 Exactness: exporters place the softmax scale in several ways (torch's SDPA export multiplies Q
@@ -73,10 +74,13 @@ def _heads(attr: str, out: str) -> list[onnx.NodeProto]:
 
 
 def _split_heads(x: str, heads: str, out: str) -> list[onnx.NodeProto]:
-    """``[B, S, heads*D] -> [B, heads, S, D]``: the exporters' view + transpose (copies only)."""
+    """``[B, S, heads*D] -> [B, heads, S, D]``: the exporters' view + transpose (copies only). The
+    target is spelled out (D = H / heads, allowzero): a -1 cannot be inferred from an empty B or S."""
     return [helper.make_node("Shape", [x], [f"{x}_bs"], start=0, end=2),
-            helper.make_node("Concat", [f"{x}_bs", heads, "minus1"], [f"{x}_4d"], axis=0),
-            helper.make_node("Reshape", [x, f"{x}_4d"], [f"{x}_bsnd"]),
+            helper.make_node("Shape", [x], [f"{x}_h"], start=2, end=3),
+            helper.make_node("Div", [f"{x}_h", heads], [f"{x}_d"]),
+            helper.make_node("Concat", [f"{x}_bs", heads, f"{x}_d"], [f"{x}_4d"], axis=0),
+            helper.make_node("Reshape", [x, f"{x}_4d"], [f"{x}_bsnd"], allowzero=1),
             helper.make_node("Transpose", [f"{x}_bsnd"], [out], perm=[0, 2, 1, 3])]
 
 
@@ -91,7 +95,7 @@ def _repeat_kv(x: str, out: str) -> list[onnx.NodeProto]:
             helper.make_node("Concat", [f"{x}_b", "nh", f"{x}_sd"], [f"{x}_4d"], axis=0),
             helper.make_node("Unsqueeze", [x, "two"], [f"{x}_u"]),
             helper.make_node("Expand", [f"{x}_u", f"{x}_5d"], [f"{x}_e"]),
-            helper.make_node("Reshape", [f"{x}_e", f"{x}_4d"], [out])]
+            helper.make_node("Reshape", [f"{x}_e", f"{x}_4d"], [out], allowzero=1)]  # an empty S or B stays empty
 
 
 def _core(q: str, k: str, v: str, y: str) -> list[onnx.NodeProto]:
@@ -120,15 +124,18 @@ def _core(q: str, k: str, v: str, y: str) -> list[onnx.NodeProto]:
 
 def attention_function(opset: int, layout: str = "BNSD") -> onnx.FunctionProto:
     """The body of ``Attention`` (layout ``BNSD``) or ``AttentionBSH`` (``BSH``) at ``opset`` (15+)."""
-    nodes = [_i64("one", [1]), _i64("two", [2]), _i64("minus1", [-1])]
+    nodes = [_i64("one", [1]), _i64("two", [2])]
     if layout == "BSH":
         nodes += _heads("num_heads", "nq") + _heads("num_key_value_heads", "nkv")
         nodes += _split_heads("Q", "nq", "qh") + _split_heads("K", "nkv", "kh") + _split_heads("V", "nkv", "vh")
         nodes += _core("qh", "kh", "vh", "yh")
         nodes += [helper.make_node("Transpose", ["yh"], ["y_bsnd"], perm=[0, 2, 1, 3]),
-                  helper.make_node("Shape", ["Q"], ["q_bs"], start=0, end=2),
-                  helper.make_node("Concat", ["q_bs", "minus1"], ["y_3d"], axis=0),
-                  helper.make_node("Reshape", ["y_bsnd", "y_3d"], ["Y"])]
+                  helper.make_node("Shape", ["y_bsnd"], ["y_bs"], start=0, end=2),
+                  helper.make_node("Shape", ["y_bsnd"], ["y_n"], start=2, end=3),
+                  helper.make_node("Shape", ["y_bsnd"], ["y_d"], start=3, end=4),
+                  helper.make_node("Mul", ["y_n", "y_d"], ["y_h"]),
+                  helper.make_node("Concat", ["y_bs", "y_h"], ["y_3d"], axis=0),
+                  helper.make_node("Reshape", ["y_bsnd", "y_3d"], ["Y"], allowzero=1)]
     else:
         nodes += _core("Q", "K", "V", "Y")
     return helper.make_function(DOMAIN, OPS[layout], ["Q", "K", "V", "Mask"], ["Y"], nodes,

@@ -299,57 +299,82 @@ def _repeat_kv(t: gs.Tensor, scope: Scope, shapes: _Shapes, heads: int) -> tuple
     return x, nkv, nodes + [rs]
 
 
-def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
-    """The attention ending in ``mm2`` = MatMul(P, V)."""
-    if not _std(mm2, "MatMul") or len(mm2.inputs) != 2:
-        return None
-    p_t, v = mm2.inputs
-    nodes: list[gs.Node] = [mm2]
-    nan_to_zero = False
-    why = ""
+def _left(mm2: gs.Node, why: str) -> _Core:
+    """An attention recognized (a Softmax feeding MatMul(P, V)) that the pass leaves, and why."""
+    return _Core(mm2.inputs[0], None, mm2.inputs[1], None, dict.fromkeys(SCALE_SLOTS, 1.0), False, [mm2], why_not=why)
+
+
+def _probabilities(p_t: gs.Tensor, scope: Scope):
+    """P as MatMul(P, V) reads it: (the Softmax node, the guard's nodes), a reason when a softmax
+    is there but written otherwise, or None when P is no softmax at all. The guard: torch's
+    ``Where(IsNaN(P), 0, P)`` or ``Where(Not(IsNaN(P)), P, 0)``."""
+    guard: list[gs.Node] = []
+    p_sm = p_t
     where = _writer(p_t, scope, "Where")
-    if where is not None:
-        if not _only_reader(p_t, scope) or len(where.inputs) != 3:
+    if where is not None and len(where.inputs) == 3:
+        cond, a, b = where.inputs
+        neg = _writer(cond, scope, "Not")
+        test = neg.inputs[0] if neg is not None else cond
+        isnan = _writer(test, scope, "IsNaN")
+        if isnan is None:
             return None
-        cond, zero, p_sm = where.inputs
-        isnan = _writer(cond, scope, "IsNaN")
-        if isnan is None or isnan.inputs[0] is not p_sm or not _only_reader(cond, scope):
+        p_sm, zero = (b, a) if neg is None else (a, b)
+        if isnan.inputs[0] is not p_sm:
+            return None
+        if _writer(p_sm, scope, "Softmax") is None:
             return None
         zv = _scalar(zero, p_sm)
         if zv is None or zv != 0.0 or np.signbit(zv):
-            why = "the masked-row guard writes another value than +0.0"
-        if len(p_sm.outputs) != 2:  # read by IsNaN and the Where only
-            return None
-        nodes += [where, isnan]
-        nan_to_zero = True
-    else:
-        p_sm = p_t
-        if not _only_reader(p_sm, scope):
-            return None
+            return "the masked-row guard writes another value than +0.0"
+        if not _only_reader(p_t, scope) or not _only_reader(test, scope) or (neg is not None and not _only_reader(cond, scope)):
+            return "the guarded probabilities are read elsewhere"
+        if scope.is_output(p_sm) or len(p_sm.outputs) != 2:
+            return "the probabilities are read elsewhere too (a graph output: output_attentions)"
+        guard = [where, isnan] + ([neg] if neg is not None else [])
+    cast = _writer(p_sm, scope, "Cast")
+    if cast is not None and _writer(cast.inputs[0], scope, "Softmax") is not None:
+        return ("the softmax runs in another type inside Casts (HF eager's float32 softmax of a float16 model): "
+                "the op's body would not compute it")
     sm = _writer(p_sm, scope, "Softmax")
     if sm is None:
         return None
-    nodes.append(sm)
+    if not guard and not _only_reader(p_sm, scope):
+        return "the probabilities are read elsewhere too (a graph output: output_attentions)"
+    return sm, guard
+
+
+def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
+    """The attention ending in ``mm2`` = MatMul(P, V); None when P is no softmax, a core with
+    ``why_not`` when the softmax is there but the rest is not what the op computes."""
+    if not _std(mm2, "MatMul") or len(mm2.inputs) != 2:
+        return None
+    p_t, v = mm2.inputs
+    got = _probabilities(p_t, scope)
+    if got is None:
+        return None
+    if isinstance(got, str):
+        return _left(mm2, got)
+    sm, guard = got
+    nodes: list[gs.Node] = [mm2] + guard + [sm]
     s3 = sm.inputs[0]
     if not _only_reader(s3, scope):
-        return None
+        return _left(mm2, "the softmax's input is read elsewhere too")
     axis = int(sm.attrs.get("axis", -1))
-    # the Softmax and the mask Add
+    # the mask Add: the scores are the operand that comes from the MatMul (through the post scale)
     mask = None
     s2 = s3
     add = _writer(s3, scope, "Add")
     if add is not None and len(add.inputs) == 2:
         a, b = add.inputs
-        # the scores are the operand that comes from the MatMul (through the post scale)
         for sc, mk in ((a, b), (b, a)):
             if _scores_from(sc, scope) is not None:
                 s2, mask = sc, mk
                 nodes.append(add)
                 break
         if mask is None:
-            return None
+            return _left(mm2, "the softmax's input is not Q·K^T (through one scalar scale and one Add of a mask)")
         if not _only_reader(s2, scope):
-            return None
+            return _left(mm2, "the scores are read elsewhere too")
     scales = dict.fromkeys(SCALE_SLOTS, 1.0)
     s1 = s2
     post = _writer(s2, scope, "Mul") or _writer(s2, scope, "Div")
@@ -367,10 +392,10 @@ def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
                     nodes.append(post)
                     break
         if s1 is not s2 and not _only_reader(s1, scope):
-            return None
+            return _left(mm2, "the scores are read elsewhere too")
     mm1 = _writer(s1, scope, "MatMul")
     if mm1 is None or len(mm1.inputs) != 2:
-        return None
+        return _left(mm2, "the softmax's input is not Q·K^T (through one scalar scale and one Add of a mask)")
     nodes.append(mm1)
     qs, kts = mm1.inputs
     q, scales["scale_q"], qn = _scaled(qs, scope)
@@ -378,19 +403,39 @@ def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
     nodes += qn + kn
     got = _k_transposed(kt, scope, shapes)
     if got is None:
-        return None
+        return _left(mm2, "K^T is not K with its last two axes swapped (a 4-D Transpose, or the dynamo "
+                          "exporter's Reshape/Transpose/Reshape)")
     k, k_bsnd, kt_nodes, kv_heads = got
     nodes += kt_nodes
     qd = shapes.dims(q)
-    rank = len(qd) if qd is not None else None
+    if qd is None or len(qd) != 4:
+        return _left(mm2, f"Q is not known to be 4-D (B, N, S, D): {qd!r}")
+    why = ""
+    rank = _scores_rank(mask, shapes)
     if rank != 4:
-        return None
-    if axis not in (-1, 3):
-        why = why or f"a Softmax over axis {axis}, not the last"
-    core = _Core(q, k, v, mask, scales, nan_to_zero, nodes, k_bsnd=k_bsnd, kv_heads=kv_heads, why_not=why)
+        why = (f"the mask makes the scores rank {rank}" if rank else
+               "the mask's rank is not known: it may raise the scores' rank")
+    elif axis not in (-1, 3):
+        why = f"a Softmax over axis {axis}, not the last"
+    core = _Core(q, k, v, mask, scales, bool(guard), nodes, k_bsnd=k_bsnd, kv_heads=kv_heads, why_not=why)
     if mask is not None:
         core.mask_kind = _mask_kind(mask)
     return core
+
+
+def _scores_rank(mask: gs.Tensor | None, shapes: _Shapes) -> int | None:
+    """The rank of the scores after the mask Add (4, or the mask's when higher; None: unknown)."""
+    if mask is None:
+        return 4
+    md = shapes.dims(mask)
+    return None if md is None else max(4, len(md))
+
+
+def _tri(shapes: _Shapes, a, b) -> bool | None:
+    """a and b are one dim (True), two different numbers (False), or not known to be either."""
+    if shapes.same(a, b):
+        return True
+    return False if _int(a) is not None and _int(b) is not None else None
 
 
 def _scores_from(t: gs.Tensor, scope: Scope) -> gs.Node | None:
@@ -526,8 +571,10 @@ def _match(anchor: gs.Node, scope: Scope, shapes: _Shapes, bsh: bool) -> _Hit | 
     else:
         mm2 = anchor
     core = _match_core(mm2, scope, shapes)
-    if core is None:
+    if core is None or (core.k is None and bsh):
         return None
+    if core.k is None:  # recognized and left: the check says why
+        return _Hit(core, "BNSD", [], 0, 0, 0, core.nodes)
     qd = shapes.dims(core.q)
     heads, d = _int(qd[1]), _int(qd[3])
     if heads is None and d is not None:
@@ -563,6 +610,7 @@ def _match(anchor: gs.Node, scope: Scope, shapes: _Shapes, bsh: bool) -> _Hit | 
         if _int(kh) != heads or _int(vh) != heads:
             core.why_not = core.why_not or (f"K or V do not have the query's {heads} heads ({kh!r}, {vh!r}): the "
                                             "MatMuls broadcast them")
+    _shapes_agree(core, v, qd, d, shapes)
     if not bsh:
         return _Hit(core, "BNSD", [core.q, None if core.k_bsnd else k, v], heads, kv_heads, d, nodes)
     if core.why_not or not heads:
@@ -581,6 +629,41 @@ def _match(anchor: gs.Node, scope: Scope, shapes: _Shapes, bsh: bool) -> _Hit | 
     hit = _Hit(core, "BSH", [q[0], kx[0], vx[0]], heads, kv_heads, d, nodes)
     hit.flat_shape = anchor.inputs[1] if merge[2] else None
     return hit
+
+
+def _shapes_agree(core: _Core, v: gs.Tensor, qd: list, d: int, shapes: _Shapes) -> bool:
+    """Set ``core.why_not`` where the kernel cannot take the shapes: V's head dim not K's, a batch
+    broadcast between Q and K/V, a mask that broadcasts the scores to a larger shape. Returns
+    whether something is not known either way: the bodies reproduce any broadcast exactly (the
+    BSH merge reads the attention output's own B and S, as the export's merge does), so such a
+    dim only concerns the kernel, which gets the export's shapes on every input that runs the
+    model as it declares."""
+    kd, vd = shapes.dims(core.k), shapes.dims(core.v)
+    if kd is None or vd is None or len(kd) != 4 or len(vd) != 4:
+        core.why_not = core.why_not or "K or V is not known to be 4-D"
+        return True
+    dv = _int(vd[3])
+    if dv != d:
+        core.why_not = core.why_not or f"V's head dim ({vd[3]!r}) is not Q's ({d}): PromptFlashAttention takes V shaped as K"
+    unknown = False
+    for what, b in (("K", kd[0]), ("V", vd[0])):
+        same = _tri(shapes, qd[0], b)
+        if same is False:
+            core.why_not = core.why_not or f"a batch broadcast between Q ({qd[0]!r}) and {what} ({b!r}): the kernel has one B"
+        unknown = unknown or same is None
+    if core.mask is not None:
+        md = shapes.dims(core.mask) or []
+        skv = kd[1] if core.k_bsnd else kd[2]
+        scores = [qd[0], qd[1], qd[2], skv]
+        for m_, s_ in zip(reversed(md), reversed(scores)):
+            if _int(m_) == 1:
+                continue
+            same = _tri(shapes, m_, s_)
+            if same is False:
+                core.why_not = core.why_not or (f"the mask {md!r} broadcasts the scores {scores!r} to a larger shape "
+                                                "(the kernel's output is Q's)")
+            unknown = unknown or same is None
+    return unknown
 
 
 def _dtype_name(elem: int | None) -> str | None:
