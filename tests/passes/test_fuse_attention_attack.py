@@ -182,12 +182,20 @@ def test_bsh_with_an_empty_sequence_or_batch_still_runs(shape):
     _exact_both_forms(model, m, {"x": np.zeros(shape, np.float32)})  # ... and must run on every shape
 
 
-def test_bnsd_with_an_empty_key_sequence_still_runs():
+@pytest.mark.parametrize("static", [False, True])
+def test_bnsd_with_an_empty_key_sequence_still_runs(static):
     # breaks (b): the body's repeat_kv Reshape(Expand(...), [B, N, Skv, D]) has allowzero=0, so
-    # Skv=0 copies the 5-D input's dim 2 (rep=1): "Input shape:{1,2,1,0,4}, requested
-    # shape:{1,2,1,4}" (also with N == Nkv, where the export has no repeat_kv at all)
-    model, _ = _bnsd([1, 2, "S", 4], [1, 2, "T", 4], [1, 2, "T", 4])
+    # Skv=0 copies the 5-D input's dim 2 (rep=1): dynamic shapes fail at run time ("Input shape:
+    # {1,2,1,0,4}, requested shape:{1,2,1,4}"), static ones with a mask at load ("[ShapeInferenceError]
+    # Incompatible dimensions for matrix multiplication"); also with N == Nkv, where the export
+    # has no repeat_kv at all
+    if static:
+        model, _ = _bnsd([1, 2, 3, 4], [1, 2, 0, 4], [1, 2, 0, 4], mask=[1, 1, 3, 0])
+    else:
+        model, _ = _bnsd([1, 2, "S", 4], [1, 2, "T", 4], [1, 2, "T", 4])
     feeds = {"q": _rand([1, 2, 3, 4]), "k": np.zeros([1, 2, 0, 4], np.float32), "v": np.zeros([1, 2, 0, 4], np.float32)}
+    if static:
+        feeds["m"] = np.zeros([1, 1, 3, 0], np.float32)
     ort_run(model, feeds)  # the export runs: y is [1, 2, 3, 4] of zeros
     m, res, ctx = _run(model)
     _exact_both_forms(model, m, feeds)
@@ -443,3 +451,33 @@ def test_corpus_attentions_stay_exact_on_nan_inf_and_all_masked_rows(entry):
             x[0, :] = 0  # a fully masked sequence: every row -inf (or finfo.min)
             x[1, ::2] = 0
     _exact_both_forms(before, m, feeds)
+
+
+@pytest.mark.parametrize("b, s, t", [(2, 3, 5), (1, 1, 7)])
+def test_repeat_kv_with_shape_built_expand_targets_over_symbolic_dims_fuses_exactly(b, s, t):
+    # HF's repeat_kv as the dynamo exporter writes it for symbolic B/S: the Expand and Reshape
+    # targets are Concats of Shape slices of K/V itself
+    n, kvh, d = 4, 2, 8
+    inits = {"ax2": np.array([2], np.int64), "rep": np.array([n // kvh], np.int64), "nh": np.array([n], np.int64),
+             "c": np.array(0.25, np.float32)}
+    nodes = []
+    for x in "kv":
+        nodes += [helper.make_node("Shape", [x], [f"{x}_s01"], start=0, end=2),
+                  helper.make_node("Shape", [x], [f"{x}_s23"], start=2),
+                  helper.make_node("Shape", [x], [f"{x}_s0"], start=0, end=1),
+                  helper.make_node("Concat", [f"{x}_s01", "rep", f"{x}_s23"], [f"{x}_t5"], axis=0),
+                  helper.make_node("Concat", [f"{x}_s0", "nh", f"{x}_s23"], [f"{x}_t4"], axis=0),
+                  helper.make_node("Unsqueeze", [x, "ax2"], [f"{x}_u"]),
+                  helper.make_node("Expand", [f"{x}_u", f"{x}_t5"], [f"{x}_e"]),
+                  helper.make_node("Reshape", [f"{x}_e", f"{x}_t4"], [f"{x}_r"])]
+    nodes += [helper.make_node("Transpose", ["k_r"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "c"], ["s1"]),
+              helper.make_node("Add", ["s1", "m"], ["s2"]), helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v_r"], ["y"])]
+    model = make_model(nodes, {"q": (F, ["B", n, "S", d]), "k": (F, ["B", kvh, "T", d]), "v": (F, ["B", kvh, "T", d]),
+                               "m": (F, ["B", 1, "S", "T"])}, {"y": (F, ["B", n, "S", d])}, initializers=inits, opset=18)
+    m, res, ctx = _run(model)
+    att = _attention_nodes(m)
+    assert len(att) == 1 and att[0].attrs["num_key_value_heads"] == kvh and "Expand" not in ops(m), _reasons(ctx)
+    feeds = {"q": _rand([b, n, s, d]), "k": _rand([b, kvh, t, d]), "v": _rand([b, kvh, t, d]), "m": _rand([b, 1, s, t])}
+    _exact_both_forms(model, m, feeds)
