@@ -48,7 +48,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-import torchvision  # noqa: E402
 from torch import nn  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "exporters"
@@ -376,6 +375,14 @@ def llama(full: bool) -> Built:
 
 def llama_static(full: bool) -> Built:
     return _llama(full, dynamic_sequence=False)
+
+
+def llama_fp16(full: bool) -> Built:
+    """The static LLaMA-style decoder in float16 (``model.half()``): what a user brings for a float16
+    deployment; its RMSNorms upcast to float32 inside (LlamaRMSNorm), its attention runs in float16."""
+    built = _llama(full, dynamic_sequence=False)
+    built.module.half()
+    return dataclasses.replace(built, note=built.note + ", float16")
 # ------------------------------------------------------------------------------------------
 # style transfer (ReflectionPad2d: Pad mode=reflect, an AI CPU op on Ascend; issue 25)
 
@@ -435,6 +442,7 @@ MODELS: dict[str, Callable[[bool], Built]] = {
     "whisper": whisper,
     "llama": llama,
     "llama_static": llama_static,
+    "llama_fp16": llama_fp16,
     "style_transfer": style_transfer,
 }
 FULL_ONLY = {"ssdlite_mobilenet_v3": ssdlite_mobilenet_v3}
@@ -559,7 +567,13 @@ def _versions() -> dict:
         osv = onnxscript.__version__
     except ImportError:
         osv = None
-    return {"torch": torch.__version__, "torchvision": torchvision.__version__, "transformers": tf,
+    try:  # the transformer models export without torchvision (imported by the builders that use it)
+        import torchvision
+
+        tv = torchvision.__version__
+    except ImportError:
+        tv = None
+    return {"torch": torch.__version__, "torchvision": tv, "transformers": tf,
             "onnxscript": osv, "python": platform.python_version()}
 
 

@@ -7,9 +7,15 @@ one-token query) in its BNSD and BSH layouts.
 
     Kr, Vr = repeat_kv(K), repeat_kv(V)            each KV head read by N / Nkv query heads
     S = MatMul(Q * scale_q, Transpose(Kr * scale_k, [0, 1, 3, 2]))
-    P = Softmax((S * scale_mul) / scale_div + Mask, axis=-1)
+    P = Softmax(Cast((Cast(S, scores_type) * scale_mul) / scale_div + Mask, softmax_type), axis=-1)
     P = Where(IsNaN(P) and nan_to_zero, 0, P)      torch's guard of a fully masked row
-    Y = MatMul(P, Vr)
+    Y = MatMul(Cast(P, output_type), Cast(Vr, output_type))
+
+``scores_type``, ``softmax_type`` and ``output_type`` (TensorProto types) say where a float16
+export computes in float32: torch's SDPA export in TorchScript upcasts the scores after the
+MatMul and V for the second one (a float32 result); HF's eager attention upcasts the masked
+scores for the softmax and casts the probabilities back. Where they are Q's type (every float32
+export) the Casts copy.
 
 ``AttentionBSH(Q, K, V, Mask)`` -- layout BSH: Q ``[B, Sq, N*D]``, K and V ``[B, Skv, Nkv*D]``;
 the head split ``Transpose(Reshape(x, [B, S, heads, -1]), [0, 2, 1, 3])`` of each (heads: the
@@ -53,7 +59,9 @@ MIN_OPSET = 15
 #: the float slots of the body, in the order they apply
 SCALE_SLOTS = ("scale_q", "scale_k", "scale_mul", "scale_div")
 
-_ATTRS = ("num_heads", "num_key_value_heads", *SCALE_SLOTS, "nan_to_zero", "scale", "input_layout", "mask_kind")
+_ATTRS = ("num_heads", "num_key_value_heads", *SCALE_SLOTS, "nan_to_zero", "scores_type", "softmax_type",
+          "output_type", "scale",
+          "input_layout", "mask_kind")
 
 
 def _ref(out: str, field: str, attr: str, kind: int) -> onnx.NodeProto:
@@ -98,27 +106,44 @@ def _repeat_kv(x: str, out: str) -> list[onnx.NodeProto]:
             helper.make_node("Reshape", [f"{x}_e", f"{x}_4d"], [out], allowzero=1)]  # an empty S or B stays empty
 
 
+def _cast_to(x: str, attr: str, out: str) -> list[onnx.NodeProto]:
+    """``out = Cast(x, to=<the int attribute attr>)`` (a Cast to x's own type copies it)."""
+    node = helper.make_node("Cast", [x], [out])
+    ref = helper.make_attribute_ref("to", AttributeProto.INT)
+    ref.ref_attr_name = attr
+    node.attribute.append(ref)
+    return [node]
+
+
 def _core(q: str, k: str, v: str, y: str) -> list[onnx.NodeProto]:
     nodes = [_ref(f"c_{s}", "value_float", s, AttributeProto.FLOAT) for s in SCALE_SLOTS]
-    nodes += [helper.make_node("CastLike", [f"c_{s}", q], [s]) for s in SCALE_SLOTS]
+    nodes += [helper.make_node("CastLike", [f"c_{s}", q], [f"{s}_q"]) for s in SCALE_SLOTS]
     nodes.append(helper.make_node("Shape", [q], ["nh"], start=1, end=2))  # the query's heads, as it runs
-    nodes += _repeat_kv(k, "kr") + _repeat_kv(v, "vr")
-    nodes += [helper.make_node("Mul", [q, "scale_q"], ["qs"]),
-              helper.make_node("Mul", ["kr", "scale_k"], ["ks"]),
+    nodes += _repeat_kv(k, "kr") + _repeat_kv(v, "vr0")
+    nodes += [helper.make_node("Mul", [q, "scale_q_q"], ["qs"]),
+              helper.make_node("Mul", ["kr", "scale_k_q"], ["ks"]),
               helper.make_node("Transpose", ["ks"], ["kt"], perm=[0, 1, 3, 2]),
-              helper.make_node("MatMul", ["qs", "kt"], ["s0"]),
+              helper.make_node("MatMul", ["qs", "kt"], ["s00"])]
+    # the scores in their type (torch's float16 SDPA export upcasts them after the MatMul)
+    nodes += _cast_to("s00", "scores_type", "s0")
+    nodes += [helper.make_node("CastLike", ["c_scale_mul", "s0"], ["scale_mul"]),
+              helper.make_node("CastLike", ["c_scale_div", "s0"], ["scale_div"]),
               helper.make_node("Mul", ["s0", "scale_mul"], ["s1"]),
               helper.make_node("Div", ["s1", "scale_div"], ["s2"]),
-              helper.make_node("Add", ["s2", "Mask"], ["s3"]),
-              helper.make_node("Softmax", ["s3"], ["p0"], axis=-1),
+              helper.make_node("Add", ["s2", "Mask"], ["s30"])]
+    # the softmax's type (HF's eager attention upcasts the masked scores of a float16 model)
+    nodes += _cast_to("s30", "softmax_type", "s3")
+    nodes += [helper.make_node("Softmax", ["s3"], ["p0"], axis=-1),
               _ref("guard_i", "value_int", "nan_to_zero", AttributeProto.INT),
               helper.make_node("Cast", ["guard_i"], ["guard"], to=TensorProto.BOOL),
               helper.make_node("IsNaN", ["p0"], ["nan"]),
               helper.make_node("And", ["nan", "guard"], ["zap"]),
               helper.make_node("Constant", [], ["zero_f"], value=helper.make_tensor("zero_f", TensorProto.FLOAT, [], [0.0])),
               helper.make_node("CastLike", ["zero_f", "p0"], ["zero"]),
-              helper.make_node("Where", ["zap", "zero", "p0"], ["p"]),
-              helper.make_node("MatMul", ["p", "vr"], [y])]
+              helper.make_node("Where", ["zap", "zero", "p0"], ["pg"])]
+    # the probabilities and V in the type of the second MatMul
+    nodes += _cast_to("pg", "output_type", "p") + _cast_to("vr0", "output_type", "vr")
+    nodes.append(helper.make_node("MatMul", ["p", "vr"], [y]))
     return nodes
 
 

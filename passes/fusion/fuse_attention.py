@@ -106,6 +106,9 @@ class _Core:
     kv_heads: int | None = None  # the heads K and V have (repeat_kv absorbed), None: as Q
     mask_kind: str = "none"
     why_not: str = ""
+    scores_type: int | None = None  # TensorProto type of the scores (after an upcast of the MatMul's)
+    softmax_type: int | None = None  # TensorProto type of the softmax (after an upcast of the masked scores)
+    output_type: int | None = None  # TensorProto type of the second MatMul
 
 
 #: graphpass device ops whose (first) output has their first input's shape
@@ -309,6 +312,12 @@ def _probabilities(p_t: gs.Tensor, scope: Scope):
     is there but written otherwise, or None when P is no softmax at all. The guard: torch's
     ``Where(IsNaN(P), 0, P)`` or ``Where(Not(IsNaN(P)), P, 0)``."""
     guard: list[gs.Node] = []
+    down = _writer(p_t, scope, "Cast")  # HF eager in float16: softmax(dtype=float32).to(float16)
+    if down is not None:
+        if not _only_reader(down.inputs[0], scope):
+            return "the probabilities are read elsewhere too (a graph output: output_attentions)"
+        guard.append(down)
+        p_t = down.inputs[0]
     p_sm = p_t
     where = _writer(p_t, scope, "Where")
     if where is not None and len(where.inputs) == 3:
@@ -330,15 +339,11 @@ def _probabilities(p_t: gs.Tensor, scope: Scope):
             return "the guarded probabilities are read elsewhere"
         if scope.is_output(p_sm) or len(p_sm.outputs) != 2:
             return "the probabilities are read elsewhere too (a graph output: output_attentions)"
-        guard = [where, isnan] + ([neg] if neg is not None else [])
-    cast = _writer(p_sm, scope, "Cast")
-    if cast is not None and _writer(cast.inputs[0], scope, "Softmax") is not None:
-        return ("the softmax runs in another type inside Casts (HF eager's float32 softmax of a float16 model): "
-                "the op's body would not compute it")
+        guard += [where, isnan] + ([neg] if neg is not None else [])
     sm = _writer(p_sm, scope, "Softmax")
     if sm is None:
         return None
-    if not guard and not _only_reader(p_sm, scope):
+    if p_sm is p_t and not _only_reader(p_sm, scope):
         return "the probabilities are read elsewhere too (a graph output: output_attentions)"
     return sm, guard
 
@@ -359,6 +364,13 @@ def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
     s3 = sm.inputs[0]
     if not _only_reader(s3, scope):
         return _left(mm2, "the softmax's input is read elsewhere too")
+    softmax_type = elem_type(s3.dtype)
+    up = _writer(s3, scope, "Cast")  # HF eager in float16: the masked scores upcast for the softmax
+    if up is not None and _product(s3, scope) is None:
+        if not _only_reader(up.inputs[0], scope):
+            return _left(mm2, "the scores are read elsewhere too")
+        nodes.append(up)
+        s3 = up.inputs[0]
     axis = int(sm.attrs.get("axis", -1))
     # the mask Add: the scores are the operand that comes from the MatMul (through the post scale)
     mask = None
@@ -381,21 +393,23 @@ def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
     if post is not None and len(post.inputs) == 2:
         if post.op == "Div":
             v_ = _scalar(post.inputs[1], post.inputs[0])
-            if v_ is not None and _writer(post.inputs[0], scope, "MatMul") is not None:
+            if v_ is not None and _product(post.inputs[0], scope) is not None:
                 scales["scale_div"], s1 = v_, post.inputs[0]
                 nodes.append(post)
         else:
             for x, c in ((post.inputs[0], post.inputs[1]), (post.inputs[1], post.inputs[0])):
                 v_ = _scalar(c, x)
-                if v_ is not None and _writer(x, scope, "MatMul") is not None:
+                if v_ is not None and _product(x, scope) is not None:
                     scales["scale_mul"], s1 = v_, x
                     nodes.append(post)
                     break
         if s1 is not s2 and not _only_reader(s1, scope):
             return _left(mm2, "the scores are read elsewhere too")
-    mm1 = _writer(s1, scope, "MatMul")
+    mm1 = _product(s1, scope)
     if mm1 is None or len(mm1.inputs) != 2:
         return _left(mm2, "the softmax's input is not Q·K^T (through one scalar scale and one Add of a mask)")
+    if mm1.outputs[0] is not s1:
+        nodes.append(s1.inputs[0])  # the scores' upcast: the op's softmax_type
     nodes.append(mm1)
     qs, kts = mm1.inputs
     q, scales["scale_q"], qn = _scaled(qs, scope)
@@ -417,7 +431,14 @@ def _match_core(mm2: gs.Node, scope: Scope, shapes: _Shapes) -> _Core | None:
                "the mask's rank is not known: it may raise the scores' rank")
     elif axis not in (-1, 3):
         why = f"a Softmax over axis {axis}, not the last"
-    core = _Core(q, k, v, mask, scales, bool(guard), nodes, k_bsnd=k_bsnd, kv_heads=kv_heads, why_not=why)
+    scores_type, output_type = elem_type(s1.dtype), elem_type(mm2.outputs[0].dtype)
+    up = _writer(v, scope, "Cast")
+    if up is not None and _feeds_only(v, scope) and int(up.attrs.get("to", 0)) == output_type:
+        nodes.append(up)  # V upcast for the second MatMul (torch's float16 SDPA export): the op's output_type
+        v = up.inputs[0]
+    nan_to_zero = any(n.op == "Where" for n in guard)
+    core = _Core(q, k, v, mask, scales, nan_to_zero, nodes, k_bsnd=k_bsnd, kv_heads=kv_heads, why_not=why,
+                 scores_type=scores_type, softmax_type=softmax_type, output_type=output_type)
     if mask is not None:
         core.mask_kind = _mask_kind(mask)
     return core
@@ -438,17 +459,29 @@ def _tri(shapes: _Shapes, a, b) -> bool | None:
     return False if _int(a) is not None and _int(b) is not None else None
 
 
-def _scores_from(t: gs.Tensor, scope: Scope) -> gs.Node | None:
-    """The MatMul that writes t, directly or through one scalar Mul/Div."""
+def _product(t: gs.Tensor, scope: Scope) -> gs.Node | None:
+    """The MatMul that writes t, directly or through one Cast (float16 scores upcast for the
+    softmax), the Cast's input read only by it."""
     mm = _writer(t, scope, "MatMul")
+    if mm is not None:
+        return mm
+    up = _writer(t, scope, "Cast")
+    if up is not None and _only_reader(up.inputs[0], scope):
+        return _writer(up.inputs[0], scope, "MatMul")
+    return None
+
+
+def _scores_from(t: gs.Tensor, scope: Scope) -> gs.Node | None:
+    """The MatMul that writes t, directly or through one scalar Mul/Div (and a Cast)."""
+    mm = _product(t, scope)
     if mm is not None:
         return mm
     post = _writer(t, scope, "Mul") or _writer(t, scope, "Div")
     if post is None or len(post.inputs) != 2:
         return None
     for x in post.inputs[:1] if post.op == "Div" else post.inputs:
-        if _writer(x, scope, "MatMul") is not None:
-            return _writer(x, scope, "MatMul")
+        if _product(x, scope) is not None:
+            return _product(x, scope)
     return None
 
 
@@ -723,24 +756,26 @@ class _Attention(Rule):
             k = m.op("Transpose", [core.k], {"perm": [0, 2, 1, 3]}, name=m.names("attention_k"),
                      dtype=core.k.dtype, shape=shape)
         mask = core.mask
-        if mask is None:
-            mask = gs.Constant(m.names("attention_no_mask"), np.array(-0.0, dtype=np.dtype(_np_dtype(q))))
+        if mask is None:  # -0.0 in the scores' type: the identity of their Add
+            mask = gs.Constant(m.names("attention_no_mask"), np.array(-0.0, dtype=np.dtype(_np_dtype(core.scores_type))))
         scale = core.scales["scale_q"] * core.scales["scale_k"] * core.scales["scale_mul"] / core.scales["scale_div"]
         attrs = {"num_heads": int(hit.heads), "num_key_value_heads": int(hit.kv_heads),
                  **{s: float(v) for s, v in core.scales.items()}, "nan_to_zero": int(core.nan_to_zero),
+                 "scores_type": int(core.scores_type), "softmax_type": int(core.softmax_type),
+                 "output_type": int(core.output_type),
                  "scale": float(scale), "input_layout": hit.layout, "mask_kind": core.mask_kind}
         m.count("kv_heads_absorbed", int(hit.kv_heads != hit.heads))
+        out_dtype = m.anchor.outputs[0].dtype
         y = m.op(OPS[hit.layout], [q, k, v, mask], attrs, domain=DOMAIN, name=m.names(f"attention_{hit.layout.lower()}"),
-                 dtype=q.dtype)
+                 dtype=out_dtype)
         if hit.flat_shape is not None:  # the export's [B*S, H] view of the merged heads stays
-            y = m.op("Reshape", [y, hit.flat_shape], {}, name=m.names("attention_flat"), dtype=q.dtype)
+            y = m.op("Reshape", [y, hit.flat_shape], {}, name=m.names("attention_flat"), dtype=out_dtype)
         return y
 
 
-def _np_dtype(t: gs.Tensor):
+def _np_dtype(elem: int):
     import onnx.helper as h
 
-    elem = elem_type(t.dtype)
     if elem == TensorProto.BFLOAT16:
         import ml_dtypes
 

@@ -62,6 +62,11 @@ class _Hit:
     eps: float
     nodes: list[gs.Node]
     why_not: str = ""  # a refusal found while matching (the check reports it)
+    #: (the export's Cast down, its weight Mul) of a float32 norm cast down before a float16
+    #: weight: the op takes ones as its weight and these two stay after it
+    mixed: tuple[gs.Node, gs.Node] | None = None
+    #: (the upcast, the norm's nodes, the Cast down, the weight Mul) of the float16/bfloat16 form
+    upcast: tuple | None = None
 
 
 def _rstd(r: gs.Tensor, local: set[int]) -> tuple[gs.Tensor, gs.Node] | None:
@@ -137,28 +142,49 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
         if down is not None:  # Gamma * Cast(n): x must be the upcast of an X of that type
             up = producer_of(x, "Cast", local)
             X = up.inputs[0] if up is not None else None
-            if up is None or elem_type(X.dtype) not in _LOW or int(down.attrs.get("to", 0)) != elem_type(X.dtype) \
-                    or elem_type(x.dtype) != TensorProto.FLOAT:
+            to = int(down.attrs.get("to", 0))
+            if elem_type(x.dtype) != TensorProto.FLOAT or to not in _LOW:
                 continue
+            if up is None or elem_type(X.dtype) != to:
+                # a float32 x that is no upcast (the TorchScript export of a float16 LLaMA keeps the
+                # residual stream in float32): the norm in float32 with a weight of ones (x * 1 is
+                # x), then the export's own Cast and weight Mul, outside the op
+                hit = _Hit(x, gamma, eps, nodes, why)
+                hit.mixed = (down, anchor)
+                return _checked(hit, x, gamma, None)
             # the upcast may be read elsewhere too (the torchscript export's residual Add reads
             # it): it then stays for those readers, and the op casts X itself, to the same values
-            nodes = [up] + nodes + [down]
-            x = X
+            hit = _Hit(X, gamma, eps, [up] + nodes + [down, anchor], why)
+            hit.upcast = (up, nodes, down, anchor)
+            return _checked(hit, X, gamma, down)
         hit = _Hit(x, gamma, eps, nodes + [anchor], why)
-        elem = elem_type(x.dtype)
-        if elem_type(gamma.dtype) != elem:
-            hit.why_not = "the weight is not of the input's type"
-        elif gamma.shape is None or (x.shape is not None and len(gamma.shape) > len(x.shape)) \
-                or any(d != 1 for d in list(gamma.shape)[:-1]):
-            hit.why_not = f"a weight shaped {gamma.shape} is not along the last axis only"
-        elif down is None and elem in _LOW:
-            hit.why_not = (f"a {TensorProto.DataType.Name(elem).lower()} RMSNorm computed in its own type: the "
-                           "RmsNorm body (and CANN's kernel) computes in float32")
-        elif elem not in _OK:
-            hit.why_not = f"type {TensorProto.DataType.Name(elem) if elem else 'unknown'} is not a float type"
-        hit.why_not = hit.why_not or why
-        return hit
+        return _checked(hit, x, gamma, down)
     return None
+
+
+def _checked(hit: "_Hit", x: gs.Tensor, gamma: gs.Constant, down: gs.Node | None) -> "_Hit":
+    """``hit`` with ``why_not`` set where the body or the target cannot take it (the eps reason
+    found while matching comes last)."""
+    eps_why, hit.why_not = hit.why_not, ""
+    elem = elem_type(x.dtype)
+    if hit.mixed is not None:  # the weight stays outside: the op's is ones of x's type and width
+        width = x.shape[-1] if x.shape else None
+        if not isinstance(width, (int, np.integer)) or width <= 0:
+            hit.why_not = "the width of a float32 norm cast down before its weight is not static"
+        elif gamma.shape is None or any(d != 1 for d in list(gamma.shape)[:-1]):
+            hit.why_not = f"a weight shaped {gamma.shape} is not along the last axis only"
+    elif elem_type(gamma.dtype) != elem:
+        hit.why_not = "the weight is not of the input's type"
+    elif gamma.shape is None or (x.shape is not None and len(gamma.shape) > len(x.shape)) \
+            or any(d != 1 for d in list(gamma.shape)[:-1]):
+        hit.why_not = f"a weight shaped {gamma.shape} is not along the last axis only"
+    elif down is None and elem in _LOW:
+        hit.why_not = (f"a {TensorProto.DataType.Name(elem).lower()} RMSNorm computed in its own type: the "
+                       "RmsNorm body (and CANN's kernel) computes in float32")
+    elif elem not in _OK:
+        hit.why_not = f"type {TensorProto.DataType.Name(elem) if elem else 'unknown'} is not a float type"
+    hit.why_not = hit.why_not or eps_why
+    return hit
 
 
 def _dtype_name(elem: int | None) -> str | None:
@@ -178,7 +204,7 @@ class _RmsNorm(Rule):
         hit = _match(anchor, scope.graph, scope.local, scope.outputs)
         if hit is None:
             return None
-        m = scope.match(hit.nodes)
+        m = scope.match(hit.nodes)  # a float32 norm cast down: anchored at its last op, the weight stays
         m.hit = hit
         return m
 
@@ -190,12 +216,27 @@ class _RmsNorm(Rule):
         if m.opset < MIN_OPSET["RmsNorm"]:
             return MatchResult.fail(f"opset {m.opset}: the RmsNorm device op's body needs opset {MIN_OPSET['RmsNorm']}+")
         elem = elem_type(hit.x.dtype)
-        reason = target_refusal(ctx.target, "RmsNorm", _dtype_name(elem)) or function_type_conflict(m.root, "RmsNorm", elem)
+        conflict = function_type_conflict(m.root, "RmsNorm", elem)
+        if conflict and hit.upcast is not None and not function_type_conflict(m.root, "RmsNorm", TensorProto.FLOAT):
+            # the model's RmsNorm body is float32's (its other norms are float32 norms cast down):
+            # this one too, on the upcast, with its Cast down and weight outside
+            up, norm, down, anchor = hit.upcast
+            hit.x, hit.mixed, hit.nodes = up.outputs[0], (down, anchor), list(norm)
+            _checked(hit, hit.x, hit.gamma, None)
+            if hit.why_not:
+                return MatchResult.fail(f"RMSNorm not fused: {hit.why_not}")
+            m.nodes = list(norm)
+            elem, conflict = TensorProto.FLOAT, None
+        reason = target_refusal(ctx.target, "RmsNorm", _dtype_name(elem)) or conflict
         return MatchResult.fail(reason) if reason else MatchResult.success()
 
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         hit = m.hit
         ensure_function(m.root, rms_norm_function(m.opset, elem_type(hit.x.dtype)))
+        if hit.mixed is not None:  # the norm itself; the export's Cast down and weight Mul stay after it
+            ones = gs.Constant(m.names("rms_norm_ones"), np.ones(int(hit.x.shape[-1]), np.float32))
+            m.count("weight_outside")
+            return m.op("RmsNorm", [hit.x, ones], {"epsilon": float(hit.eps)}, domain=DOMAIN, name=m.names("rms_norm"))
         gamma = hit.gamma
         # CANN takes gamma shaped as x's last axis: a [1, W] or one-element weight becomes [W]
         # (the same values broadcast the same way: the Mul gives the same bits)

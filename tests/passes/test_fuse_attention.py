@@ -335,3 +335,41 @@ def test_the_report_says_why_an_attention_was_left(tmp_path):
     reasons = [e.reason if hasattr(e, "reason") else str(e) for e in result.report.explanations]
     assert any("PromptFlashAttention / IncreFlashAttention on ascend910b2 takes a head dim up to 512, not 640" in r
                for r in reasons), reasons
+
+
+@pytest.mark.parametrize("spelling", ["torch_sdpa", "hf_eager"])
+def test_float16_attentions_that_softmax_in_float32_fuse_bit_for_bit(spelling):
+    """torch's SDPA export of a float16 model in TorchScript: the scores upcast after the MatMul,
+    V upcast, a float32 result; HF's eager attention: the masked scores upcast for the softmax,
+    the probabilities cast back to float16."""
+    f, h = TensorProto.FLOAT, TensorProto.FLOAT16
+    b, n, s, d = 2, 4, 5, 8
+    inits = {"c": np.array(0.5946, np.float16)}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    if spelling == "torch_sdpa":
+        inits["z"] = np.zeros((1,), np.float32)
+        nodes += [helper.make_node("Mul", ["q", "c"], ["qs"]), helper.make_node("Mul", ["kt", "c"], ["kts"]),
+                  helper.make_node("MatMul", ["qs", "kts"], ["s16"]), helper.make_node("Cast", ["s16"], ["s32"], to=f),
+                  helper.make_node("Add", ["s32", "m"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+                  helper.make_node("IsNaN", ["p"], ["isn"]), helper.make_node("Where", ["isn", "z", "p"], ["pg"]),
+                  helper.make_node("Cast", ["v"], ["v32"], to=f), helper.make_node("MatMul", ["pg", "v32"], ["y"])]
+        mask, out = (f, [b, 1, s, s]), f
+    else:
+        nodes += [helper.make_node("MatMul", ["q", "kt"], ["s16"]), helper.make_node("Mul", ["s16", "c"], ["sc"]),
+                  helper.make_node("Add", ["sc", "m"], ["sm16"]), helper.make_node("Cast", ["sm16"], ["sm"], to=f),
+                  helper.make_node("Softmax", ["sm"], ["p32"], axis=-1), helper.make_node("Cast", ["p32"], ["p"], to=h),
+                  helper.make_node("MatMul", ["p", "v"], ["y"])]
+        mask, out = (h, [b, 1, s, s]), h
+    model = make_model(nodes, {"q": (h, [b, n, s, d]), "k": (h, [b, n, s, d]), "v": (h, [b, n, s, d]), "m": mask},
+                       {"y": (out, [b, n, s, d])}, initializers=inits, opset=17)
+    m, res, ctx = _run(model)
+    att = _attention_nodes(m)
+    assert [a.op for a in att] == ["Attention"], [str(e) for e in ctx.explanations]
+    assert not {"Cast", "Softmax", "MatMul"} & set(ops(m))
+    a = att[0].attrs
+    want = {"torch_sdpa": (f, f, f), "hf_eager": (h, f, h)}[spelling]
+    assert (a["scores_type"], a["softmax_type"], a["output_type"]) == want
+    feeds = _feeds(model)
+    feeds["m"] = np.where(RNG.random(mask[1]) < 0.3, -np.inf, 0.0).astype(np.float32 if mask[0] == f else np.float16)
+    assert_equivalent(model, gp.to_proto(m), feeds, exact=True)
+    assert_equivalent(model, _device(m), feeds, exact=True)

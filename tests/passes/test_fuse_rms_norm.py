@@ -226,3 +226,44 @@ def test_a_weight_of_another_shape_is_passed_as_the_last_axis(shape):
     assert ops(m.graph) == ["RmsNorm"] and list(m.graph.nodes[0].inputs[1].shape) == [W]
     feeds = {"x": _special(np.float32)}
     assert_equivalent(model, gp.to_proto(m.graph, emit="device"), feeds, exact=True)
+
+
+def _fp16_stream_norms():
+    """The TorchScript export of a float16 LLaMA: its first norm reads the float16 embedding
+    (upcast, norm, Cast down, float16 weight); the next norms read the float32 residual stream
+    (norm in float32, Cast down, float16 weight: no upcast)."""
+    f, h = TensorProto.FLOAT, TensorProto.FLOAT16
+    inits = {"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32), "one": np.array(1.0, np.float32),
+             "w0": RNG.uniform(0.5, 1.5, W).astype(np.float16), "w1": RNG.uniform(0.5, 1.5, W).astype(np.float16)}
+
+    def norm(x, w, out, tag):
+        return [helper.make_node("Pow", [x, "two"], [f"{tag}sq"]),
+                helper.make_node("ReduceMean", [f"{tag}sq"], [f"{tag}ms"], axes=[-1]),
+                helper.make_node("Add", [f"{tag}ms", "eps"], [f"{tag}mse"]),
+                helper.make_node("Sqrt", [f"{tag}mse"], [f"{tag}s"]),
+                helper.make_node("Div", ["one", f"{tag}s"], [f"{tag}r"]),
+                helper.make_node("Mul", [x, f"{tag}r"], [f"{tag}n"]),
+                helper.make_node("Cast", [f"{tag}n"], [f"{tag}nd"], to=h),
+                helper.make_node("Mul", [w, f"{tag}nd"], [out])]
+
+    nodes = [helper.make_node("Cast", ["e"], ["ef"], to=f)]
+    nodes += norm("ef", "w0", "y0", "a")                      # the upcast form
+    nodes += [helper.make_node("Cast", ["y0"], ["y0f"], to=f),
+              helper.make_node("Add", ["ef", "y0f"], ["r1"])]  # the float32 residual stream
+    nodes += norm("r1", "w1", "y1", "b")                      # float32, cast down before the weight
+    return make_model(nodes, {"e": (h, [2, 5, W])}, {"y1": (h, [2, 5, W]), "r1": (f, [2, 5, W])},
+                      initializers=inits, opset=17)
+
+
+def test_a_float32_norm_cast_down_before_a_float16_weight_fuses_with_the_weight_outside():
+    model = _fp16_stream_norms()
+    m, res, ctx = _run(model)
+    norms = [n for n in m.graph.nodes if n.domain == "graphpass.ascend"]
+    assert sorted(n.op for n in norms) == ["AddRmsNorm", "RmsNorm"], [str(e) for e in ctx.explanations]
+    # one float32 body for both; the weights stay float16 Muls after the export's Casts down
+    assert all(n.inputs[-1].dtype == np.float32 and np.all(np.asarray(n.inputs[-1].values) == 1) for n in norms)
+    assert ops(m).count("Cast") == 4 and ops(m).count("Mul") == 2
+    assert not {"Pow", "ReduceMean", "Sqrt", "Div"} & set(ops(m))
+    feeds = {"e": _special(np.float16)}
+    assert_equivalent(model, gp.to_proto(m), feeds, exact=True)
+    assert_equivalent(model, gp.to_proto(m, emit="device"), feeds, exact=True)
