@@ -301,11 +301,19 @@ NORM_OPS = ("LayerNormalization", "LayerNorm", "RmsNorm", "AddRmsNorm", "RMSNorm
             "InstanceNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 
+#: graphpass's attention device ops: Q (input 0), K (1) and the mask (3) make the scores their softmax reads
+ATTENTION_OPS = ("Attention", "AttentionBSH")
+
+
 def _role(info: _Info, tensor: str) -> str:
     """What ``tensor`` feeds where fp16 overflow hurts most (see :attr:`Finding.role`)."""
     ops = {info.nodes[k][0].op_type for k in _readers(info, tensor)}
     if ops & set(SOFTMAX_OPS):
         return "softmax input"
+    for k in _readers(info, tensor):
+        node = info.nodes[k][0]
+        if node.op_type in ATTENTION_OPS and any(i == tensor for j, i in enumerate(node.input) if j in (0, 1, 3)):
+            return "attention scores input"
     if ops & set(NORM_OPS):
         return "normalization input"
     k = info.producer.get(tensor)
@@ -324,6 +332,7 @@ def _role(info: _Info, tensor: str) -> str:
 
 _ROLE_ADVICE = {
     "softmax input": "it is a Softmax input: inf logits in fp16 make the softmax NaN",
+    "attention scores input": "it makes a fused attention's scores (Q·K^T + mask): inf scores in fp16 make its softmax NaN",
     "normalization input": "it is a normalization input: its square overflows fp16 first",
     "normalization sum of squares": "it is a normalization's sum of squares (x*x overflows fp16 from |x| > 256)",
 }

@@ -46,3 +46,27 @@ def test_an_overflow_elsewhere_has_no_role():
     report = P.analyze(model, {"x": np.full(8, 100.0, np.float32)}, check=False)
     f = next(f for f in report.findings if f.tensor == "y")
     assert f.hazard == "overflow" and f.role == ""
+
+
+def test_a_fused_attention_names_the_tensors_that_make_its_scores():
+    """After fuse_attention the scores are inside the op: the query (here its projection, which
+    overflows float16) is what the analysis can name."""
+    import graphpass as gp
+    from graphpass.passes.framework import PassContext
+    from graphpass.passes.fusion.fuse_attention import FuseAttention
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"], name="q_proj"),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    shape = [1, 2, 4, 8]
+    model = make_model(nodes, {"x": shape, "k": shape, "v": shape}, {"y": shape},
+                       initializers={"w": (np.eye(8) * 1e5).astype(np.float32)}, opset=18)
+    m = gp.load(model)
+    assert FuseAttention()(m, PassContext(target="ascend910b2")).modified
+    fused = gp.to_proto(m, emit="device")
+    feeds = {n: RNG.standard_normal(shape).astype(np.float32) for n in ("x", "k", "v")}
+    report = P.analyze(fused, feeds, check=False)
+    f = next(f for f in report.findings if f.tensor == "q")
+    assert f.hazard == "overflow" and f.role == "attention scores input"
+    assert "fused attention's scores" in f.detail
