@@ -239,9 +239,15 @@ class IntRanges:
                 lambda r: Range(0 if r.lo <= 0 <= r.hi else min(abs(r.lo), abs(r.hi)), max(abs(r.lo), abs(r.hi)), r.why))
             self._set(out, f(a), [f(x) for x in ea] if ea is not None else None)
         elif op == "Range" and len(ins) == 3:
-            rs = [self.of(t) for t in ins]
+            start, limit, delta = (self.of(t) for t in ins)
             # every element lies between start (included) and limit (excluded)
-            self._set(out, _hull([rs[0], rs[1]]))
+            if delta.lo > 0:
+                r = Range(start.lo, max(start.lo, limit.hi - 1), start.why or limit.why)
+            elif delta.hi < 0:
+                r = Range(min(start.hi, limit.lo + 1), start.hi, start.why or limit.why)
+            else:
+                r = _hull([start, limit])
+            self._set(out, r)
         elif op == "Cast":
             src = ins[0]
             if _type_range(_dtype(src)) is not None:

@@ -56,6 +56,22 @@ NARROWABLE = frozenset({
 
 _I64 = np.dtype(np.int64)
 
+#: ops that move a shape vector's elements (the values onnxruntime's shape inference propagates)
+_SHAPE_MOVES = frozenset({"Gather", "Squeeze", "Unsqueeze", "Concat", "Slice", "Reshape", "Identity", "Flatten"})
+
+
+def _shape_data(graph: gs.Graph) -> set[int]:
+    """Tensors that are a Shape's output, or only moved elements of one (and of constants)."""
+    out: set[int] = set()
+    for n in graph.nodes:
+        if n.op == "Shape":
+            out.update(id(t) for t in n.outputs)
+        elif n.op in _SHAPE_MOVES and n.inputs:
+            data = [t for t in n.inputs if t.name] if n.op == "Concat" else [n.inputs[0]]
+            if any(id(t) in out for t in data) and all(id(t) in out or isinstance(t, gs.Constant) for t in data):
+                out.update(id(t) for t in n.outputs)
+    return out
+
 
 def _is_i64(t: gs.Tensor) -> bool:
     try:
@@ -121,7 +137,11 @@ class NarrowInt64(Pass):
       4. small integer constants (stored as int32 copies; a constant also read elsewhere keeps its
          int64 original for those readers);
       5. Cast(to=int64) of a narrower integer inside the region becomes Cast(to=int32);
-         ConstantOfShape with a proven int64 value gets an int32 value.
+         ConstantOfShape with a proven int64 value gets an int32 value;
+      6. a Shape's vector and the Gather/Squeeze/Unsqueeze/Concat/Slice that only move its elements
+         stay int64 (their AI Core kernels take int64): the Cast(int32) goes where arithmetic reads
+         a dim. (onnxruntime 1.32 also mis-types a Range fed by Cast(Shape(x)) of a static x in its
+         shape inference: "All inputs to 'Range' op must be of the same type", measured.)
     """
 
     name = _NAME
@@ -140,6 +160,7 @@ class NarrowInt64(Pass):
         ranges = IntRanges(graph, limits.max_tensor_bytes(target))
         top = {id(n) for n in graph.nodes}
         outputs = {id(t) for t in graph.outputs}
+        shape_data = _shape_data(graph)
 
         # 1. the groups that may run in int32, and the seeds: those the target runs on AI CPU
         candidates: dict[tuple[int, str], _Group] = {}
@@ -151,7 +172,7 @@ class NarrowInt64(Pass):
             why_seed = limits.int64_reason(node, target)
             seed = self._seed_group(node, groups) if why_seed else None
             for g in groups:
-                why = self._refusal(g, ranges, top, outputs)
+                why = self._refusal(g, ranges, top, outputs, shape_data)
                 if why is None:
                     candidates[(id(node), g.var)] = g
                     if g is seed:
@@ -190,10 +211,13 @@ class NarrowInt64(Pass):
         return None
 
     @staticmethod
-    def _refusal(g: _Group, ranges: IntRanges, top: set[int], outputs: set[int]) -> str | None:
+    def _refusal(g: _Group, ranges: IntRanges, top: set[int], outputs: set[int], shape_data: set[int]) -> str | None:
         node = g.node
         if node.op not in NARROWABLE:
             return f"{node.op} is not narrowed (its result depends on the integer width or is not bounded here)"
+        if node.op in _SHAPE_MOVES and any(id(node.inputs[i]) in shape_data for i in g.ins):
+            # case 6: a shape vector is moved in int64 (an AI Core kernel takes it) and cast where it is computed on
+            return f"'{node.outputs[0].name}' moves a shape vector: kept int64, cast where arithmetic reads it"
         if not g.int32_ok:
             return f"{node.op}'s schema takes no int32 for {g.var}"
         for t in g.tensors():
@@ -247,7 +271,7 @@ class NarrowInt64(Pass):
         producer = {id(t): n for n in graph.nodes for t in n.outputs}
 
         def cast(x: gs.Tensor, to: int, dtype, label: str) -> gs.Variable:
-            y = gs.Variable(names(f"{x.name}_{label}"), dtype=dtype, shape=x.shape)
+            y = gs.Variable(names(f"{x.name}_{label}"), dtype=dtype, shape=list(x.shape) if x.shape is not None else None)
             n = gs.Node("Cast", names(f"{x.name}_{label}_cast"), {"to": to}, inputs=[x], outputs=[y])
             p = producer.get(id(x))
             before.setdefault(id(p) if p is not None else 0, []).append(n)
