@@ -1,8 +1,8 @@
 """The op-limits table (data/op_limits.toml): attribute values and sizes that put an op on AI CPU.
 
     load_op_limits().aicpu_reason(node)  ->  "AveragePool kernel 16x17 = 272 > 256 (...)" | None
-    load_op_limits().int64_reason(node, "ascend910a")  ->  "int64 Range has no AI Core kernel ..." | None
-    load_op_limits().max_tensor_bytes("ascend910a")  ->  34359738368 | None
+    load_op_limits().int64_reason(node, target.name)  ->  "int64 Range has no AI Core kernel ..." | None
+    load_op_limits().max_tensor_bytes(target.name)  ->  34359738368 | None
 
 The op table (op_info.toml) says which engine runs an op; this table says where the AI Core
 kernel of an op ends (a kernel size, a stride, an input width, a mode), so that the estimate
