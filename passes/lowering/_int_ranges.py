@@ -205,9 +205,24 @@ class IntRanges:
             why = r.why or f"'{t.name}' may leave {dt.name}'s range"
             r = Range(tr[0], tr[1], why)
             elems = None
+        if elems is not None and not self._vector_of(t, len(elems)):
+            elems = None  # per-element ranges only for a known 0-D or 1-D value of that length
+        if elems:
+            e = _hull(elems)
+            r = Range(max(r.lo, e.lo), min(r.hi, e.hi), e.why)  # both hold: their intersection does
         self._r[id(t)] = r
-        if elems is not None and len(elems) <= _MAX_ELEMS:
+        if elems is not None:
             self._elems[id(t)] = elems
+
+    @staticmethod
+    def _vector_of(t: gs.Tensor, n: int) -> bool:
+        """Whether ``t`` is known to be a scalar (n == 1) or a 1-D tensor of n elements."""
+        shape = t.shape
+        if shape is None or n > _MAX_ELEMS:
+            return False
+        if len(shape) == 0:
+            return n == 1
+        return len(shape) == 1 and isinstance(shape[0], (int, np.integer)) and int(shape[0]) == n
 
     # -- transfer functions ----------------------------------------------------------------------
 
@@ -329,11 +344,13 @@ class IntRanges:
             return self.elems(ins[0])
         if op == "Concat":
             es = [self.elems(t) for t in data]
-            if all(e is not None for e in es) and int(node.attrs.get("axis", 0)) in (0, -1):
-                return [x for e in es for x in e]
+            if all(e is not None and t.shape is not None and len(t.shape) == 1 for e, t in zip(es, data)):
+                return [x for e in es for x in e]  # 1-D inputs: axis 0 (or -1) is the only axis
             return None
-        if op == "Gather" and int(node.attrs.get("axis", 0)) == 0 and isinstance(ins[1], gs.Constant):
+        if op == "Gather" and int(node.attrs.get("axis", 0)) in (0, -1) and isinstance(ins[1], gs.Constant):
             e = self.elems(ins[0])
+            if e is None or not self._vector_of(ins[0], len(e)) or len(ins[0].shape) != 1:
+                return None
             idx = np.asarray(peek_values(ins[1]))
             if e is None or idx.ndim > 1:
                 return None
@@ -347,14 +364,13 @@ class IntRanges:
             return picked
         if op == "Slice" and len(ins) >= 3 and all(isinstance(t, gs.Constant) for t in ins[1:] if t.name):
             e = self.elems(ins[0])
-            if e is None:
+            if e is None or not self._vector_of(ins[0], len(e)) or len(ins[0].shape) != 1:
                 return None
             starts, ends = (np.asarray(peek_values(t)).ravel() for t in ins[1:3])
             axes = np.asarray(peek_values(ins[3])).ravel() if len(ins) > 3 and ins[3].name else [0]
             steps = np.asarray(peek_values(ins[4])).ravel() if len(ins) > 4 and ins[4].name else [1]
-            if len(starts) != 1 or int(axes[0]) not in (0, -1) or int(steps[0]) == 0:
-                return None
-            s, t_, st = int(starts[0]), int(ends[0]), int(steps[0])
-            # Python slicing clamps as ONNX's Slice does (INT64 ends included)
-            return e[slice(s, t_, st)]
+            if len(starts) != 1 or int(axes[0]) not in (0, -1) or int(steps[0]) != 1:
+                return None  # step 1 only: a backward Slice to INT64_MAX is empty by the spec, not in onnxruntime
+            # with step 1, Python slicing clamps as ONNX's Slice does (negative and INT64 bounds included)
+            return e[slice(int(starts[0]), int(ends[0]), 1)]
         return None

@@ -300,3 +300,30 @@ def test_real_exporter_models_fire_and_stay_bitwise(name):
     for k in out_b:
         assert out_a[k].dtype == out_b[k].dtype
         np.testing.assert_array_equal(out_a[k].view(np.uint8), out_b[k].view(np.uint8))
+
+
+def test_each_dim_of_a_shape_vector_has_its_own_bound():
+    """x: [batch, 8] float32 bounds batch by 2**35 / 32 = 2**30 on 910A; y: [seq] uint8 bounds seq
+    only by 2**35 (not within int32). The Range over batch is narrowed, the one over seq is not,
+    though both dims come out of one Concat of the two Shapes."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]), helper.make_node("Shape", ["y"], ["sy"]),
+        helper.make_node("Concat", ["sx", "sy"], ["dims"], axis=0),
+        helper.make_node("Gather", ["dims", "zero"], ["batch"], axis=0),
+        helper.make_node("Gather", ["dims", "two"], ["seq"], axis=0),
+        helper.make_node("Range", ["c0", "batch", "c1"], ["rb"]),
+        helper.make_node("Range", ["c0", "seq", "c1"], ["rs"]),
+        helper.make_node("Less", ["rb", "c1"], ["mb"]), helper.make_node("Less", ["rs", "c1"], ["ms"]),
+    ]
+    model = make_model(nodes, {"x": (TP.FLOAT, ["batch", 8]), "y": (TP.UINT8, ["seq"])},
+                       {"mb": (TP.BOOL, ["b"]), "ms": (TP.BOOL, ["s"])},
+                       initializers={"zero": _i64(0), "two": _i64(2), "c0": _i64(0), "c1": _i64(1)})
+    graph, result, ctx = _run(model)
+    assert result.modified
+    rb, rs = (next(n for n in graph.nodes if n.outputs[0].name == name) for name in ("rb", "rs"))
+    assert _dtype(rb.outputs[0]) == np.int32 and _dtype(rs.outputs[0]) == np.int64
+    assert any("'seq' is not proven within int32 (range [0, 34359738368])" in e.reason for e in ctx.explanations)
+    after = gp.to_proto(graph)
+    onnx.checker.check_model(after, full_check=True)
+    assert_equivalent(model, after, feeds={"x": np.resize(NASTY, 24).reshape(3, 8), "y": np.arange(5, dtype=np.uint8)},
+                      exact=True)
