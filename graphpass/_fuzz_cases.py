@@ -534,7 +534,7 @@ def t_knowledge(draw, st, b: _Builder):
         for i in draw(st.lists(st.integers(-dim, dim - 1), min_size=2, max_size=4)):
             b.output(b.node("Gather", [x, b.const(np.array(i, np.int64), "int64")], axis=axis)[0])
     elif kind == "int64_index":  # narrow_int64: a Range over a symbolic batch, constants at the int32 edges
-        x = b.input([draw(st.integers(0, 3)), 3])
+        x = b.input([draw(st.integers(0, 3)), 64])  # 64 wide: batch <= 2**35 / 64 (910A, 1-byte types too)
         dim = b.inputs[-1].type.tensor_type.shape.dim[0]
         dim.ClearField("dim_value")
         dim.dim_param = "batch"  # static, the whole chain would be folded before narrow_int64 runs
