@@ -28,6 +28,7 @@ narrows without a proof (auto_optimizer's KnowledgeTypeCast does, and breaks mod
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -96,29 +97,43 @@ class _Group:
         return [self.node.inputs[i] for i in self.ins] + [self.node.outputs[j] for j in self.outs]
 
 
+@functools.lru_cache(maxsize=512)
+def _schema(op: str, opset: int):
+    """(inputs, outputs, int32 allowed per type variable) of ``op``'s schema at ``opset``: each
+    formal parameter as (type_str, variadic); None for an op onnx does not know."""
+    try:
+        schema = onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    allowed = {c.type_param_str: ("tensor(int32)" in c.allowed_type_strs) for c in schema.type_constraints}
+    ins = tuple((f.type_str, f.option == variadic) for f in schema.inputs)
+    outs = tuple((f.type_str, f.option == variadic) for f in schema.outputs)
+    return ins, outs, allowed
+
+
 def _groups(node: gs.Node, opset: int) -> list[_Group]:
     """The int64 type-variable groups of ``node`` by its schema at ``opset``."""
-    try:
-        schema = onnx.defs.get_schema(node.op, opset, "")
-    except onnx.defs.SchemaError:
+    if node.domain not in (None, "", "ai.onnx") or not any(
+            _is_i64(t) for t in list(node.inputs) + list(node.outputs) if t.name):
         return []
-    allowed = {c.type_param_str: ("tensor(int32)" in c.allowed_type_strs) for c in schema.type_constraints}
+    found = _schema(node.op, opset)
+    if found is None:
+        return []
+    formal_ins, formal_outs, allowed = found
     groups: dict[str, _Group] = {}
 
     def slot(formals, k):
-        if not formals:
-            return None
         if k < len(formals):
-            return formals[k]
-        last = formals[-1]
-        return last if last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic else None
+            return formals[k][0]
+        return formals[-1][0] if formals and formals[-1][1] else None
 
-    for side, tensors, formals in (("in", node.inputs, schema.inputs), ("out", node.outputs, schema.outputs)):
+    for side, tensors, formals in (("in", node.inputs, formal_ins), ("out", node.outputs, formal_outs)):
         for k, t in enumerate(tensors):
-            f = slot(formals, k)
-            if f is None or not t.name or f.type_str not in allowed:
+            var = slot(formals, k)
+            if var is None or not t.name or var not in allowed:
                 continue
-            g = groups.setdefault(f.type_str, _Group(node, f.type_str, allowed[f.type_str]))
+            g = groups.setdefault(var, _Group(node, var, allowed[var]))
             (g.ins if side == "in" else g.outs).append(k)
     return [g for g in groups.values() if g.tensors() and all(_is_i64(t) for t in g.tensors())]
 

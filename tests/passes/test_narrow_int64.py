@@ -327,3 +327,12 @@ def test_each_dim_of_a_shape_vector_has_its_own_bound():
     onnx.checker.check_model(after, full_check=True)
     assert_equivalent(model, after, feeds={"x": np.resize(NASTY, 24).reshape(3, 8), "y": np.arange(5, dtype=np.uint8)},
                       exact=True)
+
+
+@pytest.mark.parametrize("elem", [TP.INT32, TP.FLOAT, TP.INT8])
+def test_graphs_without_int64_computation_are_left_alone(elem):
+    model = make_model([helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Less", ["s", "b"], ["m"])],
+                       {"a": (elem, [4]), "b": (elem, [4])}, {"m": (TP.BOOL, [4])})
+    graph, result, ctx = _run(model)
+    assert not result.modified and result.stats == {"fired": 0} and not ctx.explanations
+    assert ops(graph) == ["Add", "Less"]
