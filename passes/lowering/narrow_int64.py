@@ -22,7 +22,8 @@ inside it gets an int32 value. A graph output keeps its type: the op writing it 
 Refused, with the reason (``--explain narrow_int64``): a value not proven within int32 (a graph
 input's data, a dim no input bounds, a product that may leave int32, a division by a range that
 holds 0), an op the target runs on AI Core in int64 (nothing to gain), an op whose result is a
-graph output, an op read inside a subgraph. No unproven narrowing: graphpass has no option that
+graph output, an op read inside a subgraph. The top-level graph only: int64 ops in a Loop/If/Scan
+body are left as they are. No unproven narrowing: graphpass has no option that
 narrows without a proof (auto_optimizer's KnowledgeTypeCast does, and breaks models).
 """
 
@@ -35,7 +36,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.cost_model.op_limits import load_op_limits
+from graphpass.cost_model.op_limits import int64_data, load_op_limits
 from graphpass.ir.graph import NameGen, peek_values
 from graphpass.ir.model import opset_of
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
@@ -202,11 +203,11 @@ class NarrowInt64(Pass):
         for part in parts:
             if any(id(g) in seeded for g in part):
                 chosen.extend(part)
+        in_region = {id(g.node) for g in chosen}
         for node in graph.nodes:
-            if node.op in limits.int64 and not limits.int64_reason(node, target) and any(
-                    _is_i64(t) for t in list(node.inputs) + list(node.outputs) if t.name):
-                if not any(g.node is node for g in chosen):
-                    ctx.explain(self.name, node, f"int64 {node.op} runs on AI Core on {target}: nothing to gain")
+            if (node.op in limits.int64 and id(node) not in in_region and int64_data(node)
+                    and not limits.int64_reason(node, target)):
+                ctx.explain(self.name, node, f"int64 {node.op} runs on AI Core on {target}: nothing to gain")
         if not chosen:
             return PassResult(False, {"fired": 0})
         stats = self._rewrite(graph, chosen, seeds, ctx)
