@@ -884,7 +884,11 @@ class AscendCostModel(CostModel):
         engine = info.engine
         if engine != "AICORE" or info.cost in ("view", "none", "control"):
             return engine, False, ""
-        limit = load_op_limits().aicpu_reason(node)  # an attribute or size outside the AI Core kernel
+        limits = load_op_limits()
+        limit = limits.aicpu_reason(node)  # an attribute or size outside the AI Core kernel
+        if limit:
+            return "AICPU", False, limit
+        limit = limits.int64_reason(node, self.target)  # int64 data where the AI Core kernel has no int64
         if limit:
             return "AICPU", False, limit
         if dtype != _F32:

@@ -1,11 +1,15 @@
 """The op-limits table (data/op_limits.toml): attribute values and sizes that put an op on AI CPU.
 
     load_op_limits().aicpu_reason(node)  ->  "AveragePool kernel 16x17 = 272 > 256 (...)" | None
+    load_op_limits().int64_reason(node, target.name)  ->  "int64 Range has no AI Core kernel ..." | None
+    load_op_limits().max_tensor_bytes(target.name)  ->  34359738368 | None
 
 The op table (op_info.toml) says which engine runs an op; this table says where the AI Core
 kernel of an op ends (a kernel size, a stride, an input width, a mode), so that the estimate
-places such a node on AI CPU and a pass can ask whether a rewrite brings it back. Every limit
-comes with its source and a P/D/E tag in the data file; none lives here.
+places such a node on AI CPU and a pass can ask whether a rewrite brings it back. Its `[int64.<Op>]`
+rows say on which targets an op's AI Core kernel takes no int64 (such a node runs on AI CPU), and
+`[tensor_limits.<target>]` the most bytes one tensor can take there. Every limit comes with its
+source and a P/D/E tag in the data file; none lives here.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from graphpass.cost_model.profiles import DATA_DIR, TAGS
+from graphpass.cost_model.profiles import DATA_DIR, TAGS, known_targets
 from graphpass.errors import UsageError
 
-__all__ = ["OpLimit", "OpLimits", "load_op_limits", "LIMIT_FIELDS"]
+__all__ = ["OpLimit", "Int64Row", "TensorLimit", "OpLimits", "load_op_limits", "LIMIT_FIELDS", "int64_data"]
 
 #: the limits a row may hold (see the data file's header)
 LIMIT_FIELDS = ("max_kernel_dim", "max_kernel_area", "max_stride", "max_input_w", "aicpu_modes", "last_axis_unit_step")
@@ -39,6 +43,50 @@ class OpLimit:
     aicpu_modes: tuple[str, ...] = ()
     note: str = ""
     last_axis_unit_step: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Int64Row:
+    """An op whose AI Core kernel takes no int64 on the targets ``aicpu_on`` (an int64 node: AI CPU)."""
+    op: str
+    aicpu_on: tuple[str, ...]
+    src: str
+    tag: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorLimit:
+    """The most bytes one tensor can take on ``target`` (its device memory)."""
+    target: str
+    max_tensor_bytes: int
+    src: str
+    tag: str
+
+
+def _is_int64(t: Any) -> bool:
+    import numpy as np
+
+    try:
+        return t is not None and t.dtype is not None and np.dtype(t.dtype) == np.int64
+    except TypeError:
+        return False
+
+
+def int64_data(node: Any) -> bool:
+    """Whether ``node`` computes on int64 data: its first output is int64, or it is bool (a
+    comparison) and its first input is int64."""
+    import numpy as np
+
+    outs = [t for t in node.outputs if t.name]
+    if not outs:
+        return False
+    if _is_int64(outs[0]):
+        return True
+    try:
+        is_bool = outs[0].dtype is not None and np.dtype(outs[0].dtype) == np.bool_
+    except TypeError:
+        is_bool = False
+    return is_bool and bool(node.inputs) and _is_int64(node.inputs[0])
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:
@@ -76,9 +124,27 @@ def _last_axis_step(node: Any) -> int | None:
 
 
 class OpLimits:
-    def __init__(self, rows: dict[str, OpLimit], path: Path):
+    def __init__(self, rows: dict[str, OpLimit], path: Path, int64: dict[str, Int64Row] | None = None,
+                 tensor_limits: dict[str, TensorLimit] | None = None):
         self.rows = rows
         self.path = path
+        self.int64 = dict(int64 or {})
+        self.tensor_limits = dict(tensor_limits or {})
+
+    def int64_reason(self, node: Any, target: str) -> str | None:
+        """Why ``node`` runs on AI CPU on ``target`` because it computes on int64 (its op's AI Core
+        kernel takes no int64 there), or None."""
+        if node.domain not in (None, "", "ai.onnx"):
+            return None
+        row = self.int64.get(node.op)
+        if row is None or target not in row.aicpu_on or not int64_data(node):
+            return None
+        return f"int64 {node.op} has no AI Core kernel on {target} ({row.src}; {row.tag})"
+
+    def max_tensor_bytes(self, target: str) -> int | None:
+        """The most bytes one tensor can take on ``target`` (None: not known)."""
+        row = self.tensor_limits.get(target)
+        return row.max_tensor_bytes if row is not None else None
 
     def get(self, op: str) -> OpLimit | None:
         return self.rows.get(op)
@@ -155,7 +221,60 @@ def parse_op_limits(path: Path) -> OpLimits:
         rows[op] = OpLimit(op, e["src"], e["tag"], e["fallback_tag"], e.get("max_kernel_dim"), e.get("max_kernel_area"),
                            e.get("max_stride"), e.get("max_input_w"), tuple(modes), e.get("note", ""),
                            e.get("last_axis_unit_step", False))
-    return OpLimits(rows, path)
+    return OpLimits(rows, path, _parse_int64(path, data), _parse_tensor_limits(path, data))
+
+
+def _source(path: Path, where: str, e: dict) -> tuple[str, str]:
+    if not isinstance(e.get("src"), str) or not e["src"]:
+        raise _bad(path, f"{where}.src", "a non-empty string", e.get("src"))
+    if e.get("tag") not in TAGS:
+        raise _bad(path, f"{where}.tag", f"one of {', '.join(TAGS)}", e.get("tag"))
+    return e["src"], e["tag"]
+
+
+def _parse_int64(path: Path, data: dict) -> dict[str, Int64Row]:
+    table = data.get("int64", {})
+    if not isinstance(table, dict):
+        raise _bad(path, "int64", "an [int64.<Op>] table per op")
+    out = {}
+    for op, e in table.items():
+        where = f"int64.{op}"
+        if not isinstance(e, dict):
+            raise _bad(path, where, "a table")
+        unknown = set(e) - {"aicpu_on", "src", "tag", "note"}
+        if unknown:
+            raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
+        targets = e.get("aicpu_on")
+        if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
+            raise _bad(path, f"{where}.aicpu_on", "a non-empty list of target names", targets)
+        unknown_targets = sorted(set(targets) - set(known_targets()))
+        if unknown_targets:
+            raise _bad(path, f"{where}.aicpu_on", f"targets of {', '.join(known_targets())}", unknown_targets[0])
+        src, tag = _source(path, where, e)
+        out[op] = Int64Row(op, tuple(targets), src, tag)
+    return out
+
+
+def _parse_tensor_limits(path: Path, data: dict) -> dict[str, TensorLimit]:
+    table = data.get("tensor_limits", {})
+    if not isinstance(table, dict):
+        raise _bad(path, "tensor_limits", "a [tensor_limits.<target>] table per target")
+    out = {}
+    for target, e in table.items():
+        where = f"tensor_limits.{target}"
+        if not isinstance(e, dict):
+            raise _bad(path, where, "a table")
+        if target not in known_targets():
+            raise _bad(path, where, f"a target of {', '.join(known_targets())}", target)
+        unknown = set(e) - {"max_tensor_bytes", "src", "tag"}
+        if unknown:
+            raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
+        v = e.get("max_tensor_bytes")
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise _bad(path, f"{where}.max_tensor_bytes", "a positive integer", v)
+        src, tag = _source(path, where, e)
+        out[target] = TensorLimit(target, v, src, tag)
+    return out
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,7 +21,9 @@ is run on (special values mixed in), the storage form of its initializers and th
   knowledge    issue 25's knowledges: Slice chains (merge_slices), an empty Slice into a Concat
                (eliminate_empty_slices), scalar-index Gathers (gather_to_split); reflect Pad (every dtype; pads by attribute,
                input or with axes), 1-D Conv chains, AveragePool over the AI Core window,
-               a Conv kernel over 255, a Conv over an input W above 4096, Transpose-BN-Transpose
+               a Conv kernel over 255, a Conv over an input W above 4096, Transpose-BN-Transpose;
+               int64 index arithmetic on a symbolic batch (narrow_int64): Range + constants at the
+               int32 edges, Less, read back through an Identity
 Storage forms: inline, external data (tensors below and above 1 KiB), sparse initializer,
 string initializer, int4/uint4 initializer (opset 21).
 """
@@ -493,7 +495,7 @@ def _t_transformer(draw, st, b: _Builder, kind: str) -> None:
         b.output(b.node("Mul", [b.node("Mul", [g, b.node("Sigmoid", [g])[0]])[0], u])[0])
 def t_knowledge(draw, st, b: _Builder):
     """Issue 25's conv/pool knowledges (the float ones where onnxruntime has float kernels)."""
-    kinds = ["reflect_pad", "slice_chain", "empty_slice", "gathers"]
+    kinds = ["reflect_pad", "slice_chain", "empty_slice", "gathers", "int64_index"]
     if b.family in ("float32", "float16"):
         kinds += ["conv1d", "avgpool"]
     if b.family == "float32":
@@ -531,6 +533,18 @@ def t_knowledge(draw, st, b: _Builder):
         dim = [2, 3, 4][axis]
         for i in draw(st.lists(st.integers(-dim, dim - 1), min_size=2, max_size=4)):
             b.output(b.node("Gather", [x, b.const(np.array(i, np.int64), "int64")], axis=axis)[0])
+    elif kind == "int64_index":  # narrow_int64: a Range over a symbolic batch, constants at the int32 edges
+        x = b.input([draw(st.integers(0, 3)), 64])  # 64 wide: batch <= 2**35 / 64 (910A, 1-byte types too)
+        dim = b.inputs[-1].type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = "batch"  # static, the whole chain would be folded before narrow_int64 runs
+        n = b.node("Gather", [b.node("Shape", [x])[0], b.const(np.array(0, np.int64), "int64")], axis=0)[0]
+        r = b.node("Range", [b.const(np.array(0, np.int64), "int64"), n, b.const(np.array(1, np.int64), "int64")])[0]
+        edge = st.sampled_from([0, 7, 2**31 - 1, 2**31 - 4, 2**31, -2**31, -2**31 - 1, 2**30, 2**62, -2**63])
+        op = draw(st.sampled_from(["Add", "Sub", "Mul", "Max", "Min"]))
+        v = b.node(op, [r, b.const(np.array(draw(edge), np.int64), "int64")])[0]
+        b.output(b.node("Less", [v, b.const(np.array(draw(edge), np.int64), "int64")])[0], TensorProto.BOOL)
+        b.output(b.node("Identity", [v])[0], TensorProto.INT64)
     elif kind == "conv1d":
         c = draw(st.sampled_from([1, 2, 3]))
         x = b.input([1, c, 7])

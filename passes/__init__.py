@@ -28,6 +28,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.lowering import LowerConv1dToConv2d, LowerReflectPad, SplitAvgPool, SplitLargeKernelConv, TransposeWideConv
+from graphpass.passes.lowering import NarrowInt64
 from graphpass.passes.fusion import FoldTransposedBatchNorm
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
@@ -77,6 +78,7 @@ lower_conv1d_to_conv2d = LowerConv1dToConv2d.as_function()
 split_avgpool = SplitAvgPool.as_function()
 split_large_kernel_conv = SplitLargeKernelConv.as_function()
 transpose_wide_conv = TransposeWideConv.as_function()
+narrow_int64 = NarrowInt64.as_function()  # issue 25, int64 to int32
 fold_transposed_batchnorm = FoldTransposedBatchNorm.as_function()
 
 __all__ = [
@@ -155,6 +157,7 @@ __all__ = [
     # issue 25, Ascend knowledges (conv/pool)
     "LowerReflectPad", "lower_reflect_pad", "LowerConv1dToConv2d", "lower_conv1d_to_conv2d", "SplitAvgPool",
     "split_avgpool", "SplitLargeKernelConv", "split_large_kernel_conv", "TransposeWideConv", "transpose_wide_conv",
+    "NarrowInt64", "narrow_int64",
     "FoldTransposedBatchNorm", "fold_transposed_batchnorm",
     # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
     "Match",

@@ -68,3 +68,47 @@ def test_a_malformed_file_names_file_and_key(tmp_path):
         bad.write_text(text.replace(old, new, 1))
         with pytest.raises(UsageError, match=f"op_limits.toml: key '{key}'"):
             parse_op_limits(bad)
+
+
+def _int_node(op, dtype, out_dtype=None, domain=None):
+    ins = [gs.Variable("a", dtype=dtype, shape=[4]), gs.Variable("b", dtype=dtype, shape=[4])]
+    return gs.Node(op, inputs=ins, outputs=[gs.Variable("y", dtype=out_dtype or dtype, shape=[4])], domain=domain)
+
+
+def test_int64_rows_name_known_targets_with_sources():
+    limits = load_op_limits()
+    assert {"Add", "Range", "Equal"} <= set(limits.int64)
+    for row in limits.int64.values():
+        assert row.src and row.tag in "PDTE" and set(row.aicpu_on) <= {"ascend910a", "ascend910b2", "ascend310p3"}
+    for target in ("ascend910a", "ascend910b2", "ascend310p3"):
+        assert limits.max_tensor_bytes(target) >= 2 ** 34
+    assert limits.max_tensor_bytes("no-such-target") is None
+
+
+@pytest.mark.parametrize("node,target,expected", [
+    (_int_node("Add", np.int64), "ascend910a", "int64 Add has no AI Core kernel on ascend910a"),
+    (_int_node("Add", np.int64), "ascend310p3", "int64 Add has no AI Core kernel on ascend310p3"),
+    (_int_node("Add", np.int64), "ascend910b2", None),  # ops-math's Add takes INT64 on Atlas A2
+    (_int_node("Add", np.int32), "ascend910a", None),
+    (_int_node("Less", np.int64, np.bool_), "ascend910a", "int64 Less"),  # a comparison: its input's dtype
+    (_int_node("Concat", np.int64), "ascend910a", None),  # movement ops take any dtype
+    (_int_node("Add", np.int64, domain="other"), "ascend910a", None),
+])
+def test_int64_reason(node, target, expected):
+    got = load_op_limits().int64_reason(node, target)
+    if expected is None:
+        assert got is None
+    else:
+        assert expected in got
+
+
+def test_a_malformed_int64_row_names_file_and_key(tmp_path):
+    text = (DATA_DIR / "op_limits.toml").read_text()
+    for old, new, key in (('aicpu_on = ["ascend910a", "ascend310p3"]', 'aicpu_on = ["ascend910x"]', "int64.Add.aicpu_on"),
+                          ('aicpu_on = ["ascend910a", "ascend310p3"]', 'aicpu_on = []', "int64.Add.aicpu_on"),
+                          ("max_tensor_bytes = 34359738368", "max_tensor_bytes = 0", "tensor_limits.ascend910a.max_tensor_bytes"),
+                          ("[tensor_limits.ascend910a]", "[tensor_limits.ascend999]", "tensor_limits.ascend999")):
+        bad = tmp_path / "op_limits.toml"
+        bad.write_text(text.replace(old, new, 1))
+        with pytest.raises(UsageError, match=f"op_limits.toml: key '{key}'"):
+            parse_op_limits(bad)

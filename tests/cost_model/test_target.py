@@ -115,7 +115,7 @@ def test_optimize_under_target_none_skips_the_hardware_passes_and_says_why():
     ran = {r.name for r in res.report.passes}
     needs = {n for n, c in all_passes().items() if c.needs_target}
     assert needs == {"propagate_layout", "place_and_sink", "lower_reflect_pad", "lower_conv1d_to_conv2d", "split_avgpool",
-                     "split_large_kernel_conv", "transpose_wide_conv", "gather_to_split"}
+                     "split_large_kernel_conv", "transpose_wide_conv", "gather_to_split", "narrow_int64"}
     assert not ran & needs
     for name in needs:
         assert f"{name} skipped: needs a hardware target (target 'none' has none)" in res.report.notes

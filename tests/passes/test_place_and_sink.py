@@ -105,12 +105,23 @@ def test_a_data_dependent_shape_in_the_body_blocks_sinking():
     model = _topk_loop()
     graph = gp.load(model).graph
     topk = next(n for n in graph.nodes[-1].attrs["body"].nodes if n.op == "TopK")
-    ctx = PassContext(target="ascend910a")
+    # 910B2: the body's int64 counter Add (i + 1) has an AI Core kernel there (on 910A it is AI CPU,
+    # op_limits.toml [int64.Add], and would block the loop first)
+    ctx = PassContext(target="ascend910b2")
     result = place_and_sink(graph, ctx)
     assert A.get_engine(topk) in (None, "AICORE")  # every node is on AI Core: only the shape blocks
     assert result.stats["not_sunk"] == 1 and result.stats["sunk"] == 0
     assert A.get(graph.nodes[-1], A.SINK) is None
     assert any("cannot sink: the shape of 'top'" in e.reason and "not static" in e.reason for e in ctx.explanations)
+
+
+def test_an_int64_counter_add_runs_on_ai_cpu_on_910a_and_blocks_sinking():
+    """TBE's Add takes no int64 on 910A (op_limits.toml [int64.Add]): the body's `i + 1` is AI CPU."""
+    graph = gp.load(_topk_loop()).graph
+    ctx = PassContext(target="ascend910a")
+    assert place_and_sink(graph, ctx).stats["sunk"] == 0
+    assert any("cannot sink: Add 'next_k' runs on AICPU" in e.reason for e in ctx.explanations)
+    assert any("int64 Add has no AI Core kernel on ascend910a" in e.reason for e in ctx.explanations)
 
 
 def test_a_symbolic_loop_carried_shape_blocks_sinking():
@@ -123,7 +134,7 @@ def test_a_symbolic_loop_carried_shape_blocks_sinking():
     body.input[2].type.tensor_type.shape.dim[0].dim_param = "L"
     body.output[1].type.tensor_type.shape.dim[0].dim_param = "L"
     graph = gp.load(model).graph
-    ctx = PassContext(target="ascend910a")
+    ctx = PassContext(target="ascend910b2")  # the int64 counter Add runs on AI Core there (see above)
     assert place_and_sink(graph, ctx).stats["sunk"] == 0
     assert any("the shape of 'state_in' is not static" in e.reason for e in ctx.explanations)
 
