@@ -40,6 +40,7 @@ LOWERING = (
     "split_avgpool",
     "split_large_kernel_conv",
     "transpose_wide_conv",
+    "split_qkv_matmul",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).

@@ -8,5 +8,6 @@ from graphpass.passes.lowering.lower_conv1d_to_conv2d import LowerConv1dToConv2d
 from graphpass.passes.lowering.split_avgpool import SplitAvgPool
 from graphpass.passes.lowering.split_large_kernel_conv import SplitLargeKernelConv
 from graphpass.passes.lowering.transpose_wide_conv import TransposeWideConv
+from graphpass.passes.lowering.split_qkv_matmul import SplitQkvMatMul
 
-__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d", "SplitAvgPool", "SplitLargeKernelConv", "TransposeWideConv"]
+__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d", "SplitAvgPool", "SplitLargeKernelConv", "TransposeWideConv", "SplitQkvMatMul"]
