@@ -28,7 +28,7 @@ from graphpass.passes.placement import HoistLoopInvariants, PlaceAndSink
 from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.lowering import LowerConv1dToConv2d, LowerReflectPad, SplitAvgPool, SplitLargeKernelConv, TransposeWideConv
-from graphpass.passes.lowering import SplitQkvMatMul
+from graphpass.passes.lowering import ResizeToNearest, SplitQkvMatMul
 from graphpass.passes.fusion import FoldTransposedBatchNorm
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
@@ -79,6 +79,7 @@ split_large_kernel_conv = SplitLargeKernelConv.as_function()
 transpose_wide_conv = TransposeWideConv.as_function()
 fold_transposed_batchnorm = FoldTransposedBatchNorm.as_function()
 split_qkv_matmul = SplitQkvMatMul.as_function()  # issue 25, transformer projections
+resize_to_nearest = ResizeToNearest.as_function()  # issue 25, opt-in approximation
 
 __all__ = [
     "FuseConvScale",
@@ -155,6 +156,7 @@ __all__ = [
     "LowerReflectPad", "lower_reflect_pad", "LowerConv1dToConv2d", "lower_conv1d_to_conv2d", "SplitAvgPool",
     "split_avgpool", "SplitLargeKernelConv", "split_large_kernel_conv", "TransposeWideConv", "transpose_wide_conv",
     "FoldTransposedBatchNorm", "fold_transposed_batchnorm", "SplitQkvMatMul", "split_qkv_matmul",
+    "ResizeToNearest", "resize_to_nearest",
     # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
     "Match",
     "MatchResult",

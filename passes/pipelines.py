@@ -87,7 +87,8 @@ PIPELINES: dict[str, tuple[str, ...]] = {
     "layout": LAYOUT,
     "placement": PLACEMENT,
     "default": CLEANUP + LOWERING + FUSION + LAYOUT + PLACEMENT,
-    # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
+    # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on;
+    # resize_to_nearest (an approximation) too: --enable resize_to_nearest, placed before the fusions
 }
 
 DEFAULT_PIPELINE = "default"
