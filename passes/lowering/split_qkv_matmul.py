@@ -188,8 +188,9 @@ class SplitQkvMatMul(Pass):
       1. MatMul(x, W) [+ bias Add, scale Mul ...] -> Reshape(..., G, N, D) -> Transpose(q) -> G Gathers
          of scalar indices on the part axis (timm's ``qkv[0], qkv[1], qkv[2]``), or a Split into ones
          on it with a Squeeze of that axis per part (``unbind``); the Transpose may be absent;
-      2. Gemm(x, W, b) or MatMul -> [Reshape keeping the last axis] -> Split on the last axis (GPT-2's
-         Conv1D ``c_attn`` and ``split(n_embd, dim=2)``; any part sizes);
+      2. Gemm(x, W, b) or MatMul -> [Reshape keeping the last axis] -> Split on the last axis into three
+         or more parts (GPT-2's Conv1D ``c_attn`` and ``split(n_embd, dim=2)``; any part sizes; two
+         halves are the gated MLP that fuse_swiglu packs, left alone);
       3. a Reshape target that is a constant (0 and -1 entries as ONNX reads them) or the exporter's
          Concat of computed leading dims and constant trailing entries.
     """
@@ -428,6 +429,9 @@ class SplitQkvMatMul(Pass):
         sizes = self._split_sizes(split, None, n_out)
         if sizes is None or sum(sizes) != n_out or any(s <= 0 for s in sizes):
             raise _Refuse(f"Split '{split.name}': part sizes {sizes} do not cover the {n_out} columns")
+        if len(sizes) < 3:
+            raise _Refuse(f"Split '{split.name}': two halves of the last axis are the gated-MLP form (SwiGLU, "
+                          "GeGLU), which fuse_swiglu packs into one MatMul: not split here")
         cols, at = [], 0
         for s in sizes:
             cols.append((at, at + s))

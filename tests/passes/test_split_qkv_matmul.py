@@ -318,6 +318,10 @@ def test_another_reader_keeps_the_fused_projection():
     assert not result.modified
 
 
+def test_two_halves_are_left_to_fuse_swiglu():
+    assert "gated-MLP" in _refusal(_gpt2(sizes=[16, 16], gemm=False))
+
+
 def test_repeated_index_is_refused():
     model = _timm()
     model.graph.node[-1].input[1] = "i1"
@@ -343,7 +347,7 @@ def test_needs_a_target():
         split_qkv_matmul(gp.load(_timm()).graph, PassContext())
 
 
-@pytest.mark.parametrize("m, k, parts, width", [(1, 4097, 3, 17), (16, 1024, 3, 64), (33, 256, 4, 100), (7, 2048, 2, 5)])
+@pytest.mark.parametrize("m, k, parts, width", [(1, 4097, 3, 17), (16, 1024, 3, 64), (33, 256, 4, 100), (7, 2048, 5, 5)])
 def test_bitwise_on_long_sums_and_narrow_parts(m, k, parts, width):
     # where onnxruntime would regroup a column's sum if the weight were a runtime input (K >= 256,
     # parts <= 128 wide): a constant weight is packed once, with a K blocking that ignores the width
