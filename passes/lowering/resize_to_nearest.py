@@ -112,7 +112,7 @@ class ResizeToNearest(Pass):
         worst = max(errors.values(), default=0.0)
         return PassResult(True, {"resizes": len(sites), "from_modes": modes, "max_abs_error": worst,
                                  "max_abs_error_by_output": errors, "seed": ctx.seed,
-                                 "measured_on": "the verification inputs (optimize --verify's seeded inputs)"})
+                                 "measured_on": "the verification inputs (seeded as the run's output check seeds them)"})
 
     def _pays(self, node: gs.Node, ctx: PassContext) -> bool:
         """Whether the target's estimate of this Resize drops as a nearest one (symbolic dims at 1);

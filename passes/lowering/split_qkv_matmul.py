@@ -85,8 +85,14 @@ def _static(shape) -> bool:
 
 
 def _dtype_name(t: gs.Tensor) -> str:
+    if t.dtype is None:
+        return "unknown"
+    if isinstance(t.dtype, (int, np.integer)) and not isinstance(t.dtype, bool):  # an ONNX type gs keeps as such
+        import onnx
+
+        return onnx.TensorProto.DataType.Name(int(t.dtype)).lower()
     try:
-        return np.dtype(t.dtype).name if t.dtype is not None else "unknown"
+        return np.dtype(t.dtype).name
     except TypeError:
         return str(t.dtype)
 

@@ -181,3 +181,14 @@ def test_lraspp_corpus(exporter, tmp_path):
     a, b = ort_run(original, feeds), ort_run(onnx.load(str(out)), feeds)
     whole = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
     assert 0 < whole < math.inf and result.stats["max_abs_error"] == pytest.approx(whole)
+
+
+def test_moved_nan_or_inf_is_an_infinite_error():
+    from graphpass.passes.lowering.resize_to_nearest import ResizeToNearest
+
+    a = {"y": np.array([1.0, np.nan, np.inf], np.float32), "i": np.array([1, 2])}
+    assert ResizeToNearest._errors(a, {"y": np.array([1.5, np.nan, np.inf], np.float32), "i": np.array([1, 2])}) == \
+        {"y": 0.5, "i": 0.0}
+    assert ResizeToNearest._errors(a, {"y": np.array([np.nan, np.nan, np.inf], np.float32), "i": a["i"]})["y"] == math.inf
+    assert ResizeToNearest._errors(a, {"y": np.array([1.0, np.nan, -np.inf], np.float32), "i": a["i"]})["y"] == math.inf
+    assert ResizeToNearest._errors(a, {"y": a["y"], "i": np.array([1, 3])})["i"] == math.inf

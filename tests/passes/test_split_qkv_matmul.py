@@ -397,3 +397,14 @@ def test_gpt2_torchscript_with_open_dims_says_why():
     ctx = _ctx()
     assert not split_qkv_matmul(cleaned.graph, ctx).modified
     assert len(ctx.explanations) == 2 and all("could be 0" in e.reason for e in ctx.explanations)
+
+
+def test_bfloat16_is_refused():
+    model = _timm()
+    for t in list(model.graph.input) + list(model.graph.output):
+        t.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    for init in model.graph.initializer:
+        if init.data_type == F32:
+            init.CopyFrom(helper.make_tensor(init.name, TensorProto.BFLOAT16, list(init.dims),
+                                             onnx.numpy_helper.to_array(init).reshape(-1).tolist()))
+    assert "bfloat16" in _refusal(model)
