@@ -28,6 +28,10 @@ a few elements in a thousand either way. Integers are exact (their sums wrap the
 float64 is refused: onnxruntime's float64 GEMM regroups a column's sum by width (measured: up to
 half the elements differ in the last bit), and bfloat16 (no onnxruntime kernel to verify it on).
 
+A lowering, not a fusion: like split_avgpool and split_large_kernel_conv it makes several kernels of
+one, and it must run before the fusions that read Q, K and V apart (an attention fusion, fuse_matmul_add
+making a Gemm of each part), which every lowering does (``runs_before = FUSION``).
+
 Scored and per site: the cost model estimates the site both ways (symbolic dims at 1) and the split
 is made only where it is cheaper on the target; the cost veto then judges the whole application.
 Refused, with the reason (``--explain split_qkv_matmul``): weights or bias computed at run time or
