@@ -71,8 +71,8 @@ class ResizeToNearest(Pass):
     """
 
     name = _NAME
-    summary = ("linear/cubic Resize -> nearest (CANN's round_prefer_ceil): an approximation, opt-in "
-               "(--enable resize_to_nearest); the max abs error on the verification inputs is reported.")
+    summary = ("linear/cubic Resize -> nearest (CANN's round_prefer_ceil): an approximation, default off; "
+               "its max abs error on the verification inputs is reported.")
     kind = PassKind.LOWERING
     promise = RESIZE_NEAREST
     default_enabled = False
