@@ -3,7 +3,8 @@
     python benchmarks/loops.py [--sizes 10000 100000]
 
 Each Loop's body has 20 nodes: an invariant chain on an outer value (hoisted), a loop-carried
-update, and an AI CPU Resize of the carried state in every fifth loop (which blocks sinking).
+update, and an AI CPU Resize (cubic: ATC takes nearest and linear on AI Core only) of the carried
+state in every fifth loop (which blocks sinking).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _body(k: int, host: bool) -> onnx.GraphProto:
         nodes.append(helper.make_node("Add" if j % 2 else "Mul", [cur, prev], [f"c{j}"]))
         cur = f"c{j}"
     if host:
-        nodes.append(helper.make_node("Resize", [cur, "", "ones"], ["rz"], mode="nearest"))
+        nodes.append(helper.make_node("Resize", [cur, "", "ones"], ["rz"], mode="cubic"))
         cur = "rz"
     nodes.append(helper.make_node("Relu", [cur], ["s_out"]))
     nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))

@@ -451,7 +451,7 @@ class AscendCostModel(CostModel):
         # shape, so shape arithmetic is compile-time work (GE-DYN, P)
         static_graph = top and self.static_inputs(graph)
         for node in graph.nodes:
-            info = self.ops.lookup(node.op, node.domain)
+            info = self.ops.lookup_node(node)
             op_label = node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
             if info is None:
                 cx.unknown.setdefault(op_label, None)

@@ -37,6 +37,17 @@ class OpInfo:
     note: str = ""
     #: per-target AI Core dtypes where a target's kernel differs from ``dtypes`` (target -> dtypes)
     target_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: per value of the node's ``mode`` attribute, the row that applies (Resize: one Ascend op per mode)
+    modes: tuple[tuple[str, "OpInfo"], ...] = ()
+    #: the ``mode`` a node without the attribute has (its ONNX default)
+    default_mode: str = ""
+
+    def for_mode(self, mode: str | bytes | None) -> "OpInfo":
+        """The row for a node whose ``mode`` attribute is ``mode`` (None: the ONNX default)."""
+        if not self.modes:
+            return self
+        mode = mode.decode() if isinstance(mode, bytes) else (mode or self.default_mode)
+        return next((info for name, info in self.modes if name == mode), self)
 
     def dtypes_on(self, target: str) -> tuple[str, ...]:
         """The AI Core kernel's dtypes on ``target`` (its own row where the table has one)."""
@@ -74,6 +85,13 @@ class OpTable:
             if hit is not None:
                 return hit
         return self.ops.get(f"{domain}::{op}") or self.ops.get(f"*::{op}")
+
+    def lookup_node(self, node) -> OpInfo | None:
+        """:meth:`lookup` for ``node``, with the row of its ``mode`` where the op has one per mode."""
+        info = self.lookup(node.op, node.domain)
+        if info is not None and info.modes:
+            return info.for_mode(node.attrs.get("mode"))
+        return info
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -134,13 +152,41 @@ def parse_op_table(path: Path) -> OpTable:
                 raise _bad(path, f"{where}.targets.{tname}.src", "a non-empty string", te.get("src"))
             per_target.append((tname, tuple(tdt)))
         unknown = set(e) - {"ascend", "engine", "cost", "layout", "dtypes", "src", "inputs", "outputs",
-                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note", "targets"}
+                            "fp16_only", "static_only", "dynamic_output", "vector_ops", "note", "targets",
+                            "modes", "default_mode"}
         if unknown:
             raise _bad(path, f"{where}.{sorted(unknown)[0]}", "no such field (typo?)")
-        ops[key] = OpInfo(key, e["ascend"], e["engine"], e["cost"], e["layout"], tuple(dtypes), e["src"],
-                          tuple(e.get("inputs", [])), tuple(e.get("outputs", [])), e.get("fp16_only", False),
-                          e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""),
-                          tuple(per_target))
+        info = OpInfo(key, e["ascend"], e["engine"], e["cost"], e["layout"], tuple(dtypes), e["src"],
+                      tuple(e.get("inputs", [])), tuple(e.get("outputs", [])), e.get("fp16_only", False),
+                      e.get("static_only", False), e.get("dynamic_output", False), float(vops), e.get("note", ""),
+                      tuple(per_target))
+        modes = e.get("modes", {})
+        if not isinstance(modes, dict):
+            raise _bad(path, f"{where}.modes", "a table of mode -> {ascend, engine, cost, src, ...}", modes)
+        if modes:
+            if not isinstance(e.get("default_mode"), str) or e["default_mode"] not in modes:
+                raise _bad(path, f"{where}.default_mode", "one of the modes' names", e.get("default_mode"))
+            rows = []
+            for mname, me in modes.items():
+                mwhere = f"{where}.modes.{mname}"
+                if not isinstance(me, dict):
+                    raise _bad(path, mwhere, "a table")
+                unknown = set(me) - {"ascend", "engine", "cost", "vector_ops", "src", "note"}
+                if unknown:
+                    raise _bad(path, f"{mwhere}.{sorted(unknown)[0]}", "no such field (a mode overrides ascend, "
+                               "engine, cost, vector_ops, src, note)")
+                if not isinstance(me.get("src"), str) or not me["src"]:
+                    raise _bad(path, f"{mwhere}.src", "a non-empty string", me.get("src"))
+                for k, allowed in (("engine", ENGINES), ("cost", COST_CLASSES)):
+                    if k in me and me[k] not in allowed:
+                        raise _bad(path, f"{mwhere}.{k}", f"one of {', '.join(allowed)}", me[k])
+                mv = me.get("vector_ops", info.vector_ops)
+                if not isinstance(mv, (int, float)) or isinstance(mv, bool) or mv <= 0:
+                    raise _bad(path, f"{mwhere}.vector_ops", "a positive number", mv)
+                over = {k: me[k] for k in ("ascend", "engine", "cost", "src", "note") if k in me}
+                rows.append((mname, dataclasses.replace(info, **over, vector_ops=float(mv), key=f"{key}[mode={mname}]")))
+            info = dataclasses.replace(info, modes=tuple(rows), default_mode=e["default_mode"])
+        ops[key] = info
     return OpTable(ops, path, float(dv))
 
 

@@ -1,7 +1,8 @@
 """SiamMask tracking over frames as an ONNX Loop: hoisting, lowering and loop sinking (seed 000).
 
 A naive port recomputes the template (exemplar) branch in every iteration: a Resize of the fixed
-crop (an AI CPU op on Ascend: SiamMask's slow resize_bilinear) and the template backbone. Each
+crop (SiamMask's resize_bilinear, slow on AI CPU in the seed's port; ATC's ONNX Resize runs nearest
+and linear on AI Core, op_info.toml) and the template backbone. Each
 frame then runs the search backbone, the depthwise cross-correlation and the mask head with
 ExtractImagePatches. With the host work in the body, the loop cannot sink: every iteration
 costs a graph launch and a host sync (the seed's big/small-loop story, iterations_per_loop).

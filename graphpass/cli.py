@@ -554,7 +554,12 @@ def _verify_output(args: argparse.Namespace, staged: Path, shapes: dict[str, lis
         raise VerificationError(f"verification failed: the optimized model does not run where the input does: {e}"
                                 + kept) from None
     if not checked.ok:
-        raise VerificationError(f"verification failed: {checked.describe()}" + kept)
+        approx = sorted({n for n in applied if getattr(all_passes().get(n), "promise", None) is not None
+                         and all_passes()[n].promise.approximate})
+        hint = (f"; {', '.join(approx)} ran: an approximation, whose error its report gives (max_abs_error); it "
+                "loosens no check: give the error you accept with --atol/--rtol") if approx and args.atol is None \
+            and args.rtol is None else ""
+        raise VerificationError(f"verification failed: {checked.describe()}" + hint + kept)
     emulated = " with fp16 emulation" if ra.emulated or checked.emulated else ""
     return (f"verified with onnxruntime{emulated}: {len(checked.comparisons)} output(s) match at {checked.tolerance} "
             f"(seed {args.seed})" + "".join(f"; {n}" for n in notes))

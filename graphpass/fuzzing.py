@@ -341,7 +341,7 @@ def _loosest(records) -> tuple[bool, float, float, list[str]]:
     exact, rtol, atol = True, 0.0, 0.0
     for n in changed:
         pr = reg[n].promise
-        if not pr.bounded:  # an opt-in precision change: held to validity only
+        if not pr.bounded:  # an opt-in precision change or an approximation: held to validity only
             return False, math.inf, math.inf, changed
         if not pr.exact:
             exact, rtol, atol = False, max(rtol, pr.rtol), max(atol, pr.atol)

@@ -29,6 +29,7 @@ from graphpass.passes.layout import EliminateTransData, PropagateLayout
 from graphpass.passes.lowering import LowerDynamicTopK, LowerExtractImagePatches
 from graphpass.passes.lowering import LowerConv1dToConv2d, LowerReflectPad, SplitAvgPool, SplitLargeKernelConv, TransposeWideConv
 from graphpass.passes.lowering import NarrowInt64
+from graphpass.passes.lowering import ResizeToNearest, SplitQkvMatMul
 from graphpass.passes.fusion import FoldTransposedBatchNorm
 from graphpass.passes.precision import MixedPrecision
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RuleSet, rule, rule_pass
@@ -80,6 +81,8 @@ split_large_kernel_conv = SplitLargeKernelConv.as_function()
 transpose_wide_conv = TransposeWideConv.as_function()
 narrow_int64 = NarrowInt64.as_function()  # issue 25, int64 to int32
 fold_transposed_batchnorm = FoldTransposedBatchNorm.as_function()
+split_qkv_matmul = SplitQkvMatMul.as_function()  # issue 25, transformer projections
+resize_to_nearest = ResizeToNearest.as_function()  # issue 25, opt-in approximation
 
 __all__ = [
     "FuseConvScale",
@@ -158,7 +161,8 @@ __all__ = [
     "LowerReflectPad", "lower_reflect_pad", "LowerConv1dToConv2d", "lower_conv1d_to_conv2d", "SplitAvgPool",
     "split_avgpool", "SplitLargeKernelConv", "split_large_kernel_conv", "TransposeWideConv", "transpose_wide_conv",
     "NarrowInt64", "narrow_int64",
-    "FoldTransposedBatchNorm", "fold_transposed_batchnorm",
+    "FoldTransposedBatchNorm", "fold_transposed_batchnorm", "SplitQkvMatMul", "split_qkv_matmul",
+    "ResizeToNearest", "resize_to_nearest",
     # the rewrite API: users' rules and rule passes (README: "Writing your own rewrite rule")
     "Match",
     "MatchResult",

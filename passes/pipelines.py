@@ -41,6 +41,7 @@ LOWERING = (
     "split_large_kernel_conv",
     "transpose_wide_conv",
     "narrow_int64",
+    "split_qkv_matmul",
 )
 
 #: Fusions, after cleanup has exposed them (fuse_conv_bias declares ``runs_after = ("fold_batchnorm",)``).
@@ -88,7 +89,8 @@ PIPELINES: dict[str, tuple[str, ...]] = {
     "layout": LAYOUT,
     "placement": PLACEMENT,
     "default": CLEANUP + LOWERING + FUSION + LAYOUT + PLACEMENT,
-    # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on
+    # mixed_precision is default-off: --mixed-precision MODE (or --enable) switches it on;
+    # resize_to_nearest (an approximation) too: --enable resize_to_nearest, placed before the fusions
 }
 
 DEFAULT_PIPELINE = "default"

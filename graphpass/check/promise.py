@@ -34,9 +34,15 @@ class Promise:
     For float16 models "exact" is judged under fp16 emulation (every float16 tensor rounded, as
     the spec computes): onnxruntime's CPU provider runs float16 ops without a float16 kernel in
     float32 between casts it places itself, so its bits follow the graph's structure.
+
+    ``approximation``: the pass computes something else on purpose (a bilinear Resize as a
+    nearest one), only when the user switches it on; no bound holds, so none is claimed: the pass
+    measures its error on the verification inputs and reports it, and the output checks hold the
+    outputs to the *other* passes' promises (an approximation never loosens a tolerance), so a
+    verification fails unless the user states the error they accept.
     """
 
-    kind: str  # "exact" | "tolerance" | "opt-in" (a precision change the user asked for: no bound)
+    kind: str  # "exact" | "tolerance" | "opt-in" (a precision change the user asked for: no bound) | "approximation"
     name: str = "exact"
     rtol: float = 0.0
     atol: float = 0.0
@@ -54,10 +60,20 @@ class Promise:
         ``graphpass precision`` (with fp16 emulation) is what judges the result."""
         return cls("opt-in", name, rtol, atol, reason)
 
+    @classmethod
+    def approximation(cls, name: str, *, reason: str) -> "Promise":
+        """An approximation the user switches on (never in a default pipeline): named, unbounded,
+        its error measured and reported by the pass; it loosens no output check."""
+        return cls("approximation", name, 0.0, 0.0, reason)
+
     @property
     def bounded(self) -> bool:
         """Whether the promise is a bound the outputs are held to (exact or a rounding tolerance)."""
-        return self.kind != "opt-in"
+        return self.kind in ("exact", "tolerance")
+
+    @property
+    def approximate(self) -> bool:
+        return self.kind == "approximation"
 
     @property
     def exact(self) -> bool:
@@ -66,6 +82,8 @@ class Promise:
     def __str__(self) -> str:
         if self.exact:
             return "exact"
+        if self.approximate:
+            return f"{self.name} (approximation, error measured and reported)"
         if not self.bounded:
             return f"{self.name} (opt-in, no bound)"
         return f"{self.name} (rtol {self.rtol:g}, atol {self.atol:g})"

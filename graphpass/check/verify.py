@@ -306,18 +306,24 @@ def tolerance_for(promises: Iterable, rtol: float | None = None, atol: float | N
     Only exact passes: exact comparison (bitwise, sign of zero included). Otherwise the
     loosest promise, floored at ``DEFAULT_RTOL``/``DEFAULT_ATOL`` (``FP16_RTOL``/``FP16_ATOL``
     when ``fp16``, i.e. a model compared holds float16): a promise bounds one application, and
-    applications compound.
+    applications compound. An approximation's promise loosens nothing (it claims no bound): the
+    outputs are held to the other passes' promises unless ``rtol``/``atol`` are given.
     """
     check_tolerance(rtol, atol)
-    loose = [p for p in promises if not p.exact]
+    promises = list(promises)
+    # an approximation (Promise.approximation) loosens nothing: its error is the user's to accept
+    approx = sorted({p.name for p in promises if getattr(p, "approximate", False)})
+    loose = [p for p in promises if not p.exact and not getattr(p, "approximate", False)]
     if not loose and not fp16:
-        tol = Tolerance(0.0, 0.0, "only exact passes changed the graph")
+        tol = Tolerance(0.0, 0.0, "only exact passes changed the graph" if not approx else
+                        f"exact: the approximation {', '.join(approx)} loosens nothing")
     else:
         fr, fa = (FP16_RTOL, FP16_ATOL) if fp16 else (DEFAULT_RTOL, DEFAULT_ATOL)
         names = sorted({p.name for p in loose})
         why = ("loosest promise of the passes that ran: " + ", ".join(names)) if names else "default"
         tol = Tolerance(max([fr] + [p.rtol for p in loose]), max([fa] + [p.atol for p in loose]),
-                        why + ("; float16 floor" if fp16 else ""))
+                        why + ("; float16 floor" if fp16 else "")
+                        + (f"; the approximation {', '.join(approx)} loosens nothing" if approx else ""))
     if rtol is not None or atol is not None:
         tol = Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol, "given")
     return tol

@@ -9,5 +9,8 @@ from graphpass.passes.lowering.split_avgpool import SplitAvgPool
 from graphpass.passes.lowering.split_large_kernel_conv import SplitLargeKernelConv
 from graphpass.passes.lowering.transpose_wide_conv import TransposeWideConv
 from graphpass.passes.lowering.narrow_int64 import NarrowInt64
+from graphpass.passes.lowering.split_qkv_matmul import SplitQkvMatMul
+from graphpass.passes.lowering.resize_to_nearest import ResizeToNearest
 
-__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d", "SplitAvgPool", "SplitLargeKernelConv", "TransposeWideConv", "NarrowInt64"]
+__all__ = ["LowerDynamicTopK", "LowerExtractImagePatches", "LowerReflectPad", "LowerConv1dToConv2d", "SplitAvgPool",
+           "SplitLargeKernelConv", "TransposeWideConv", "NarrowInt64", "SplitQkvMatMul", "ResizeToNearest"]

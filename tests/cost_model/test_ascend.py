@@ -116,7 +116,7 @@ def test_cube_bound_graph_is_faster_on_910b2():
 
 def test_aicpu_node_between_ai_core_nodes_adds_two_crossings():
     m = make_model([helper.make_node("Relu", ["x"], ["a"]),
-                    helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="linear"),
+                    helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="cubic"),  # cubic: AI CPU (op_info.toml)
                     helper.make_node("Relu", ["b"], ["y"])],
                    {"x": (F16, [1, 16, 32, 32])}, {"y": (F16, [1, 16, 64, 64])},
                    initializers={"scales": np.array([1, 1, 2, 2], np.float32)})

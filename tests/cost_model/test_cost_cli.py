@@ -55,7 +55,7 @@ def test_cost_table_lists_each_crossing(tmp_path, capsys):
 
     from graphpass.testing import make_model
 
-    m = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Resize", ["a", "", "s"], ["b"], mode="nearest"),
+    m = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Resize", ["a", "", "s"], ["b"], mode="cubic"),
                     helper.make_node("Relu", ["b"], ["y"])], {"x": [1, 4, 8, 8]}, {"y": [1, 4, 16, 16]},
                    initializers={"s": np.array([1, 1, 2, 2], np.float32)})
     src = tmp_path / "m.onnx"

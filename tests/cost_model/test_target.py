@@ -115,16 +115,18 @@ def test_optimize_under_target_none_skips_the_hardware_passes_and_says_why():
     ran = {r.name for r in res.report.passes}
     needs = {n for n, c in all_passes().items() if c.needs_target}
     assert needs == {"propagate_layout", "place_and_sink", "lower_reflect_pad", "lower_conv1d_to_conv2d", "split_avgpool",
-                     "split_large_kernel_conv", "transpose_wide_conv", "gather_to_split", "narrow_int64"}
+                     "split_large_kernel_conv", "transpose_wide_conv", "gather_to_split", "narrow_int64",
+                     "split_qkv_matmul", "resize_to_nearest"}
     assert not ran & needs
-    for name in needs:
+    for name in needs - {"resize_to_nearest"}:  # default off: not in the run at all
         assert f"{name} skipped: needs a hardware target (target 'none' has none)" in res.report.notes
     assert res.report.target == "none" and res.report.cost_before_us is None
     assert not any(A.get_engine(n) or A.get_format(t) for n in res.graph.nodes for t in n.outputs)
     # the default target runs them (those whose ops the model holds: a Conv + Relu model has
-    # no AveragePool, Pad or Gather for split_avgpool, lower_reflect_pad, gather_to_split)
+    # no AveragePool, Pad, Gather or MatMul for split_avgpool, lower_reflect_pad, gather_to_split,
+    # split_qkv_matmul; resize_to_nearest is default off)
     full = gp.optimize(_conv_relu())
-    absent = {"split_avgpool", "lower_reflect_pad", "gather_to_split"}
+    absent = {"split_avgpool", "lower_reflect_pad", "gather_to_split", "split_qkv_matmul", "resize_to_nearest"}
     assert needs - absent <= {r.name for r in full.report.passes} and full.report.target == DEFAULT_TARGET
     assert not absent & {r.name for r in full.report.passes}
     assert not any("skipped" in n for n in full.report.notes)

@@ -47,9 +47,9 @@ def test_the_cost_changing_passes_are_scored_and_the_vetoable_ones_are_the_readm
 
 
 def _resize_model():
-    """x -> Resize (AI CPU on Ascend: no AI Core kernel in the op table) -> Relu."""
+    """x -> Resize (cubic: AI CPU on Ascend, ATC's parser takes nearest and linear only) -> Relu."""
     return make_model([helper.make_node("Relu", ["x"], ["a"], name="pre"),
-                       helper.make_node("Resize", ["a", "", "s"], ["b"], mode="nearest", name="resize"),
+                       helper.make_node("Resize", ["a", "", "s"], ["b"], mode="cubic", name="resize"),
                        helper.make_node("Relu", ["b"], ["y"], name="post")],
                       {"x": [1, 4, 8, 8]}, {"y": [1, 4, 16, 16]},
                       initializers={"s": np.array([1, 1, 2, 2], np.float32)})

@@ -13,11 +13,11 @@ F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
 def _tracking(host_op_reads_state: bool):
-    """A tracking loop: each frame's state is updated by a device op; a host op (Resize, AI CPU on
+    """A tracking loop: each frame's state is updated by a device op; a host op (a cubic Resize, AI CPU on
     Ascend) either resizes the fixed template (invariant: can leave) or the loop-carried state."""
     resize_in = "state_in" if host_op_reads_state else "template"
     body = helper.make_graph(
-        [helper.make_node("Resize", [resize_in, "", "scales"], ["big"], mode="nearest", name="resize"),
+        [helper.make_node("Resize", [resize_in, "", "scales"], ["big"], mode="cubic", name="resize"),
          helper.make_node("ReduceMean", ["big"], ["m"], axes=[2, 3], keepdims=1, name="pool"),
          helper.make_node("Add", ["state_in", "m"], ["s1"], name="update"),
          helper.make_node("Relu", ["s1"], ["state_out"], name="relu"),
@@ -179,7 +179,7 @@ def test_placement_reads_the_context_targets_op_table():
 
     base = Target.load("ascend910a")
     ops = dict(base.op_table.ops)
-    ops["Resize"] = dataclasses.replace(ops["Resize"], engine="AICORE")  # a chip with an AI Core Resize
+    ops["Resize"] = dataclasses.replace(ops["Resize"], engine="AICORE", modes=())  # a chip with an AI Core Resize in every mode
     table = OpTable(ops, base.op_table.path)
     model = AscendCostModel(base.profile, table)
     other = dataclasses.replace(base, name="test_chip", op_table=table, cost_model=model, _hardware=model)

@@ -17,10 +17,13 @@ def test_every_pass_declares_its_own_promise():
         assert "promise" in vars(cls), f"{cls.__name__} inherits or lacks its promise"
         promise = cls.promise
         assert isinstance(promise, Promise), cls.__name__
-        assert promise.kind in ("exact", "tolerance", "opt-in"), cls.__name__
-        if not promise.bounded:  # only a precision change the user opts into may have no bound
-            assert not cls.default_enabled and cls.kind.value == "precision", cls.__name__
-        if promise.exact:
+        assert promise.kind in ("exact", "tolerance", "opt-in", "approximation"), cls.__name__
+        if not promise.bounded:  # only a precision change or an approximation the user opts into has no bound
+            assert not cls.default_enabled, cls.__name__
+            assert cls.kind.value == "precision" or promise.approximate, cls.__name__
+        if promise.approximate:  # claims no bound, loosens no check; says what it changes
+            assert promise.rtol == promise.atol == 0.0 and promise.reason and promise.name != "exact", cls.__name__
+        elif promise.exact:
             assert promise.rtol == promise.atol == 0.0, cls.__name__
         else:
             assert promise.reason and promise.name != "exact", cls.__name__
