@@ -197,6 +197,8 @@ _FLAGS = {
     "profiles": "--shape-profile",
     "cann": "--cann-version",
     "input_names": "--input-names",
+    "io_map": "--io-map",
+    "prefix": "--prefix",
 }
 
 

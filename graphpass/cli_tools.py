@@ -78,6 +78,22 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_concat(args: argparse.Namespace) -> int:
+    from graphpass.concat import concat_files
+    from graphpass.ir.files import check_output_path
+
+    check_output_path(args.output)
+    m = concat_files(args.first, args.second, args.output, args.io_map, prefix=args.prefix,
+                     keep_outputs=args.keep_outputs, max_memory=args.max_memory)
+    if not args.quiet:
+        for note in m.meta.get("concat_notes", []):
+            print(f"graphpass: note: {note}", file=sys.stderr)
+        g = m.graph
+        print(f"wrote {args.output}: {len(g.nodes)} nodes, inputs {','.join(t.name for t in g.inputs)}, "
+              f"outputs {','.join(t.name for t in g.outputs)}")
+    return 0
+
+
 def add_tool_verbs(sub, common, default_target: str) -> None:
     e = sub.add_parser("evaluate", parents=[common],
                        help="which rewrites would fire on each model and the estimated gain; writes nothing")
@@ -106,3 +122,15 @@ def add_tool_verbs(sub, common, default_target: str) -> None:
     x.add_argument("-o", "--output", required=True, help="where to write the subgraph (external data as the model had it)")
     x.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE", help="memory budget of the run")
     x.set_defaults(func=cmd_extract)
+
+    c = sub.add_parser("concat", parents=[common],
+                       help="join two models: outputs of the first feed inputs of the second (--io-map OUT:IN,...)")
+    c.add_argument("first", help="the model that runs first")
+    c.add_argument("second", help="the model whose inputs the first's outputs feed")
+    c.add_argument("--io-map", required=True, metavar="OUT:IN,...",
+                   help="pairs of (output of the first, input of the second) to connect")
+    c.add_argument("-o", "--output", required=True, help="where to write the joined model (external data where either had it)")
+    c.add_argument("--prefix", default="b/", help="prefix for names of the second model that the first uses too (default b/)")
+    c.add_argument("--keep-outputs", action="store_true", help="keep the first's connected outputs as outputs too")
+    c.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE", help="memory budget of the run")
+    c.set_defaults(func=cmd_concat)
