@@ -345,6 +345,28 @@ class _StopOnWrite:
 # verbs
 
 
+def _blame_fixed_shapes(model_path: str, shapes, seed: int) -> None:
+    """Raise BadModelError when the input model itself cannot run in onnxruntime with its inputs of
+    the ``shapes`` the run fixed (a sequence longer than its position table, say): then the fixed
+    shapes, not graphpass, made the written model inconsistent. Returns when there is nothing to blame."""
+    if not shapes:
+        return
+    from graphpass.check import verify as V
+    from graphpass.errors import BadModelError
+    from graphpass.ir import model_io
+
+    try:
+        original = model_io.load_proto(model_path)
+        feeds, _ = V.make_inputs(original, seed=seed, input_shapes=shapes)
+        V.run(V.session(original), feeds)
+    except BadModelError as e:
+        given = ", ".join(f"{k}: {list(v)}" for k, v in shapes.items())
+        raise BadModelError(f"{model_path} does not run with its inputs fixed to {given} ({e}): fix the shapes "
+                               f"to ones the model takes") from None
+    except Exception:  # noqa: BLE001 - a diagnosis only: the original error stands
+        return
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Optimize; the model, its external data, the report and the dumps are staged in
     temporaries (graphpass.outputs) and moved into place only after --verify passed."""
@@ -472,7 +494,11 @@ def _optimize(args: argparse.Namespace, outputs) -> int:
     except OSError as e:
         raise write_error(args.output, e) from None
     with phase("check written"):
-        model_io.check_written(staged_model, args.model)  # never hand on an invalid model
+        try:
+            model_io.check_written(staged_model, args.model, shapes)  # never hand on an invalid model
+        except model_io.InvalidOutputError:
+            _blame_fixed_shapes(args.model, shapes, args.seed)  # the fixed shapes, if the input cannot run with them
+            raise
     if args.verify:
         applied = [r.name for r in result.report.passes if r.application]
         with phase("verify"):

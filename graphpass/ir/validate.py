@@ -302,11 +302,14 @@ def _checker_problem(model: str | onnx.ModelProto) -> str | None:
     return None
 
 
-def check_written(path: str | Path, source: "ModelSource") -> None:
+def check_written(path: str | Path, source: "ModelSource", input_shapes: "dict[str, list] | None" = None) -> None:
     """Refuse to hand on an invalid model: run the full ONNX checker on the model graphpass wrote
     at ``path``; if it fails and the input ``source`` fails it too, the input is at fault
-    (:class:`BadModelError`, exit 2, naming the checker's complaint); if the input passes, graphpass
-    broke it (:class:`InvalidOutputError`, exit 3). Only on failure is the input checked."""
+    (:class:`BadModelError`, exit 2, naming the checker's complaint); if the input fails it only
+    with its inputs fixed to ``input_shapes`` (the shapes the run fixed), those shapes are at
+    fault (:class:`BadModelError`, exit 2: a sequence longer than a position table, say); if the
+    input passes, graphpass broke it (:class:`InvalidOutputError`, exit 3). Only on failure is the
+    input checked."""
     problem = _checker_problem(str(path))
     if problem is None:
         return
@@ -316,7 +319,48 @@ def check_written(path: str | Path, source: "ModelSource") -> None:
     input_problem = _checker_problem(original)
     if input_problem is not None:
         raise BadModelError(f"{where}: not a valid ONNX model, and graphpass does not repair this: {input_problem}")
+    if input_shapes:
+        fixed = _with_input_shapes(original, input_shapes)
+        fixed_problem = _checker_problem(fixed) if fixed is not None else None
+        if fixed_problem is not None:
+            given = ", ".join(f"{k}: {list(v)}" for k, v in input_shapes.items())
+            raise BadModelError(f"{where} does not hold together with its inputs fixed to {given}: {fixed_problem}",
+                                option="input_shapes")
     raise InvalidOutputError(f"graphpass wrote a model the ONNX checker refuses (a graphpass bug): {problem}")
+
+
+def _with_input_shapes(source: "str | onnx.ModelProto", input_shapes: "dict[str, list]") -> "onnx.ModelProto | None":
+    """The input model (no weights loaded) with its graph inputs' dims fixed where ``input_shapes``
+    gives a positive number, its value_info dropped (shape inference derives it anew)."""
+    try:
+        m = onnx.load(str(source), load_external_data=False) if not isinstance(source, onnx.ModelProto) else source
+        copy = onnx.ModelProto()
+        copy.CopyFrom(m)
+    except Exception:  # noqa: BLE001 - the fixed-shape check is a diagnosis only
+        return None
+    for vi in copy.graph.input:
+        shape = input_shapes.get(vi.name)
+        if shape is None or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            continue
+        for d, v in zip(dims, shape):
+            if isinstance(v, int) and v > 0:
+                d.ClearField("dim_param")
+                d.dim_value = v
+    del copy.graph.value_info[:]
+    # weights in external data (relative to the model's folder, which a proto does not know)
+    # become inputs of their type and shape: shape inference needs only those of them
+    keep = []
+    for init in copy.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            copy.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        else:
+            keep.append(init)
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(keep)
+    return copy
 
 
 

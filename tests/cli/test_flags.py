@@ -146,3 +146,19 @@ def test_an_empty_pass_list_is_refused_not_read_as_the_default_pipeline(verb, va
 def test_an_unknown_pipeline_names_the_closest(tiny, tmp_path, capsys):
     _exit_2(capsys, ["optimize", tiny, "-o", str(tmp_path / "o.onnx"), "--pipeline", "defualt"],
             "unknown pipeline 'defualt'; did you mean default?", "known pipelines: ")
+
+
+def test_fixed_shapes_the_model_cannot_run_are_one_line_exit_2(tmp_path, capsys):
+    """BERT's position table holds 64 positions: --dim sequence=512 makes its embeddings' Add
+    incompatible once the shapes fold. The written model would fail the checker; the input fails
+    to run with those shapes too, so the shapes are at fault (exit 2), not graphpass (exit 3)."""
+    from pathlib import Path
+
+    from graphpass.cli import main
+
+    src = Path(__file__).resolve().parents[1] / "data" / "exporters" / "bert.dynamo.onnx"
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--dim", "batch=2", "--dim", "sequence=512"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not run with its inputs fixed to" in err and "sequence" not in err.split(":")[0]
+    assert not any(tmp_path.iterdir())
