@@ -236,6 +236,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     """Inline every ``graphpass.ascend`` op through its body (TransData is dropped where it can
     be: it is Identity on the value); keep the calls' annotations."""
     _bypass_transdata(model)
+    _expand_attention(model)
     if not any(n.domain == DOMAIN for g in graph_protos(model.graph) for n in g.node):
         return _drop_device_domain(model)
     ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
@@ -267,6 +268,38 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     if inlined.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
         _constants_to_initializers(inlined.graph, body_constants)
     return _drop_device_domain(inlined)
+
+
+def _expand_attention(model: onnx.ModelProto) -> None:
+    """Each attention call as the plain ops it stands for (device_ops_attention.expand: the
+    export's decomposition, not the generic body with its identity slots), in place."""
+    from graphpass.ir import device_ops_attention as att
+
+    unread: set[str] = set()  # the -0.0 "no mask" constants the expansions do not read
+    graphs = list(graph_protos(model.graph))
+    for g in graphs:
+        if not any(n.domain == DOMAIN and n.op_type in att.OPS.values() for n in g.node):
+            continue
+        nodes = []
+        for n in g.node:
+            if n.domain == DOMAIN and n.op_type in att.OPS.values() and any(a.name == "input_type" for a in n.attribute):
+                new = att.expand(n, g)
+                for x in new:
+                    x.metadata_props.extend(n.metadata_props)
+                nodes.extend(new)
+                if len(n.input) > 3 and not any(n.input[3] in x.input for x in new):
+                    unread.add(n.input[3])
+            else:
+                nodes.append(n)
+        del g.node[:]
+        g.node.extend(nodes)
+    if unread:
+        read = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
+        for g in graphs:
+            keep = [t for t in g.initializer if t.name not in unread or t.name in read]
+            if len(keep) != len(g.initializer):
+                del g.initializer[:]
+                g.initializer.extend(keep)
 
 
 def _constants_to_initializers(g: onnx.GraphProto, positions: list[int]) -> None:

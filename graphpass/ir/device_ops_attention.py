@@ -47,7 +47,7 @@ from __future__ import annotations
 import onnx
 from onnx import AttributeProto, TensorProto, helper
 
-__all__ = ["OPS", "MIN_OPSET", "SCALE_SLOTS", "attention_function", "bodies"]
+__all__ = ["OPS", "MIN_OPSET", "SCALE_SLOTS", "attention_function", "bodies", "expand"]
 
 DOMAIN = "graphpass.ascend"
 
@@ -59,8 +59,8 @@ MIN_OPSET = 15
 #: the float slots of the body, in the order they apply
 SCALE_SLOTS = ("scale_q", "scale_k", "scale_mul", "scale_div")
 
-_ATTRS = ("num_heads", "num_key_value_heads", *SCALE_SLOTS, "nan_to_zero", "scores_type", "softmax_type",
-          "output_type", "scale",
+_ATTRS = ("num_heads", "num_key_value_heads", *SCALE_SLOTS, "nan_to_zero", "input_type", "scores_type", "softmax_type",
+          "output_type", "head_dim", "scale",
           "input_layout", "mask_kind")
 
 
@@ -170,3 +170,102 @@ def attention_function(opset: int, layout: str = "BNSD") -> onnx.FunctionProto:
 def bodies(name: str, opset: int) -> list[onnx.FunctionProto]:
     """The body graphpass writes for the device op ``name`` at ``opset`` (none for another op)."""
     return [attention_function(opset, layout) for layout, op in OPS.items() if op == name and opset >= MIN_OPSET]
+
+
+def expand(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """``node`` (an Attention / AttentionBSH call) as the plain ONNX ops it stands for, for the
+    portable output: the body above without what is an identity for this call (a scale slot of
+    1.0, a Cast to the type a tensor has, the -0.0 of an absent mask, the guard when off,
+    repeat_kv when K has the query's heads): the export's own decomposition. Bit for bit the body
+    (each op left out is exact identity there). Constants go to ``graph``'s initializers."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    s = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+    layout, mask_kind = s(a.get("input_layout", "BNSD")), s(a.get("mask_kind", "additive"))
+    in_t = int(a["input_type"])
+    sc_t, sm_t, out_t = int(a["scores_type"]), int(a["softmax_type"]), int(a["output_type"])
+    heads, kv = int(a["num_heads"]), int(a["num_key_value_heads"])
+    base = node.output[0]
+    out: list[onnx.NodeProto] = []
+    count = [0]
+
+    def name(tag: str) -> str:
+        count[0] += 1
+        return f"{base}__{tag}{count[0]}"
+
+    def op(op_type: str, inputs: list[str], **attrs) -> str:
+        o = name(op_type.lower())
+        out.append(helper.make_node(op_type, inputs, [o], name=f"{node.name or base}/{len(out)}_{op_type}", **attrs))
+        return o
+
+    def const(value, elem: int, dims=()) -> str:
+        c = name("c")
+        graph.initializer.append(helper.make_tensor(c, elem, list(dims), [value] if not dims else value))
+        return c
+
+    q, k, v, mask = node.input[:4]
+    if layout == "BSH":
+        d = int(a["head_dim"])
+
+        def split(x: str, n: int) -> str:
+            return op("Transpose", [op("Reshape", [x, const([0, 0, n, d], TensorProto.INT64, [4])])], perm=[0, 2, 1, 3])
+
+        q, k, v = split(q, heads), split(k, kv), split(v, kv)
+    if kv != heads:  # repeat_kv: [B, kv, S, D] -> [B, heads, S, D], as the body does it
+        known = _static_shapes(graph)
+        e5 = const([1, 1, heads // kv, 1, 1], TensorProto.INT64, [5])  # Expand broadcasts the new axis only
+        axis = const([2], TensorProto.INT64, [1])
+        r4 = {}
+
+        def repeat(x: str, original: str) -> str:
+            shape = known.get(original)
+            if shape is not None and layout == "BSH":  # [B, S, kv*D] -> its heads' [B, kv, S, D]
+                shape = [shape[0], kv, shape[1], shape[2] // kv] if len(shape) == 3 else None
+            if shape is not None and len(shape) == 4:  # K and V of static shape: the export's constant target
+                key = (shape[0], shape[2], shape[3])
+                if key not in r4:
+                    r4[key] = const([shape[0], heads, shape[2], shape[3]], TensorProto.INT64, [4])
+            else:  # read off the tensor as it runs (K and V share B and S; D too: V is shaped as K)
+                key = "dynamic"
+                if key not in r4:
+                    r4[key] = op("Concat", [op("Shape", [x], start=0, end=1), const([heads], TensorProto.INT64, [1]),
+                                            op("Shape", [x], start=2)], axis=0)
+            return op("Reshape", [op("Expand", [op("Unsqueeze", [x, axis]), e5]), r4[key]], allowzero=1)
+
+        k, v = repeat(k, node.input[1]), repeat(v, node.input[2])
+    if float(a["scale_q"]) != 1.0:
+        q = op("Mul", [q, const(float(a["scale_q"]), in_t)])
+    if float(a["scale_k"]) != 1.0:
+        k = op("Mul", [k, const(float(a["scale_k"]), in_t)])
+    sc = op("MatMul", [q, op("Transpose", [k], perm=[0, 1, 3, 2])])
+    if sc_t != in_t:
+        sc = op("Cast", [sc], to=sc_t)
+    if float(a["scale_mul"]) != 1.0:
+        sc = op("Mul", [sc, const(float(a["scale_mul"]), sc_t)])
+    if float(a["scale_div"]) != 1.0:
+        sc = op("Div", [sc, const(float(a["scale_div"]), sc_t)])
+    if mask_kind != "none":
+        sc = op("Add", [sc, mask])
+    if sm_t != sc_t:
+        sc = op("Cast", [sc], to=sm_t)
+    p = op("Softmax", [sc], axis=-1)
+    if int(a.get("nan_to_zero", 0)):
+        p = op("Where", [op("IsNaN", [p]), const(0.0, sm_t), p])
+    if out_t != sm_t:
+        p = op("Cast", [p], to=out_t)
+    if out_t != in_t:
+        v = op("Cast", [v], to=out_t)
+    y = op("MatMul", [p, v])
+    if layout == "BSH":
+        y = op("Reshape", [op("Transpose", [y], perm=[0, 2, 1, 3]), const([0, 0, heads * d], TensorProto.INT64, [3])])
+    out[-1].output[0] = node.output[0]
+    return out
+
+
+def _static_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Fully static shapes the graph declares (value_info, inputs, outputs), by tensor name."""
+    out = {}
+    for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            out[vi.name] = [d.dim_value for d in t.shape.dim]
+    return out

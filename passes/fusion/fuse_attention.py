@@ -761,6 +761,7 @@ class _Attention(Rule):
         scale = core.scales["scale_q"] * core.scales["scale_k"] * core.scales["scale_mul"] / core.scales["scale_div"]
         attrs = {"num_heads": int(hit.heads), "num_key_value_heads": int(hit.kv_heads),
                  **{s: float(v) for s, v in core.scales.items()}, "nan_to_zero": int(core.nan_to_zero),
+                 "input_type": int(elem_type(q.dtype)), "head_dim": int(hit.head_dim),
                  "scores_type": int(core.scores_type), "softmax_type": int(core.softmax_type),
                  "output_type": int(core.output_type),
                  "scale": float(scale), "input_layout": hit.layout, "mask_kind": core.mask_kind}

@@ -373,3 +373,25 @@ def test_float16_attentions_that_softmax_in_float32_fuse_bit_for_bit(spelling):
     feeds["m"] = np.where(RNG.random(mask[1]) < 0.3, -np.inf, 0.0).astype(np.float32 if mask[0] == f else np.float16)
     assert_equivalent(model, gp.to_proto(m), feeds, exact=True)
     assert_equivalent(model, _device(m), feeds, exact=True)
+
+
+@pytest.mark.parametrize("build", [lambda: _sdpa(), lambda: _sdpa(kv_heads=2, scale="div", mask="add", guard=False),
+                                   lambda: _bsh(), lambda: _bsh(kv_heads=2, flat=True)],
+                         ids=["sdpa", "gqa-eager", "bsh", "bsh-gqa-flat"])
+def test_the_portable_output_is_the_decomposition_not_the_generic_body(build):
+    """The portable form (what ATC gets by default) expands each call into the plain ops it stands
+    for: no more nodes than the export wrote, no identity slots (Mul by 1, Cast to the same type,
+    the absent mask's Add), bit for bit the device form."""
+    model = build()
+    m, res, _ = _run(model)
+    assert res.modified
+    portable = gp.to_proto(m)
+    kinds = [n.op_type for n in portable.graph.node]
+    # the [B*S, H] view of a flattened merge stays after the op's own [B, S, H] merge: one Reshape more
+    flat = any("attention_flat" in n.name for n in portable.graph.node)
+    assert len(kinds) <= len(model.graph.node) + int(flat), kinds
+    assert "CastLike" not in kinds and "Cast" not in kinds
+    assert not any(n.domain == "graphpass.ascend" for n in portable.graph.node) and not portable.functions
+    feeds = _feeds(model)
+    assert_equivalent(model, portable, feeds, exact=True)
+    assert_equivalent(_device(m), portable, feeds, exact=True)
