@@ -66,6 +66,24 @@ def _all_names(m: Model) -> tuple[set[str], set[str]]:
     return tensors, nodes
 
 
+def _elem(dtype) -> int | None:
+    from graphpass.ir.device_ops import elem_type
+
+    try:
+        return elem_type(dtype) if dtype is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _elem_name(elem: int) -> str:
+    from onnx import TensorProto, helper
+
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+    except (TypeError, ValueError, KeyError):
+        return TensorProto.DataType.Name(elem).lower()
+
+
 def _dims_clash(a, b) -> bool:
     if a is None or b is None:
         return False
@@ -82,6 +100,7 @@ def concat(first: "Model | str | Path", second: "Model | str | Path", io_map, *,
     pairs = parse_io_map(io_map)
     a = as_model(first, max_memory=max_memory)
     b = as_model(second, max_memory=max_memory)
+    a.budget.require(b.budget.held, "the two models together")  # one join, one budget
     ga, gb = a.graph, b.graph
     outs_a = {t.name: t for t in ga.outputs}
     ins_b = {t.name: t for t in gb.inputs}
@@ -97,20 +116,35 @@ def concat(first: "Model | str | Path", second: "Model | str | Path", io_map, *,
             raise UsageError(f"input '{inp}' of the second model is fed twice ('{fed[inp]}' and '{out}')", option="io_map")
         fed[inp] = out
         ta, tb = outs_a[out], ins_b[inp]
-        if ta.dtype is not None and tb.dtype is not None and np.dtype(ta.dtype) != np.dtype(tb.dtype):
-            raise UsageError(f"'{out}' is {np.dtype(ta.dtype)} but '{inp}' takes {np.dtype(tb.dtype)}")
+        kind_a, kind_b = getattr(ta, "type", "tensor"), getattr(tb, "type", "tensor")
+        if kind_a != kind_b:
+            raise UsageError(f"'{out}' is a {kind_a} but '{inp}' takes a {kind_b}")
+        ea, eb = _elem(ta.dtype), _elem(tb.dtype)
+        if ea is not None and eb is not None and ea != eb:
+            raise UsageError(f"'{out}' is {_elem_name(ea)} but '{inp}' takes {_elem_name(eb)}")
         if _dims_clash(ta.shape, tb.shape):
             raise UsageError(f"'{out}' has shape {list(ta.shape)} but '{inp}' takes {list(tb.shape)}")
+        if any(o is tb for o in gb.outputs):
+            raise UsageError(f"input '{inp}' of the second model is also its output: feeding it would leave an "
+                             f"output nothing computes", option="io_map")
     imports = _merged_imports(a, b)
     # names of the second that the first uses too get the prefix, everywhere
     names_a, nodes_a = _all_names(a)
+    names_b0, _ = _all_names(b)
     connected = {id(ins_b[i]) for i in fed}
     renamed = 0
+    defaults = {}
     for g in iter_graphs(gb):
         for t in list(g.tensors().values()):
             if id(t) in connected or not t.name or t.name not in names_a:
                 continue
-            t.name = prefix + t.name
+            new = prefix + t.name
+            if new in names_a or new in names_b0:
+                raise UsageError(f"'{t.name}' of the second model would become '{new}', a name already taken: choose "
+                                 f"another prefix", option="prefix")
+            if t.name in b.input_defaults:
+                defaults[new] = b.input_defaults[t.name]
+            t.name = new
             renamed += 1
         for n in g.nodes:
             if n.name and n.name in nodes_a:
@@ -134,6 +168,20 @@ def concat(first: "Model | str | Path", second: "Model | str | Path", io_map, *,
     ga.opset = imports.get("", ga.opset)
     a.opset_imports = imports
     a.ir_version = max(a.ir_version or 0, b.ir_version or 0) or a.ir_version
+    # an input of the second with an initializer default keeps it (unless the first feeds it)
+    for name, value in b.input_defaults.items():
+        if name in fed:
+            continue
+        a.input_defaults.setdefault(name, value)
+    a.input_defaults.update(defaults)
+    for k in [k for k in a.input_defaults if k in defaults and k not in {t.name for t in ga.inputs}]:
+        del a.input_defaults[k]
+    for k, v in b.metadata_props.items():
+        a.metadata_props.setdefault(k, v)
+    from graphpass.ir.serialize import EXTERNAL_LAYOUT
+
+    if a.meta.get(EXTERNAL_LAYOUT) is None and b.meta.get(EXTERNAL_LAYOUT) is not None:
+        a.meta[EXTERNAL_LAYOUT] = b.meta[EXTERNAL_LAYOUT]  # external data where either model had it
     ga.name = f"{ga.name or 'first'}_{gb.name or 'second'}"
     a.meta.setdefault("concat_notes", []).append(
         f"{len(fed)} connection(s); {renamed} name(s) of the second model prefixed with '{prefix}'")
@@ -170,7 +218,15 @@ def _merged_functions(fa, fb) -> list:
 
 
 def _fn_key(f) -> tuple:
-    return (tuple(f.inputs and [t.name for t in f.inputs]), tuple(n.op for n in f.nodes), len(f.nodes))
+    """A function as two models can share it: its interface, attributes and every node's op,
+    domain, wiring (by name) and attributes."""
+    def attrs(n) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+
+    return (tuple(t.name for t in f.inputs), tuple(t.name for t in f.outputs), tuple(getattr(f, "attrs", {}) or {}),
+            tuple((n.op, n.domain or "", tuple(t.name for t in n.inputs), tuple(t.name for t in n.outputs), attrs(n))
+                  for n in f.nodes),
+            getattr(f, "doc_string", "") or "")
 
 
 def concat_files(first: str | Path, second: str | Path, output: str | Path, io_map, *, prefix: str = "b/",

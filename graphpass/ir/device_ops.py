@@ -277,13 +277,15 @@ def _expand_attention(model: onnx.ModelProto) -> None:
 
     unread: set[str] = set()  # the -0.0 "no mask" constants the expansions do not read
     graphs = list(graph_protos(model.graph))
+    taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
+                                         *(o for n in g.node for o in n.output), *(n.name for n in g.node)] if x}
     for g in graphs:
         if not any(n.domain == DOMAIN and n.op_type in att.OPS.values() for n in g.node):
             continue
         nodes = []
         for n in g.node:
             if n.domain == DOMAIN and n.op_type in att.OPS.values() and any(a.name == "input_type" for a in n.attribute):
-                new = att.expand(n, g)
+                new = att.expand(n, g, taken)
                 for x in new:
                     x.metadata_props.extend(n.metadata_props)
                 nodes.extend(new)

@@ -172,7 +172,7 @@ def bodies(name: str, opset: int) -> list[onnx.FunctionProto]:
     return [attention_function(opset, layout) for layout, op in OPS.items() if op == name and opset >= MIN_OPSET]
 
 
-def expand(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+def expand(node: onnx.NodeProto, graph: onnx.GraphProto, taken: "set[str] | None" = None) -> list[onnx.NodeProto]:
     """``node`` (an Attention / AttentionBSH call) as the plain ONNX ops it stands for, for the
     portable output: the body above without what is an identity for this call (a scale slot of
     1.0, a Cast to the type a tensor has, the -0.0 of an absent mask, the guard when off,
@@ -188,9 +188,15 @@ def expand(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[onnx.NodeProto]
     out: list[onnx.NodeProto] = []
     count = [0]
 
+    taken = set() if taken is None else taken  # every name of the model: new ones must not clash
+
     def name(tag: str) -> str:
-        count[0] += 1
-        return f"{base}__{tag}{count[0]}"
+        while True:
+            count[0] += 1
+            n = f"{base}__{tag}{count[0]}"
+            if n not in taken:
+                taken.add(n)
+                return n
 
     def op(op_type: str, inputs: list[str], **attrs) -> str:
         o = name(op_type.lower())
@@ -224,8 +230,8 @@ def expand(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[onnx.NodeProto]
                 key = (shape[0], shape[2], shape[3])
                 if key not in r4:
                     r4[key] = const([shape[0], heads, shape[2], shape[3]], TensorProto.INT64, [4])
-            else:  # read off the tensor as it runs (K and V share B and S; D too: V is shaped as K)
-                key = "dynamic"
+            else:  # read off the tensor as it runs (each its own: a V batch may broadcast over K's)
+                key = ("dynamic", x)
                 if key not in r4:
                     r4[key] = op("Concat", [op("Shape", [x], start=0, end=1), const([heads], TensorProto.INT64, [1]),
                                             op("Shape", [x], start=2)], axis=0)
@@ -234,9 +240,10 @@ def expand(node: onnx.NodeProto, graph: onnx.GraphProto) -> list[onnx.NodeProto]
         k, v = repeat(k, node.input[1]), repeat(v, node.input[2])
     if float(a["scale_q"]) != 1.0:
         q = op("Mul", [q, const(float(a["scale_q"]), in_t)])
-    if float(a["scale_k"]) != 1.0:
-        k = op("Mul", [k, const(float(a["scale_k"]), in_t)])
-    sc = op("MatMul", [q, op("Transpose", [k], perm=[0, 1, 3, 2])])
+    kt = op("Transpose", [k], perm=[0, 1, 3, 2])
+    if float(a["scale_k"]) != 1.0:  # on K^T, as torch's SDPA export writes it (the same bits as on K)
+        kt = op("Mul", [kt, const(float(a["scale_k"]), in_t)])
+    sc = op("MatMul", [q, kt])
     if sc_t != in_t:
         sc = op("Cast", [sc], to=sc_t)
     if float(a["scale_mul"]) != 1.0:

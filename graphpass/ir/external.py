@@ -264,6 +264,10 @@ def _as_proto(name: str, original: "onnx.TensorProto | np.ndarray", header: onnx
         proto = onnx.numpy_helper.from_array(original, name)
     else:
         proto = original
+    if proto.name != name:  # a weight renamed since it was loaded: its bytes under the new name
+        proto = onnx.TensorProto()
+        proto.CopyFrom(original)
+        proto.name = name
     if header is not None and list(header.metadata_props) != list(proto.metadata_props):
         if proto is original:
             proto = onnx.TensorProto()

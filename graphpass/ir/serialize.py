@@ -629,6 +629,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     swapped.append((values, original))
                     originals[t.name] = original
                     values.tensor = _header(original)
+                    values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with gc_paused(), _types_hidden(graph) as types:
             model = gs.export_onnx(graph, do_type_check=False)

@@ -734,6 +734,14 @@ class _Attention(Rule):
         if elem not in _FLOATS:
             return MatchResult.fail(f"attention not fused: type {TensorProto.DataType.Name(elem) if elem else 'unknown'} "
                                     "is not a float type")
+        wide = [(what, t) for what, t in (("scores", core.scores_type), ("softmax", core.softmax_type),
+                                          ("output", core.output_type))
+                if t not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)]
+        if wide and getattr(ctx.target, "has_hardware", False) and elem != TensorProto.DOUBLE:
+            what, t = wide[0]
+            return MatchResult.fail(f"attention not fused: its {what} is computed in "
+                                    f"{TensorProto.DataType.Name(t).lower() if t else 'an unknown type'}: the kernel's "
+                                    "softmax is float32 at most")
         for slot, v in core.scales.items():
             if float(np.float32(v)) != v:
                 return MatchResult.fail(f"attention not fused: the {slot} constant {v!r} is not a float32 value (the "

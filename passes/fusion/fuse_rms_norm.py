@@ -133,8 +133,7 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
             continue
         down = producer_of(n_t, "Cast", local)
         nc = down.inputs[0] if down is not None else n_t
-        if down is not None and not single_reader(n_t, g):
-            continue
+        shared_down = down is not None and not single_reader(n_t, g)  # the Cast down read elsewhere too
         got = _norm(nc, g, local)
         if got is None:
             continue
@@ -148,10 +147,13 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
             if up is None or elem_type(X.dtype) != to:
                 # a float32 x that is no upcast (the TorchScript export of a float16 LLaMA keeps the
                 # residual stream in float32): the norm in float32 with a weight of ones (x * 1 is
-                # x), then the export's own Cast and weight Mul, outside the op
+                # x), then the export's own Cast and weight Mul, outside the op (so they may be
+                # read elsewhere too)
                 hit = _Hit(x, gamma, eps, nodes, why)
                 hit.mixed = (down, anchor)
                 return _checked(hit, x, gamma, None)
+            if shared_down:
+                continue
             # the upcast may be read elsewhere too (the torchscript export's residual Add reads
             # it): it then stays for those readers, and the op casts X itself, to the same values
             hit = _Hit(X, gamma, eps, [up] + nodes + [down, anchor], why)
@@ -196,6 +198,9 @@ class _RmsNorm(Rule):
     """The DAG above, anchored at the weight Mul."""
 
     name = "rms_norm"
+    #: the model also has float32 norms cast down before a float16 weight: every norm takes the
+    #: float32 body (one body per model), an upcast one on its upcast (set per run by the pass)
+    float32_body = False
 
     def anchors(self) -> frozenset[str]:
         return frozenset({"Mul"})
@@ -217,7 +222,8 @@ class _RmsNorm(Rule):
             return MatchResult.fail(f"opset {m.opset}: the RmsNorm device op's body needs opset {MIN_OPSET['RmsNorm']}+")
         elem = elem_type(hit.x.dtype)
         conflict = function_type_conflict(m.root, "RmsNorm", elem)
-        if conflict and hit.upcast is not None and not function_type_conflict(m.root, "RmsNorm", TensorProto.FLOAT):
+        if (conflict or self.float32_body) and hit.upcast is not None \
+                and not function_type_conflict(m.root, "RmsNorm", TensorProto.FLOAT):
             # the model's RmsNorm body is float32's (its other norms are float32 norms cast down):
             # this one too, on the upcast, with its Cast down and weight outside
             up, norm, down, anchor = hit.upcast
@@ -245,6 +251,20 @@ class _RmsNorm(Rule):
         if isinstance(width, (int, np.integer)) and values.ndim != 1 and values.size in (1, int(width)):
             gamma = gs.Constant(m.names(f"{gamma.name}_w"), np.broadcast_to(values.reshape(-1), (int(width),)).copy())
         return m.op("RmsNorm", [hit.x, gamma], {"epsilon": float(hit.eps)}, domain=DOMAIN, name=m.names("rms_norm"))
+
+
+def _has_mixed_norms(graph: gs.Graph) -> bool:
+    """Whether a norm of the model is a float32 norm cast down before its weight (one walk over
+    the weight Muls, before the rules run: the one body every norm of the model then takes)."""
+    for g in iter_graphs(graph):
+        local = {id(n) for n in g.nodes}
+        for n in g.nodes:
+            if n.op == "Mul" and n.domain in (None, "", "ai.onnx") and len(n.inputs) == 2 and any(
+                    isinstance(t, gs.Constant) for t in n.inputs):
+                hit = _match(n, g, local, set())
+                if hit is not None and hit.mixed is not None and not hit.why_not:
+                    return True
+    return False
 
 
 def _same_shape(a: gs.Tensor, b: gs.Tensor) -> bool:
@@ -332,7 +352,12 @@ class FuseRmsNorm(RulePass):
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx) -> PassResult:
-        result = super().run(graph, ctx)
+        rule = self.rules[0]
+        rule.float32_body = _has_mixed_norms(graph)
+        try:
+            result = super().run(graph, ctx)
+        finally:
+            rule.float32_body = False
         added = _add_rms_norm(graph, ctx, self.name)
         stats = dict(result.stats)
         stats["add_rms_norm"] = added
