@@ -67,6 +67,8 @@ class _Hit:
     mixed: tuple[gs.Node, gs.Node] | None = None
     #: (the upcast, the norm's nodes, the Cast down, the weight Mul) of the float16/bfloat16 form
     upcast: tuple | None = None
+    #: no weight Mul follows: the op's weight is ones of x's type and width
+    weightless: bool = False
 
 
 def _rstd(r: gs.Tensor, local: set[int]) -> tuple[gs.Tensor, gs.Node] | None:
@@ -91,10 +93,12 @@ def _squares(sq: gs.Tensor, x: gs.Tensor, local: set[int]) -> gs.Node | None:
     return None
 
 
-def _norm(nc: gs.Tensor, g: gs.Graph, local: set[int]) -> tuple[gs.Tensor, float, list[gs.Node], str] | None:
-    """nc = x * rstd(x): (x, eps, nodes, why not)."""
+def _norm(nc: gs.Tensor, g: gs.Graph, local: set[int], last: bool = False
+          ) -> tuple[gs.Tensor, float, list[gs.Node], str] | None:
+    """nc = x * rstd(x): (x, eps, nodes, why not). ``last``: nc is the norm's result (no weight
+    follows), read by anything."""
     mul = producer_of(nc, "Mul", local)
-    if mul is None or not single_reader(nc, g):
+    if mul is None or (not last and not single_reader(nc, g)):
         return None
     for x, r in operands(mul):
         got = _rstd(r, local)
@@ -161,7 +165,31 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
             return _checked(hit, X, gamma, down)
         hit = _Hit(x, gamma, eps, nodes + [anchor], why)
         return _checked(hit, x, gamma, down)
+    # no weight (torch.nn.RMSNorm(elementwise_affine=False), or a weight of ones that
+    # eliminate_identity removed): the norm's own last Mul, the op's weight ones of x's type
+    readers = anchor.outputs[0].outputs
+    weighted = any(r.op == "Cast" or (r.op == "Mul" and any(isinstance(t, gs.Constant) for t in r.inputs))
+                   for r in readers)  # the weighted forms above take those (or refuse them with the reason)
+    if not weighted and not any(isinstance(t, gs.Constant) for t in anchor.inputs):
+        got = _norm(anchor.outputs[0], g, local, last=True)
+        if got is not None and got[2][-1] is anchor:
+            x, eps, nodes, why = got
+            elem = elem_type(x.dtype)
+            ones = gs.Constant("", np.ones(1, dtype=onnx_np(elem))) if elem in _OK else None
+            hit = _Hit(x, ones, eps, nodes, why)
+            hit.weightless = True
+            if ones is None:
+                hit.why_not = f"type {TensorProto.DataType.Name(elem) if elem else 'unknown'} is not a float type"
+                return hit
+            return _checked(hit, x, ones, None)
     return None
+
+
+def onnx_np(elem: int):
+    """The numpy dtype of a TensorProto float type (bfloat16 through ml_dtypes)."""
+    from onnx import helper
+
+    return helper.tensor_dtype_to_np_dtype(elem)
 
 
 def _checked(hit: "_Hit", x: gs.Tensor, gamma: gs.Constant, down: gs.Node | None) -> "_Hit":
@@ -169,12 +197,15 @@ def _checked(hit: "_Hit", x: gs.Tensor, gamma: gs.Constant, down: gs.Node | None
     found while matching comes last)."""
     eps_why, hit.why_not = hit.why_not, ""
     elem = elem_type(x.dtype)
-    if hit.mixed is not None:  # the weight stays outside: the op's is ones of x's type and width
+    if hit.mixed is not None or hit.weightless:  # the op's weight is ones of x's width
         width = x.shape[-1] if x.shape else None
         if not isinstance(width, (int, np.integer)) or width <= 0:
             hit.why_not = "the width of a float32 norm cast down before its weight is not static"
         elif gamma.shape is None or any(d != 1 for d in list(gamma.shape)[:-1]):
             hit.why_not = f"a weight shaped {gamma.shape} is not along the last axis only"
+        elif hit.weightless and elem in _LOW:
+            hit.why_not = (f"a {TensorProto.DataType.Name(elem).lower()} RMSNorm computed in its own type: the "
+                           "RmsNorm body (and CANN's kernel) computes in float32")
     elif elem_type(gamma.dtype) != elem:
         hit.why_not = "the weight is not of the input's type"
     elif gamma.shape is None or (x.shape is not None and len(gamma.shape) > len(x.shape)) \
@@ -239,8 +270,8 @@ class _RmsNorm(Rule):
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         hit = m.hit
         ensure_function(m.root, rms_norm_function(m.opset, elem_type(hit.x.dtype)))
-        if hit.mixed is not None:  # the norm itself; the export's Cast down and weight Mul stay after it
-            ones = gs.Constant(m.names("rms_norm_ones"), np.ones(int(hit.x.shape[-1]), np.float32))
+        if hit.mixed is not None or hit.weightless:  # the norm itself (a weight, if any, stays after it)
+            ones = gs.Constant(m.names("rms_norm_ones"), np.ones(int(hit.x.shape[-1]), onnx_np(elem_type(hit.x.dtype))))
             m.count("weight_outside")
             return m.op("RmsNorm", [hit.x, ones], {"epsilon": float(hit.eps)}, domain=DOMAIN, name=m.names("rms_norm"))
         gamma = hit.gamma

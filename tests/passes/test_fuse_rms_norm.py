@@ -267,3 +267,29 @@ def test_a_float32_norm_cast_down_before_a_float16_weight_fuses_with_the_weight_
     feeds = {"e": _special(np.float16)}
     assert_equivalent(model, gp.to_proto(m), feeds, exact=True)
     assert_equivalent(model, gp.to_proto(m, emit="device"), feeds, exact=True)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16])
+def test_a_norm_without_a_weight_fuses_with_a_weight_of_ones(elem):
+    """torch.nn.RMSNorm(elementwise_affine=False), or a weight of ones eliminate_identity removed
+    (what torch's dynamo export of a freshly built torch.nn.RMSNorm becomes): no weight Mul."""
+    model = _rms(elem=elem, upcast=False, eps=float(np.float32(1e-6)))  # an eps the float attribute holds
+    # drop the weight Mul: the norm's own Mul is the result
+    nodes = [n for n in model.graph.node if not (n.op_type == "Mul" and "w" in n.input)]
+    nodes[-1].output[0] = "y"
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    keep = [i for i in model.graph.initializer if i.name != "w"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    m, res, ctx = _run(model, target="none" if elem == TensorProto.DOUBLE else "ascend910b2")  # no float64 kernel
+    if elem == TensorProto.FLOAT16:  # computed in float16 itself: not the body's float32
+        assert not res.modified and "computed in its own type" in " ".join(str(e) for e in ctx.explanations)
+        return
+    assert ops(m) == ["RmsNorm"]
+    (node,) = m.graph.nodes
+    assert np.all(np.asarray(node.inputs[1].values) == 1) and node.inputs[1].shape == (W,)
+    dtype = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64}[elem]
+    feeds = {"x": _special(dtype)}
+    assert_equivalent(model, gp.to_proto(m), feeds, exact=True)
+    assert_equivalent(model, gp.to_proto(m, emit="device"), feeds, exact=True)
