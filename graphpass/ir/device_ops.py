@@ -242,32 +242,82 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
     if not ids:
         return model
-    bodies = {f.name: len(f.node) for f in model.functions if f.domain == DOMAIN}
-    calls = [(n.name, list(n.metadata_props), bodies.get(n.op_type) if n.domain == DOMAIN else None) for n in model.graph.node]
-    inlined = onnx.inliner.inline_selected_functions(model, ids, exclude=False)
-    # The inliner expands each call in place, in order: give its nodes the call's name and metadata.
-    nodes = inlined.graph.node
-    expected = sum(k if k is not None else 1 for _, _, k in calls)
-    body_constants: list[int] = []  # positions of the Constant nodes the bodies brought
-    if expected == len(nodes):
-        pos = 0
-        for name, props, k in calls:
-            if k is None:
-                pos += 1
+    fns = {f.name: f for f in model.functions if f.domain == DOMAIN}
+    graphs = list(graph_protos(model.graph))
+    taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
+                                         *(o.name for o in g.output), *(o for n in g.node for o in n.output)] if x}
+    # bodies before the graphs holding them: rebuilding a graph's node list copies its nodes
+    # (their body attributes with them), so a body edited after its parent would be lost
+    for g in reversed(graphs):
+        if not any(n.domain == DOMAIN and n.op_type in fns for n in g.node):
+            continue
+        nodes: list[onnx.NodeProto] = []
+        body_constants: list[int] = []  # positions of the Constant nodes the bodies brought
+        for n in g.node:
+            f = fns.get(n.op_type) if n.domain == DOMAIN else None
+            if f is None:
+                nodes.append(n)
                 continue
-            for j in range(k):
-                n = nodes[pos + j]
-                n.name = f"{name}/{j}_{n.op_type}" if name else n.name
-                del n.metadata_props[:]
-                n.metadata_props.extend(props)
-                if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                    body_constants.append(pos + j)
-            pos += k
-    else:  # pragma: no cover - the inliner changed how it expands calls
-        log.warning("portable output: could not map inlined nodes back to their calls; their annotations are dropped")
-    if inlined.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
-        _constants_to_initializers(inlined.graph, body_constants)
-    return _drop_device_domain(inlined)
+            for b in _expand_call(n, f, taken):
+                if b.op_type == "Constant" and b.domain in ("", "ai.onnx"):
+                    body_constants.append(len(nodes))
+                nodes.append(b)
+        del g.node[:]
+        g.node.extend(nodes)
+        if model.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
+            _constants_to_initializers(g, body_constants)
+    return _drop_device_domain(model)
+
+
+def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str]) -> list[onnx.NodeProto]:
+    """The nodes of ``fn``'s body for the call ``call``, in place of it (what onnx's inliner does,
+    without copying the model: a big graph's portable export holds one copy). Formal inputs and
+    outputs become the call's tensors, the body's own values get names of their own, attribute
+    references take the call's values (an attribute the call does not set is left out), and
+    each node the call's name (``call/j_Op``) and annotations."""
+    mapping = {formal: actual for formal, actual in zip(fn.input, call.input)}
+    mapping.update({formal: "" for formal in fn.input[len(call.input):]})  # an optional input left out
+    mapping.update(zip(fn.output, call.output))
+    base = call.output[0] if call.output and call.output[0] else (call.name or fn.name)
+    attrs = {a.name: a for a in call.attribute}
+
+    def rename(v: str) -> str:
+        if not v:
+            return v
+        if v not in mapping:
+            k, new = 0, f"{base}__{fn.name}_{v}"
+            while new in taken:
+                k += 1
+                new = f"{base}__{fn.name}_{v}_{k}"
+            taken.add(new)
+            mapping[v] = new
+        return mapping[v]
+
+    out = []
+    for j, b in enumerate(fn.node):
+        n = onnx.NodeProto()
+        n.CopyFrom(b)
+        n.input[:] = [rename(v) for v in n.input]
+        n.output[:] = [rename(v) for v in n.output]
+        kept = []
+        for a in n.attribute:
+            if a.ref_attr_name:
+                given = attrs.get(a.ref_attr_name)
+                if given is None:
+                    continue
+                a2 = onnx.AttributeProto()
+                a2.CopyFrom(given)
+                a2.name = a.name
+                kept.append(a2)
+            else:
+                kept.append(a)
+        del n.attribute[:]
+        n.attribute.extend(kept)
+        n.name = f"{call.name}/{j}_{n.op_type}" if call.name else f"{base}/{j}_{n.op_type}"
+        del n.metadata_props[:]
+        n.metadata_props.extend(call.metadata_props)
+        out.append(n)
+    return out
 
 
 def _expand_attention(model: onnx.ModelProto) -> None:
@@ -279,7 +329,7 @@ def _expand_attention(model: onnx.ModelProto) -> None:
     graphs = list(graph_protos(model.graph))
     taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
                                          *(o for n in g.node for o in n.output), *(n.name for n in g.node)] if x}
-    for g in graphs:
+    for g in reversed(graphs):  # bodies first: rebuilding a parent's node list copies its bodies
         if not any(n.domain == DOMAIN and n.op_type in att.OPS.values() for n in g.node):
             continue
         nodes = []

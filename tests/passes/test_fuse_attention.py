@@ -395,3 +395,33 @@ def test_the_portable_output_is_the_decomposition_not_the_generic_body(build):
     feeds = _feeds(model)
     assert_equivalent(model, portable, feeds, exact=True)
     assert_equivalent(_device(m), portable, feeds, exact=True)
+
+
+def test_attentions_in_a_graph_and_in_its_if_branch_both_reach_the_portable_output():
+    """The portable expansion rebuilds each graph's node list: a body inside a node of a graph
+    that is rebuilt too must be expanded first (else its edits are lost with the copy)."""
+    f = TensorProto.FLOAT
+    shape = [1, 2, 3, 4]
+
+    def att(prefix):
+        return [helper.make_node("Transpose", ["k"], [f"{prefix}kt"], perm=[0, 1, 3, 2]),
+                helper.make_node("MatMul", ["q", f"{prefix}kt"], [f"{prefix}s"]),
+                helper.make_node("Softmax", [f"{prefix}s"], [f"{prefix}p"], axis=-1),
+                helper.make_node("MatMul", [f"{prefix}p", "v"], [f"{prefix}y"])]
+
+    then = helper.make_graph(att("t_"), "then", [], [helper.make_tensor_value_info("t_y", f, shape)])
+    other = helper.make_graph([helper.make_node("Neg", ["v"], ["e_y"])], "else", [],
+                              [helper.make_tensor_value_info("e_y", f, shape)])
+    nodes = att("m_") + [helper.make_node("If", ["c"], ["b"], then_branch=then, else_branch=other),
+                         helper.make_node("Add", ["m_y", "b"], ["y"])]
+    model = make_model(nodes, {"q": (f, shape), "k": (f, shape), "v": (f, shape), "c": (TensorProto.BOOL, [])},
+                       {"y": (f, shape)}, opset=18)
+    m, res, _ = _run(model)
+    assert res.stats["fired"] == 2
+    portable = gp.to_proto(m)
+    assert not any(n.domain == "graphpass.ascend" for g in [portable.graph, portable.graph.node[-2].attribute[0].g]
+                   for n in g.node)
+    for c in (True, False):
+        feeds = {n: RNG.standard_normal(shape).astype(np.float32) for n in "qkv"}
+        feeds["c"] = np.array(c)
+        assert_equivalent(model, portable, feeds, exact=True)
