@@ -207,7 +207,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
     if not _has_unknown_shapes(first.graph):
-        return first
+        return _distrust_backward_slices(first)
     light = onnx.load_from_string(blob)
     del blob
     data_prop = _data_prop_safe(model, first.graph)
@@ -230,7 +230,39 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         except Exception as e:  # noqa: BLE001 - keep what inference found without the rules
             log.info("shape inference after graphpass's own rules failed (%s)", str(e).splitlines()[0])
             break
-    return result
+    return _distrust_backward_slices(result)
+
+
+def _distrust_backward_slices(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Forget the inferred length of a backward Slice to an end (or from a start) past int64's
+    half range, and every shape inferred downstream of it: onnx's inference (and the spec) makes
+    ``x[-1:INT64_MAX:-1]`` empty where onnxruntime returns the whole axis reversed (measured, 1.32),
+    so no pass may fold the length it inferred."""
+    from graphpass.ir.graph import graph_protos
+
+    huge = 2 ** 62
+    for g in graph_protos(model.graph):
+        consts = _int_constants(g)
+        bad: set[str] = set()
+        for n in g.node:
+            if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 5:
+                continue
+            steps, starts, ends = (consts.get(n.input[i]) for i in (4, 1, 2))
+            if steps is None or starts is None or ends is None:
+                continue
+            if any(st < 0 and (abs(e) >= huge or abs(b) >= huge) for st, b, e in zip(steps, starts, ends)):
+                bad.add(n.output[0])
+        if not bad:
+            continue
+        for n in g.node:  # downstream, in graph order (topological)
+            if any(i in bad for i in n.input):
+                bad.update(o for o in n.output if o)
+        for vi in g.value_info:
+            if vi.name in bad and vi.type.tensor_type.HasField("shape"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.HasField("dim_value"):
+                        d.Clear()  # unknown: neither a number nor a name
+    return model
 
 
 #: Inference runs again at most this many times after graphpass's own rules added shapes.

@@ -15,8 +15,15 @@ A dim is bounded when it is a number, or a symbol carried by a graph input whose
 all numbers above 0: that input lives in device memory, so the symbol is at most
 ``max_tensor_bytes / (itemsize * product of the other dims)`` (the target's data file). A symbol
 of an input whose other dims are symbols too is not bounded (another dim may be 0, and a tensor
-of 0 elements has any size on its other axes). One symbol is one size throughout the graph, as
-ONNX's dim_param says and graphpass's shape handling assumes.
+of 0 elements has any size on its other axes). onnxruntime does not hold two inputs that name
+one symbol to one size, so a symbol's bound is the weakest over every input carrying it (and
+none if one of them does not bound it).
+
+A number in a tensor's shape is trusted where onnxruntime computes that shape from shapes
+alone: not on the outputs of ops whose output shape depends on data (NonZero, Unique, Compress,
+TopK with a computed k, Range, ...), of a Reshape/Expand/Tile/... whose shape operand is not a
+constant, of a Slice with a negative step (onnxruntime and the spec disagree on a backward Slice
+to INT64_MAX), or of a control-flow op.
 """
 
 from __future__ import annotations
@@ -70,6 +77,34 @@ def _type_range(dt: np.dtype | None) -> tuple[int, int] | None:
         info = np.iinfo(dt)
         return (int(info.min), int(info.max))
     return None
+
+
+#: ops whose output shape onnxruntime computes from the data (not from input shapes alone)
+_DATA_SHAPED = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit", "RegexFullMatch"})
+#: ops whose output shape is an input's value: trusted only when that operand is a constant
+_SHAPE_OPERAND = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+                  "Pad": (1, 2), "Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,), "TopK": (1,),
+                  "CenterCropPad": (1,), "Col2Im": (1, 2), "Slice": (1, 2, 3, 4)}
+_CONTROL = frozenset({"Loop", "Scan", "If"})
+
+
+def _untrusted_shape(t: gs.Tensor) -> str:
+    """Why the numbers in ``t``'s declared shape may not be what onnxruntime computes (empty:
+    they are): a graph input's and a constant's are (onnxruntime checks an input's)."""
+    if isinstance(t, gs.Constant) or not t.inputs:
+        return ""
+    p = t.inputs[0]
+    if p.op in _DATA_SHAPED or p.op in _CONTROL or p.domain not in (None, "", "ai.onnx"):
+        return f"comes from {p.op}, whose output shape depends on the data"
+    idx = _SHAPE_OPERAND.get(p.op)
+    if idx is not None and not all(isinstance(p.inputs[i], gs.Constant) for i in idx if i < len(p.inputs)
+                                   and p.inputs[i].name):
+        return f"is set by {p.op}'s computed operand"
+    if p.op == "Slice":
+        steps = p.inputs[4] if len(p.inputs) > 4 else None
+        if steps is not None and isinstance(steps, gs.Constant) and (np.asarray(peek_values(steps)) < 0).any():
+            return "comes from a backward Slice (onnxruntime and the spec disagree on its length)"
+    return ""
 
 
 def _hull(rs: list[Range]) -> Range:
@@ -131,6 +166,7 @@ class IntRanges:
     def _symbol_bounds(self) -> dict[str, int]:
         """symbol -> its largest value, from the graph inputs that bound it (module docstring)."""
         out: dict[str, int] = {}
+        unbounded: set[str] = set()
         if not self.max_tensor_bytes:
             return out
         for t in self.graph.inputs:
@@ -143,9 +179,15 @@ class IntRanges:
                     continue
                 others = [e for j, e in enumerate(shape) if j != k]
                 if not all(isinstance(e, (int, np.integer)) and e > 0 for e in others):
+                    unbounded.add(d)  # this input may carry the symbol at any size
                     continue
                 bound = self.max_tensor_bytes // (max(1, dt.itemsize) * math.prod(int(e) for e in others))
-                out[d] = min(out.get(d, bound), bound)
+                out[d] = max(out.get(d, bound), bound)  # the weakest: another input may disagree
+        for t in self.graph.inputs:  # an input of unknown dtype or shape naming a symbol bounds nothing
+            if t.shape is not None and _dtype(t) is None:
+                unbounded.update(d for d in t.shape if isinstance(d, str) and d)
+        for d in unbounded:
+            out.pop(d, None)
         return out
 
     def dim(self, d: Any, what: str) -> Range:
@@ -287,7 +329,11 @@ class IntRanges:
         start = int(node.attrs.get("start", 0))
         end = node.attrs.get("end")
         dims = list(shape)[start:] if end is None else list(shape)[start:int(end)]
-        rs = [self.dim(d, f"'{x.name}'") for d in dims]
+        why = _untrusted_shape(x)
+        if why:  # the declared numbers are not what onnxruntime computes on every input
+            dims = [d if isinstance(d, str) else None for d in dims]
+        rs = [self.dim(d, f"'{x.name}'") if d is not None else Range(0, INT64[1], f"the shape of '{x.name}' {why}")
+              for d in dims]
         if rs:
             self._set(node.outputs[0], _hull(rs), rs)
         else:

@@ -244,6 +244,13 @@ class NarrowInt64(Pass):
             r = ranges.of(t)
             if not r.fits():
                 return f"'{t.name}' is not proven within int32 ({r.why or 'range ' + r.text()})"
+        if node.op == "Range" and len(node.inputs) == 3:
+            # its element count is (limit - start) / delta: onnx's shape inference computes that
+            # difference in the inputs' type, so it must fit int32 too (else the checker refuses)
+            start, limit = ranges.of(node.inputs[0]), ranges.of(node.inputs[1])
+            lo, hi = limit.lo - start.hi, limit.hi - start.lo
+            if lo < -(2 ** 31) or hi > 2 ** 31 - 1:
+                return f"Range's span limit - start ({lo} .. {hi}) is not proven within int32"
         return None
 
     @staticmethod

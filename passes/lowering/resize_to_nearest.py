@@ -162,12 +162,18 @@ class ResizeToNearest(Pass):
 
     @staticmethod
     def _errors(ref: dict, got: dict) -> dict[str, float]:
-        """Max abs difference per float output; inf where NaN/inf positions or signs moved."""
+        """Max abs difference per output (integers exactly); inf where NaN/inf positions or signs moved."""
         out = {}
         for k, a in ref.items():
             a, b = np.asarray(a), np.asarray(got[k])
-            if a.dtype.kind != "f" or a.shape != b.shape:
-                out[k] = 0.0 if a.shape == b.shape and np.array_equal(a, b) else math.inf
+            if a.shape != b.shape:
+                out[k] = math.inf
+                continue
+            if a.dtype.kind in "iub":  # an integer image: the difference of the values, exactly
+                out[k] = float(np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)))) if a.size else 0.0
+                continue
+            if a.dtype.kind != "f":
+                out[k] = 0.0 if np.array_equal(a, b) else math.inf
                 continue
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             fin = np.isfinite(a64) & np.isfinite(b64)

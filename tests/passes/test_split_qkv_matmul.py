@@ -181,14 +181,15 @@ def test_integers():
         assert_equivalent(model, gp.to_proto(graph), feeds, **TOL)
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 16, 2, 16), (1, 16, 64, 4, 1024), (2, 8, 64, 4, 4096)])
-def test_float16_is_exact_as_graphpass_judges_float16(shape):
+@pytest.mark.parametrize("shape", [(2, 5, 16, 2, 16), (1, 16, 64, 4, 1024)])
+def test_float16_is_refused_with_the_reason(shape):
+    # onnxruntime's CPU float16 MatMul gives a narrower product other last bits (a hostile review measured
+    # 9 bytes of a 1x16x192 projection at K=1024): not exact, so not split
     b, s, h, heads, k = shape
     model = _timm(b=b, s=s, h=h, heads=heads, k=k, dtype=F16)
-    graph, result, _ = _split(model)
-    assert result.modified
-    checked = V.check_outputs(model, gp.to_proto(graph), _feeds(model), V.Tolerance(0.0, 0.0, "exact"))
-    assert checked.ok and checked.emulated, checked.describe()
+    graph, result, ctx = _split(model)
+    assert not result.modified
+    assert any("float16" in str(e) for e in ctx.explanations)
 
 
 def test_empty_batch():
