@@ -54,6 +54,11 @@ def _writer(t: gs.Tensor, scope: Scope, op: str) -> gs.Node | None:
     return p if _std(p, op) and id(p) in scope.local else None
 
 
+def _perm_is(node: gs.Node, perm: list[int]) -> bool:
+    """``node`` (a Transpose) permutes by ``perm``."""
+    return [int(p) for p in node.attrs.get("perm", [])] == perm
+
+
 def _only_reader(t: gs.Tensor, scope: Scope) -> bool:
     return scope.single_reader(t)
 
@@ -225,7 +230,7 @@ def _k_transposed(kt: gs.Tensor, scope: Scope, shapes: _Shapes) -> tuple[gs.Tens
         return None
     mid = r2.inputs[0]
     t3 = _writer(mid, scope, "Transpose")
-    if t3 is None or not _only_reader(mid, scope) or [int(p) for p in t3.attrs.get("perm", [])] != [0, 2, 1]:
+    if t3 is None or not _only_reader(mid, scope) or not _perm_is(t3, [0, 2, 1]):
         return None
     flat = t3.inputs[0]
     r1 = _writer(flat, scope, "Reshape")
@@ -505,7 +510,7 @@ def _head_split(t: gs.Tensor, scope: Scope, shapes: _Shapes, heads: int, d: int,
     nodes = []
     if not bsnd:
         tr = _writer(t, scope, "Transpose")
-        if tr is None or not _feeds_only(t, scope) or [int(p) for p in tr.attrs.get("perm", [])] != [0, 2, 1, 3]:
+        if tr is None or not _feeds_only(t, scope) or not _perm_is(tr, [0, 2, 1, 3]):
             return None
         nodes.append(tr)
         t = tr.inputs[0]
@@ -527,7 +532,7 @@ def _head_merge(y: gs.Tensor, scope: Scope, shapes: _Shapes, hd: int) -> tuple[l
     if not _only_reader(y, scope):
         return None
     tr = y.outputs[0]
-    if not _std(tr, "Transpose") or [int(p) for p in tr.attrs.get("perm", [])] != [0, 2, 1, 3]:
+    if not _std(tr, "Transpose") or not _perm_is(tr, [0, 2, 1, 3]):
         return None
     t = tr.outputs[0]
     if not _only_reader(t, scope):
@@ -562,7 +567,7 @@ def _split_heads_of(q: gs.Tensor, scope: Scope, shapes: _Shapes, d: int) -> int 
         p = t.inputs[0] if len(t.inputs) == 1 else None
         if p is None or not p.inputs:
             return None
-        if p.op == "Transpose" and [int(x) for x in p.attrs.get("perm", [])] == [0, 2, 1, 3]:
+        if p.op == "Transpose" and _perm_is(p, [0, 2, 1, 3]):
             rs = _writer(p.inputs[0], scope, "Reshape")
             if rs is None or len(rs.inputs) != 2:
                 return None
