@@ -377,6 +377,46 @@ def llama_static(full: bool) -> Built:
     return _llama(full, dynamic_sequence=False)
 
 
+class _DecodeStep(nn.Module):
+    """One decoding step of a causal LM over a KV cache passed in and returned as tensors (the
+    form a deployed decoder takes: a one-token query attending to past + new keys)."""
+
+    def __init__(self, m: nn.Module, layers: int):
+        super().__init__()
+        if layers != 2:
+            raise ValueError("the decode-step wrapper names the cache of 2 layers (the reduced config)")
+        self.m, self.layers = m, layers
+
+    def forward(self, input_ids, attention_mask, past_key_0, past_value_0, past_key_1, past_value_1):
+        from transformers.cache_utils import DynamicCache
+
+        past = (past_key_0, past_value_0, past_key_1, past_value_1)  # named: the exporters key inputs by name
+        cache = DynamicCache()
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        new = out.past_key_values
+        return (out.logits, *[t for i in range(self.layers) for t in (new.layers[i].keys, new.layers[i].values)])
+
+
+def llama_kv(full: bool) -> Built:
+    """The LLaMA-style decoder (GQA 4/2) as one decode step over a KV cache of 7 tokens: the
+    attention's K and V are Concat(past, new) (IncreFlashAttention's case on Ascend)."""
+    built = _llama(full, dynamic_sequence=False)
+    cfg = built.module.config
+    layers, kvh = cfg.num_hidden_layers, cfg.num_key_value_heads
+    d = cfg.hidden_size // cfg.num_attention_heads
+    b, past = 2, 7
+    inputs = {"input_ids": _ids(b, 1, cfg.vocab_size), "attention_mask": torch.ones(b, past + 1, dtype=torch.int64)}
+    for i in range(layers):
+        inputs[f"past_key_{i}"] = torch.randn(b, kvh, past, d)
+        inputs[f"past_value_{i}"] = torch.randn(b, kvh, past, d)
+    outputs = ["logits"] + [f"present_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
+    return Built(_DecodeStep(built.module, layers), inputs, {k: _BATCH for k in inputs}, outputs,
+                 built.note + f", one decode step over a KV cache of {past} tokens",
+                 {"input_ids": (0, cfg.vocab_size), "attention_mask": (1, 2)})
+
+
 def llama_fp16(full: bool) -> Built:
     """The static LLaMA-style decoder in float16 (``model.half()``): what a user brings for a float16
     deployment; its RMSNorms upcast to float32 inside (LlamaRMSNorm), its attention runs in float16."""
@@ -443,6 +483,7 @@ MODELS: dict[str, Callable[[bool], Built]] = {
     "llama": llama,
     "llama_static": llama_static,
     "llama_fp16": llama_fp16,
+    "llama_kv": llama_kv,
     "style_transfer": style_transfer,
 }
 FULL_ONLY = {"ssdlite_mobilenet_v3": ssdlite_mobilenet_v3}

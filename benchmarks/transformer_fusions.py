@@ -17,7 +17,7 @@ import graphpass as gp
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "exporters"
-MODELS = ("bert", "gpt2", "vit", "whisper", "llama", "llama_static", "llama_fp16")
+MODELS = ("bert", "gpt2", "vit", "whisper", "llama", "llama_static", "llama_fp16", "llama_kv")
 #: the fusions of attention, norms, GELU, rotary embeddings and gated MLPs (the baseline runs without them)
 OURS = ("fuse_attention", "fuse_rms_norm", "fuse_rotary_embedding", "fuse_swiglu", "fuse_gelu", "fuse_layer_norm")
 SHOWN = ("Attention", "AttentionBSH", "RmsNorm", "AddRmsNorm", "RotaryEmbedding", "SwiGlu", "LayerNormalization",

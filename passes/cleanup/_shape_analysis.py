@@ -38,6 +38,12 @@ _SAME_SHAPE = frozenset({
 _SAME_BATCH = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
                          "GlobalMaxPool", "GlobalLpPool", "ConvInteger", "QLinearConv"})
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"})
+_DEVICE = "graphpass.ascend"
+#: graphpass device ops whose output has their first input's shape: normalizations along the last
+#: axis (the weight is checked to lie along it) and GELU. Not AddRmsNorm (its operands' symbolic
+#: dims are taken as equal, not proven), the rotary embedding or the attention (other operands
+#: could broadcast the result larger, which the fusions do not rule out).
+_DEVICE_SAME_SHAPE = frozenset({"RmsNorm", "LayerNorm", "Gelu", "GeluTanh"})
 
 
 class ShapeAnalysis:
@@ -109,6 +115,8 @@ class ShapeAnalysis:
 
     def _producer_rank(self, t: gs.Tensor) -> int | None:
         p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is not None and p.domain == _DEVICE and p.op in _DEVICE_SAME_SHAPE and p.inputs:
+            return self.rank(p.inputs[0])
         if p is None or not is_onnx_op(p) or not p.inputs:
             return None
         if p.op == "Reshape" and len(p.inputs) > 1:
@@ -173,6 +181,8 @@ class ShapeAnalysis:
         """(x, j) when dim ``axis`` of ``t`` is dim j of x; an int or Dim when it is that value;
         None when nothing is known."""
         p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is not None and p.domain == _DEVICE and p.op in _DEVICE_SAME_SHAPE and p.inputs:
+            return (p.inputs[0], axis)  # graphpass's elementwise device ops keep their input's shape
         if p is None or not is_onnx_op(p) or not p.inputs:
             return None
         if p.op == "Split":

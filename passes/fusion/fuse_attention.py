@@ -27,6 +27,7 @@ an attention was left.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -244,7 +245,9 @@ def _k_transposed(kt: gs.Tensor, scope: Scope, shapes: _Shapes) -> tuple[gs.Tens
         if got is None or _int(kd[1]) is None or _int(kd[2]) is None:
             return None
         x, nkv, rep, kv_nodes = got
-        if not _reshape_is(shapes, r1, [_FREE, kd[3], kd[4]]):
+        lead = [_int(e) for e in kd[:3]]
+        bn = math.prod(lead) if None not in lead else _FREE  # B*Nkv*rep written out (static shapes) or -1
+        if not _reshape_is(shapes, r1, [bn, kd[3], kd[4]]):
             return None
         if not _reshape_is(shapes, r2, [kd[0], nkv * rep, kd[4], kd[3]]):
             return None
