@@ -41,8 +41,8 @@ _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"
 _DEVICE = "graphpass.ascend"
 #: graphpass device ops whose output has their first input's shape: normalizations along the last
 #: axis (the weight is checked to lie along it) and GELU. Not AddRmsNorm (its operands' symbolic
-#: dims are taken as equal, not proven), the rotary embedding or the attention (other operands
-#: could broadcast the result larger, which the fusions do not rule out).
+#: dims are taken as equal, not proven); the rotary embedding and the attention are followed
+#: through their bodies' broadcasts (ShapeAnalysis._step).
 _DEVICE_SAME_SHAPE = frozenset({"RmsNorm", "LayerNorm", "Gelu", "GeluTanh"})
 
 
@@ -181,8 +181,14 @@ class ShapeAnalysis:
         """(x, j) when dim ``axis`` of ``t`` is dim j of x; an int or Dim when it is that value;
         None when nothing is known."""
         p = t.inputs[0] if len(t.inputs) == 1 else None
-        if p is not None and p.domain == _DEVICE and p.op in _DEVICE_SAME_SHAPE and p.inputs:
-            return (p.inputs[0], axis)  # graphpass's elementwise device ops keep their input's shape
+        if p is not None and p.domain == _DEVICE and p.inputs:
+            if p.op in _DEVICE_SAME_SHAPE:
+                return (p.inputs[0], axis)  # graphpass's elementwise device ops keep their input's shape
+            if p.op in ("RotaryEmbedding", "RotaryEmbeddingInterleaved") and p.outputs[0] is t:
+                return self._broadcast(p, t, axis)  # X * Cos + rotate(X) * Sin: the three broadcast
+            if p.op in ("Attention", "AttentionBSH") and p.outputs[0] is t and len(p.inputs) >= 4:
+                return self._attention(p, axis)
+            return None
         if p is None or not is_onnx_op(p) or not p.inputs:
             return None
         if p.op == "Split":
@@ -222,6 +228,44 @@ class ShapeAnalysis:
                 return None
             if axis >= r - ri:
                 dims.append(self.dim(i, axis - (r - ri)))
+        dims = [d for d in dims if not (is_known(d) and d == 1)]
+        if not dims:
+            return 1
+        known = {d for d in dims if is_known(d)}
+        if known:
+            return known.pop() if len(known) == 1 else None
+        return dims[0] if all(d == dims[0] for d in dims) else None
+
+    def _attention(self, p: gs.Node, axis: int):
+        """A dim of graphpass's attention op's output (its body's broadcasts): BNSD [B, N, Sq, Dv]
+        is Q's B, N, Sq broadcast with the mask's (B with K's and V's too), V's Dv; BSH [B, Sq, H]
+        the same B and Sq, and Q's H where the mask has one head."""
+        q, k, v, mask = p.inputs[:4]
+        rq = self.rank(q)
+        rm = self.rank(mask) if (mask.name or isinstance(mask, gs.Constant)) else 0
+        if rq is None or rm is None or rm > 4:
+            return None
+
+        def m(score_axis: int):  # the mask's dim on an axis of the [B, N, Sq, Skv] scores
+            j = score_axis - (4 - rm)
+            return [self.dim(mask, j)] if j >= 0 else []
+
+        bsh = p.op == "AttentionBSH"
+        if rq != (3 if bsh else 4):
+            return None
+        if axis == 0:
+            dims = [self.dim(q, 0), self.dim(k, 0), self.dim(v, 0)] + m(0)
+        elif not bsh and axis in (1, 2):
+            dims = [self.dim(q, axis)] + m(axis)
+        elif not bsh and axis == 3:
+            return (v, 3)
+        elif bsh and axis == 1:
+            dims = [self.dim(q, 1)] + m(2)
+        elif bsh and axis == 2:
+            heads = m(1)
+            return (q, 2) if not heads or (is_known(heads[0]) and heads[0] == 1) else None
+        else:
+            return None
         dims = [d for d in dims if not (is_known(d) and d == 1)]
         if not dims:
             return 1

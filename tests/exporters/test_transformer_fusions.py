@@ -83,17 +83,7 @@ def test_every_norm_gelu_rotary_and_gated_mlp_is_fused(entry):
     assert_equivalent(onnx.load(str(path)), gp.to_proto(result.graph), feeds, rtol=1e-4, atol=1e-5, exact=exact)
 
 
-#: where the fused graph's estimate is not below the unfused one's, and why (strict: the test says when it holds)
-ESTIMATE_GAPS = {
-    "llama_kv.torchscript.onnx": "the TorchScript decode step reads Shape() of the rotary and attention outputs for its "
-                                 "reshapes; simplify_shapes does not see through those device ops (their other operands "
-                                 "may broadcast), so 4 Shape->Gather chains stay that fold without the fusions "
-                                 "(2001 vs 1593 us)",
-}
-
-
-@pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=ESTIMATE_GAPS[e["file"]]))
-                                   if e["file"] in ESTIMATE_GAPS else e for e in ENTRIES], ids=lambda e: e["file"])
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["file"])
 def test_the_estimate_drops_with_the_transformer_fusions(entry):
     path = str(DATA / entry["file"])
     with_ = gp.optimize(path, target=TARGET).report
