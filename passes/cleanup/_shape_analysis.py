@@ -228,13 +228,7 @@ class ShapeAnalysis:
                 return None
             if axis >= r - ri:
                 dims.append(self.dim(i, axis - (r - ri)))
-        dims = [d for d in dims if not (is_known(d) and d == 1)]
-        if not dims:
-            return 1
-        known = {d for d in dims if is_known(d)}
-        if known:
-            return known.pop() if len(known) == 1 else None
-        return dims[0] if all(d == dims[0] for d in dims) else None
+        return _agree(dims)
 
     def _attention(self, p: gs.Node, axis: int):
         """A dim of graphpass's attention op's output (its body's broadcasts): BNSD [B, N, Sq, Dv]
@@ -266,13 +260,7 @@ class ShapeAnalysis:
             return (q, 2) if not heads or (is_known(heads[0]) and heads[0] == 1) else None
         else:
             return None
-        dims = [d for d in dims if not (is_known(d) and d == 1)]
-        if not dims:
-            return 1
-        known = {d for d in dims if is_known(d)}
-        if known:
-            return known.pop() if len(known) == 1 else None
-        return dims[0] if all(d == dims[0] for d in dims) else None
+        return _agree(dims)
 
     def _gather(self, p: gs.Node, t: gs.Tensor, axis: int):
         """Gather(data, indices, axis=a): data's dims before a, indices' dims, data's dims after a."""
@@ -446,6 +434,18 @@ class ShapeAnalysis:
 
     def input(self, node: gs.Node, i: int) -> gs.Tensor | None:
         return node.inputs[i] if i < len(node.inputs) and (node.inputs[i].name or isinstance(node.inputs[i], gs.Constant)) else None
+
+
+def _agree(dims: list):
+    """The broadcast of ``dims`` (one axis of several operands): the dims other than 1 must agree
+    wherever the op runs; a known one, or a symbol they all are, is the result (None: not known)."""
+    dims = [d for d in dims if not (is_known(d) and d == 1)]
+    if not dims:
+        return 1
+    known = {d for d in dims if is_known(d)}
+    if known:
+        return known.pop() if len(known) == 1 else None
+    return dims[0] if all(d == dims[0] for d in dims) else None
 
 
 def _keeps(p: gs.Node, t: gs.Tensor, axis: int, rank) -> tuple[gs.Tensor, int] | int | None:

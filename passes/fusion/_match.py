@@ -10,7 +10,8 @@ from onnx import TensorProto
 
 from graphpass.ir.device_ops import FLOAT_TYPES, elem_type, function_type_conflict, typed_scalar
 
-__all__ = ["producer_of", "const_value", "is_const", "no_broadcast", "operands", "fused_kernel_refusal"]
+__all__ = ["producer_of", "const_value", "is_const", "no_broadcast", "operands", "fused_kernel_refusal", "dtype_name",
+           "np_dtype"]
 
 
 def producer_of(t: gs.Tensor, op: str, local: set[int]) -> gs.Node | None:
@@ -75,3 +76,16 @@ def fused_kernel_refusal(graph: gs.Graph, label: str, device_op: str, elem: int 
     if opset < body_since:
         return f"opset {opset}: the {device_op} device op's body needs opset {body_since}+"
     return function_type_conflict(graph, device_op, elem)  # one body per model and type
+
+
+def dtype_name(elem: int | None) -> str | None:
+    """The name transformer_ops.toml gives a float TensorProto type (None for another)."""
+    return {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16",
+            TensorProto.DOUBLE: "float64"}.get(elem) if elem else None
+
+
+def np_dtype(elem: int):
+    """The numpy dtype of a TensorProto type (bfloat16 through ml_dtypes, as onnx maps it)."""
+    from onnx import helper
+
+    return helper.tensor_dtype_to_np_dtype(elem)

@@ -40,6 +40,7 @@ from graphpass.ir.device_ops_attention import MIN_OPSET, OPS, SCALE_SLOTS, atten
 from graphpass.passes.framework import MatchResult, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, apply_rules
+from graphpass.passes.fusion._match import dtype_name, np_dtype
 
 __all__ = ["FuseAttention"]
 
@@ -117,9 +118,12 @@ class _Core:
     output_type: int | None = None  # TensorProto type of the second MatMul
 
 
-#: graphpass device ops whose (first) output has their first input's shape
-_KEEP_SHAPE = frozenset({"RotaryEmbedding", "RotaryEmbeddingInterleaved", "RmsNorm", "AddRmsNorm", "LayerNorm", "Gelu",
-                         "GeluTanh"})
+#: graphpass device ops through which this pass takes a dim of the output as the first input's
+#: (the shape analysis follows the norms and GELU itself, and the rotary embedding only as a
+#: broadcast it cannot resolve on symbolic cos/sin; the rotary's cos/sin and AddRmsNorm's operands
+#: have the input's dims in every export: the bodies read the dims as they run, so this only
+#: decides what the pattern is, never a value)
+_KEEP_SHAPE = frozenset({"RotaryEmbedding", "RotaryEmbeddingInterleaved", "AddRmsNorm"})
 
 
 class _Shapes:
@@ -707,11 +711,6 @@ def _shapes_agree(core: _Core, v: gs.Tensor, qd: list, d: int, shapes: _Shapes) 
     return unknown
 
 
-def _dtype_name(elem: int | None) -> str | None:
-    return {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16",
-            TensorProto.DOUBLE: "float64"}.get(elem) if elem else None
-
-
 class _Attention(Rule):
     """The attention DAG above, anchored at MatMul(P, V) (BNSD) or at the head merge's Reshape (BSH)."""
 
@@ -758,7 +757,7 @@ class _Attention(Rule):
         if m.opset < MIN_OPSET:
             return MatchResult.fail(f"attention not fused: opset {m.opset}: the Attention device op's body needs "
                                     f"opset {MIN_OPSET}+")
-        why = attention_refusal(ctx.target, _dtype_name(elem), ctx.cost_options.get("precision_mode"),
+        why = attention_refusal(ctx.target, dtype_name(elem), ctx.cost_options.get("precision_mode"),
                                 head_dim=hit.head_dim, num_heads=hit.heads, kv_heads=hit.kv_heads)
         return MatchResult.fail(f"attention not fused: {why}") if why else MatchResult.success()
 
@@ -773,7 +772,7 @@ class _Attention(Rule):
                      dtype=core.k.dtype, shape=shape)
         mask = core.mask
         if mask is None:  # -0.0 in the scores' type: the identity of their Add
-            mask = gs.Constant(m.names("attention_no_mask"), np.array(-0.0, dtype=np.dtype(_np_dtype(core.scores_type))))
+            mask = gs.Constant(m.names("attention_no_mask"), np.array(-0.0, dtype=np.dtype(np_dtype(core.scores_type))))
         scale = core.scales["scale_q"] * core.scales["scale_k"] * core.scales["scale_mul"] / core.scales["scale_div"]
         attrs = {"num_heads": int(hit.heads), "num_key_value_heads": int(hit.kv_heads),
                  **{s: float(v) for s, v in core.scales.items()}, "nan_to_zero": int(core.nan_to_zero),
@@ -788,16 +787,6 @@ class _Attention(Rule):
         if hit.flat_shape is not None:  # the export's [B*S, H] view of the merged heads stays
             y = m.op("Reshape", [y, hit.flat_shape], {}, name=m.names("attention_flat"), dtype=out_dtype)
         return y
-
-
-def _np_dtype(elem: int):
-    import onnx.helper as h
-
-    if elem == TensorProto.BFLOAT16:
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return h.tensor_dtype_to_np_dtype(elem)
 
 
 @register

@@ -34,7 +34,7 @@ from graphpass.ir.graph import iter_graphs
 from graphpass.passes.framework import MatchResult, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
-from graphpass.passes.fusion._match import const_value, is_const, no_broadcast, operands, producer_of
+from graphpass.passes.fusion._match import const_value, dtype_name, is_const, no_broadcast, np_dtype, operands, producer_of
 
 __all__ = ["FuseRmsNorm"]
 
@@ -175,7 +175,7 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
         if got is not None and got[2][-1] is anchor:
             x, eps, nodes, why = got
             elem = elem_type(x.dtype)
-            ones = gs.Constant("", np.ones(1, dtype=onnx_np(elem))) if elem in _OK else None
+            ones = gs.Constant("", np.ones(1, dtype=np_dtype(elem))) if elem in _OK else None
             hit = _Hit(x, ones, eps, nodes, why)
             hit.weightless = True
             if ones is None:
@@ -183,13 +183,6 @@ def _match(anchor: gs.Node, g: gs.Graph, local: set[int], outputs: set[int]) -> 
                 return hit
             return _checked(hit, x, ones, None)
     return None
-
-
-def onnx_np(elem: int):
-    """The numpy dtype of a TensorProto float type (bfloat16 through ml_dtypes)."""
-    from onnx import helper
-
-    return helper.tensor_dtype_to_np_dtype(elem)
 
 
 def _checked(hit: "_Hit", x: gs.Tensor, gamma: gs.Constant, down: gs.Node | None) -> "_Hit":
@@ -218,11 +211,6 @@ def _checked(hit: "_Hit", x: gs.Tensor, gamma: gs.Constant, down: gs.Node | None
         hit.why_not = f"type {TensorProto.DataType.Name(elem) if elem else 'unknown'} is not a float type"
     hit.why_not = hit.why_not or eps_why
     return hit
-
-
-def _dtype_name(elem: int | None) -> str | None:
-    return {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16",
-            TensorProto.DOUBLE: "float64"}.get(elem) if elem else None
 
 
 class _RmsNorm(Rule):
@@ -264,14 +252,14 @@ class _RmsNorm(Rule):
                 return MatchResult.fail(f"RMSNorm not fused: {hit.why_not}")
             m.nodes = list(norm)
             elem, conflict = TensorProto.FLOAT, None
-        reason = target_refusal(ctx.target, "RmsNorm", _dtype_name(elem)) or conflict
+        reason = target_refusal(ctx.target, "RmsNorm", dtype_name(elem)) or conflict
         return MatchResult.fail(reason) if reason else MatchResult.success()
 
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         hit = m.hit
         ensure_function(m.root, rms_norm_function(m.opset, elem_type(hit.x.dtype)))
         if hit.mixed is not None or hit.weightless:  # the norm itself (a weight, if any, stays after it)
-            ones = gs.Constant(m.names("rms_norm_ones"), np.ones(int(hit.x.shape[-1]), onnx_np(elem_type(hit.x.dtype))))
+            ones = gs.Constant(m.names("rms_norm_ones"), np.ones(int(hit.x.shape[-1]), np_dtype(elem_type(hit.x.dtype))))
             m.count("weight_outside")
             return m.op("RmsNorm", [hit.x, ones], {"epsilon": float(hit.eps)}, domain=DOMAIN, name=m.names("rms_norm"))
         gamma = hit.gamma
@@ -336,7 +324,7 @@ def _add_rms_norm(graph: gs.Graph, ctx, pass_name: str) -> int:
                             "one shape (CANN AddRmsNorm takes x2 shaped as x1)")
                 continue
             elem = elem_type(x1.dtype)
-            why = target_refusal(ctx.target, "AddRmsNorm", _dtype_name(elem)) or \
+            why = target_refusal(ctx.target, "AddRmsNorm", dtype_name(elem)) or \
                 function_type_conflict(graph, "AddRmsNorm", elem)
             if why:
                 ctx.explain(pass_name, add, f"AddRmsNorm not formed: {why}")

@@ -31,7 +31,7 @@ from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import EXACT
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass, Scope, single_reader
 from graphpass.passes.fusion._match import operands, producer_of
-from graphpass.passes.fusion.fuse_rms_norm import _dtype_name
+from graphpass.passes.fusion._match import dtype_name as _dtype_name
 
 __all__ = ["FuseRotaryEmbedding"]
 
