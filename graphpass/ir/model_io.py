@@ -75,6 +75,7 @@ from graphpass.ir.serialize import (  # noqa: F401
     _types_hidden,
     _upgrade_old_opset,
     from_proto,
+    gc_batched,
     gc_frozen,
     gc_paused,
     load,

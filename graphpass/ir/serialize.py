@@ -58,6 +58,7 @@ __all__ = [
     "MIN_OPSET",
     "ModelSource",
     "from_proto",
+    "gc_batched",
     "gc_frozen",
     "gc_paused",
     "load",
@@ -149,6 +150,33 @@ class gc_frozen:
         cls._depth -= 1
         if cls._depth == 0 and cls._unfreeze:
             gc.unfreeze()
+        return False
+
+
+class gc_batched:
+    """Inside a pipeline run: the graph frozen (:class:`gc_frozen`), and the young generation
+    collected every ``young`` allocations instead of every 700 (the passes and estimates make
+    and drop many small objects: a 100k-node CNN pipeline spent ~20% of its time in those
+    sweeps). On exit one full collection frees what the run removed from the graph (gs's nodes
+    and tensors hold each other in cycles; frozen, they wait for it) before the caller exports
+    (without it the export of a 100k-node CNN raised the peak by 80 MB).
+    """
+
+    def __init__(self, young: int = 100_000):
+        self.young = young
+
+    def __enter__(self):
+        self.threshold = gc.get_threshold()
+        if self.threshold[0]:  # 0: the caller turned automatic collection off; leave it off
+            gc.set_threshold(max(self.threshold[0], self.young), *self.threshold[1:])
+        self.frozen = gc_frozen()
+        self.frozen.__enter__()
+
+    def __exit__(self, *exc):
+        self.frozen.__exit__(*exc)
+        gc.set_threshold(*self.threshold)
+        if gc_frozen._depth == 0 and gc.isenabled():
+            gc.collect()
         return False
 
 

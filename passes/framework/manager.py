@@ -107,7 +107,7 @@ class PassManager(Pass):
 
     def apply_to(self, model: Any, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
         self.requires(model)
-        with model_io.gc_frozen():
+        with model_io.gc_batched():
             result = self._loop(model, graph, ctx)
         self.ensures(model)
         return result
