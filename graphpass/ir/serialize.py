@@ -36,7 +36,7 @@ import onnx.version_converter
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, ResourceLimitError, UsageError
-from graphpass.ir import annotations, external, fast_import, limits, profiling
+from graphpass.ir import annotations, external, fast_export, fast_import, limits, profiling
 from graphpass.ir.external import (
     ExternalValues,
     _as_proto,
@@ -670,7 +670,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with gc_paused(), _types_hidden(graph) as types:
-            model = gs.export_onnx(graph, do_type_check=False)
+            model = fast_export.export_onnx(graph)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
     finally:
