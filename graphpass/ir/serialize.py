@@ -371,13 +371,17 @@ def from_proto(
         if inferred is not model:
             _copy_value_info(inferred.graph, model.graph)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
+    with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
+        return _build(model, defaults, declared, given if (input_shapes or dims) else None)
+
+
+def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) -> gs.Graph:
     try:
-        with gc_paused():
-            graph = fast_import.import_onnx(model)
+        graph = fast_import.import_onnx(model)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
-    if input_shapes or dims:
+    if given is not None:
         record_given(graph, *given)
     _remember_types(model.graph, graph)
     _remember_raw_attrs(model.graph, graph)
