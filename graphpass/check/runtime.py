@@ -9,6 +9,7 @@ severity (and the process-wide default logger's) at 4 (fatal only) unless the CL
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __all__ = ["session", "set_verbosity", "log_severity"]
@@ -21,11 +22,11 @@ def set_verbosity(verbose: int) -> None:
     """0: onnxruntime quiet (fatal only); 1 (``-v``): its warnings and errors; 2+ (``-vv``): info."""
     global _severity
     _severity = 4 if verbose <= 0 else 2 if verbose == 1 else 1
-    try:
-        import onnxruntime as ort
-    except ImportError:  # pragma: no cover - onnxruntime is a dependency
-        return
-    ort.set_default_logger_severity(_severity)
+    # session() sets the default logger's severity before each session: onnxruntime is imported
+    # (~25 ms) only by a run that builds one
+    ort = sys.modules.get("onnxruntime")
+    if ort is not None:
+        ort.set_default_logger_severity(_severity)
 
 
 def log_severity() -> int:
