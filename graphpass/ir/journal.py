@@ -354,6 +354,11 @@ class Journal:
     def touched_tensors(self) -> list[gs.Tensor]:
         return [st.obj for st in self._tensors.values()]
 
+    def changed_tensors(self) -> list[gs.Tensor]:
+        """The tensors (not created by the pass) whose class, name, shape, dtype, values or
+        annotations changed; a tensor only rewired (its producer or readers) is not listed."""
+        return [st.obj for st in self._tensors.values() if st.value_changed() or _copy_meta(st.obj) != st.meta]
+
     # -- undo -----------------------------------------------------------------------------
 
     def rollback(self) -> None:
