@@ -197,7 +197,7 @@ class _Ctx:
         self.m = model
         self.p = model.pv
         self.shapes: dict[int, tuple[int, ...]] = {}
-        self.bytes: dict[tuple[int, str, bool], int] = {}  # (tensor id, format, computed in fp16) -> bytes
+        self.bytes: dict[int, dict[tuple[str, bool], int]] = {}  # tensor id -> (format, computed in fp16) -> bytes
         self.engines: dict[int, tuple[str, str]] = {}  # node id -> (engine, why not AI Core)
         self.memo: dict[tuple, dict[str, Any]] = {}
         self.mode = precision_mode
@@ -221,6 +221,11 @@ class _Ctx:
         self.values: dict[int, np.ndarray] = {}  # folded small integer values (shape arithmetic)
         self.static_graph = False  # every input shape fixed (set by the estimate)
         self.fusion = True  # UB fusion and L2 residency (False: every node its own kernel, through GM)
+        self.capture: dict[int, tuple] | None = None  # node id -> (node, entry, inputs, outputs), top graph
+        self.top_walk: _Walk | None = None
+        self.top_contrib: list[float] = []
+        self.top_items: list[_Item] = []
+        self.fusion_groups: list[tuple[int, tuple[int, ...]]] = []
 
     def assume(self, text: str) -> None:
         self.assumptions.setdefault(text, None)
@@ -230,6 +235,48 @@ class _Ctx:
         where a stale shape still names them; every other symbolic dim is assumed 1 and listed."""
         self.graph = graph
         self.fixed_dims = {**given_shapes(graph)["dims"], **(dims or {})}
+
+
+#: the fields of a node's cost record, in the order of an entry's record tuple
+_REC_KEYS = ("us", "bound", "cube_us", "vector_us", "memory_us", "launch_us", "note")
+_FOLDED_REC = (0.0, "none", 0.0, 0.0, 0.0, 0.0, "constant: folded by GE at compile time")
+
+
+def _op_label(node: gs.Node) -> str:
+    return node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
+
+
+def _item_of(node: gs.Node, e: tuple) -> "_Item":
+    """The :class:`_Item` (a fresh record dict) of a node's walk entry (see ``_step``)."""
+    info, engine, compute16, in_fmts, out_fmts, host, rec_t, _, _ = e
+    rec = dict(zip(_REC_KEYS, rec_t))
+    if engine == "compile-time":
+        return _Item(node, {"name": node.name, "op": _op_label(node), "engine": "compile-time", "formats_in": [],
+                            "formats_out": [], **rec}, info, "compile-time")
+    rec["name"] = node.name
+    rec["op"] = _op_label(node)
+    rec["engine"] = engine
+    rec["formats_in"] = list(in_fmts)
+    rec["formats_out"] = list(out_fmts)
+    return _Item(node, rec, info, engine, compute16, in_fmts, out_fmts, host)
+
+
+class _Walk:
+    """The state of a forward walk over one graph, per tensor id: storage format, producer's
+    engine, compile-time constant, stored as fp16, host-scheduled region."""
+
+    __slots__ = ("fmt", "engine_of", "const", "half", "region_of", "dynamic", "static_graph")
+
+    def __init__(self, static_graph: bool):
+        self.fmt: dict[int, str] = {}
+        self.engine_of: dict[int, str] = {}  # tensor id -> engine of its producer
+        self.const: set[int] = set()  # tensors GE computes at compile time (its constant folding)
+        self.half: set[int] = set()  # fp32 tensors stored as fp16 (computed under force_fp16 & co.)
+        self.region_of: dict[int, dict[str, Any]] = {}
+        self.dynamic: set[int] = set()  # tensor ids whose shape depends on data
+        # ATC compiles a graph whose inputs all have fixed shapes as a static graph: it knows every
+        # shape, so shape arithmetic is compile-time work (GE-DYN, P)
+        self.static_graph = static_graph
 
 
 class AscendCostModel(CostModel):
@@ -332,6 +379,15 @@ class AscendCostModel(CostModel):
             report = self._estimate(graph, _engines_out=(out := {}), _node_records=node_records, **kwargs)
         return out, report
 
+    def placement_report(self, graph: gs.Graph, capture: dict, cx_out: list, engines: dict, node_records: bool,
+                         options: dict[str, Any]) -> CostReport:
+        """A fresh estimate that also hands back its walk (``capture``: node id -> (node, entry,
+        inputs, outputs); ``cx_out``: the estimate's state; ``engines``: as :meth:`placement`):
+        what :class:`graphpass.cost_model.incremental.IncrementalEstimate` starts from."""
+        with gc_frozen():
+            return self._estimate(graph, _engines_out=engines, _node_records=node_records, _capture=capture,
+                                  _cx_out=cx_out, **options)
+
     def _estimate(
         self,
         graph: gs.Graph,
@@ -344,6 +400,8 @@ class AscendCostModel(CostModel):
         _engines_out: dict | None = None,
         _costs_out: dict | None = None,
         _node_records: bool = True,
+        _capture: dict | None = None,
+        _cx_out: list | None = None,
         **_: Any,
     ) -> CostReport:
         mode = precision_mode or self.profile.default_precision_mode
@@ -357,6 +415,9 @@ class AscendCostModel(CostModel):
         cx.keep_nodes = _node_records
         cx.static_graph = self.static_inputs(graph)
         cx.fusion = bool(fusion)
+        cx.capture = _capture
+        if _cx_out is not None:
+            _cx_out.append(cx)
         nodes_us = self._graph_cost(graph, cx, top=True)
         if _engines_out is not None:
             _engines_out.update(cx.engines)
@@ -366,9 +427,11 @@ class AscendCostModel(CostModel):
             cx.assume("the graph has host-scheduled regions: it cannot be sunk, iterations_per_loop taken as 1")
             ipl = 1
         step = step_us / ipl
-        implicit_us = sum(i["us"] for i in cx.implicit)
-        cross_us = sum(c["us"] for c in cx.crossings)
-        total = nodes_us + implicit_us + cross_us + step
+        # exact sums (math.fsum: independent of order), so that the incremental estimate
+        # (graphpass.cost_model.incremental), which keeps the same terms, gives the same total
+        implicit_us = math.fsum(i["us"] for i in cx.implicit)
+        cross_us = math.fsum(c["us"] for c in cx.crossings)
+        total = math.fsum([*cx.top_contrib, *(i["us"] for i in cx.implicit), *(c["us"] for c in cx.crossings), step])
         td_us = cx.transdata_us + implicit_us
         if implicit_us:
             cx.per_op["TransData (implicit)"] += implicit_us
@@ -402,11 +465,14 @@ class AscendCostModel(CostModel):
         return p.graph_launch_us + h2d + d2h + copies + p.host_sync_us, not cx.dynamic_regions
 
     def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
-        key = (id(t), fmt, compute16)
-        hit = cx.bytes.get(key)
+        per = cx.bytes.get(id(t))
+        if per is None:
+            per = cx.bytes[id(t)] = {}
+        key = (fmt, compute16)
+        hit = per.get(key)
         if hit is None:
             item = self._storage_itemsize(self._dtype(t), compute16)
-            hit = cx.bytes[key] = padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
+            hit = per[key] = padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
         return hit
 
     # -- formats --------------------------------------------------------------------------
@@ -435,133 +501,59 @@ class AscendCostModel(CostModel):
     # -- per graph ------------------------------------------------------------------------
 
     def _graph_cost(self, graph: gs.Graph, cx: _Ctx, top: bool = False) -> float:
-        fmt: dict[int, str] = {}
-        engine_of: dict[int, str] = {}  # tensor id -> engine of its producer
+        w = _Walk(top and self.static_inputs(graph))
         for t in graph.inputs:  # in device memory: the step term pays the H2D copy
-            fmt[id(t)] = A.get_format(t) or "ND"
-            engine_of[id(t)] = "AICORE"
-        dynamic: set[int] = set()  # tensor ids whose shape depends on data
-        region_of: dict[int, dict[str, Any]] = {}
+            w.fmt[id(t)] = A.get_format(t) or "ND"
+            w.engine_of[id(t)] = "AICORE"
         seen_conv: set[tuple[int, str]] = set()
         seen_cross: set[tuple[int, str]] = set()
-        const: set[int] = set()  # tensors GE computes at compile time (its constant folding)
-        half: set[int] = set()  # fp32 tensors stored as fp16 (computed under force_fp16 & co.)
         items: list[_Item] = []
-        # ATC compiles a graph whose inputs all have fixed shapes as a static graph: it knows every
-        # shape, so shape arithmetic is compile-time work (GE-DYN, P)
-        static_graph = top and self.static_inputs(graph)
+        capture = cx.capture if top else None
         for node in graph.nodes:
-            info = self.ops.lookup_node(node)
-            op_label = node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
-            if info is None:
-                cx.unknown.setdefault(op_label, None)
-            static_here = static_graph and not (region_of and any(id(t) in region_of for t in node.inputs))
-            if self._folded_by_ge(node, info, const, static_here):
-                const.update(id(t) for t in node.outputs)
-                self._fold_value(node, cx)
-                items.append(_Item(node, {"name": node.name, "op": op_label, "engine": "compile-time", "formats_in": [],
-                                          "formats_out": [], "us": 0.0, "bound": "none", "cube_us": 0.0, "vector_us": 0.0,
-                                          "memory_us": 0.0, "launch_us": 0.0,
-                                          "note": "constant: folded by GE at compile time"}, info, "compile-time"))
-                continue
-            self._static_shapes(node, cx)
-            # host-scheduled region: data-dependent output shape upstream
-            upstream = None
-            if region_of:  # most graphs have no dynamic region: skip the lookup entirely
-                for t in node.inputs:
-                    upstream = region_of.get(id(t))
-                    if upstream is not None:
-                        break
-            starts = self._starts_dynamic(node, info)
-            region = upstream
-            if starts:
-                region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
-                cx.dynamic_regions.append(region)
-            if region is not None:
-                region["nodes"] += 1
-                for t in node.outputs:
-                    region_of[id(t)] = region
-                    dynamic.add(id(t))
-
-            engine, compute16, eng_note = self._engine(node, info, cx)
-            ann = A.get_engine(node)
-            if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
-                # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
-                # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
-                compute16 = ann == "AICORE" and info is not None and self._fp32_without_kernel(node, info)
-                eng_note = f"engine {ann} by annotation"
-                engine = ann
-            # formats: what the node takes and gives
-            in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
-            if engine != "AICORE":  # AI CPU kernels and the host read and write ND
-                in_fmts, out_fmts = ["ND"] * len(in_fmts), ["ND"] * len(out_fmts)
-            reads_data = node.op not in ("Shape", "Size")  # these read only the shape
-            for i, t in enumerate(node.inputs):
-                if not t.name or isinstance(t, gs.Constant) or id(t) in const:
-                    continue  # weights are converted at compile time: no runtime TransData
-                have = fmt.get(id(t))
-                if have is None:
-                    have = A.get_format(t) or "ND"
-                want = in_fmts[i] if i < len(in_fmts) else "ND"
-                if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
-                    key = (id(t), want)
-                    if key not in seen_conv:
-                        seen_conv.add(key)
-                        us = self._transdata_us(t, have, want, cx)
-                        cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
-                                            "reason": f"{op_label} '{node.name}' takes {want}, its input comes in {have}"})
-                # engine crossings
-                src = engine_of.get(id(t), "AICORE")
-                if src != engine:
-                    key2 = (id(t), engine)
-                    if key2 not in seen_cross:
-                        seen_cross.add(key2)
-                        self._cross(t, src, engine, cx, compute16)
-            for i, t in enumerate(node.outputs):
-                fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
-                engine_of[id(t)] = engine
-
-            # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
-            # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
-            cast_numel = 0
-            if engine == "AICORE" and info is not None and info.cost not in ("view", "none", "control"):
-                for t in node.inputs:
-                    if t.name and not isinstance(t, gs.Constant) and id(t) not in const and t.dtype == _F32:
-                        if (id(t) in half) != compute16:
-                            cast_numel += math.prod(self._shape(t, cx))
-                if compute16:
-                    half.update(id(t) for t in node.outputs if t.dtype == _F32)
-            key = None
-            if info is not None and info.cost != "control":
-                key = (node.op, node.domain, engine, compute16, region is not None, cast_numel, tuple(in_fmts),
-                       tuple(out_fmts), tuple((self._shape(t, cx), t.dtype) if t.name else None for t in node.inputs),
-                       tuple((self._shape(t, cx), t.dtype) for t in node.outputs),
-                       tuple(sorted((k, str(v)) for k, v in node.attrs.items() if k in _COST_ATTRS)))
-            if key is not None:
-                try:
-                    hash(key)
-                except TypeError:  # e.g. an optional-typed value (its gs dtype is a TypeProto)
-                    key = None
-            cached = cx.memo.get(key) if key is not None else None
-            if cached is not None:
-                rec = dict(cached)
-            else:
-                rec = self._node_cost(node, info, engine, compute16, in_fmts, out_fmts, region is not None, cx, cast_numel)
-                if key is not None:
-                    cx.memo[key] = dict(rec)
-            if eng_note:
-                rec["note"] = (eng_note + "; " + rec["note"]).strip("; ")
-            cx.engines[id(node)] = (engine, rec.get("note", "") if engine != "AICORE" else "")
-            rec["name"] = node.name
-            rec["op"] = op_label
-            rec["engine"] = engine
-            rec["formats_in"] = in_fmts
-            rec["formats_out"] = out_fmts
-            items.append(_Item(node, rec, info, engine, compute16, in_fmts, out_fmts, region is not None))
+            e = self._step(node, w, cx)
+            info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross = e
+            if capture is not None:
+                capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
+            for t, have, want in conv:
+                key = (id(t), want)
+                if key not in seen_conv:
+                    seen_conv.add(key)
+                    us = self._transdata_us(t, have, want, cx)
+                    cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
+                                        "reason": f"{_op_label(node)} '{node.name}' takes {want}, its input comes in {have}"})
+            for t, src, c16 in cross:
+                key2 = (id(t), engine)
+                if key2 not in seen_cross:
+                    seen_cross.add(key2)
+                    self._cross(t, src, engine, cx, c16)
+            items.append(_item_of(node, e))
         if cx.fusion:
-            self._fuse(items, graph, cx, const)
+            groups = self._fuse(items, graph, cx, w.const)
+            if capture is not None:
+                cx.fusion_groups = [(id(g[0].node), tuple(id(x.node) for x in g)) for g in groups]
+        contrib = self._contributions(items, cx)
+        # graph outputs leave in their origin format
+        if top:
+            cx.top_walk = w
+            for t in graph.outputs:
+                have = w.fmt.get(id(t), "ND")
+                if have not in _PLAIN and (id(t), "ND") not in seen_conv:
+                    seen_conv.add((id(t), "ND"))
+                    us = self._transdata_us(t, have, "ND", cx)
+                    cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
+                if w.engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
+                    seen_cross.add((id(t), "AICORE"))  # back to device memory for the step's D2H
+                    self._cross(t, "HOST", "AICORE", cx, True)
+            cx.top_contrib = contrib
+            if capture is not None:
+                cx.top_items = items
+        return math.fsum(contrib)
+
+    def _contributions(self, items: "list[_Item]", cx: _Ctx) -> list[float]:
+        """Each costed node's final figure (after fusion and ``[op_scale]``), in node order; the
+        report's per-engine/per-op sums and per-node records."""
         scale = self.profile.op_scale
-        total = 0.0
+        out = []
         for it in items:
             rec = it.rec
             if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
@@ -578,19 +570,109 @@ class AscendCostModel(CostModel):
             if it.info is not None and it.info.cost == "transdata":
                 cx.explicit_transdata += 1
                 cx.transdata_us += rec["us"]
-            total += rec["us"]
-        # graph outputs leave in their origin format
-        if top:
-            for t in graph.outputs:
-                have = fmt.get(id(t), "ND")
-                if have not in _PLAIN and (id(t), "ND") not in seen_conv:
-                    seen_conv.add((id(t), "ND"))
-                    us = self._transdata_us(t, have, "ND", cx)
-                    cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
-                if engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
-                    seen_cross.add((id(t), "AICORE"))  # back to device memory for the step's D2H
-                    self._cross(t, "HOST", "AICORE", cx, True)
-        return total
+            out.append(rec["us"])
+        return out
+
+    def _step(self, node: gs.Node, w: "_Walk", cx: _Ctx) -> tuple:
+        """One node of the forward walk: reads the state of its input tensors in ``w``, writes
+        that of its outputs, and returns its entry ``(info, engine, computes in fp16, input
+        formats, output formats, host-scheduled, cost record (a tuple in _REC_KEYS order, before
+        fusion), implicit TransData demands ((tensor, have, want), ...), engine crossings
+        ((tensor, from, computes in fp16), ...))``. The fresh walk and the incremental one
+        (:mod:`graphpass.cost_model.incremental`) both price a node here."""
+        fmt, engine_of, const, half, region_of = w.fmt, w.engine_of, w.const, w.half, w.region_of
+        info = self.ops.lookup_node(node)
+        op_label = _op_label(node)
+        if info is None:
+            cx.unknown.setdefault(op_label, None)
+        static_here = w.static_graph and not (region_of and any(id(t) in region_of for t in node.inputs))
+        if self._folded_by_ge(node, info, const, static_here):
+            const.update(id(t) for t in node.outputs)
+            self._fold_value(node, cx)
+            return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
+        self._static_shapes(node, cx)
+        # host-scheduled region: data-dependent output shape upstream
+        upstream = None
+        if region_of:  # most graphs have no dynamic region: skip the lookup entirely
+            for t in node.inputs:
+                upstream = region_of.get(id(t))
+                if upstream is not None:
+                    break
+        starts = self._starts_dynamic(node, info)
+        region = upstream
+        if starts:
+            region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
+            cx.dynamic_regions.append(region)
+        if region is not None:
+            region["nodes"] += 1
+            for t in node.outputs:
+                region_of[id(t)] = region
+                w.dynamic.add(id(t))
+
+        engine, compute16, eng_note = self._engine(node, info, cx)
+        ann = A.get_engine(node)
+        if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
+            # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
+            # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+            compute16 = ann == "AICORE" and info is not None and self._fp32_without_kernel(node, info)
+            eng_note = f"engine {ann} by annotation"
+            engine = ann
+        # formats: what the node takes and gives
+        in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
+        if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+            in_fmts, out_fmts = ["ND"] * len(in_fmts), ["ND"] * len(out_fmts)
+        reads_data = node.op not in ("Shape", "Size")  # these read only the shape
+        conv = []
+        cross = []
+        for i, t in enumerate(node.inputs):
+            if not t.name or isinstance(t, gs.Constant) or id(t) in const:
+                continue  # weights are converted at compile time: no runtime TransData
+            have = fmt.get(id(t))
+            if have is None:
+                have = A.get_format(t) or "ND"
+            want = in_fmts[i] if i < len(in_fmts) else "ND"
+            if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
+                conv.append((t, have, want))
+            # engine crossings
+            src = engine_of.get(id(t), "AICORE")
+            if src != engine:
+                cross.append((t, src, compute16))
+        for i, t in enumerate(node.outputs):
+            fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
+            engine_of[id(t)] = engine
+
+        # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
+        # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
+        cast_numel = 0
+        if engine == "AICORE" and info is not None and info.cost not in ("view", "none", "control"):
+            for t in node.inputs:
+                if t.name and not isinstance(t, gs.Constant) and id(t) not in const and t.dtype == _F32:
+                    if (id(t) in half) != compute16:
+                        cast_numel += math.prod(self._shape(t, cx))
+            if compute16:
+                half.update(id(t) for t in node.outputs if t.dtype == _F32)
+        key = None
+        if info is not None and info.cost != "control":
+            key = (node.op, node.domain, engine, compute16, region is not None, cast_numel, tuple(in_fmts),
+                   tuple(out_fmts), tuple((self._shape(t, cx), t.dtype) if t.name else None for t in node.inputs),
+                   tuple((self._shape(t, cx), t.dtype) for t in node.outputs),
+                   tuple(sorted((k, str(v)) for k, v in node.attrs.items() if k in _COST_ATTRS)))
+        if key is not None:
+            try:
+                hash(key)
+            except TypeError:  # e.g. an optional-typed value (its gs dtype is a TypeProto)
+                key = None
+        rec_t = cx.memo.get(key) if key is not None else None
+        if rec_t is None:
+            rec = self._node_cost(node, info, engine, compute16, in_fmts, out_fmts, region is not None, cx, cast_numel)
+            rec_t = tuple(rec[k] for k in _REC_KEYS)
+            if key is not None:
+                cx.memo[key] = rec_t
+        if eng_note:
+            rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
+        cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
+        return (info, engine, compute16, tuple(in_fmts), tuple(out_fmts), region is not None, rec_t,
+                tuple(conv), tuple(cross))
 
     @staticmethod
     def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int], static_graph: bool = False) -> bool:
@@ -750,7 +832,8 @@ class AscendCostModel(CostModel):
             except ValueError:
                 pass
 
-    def _fuse(self, items: "list[_Item]", graph: gs.Graph, cx: _Ctx, const: set[int]) -> None:
+    def _fuse(self, items: "list[_Item]", graph: gs.Graph, cx: _Ctx, const: set[int],
+              outside: Any = None) -> "list[list[_Item]]":
         """What ATC does before the kernels run, applied to the per-node records:
 
         1. UB fusion (ATC-FSF, P): a Conv/MatMul/Gemm, a pooling or reduce kernel, or an
@@ -766,31 +849,43 @@ class AscendCostModel(CostModel):
            launches and weights are shared by more images, then flattens where the traffic goes to GM).
 
         Cost of a kernel: launch + max(cube, vector, memory) of its ops together.
+
+        Returns the groups (lists of items, the head first). ``outside`` (the incremental
+        estimate's local re-fusion, :mod:`graphpass.cost_model.incremental`): ``items`` are the
+        nodes of some groups only; the readers of a tensor come from ``outside.readers`` and a
+        chain that would take in a node not among ``items`` sets ``outside.reached``.
         """
         p = self.pv
         if not items:
-            return
-        consumers: dict[int, list[_Item]] = defaultdict(list)
-        for it in items:
-            for t in it.node.inputs:
-                consumers[id(t)].append(it)
+            return []
+        if outside is None:
+            consumers: dict[int, list[_Item]] = defaultdict(list)
+            for it in items:
+                for t in it.node.inputs:
+                    consumers[id(t)].append(it)
+            def readers(t: gs.Tensor, default: Any = None) -> Any:
+                return consumers.get(id(t), default)
+        else:
+            readers = outside.readers
         graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
         fused: set[int] = set()
         efficiency = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}
+        groups: list[list[_Item]] = []
         for it in items:
             if id(it) in fused or not it.kernel():
                 continue
             group = [it]
+            groups.append(group)
             if it.head():
                 tail = it
                 while len(group) < p.ub_fusion_max_ops:
                     outs = [t for t in tail.node.outputs if t.name]
                     if len(outs) != 1 or id(outs[0]) in graph_io:
                         break
-                    cons = self._chain_step(consumers.get(id(outs[0]), []), outs[0], consumers)
+                    cons = self._chain_step(readers(outs[0], []), outs[0], readers)
                     if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
                         break
                     if self._shape(outs[0], cx) != self._shape(cons[-1].node.outputs[0], cx):
@@ -801,6 +896,9 @@ class AscendCostModel(CostModel):
                     out_fmt = tail.out_fmts[0] if tail.out_fmts else "ND"
                     if any(f != out_fmt for c in cons for t, f in zip(c.node.inputs, c.in_fmts) if t is outs[0]):
                         break
+                    if outside is not None and any(id(c.node) not in outside.inside for c in cons):
+                        outside.reached = True  # a group not formed again would change: fuse the whole graph
+                        return groups
                     tail = cons[-1]
                     group.extend(cons)
                     fused.update(id(c) for c in cons)
@@ -837,9 +935,10 @@ class AscendCostModel(CostModel):
                 for g in group[1:]:
                     g.rec.update(us=0.0, cube_us=0.0, vector_us=0.0, memory_us=0.0, launch_us=0.0, bound="fused",
                                  note=(f"fused into {group[0].node.name or head['op']} (UB fusion)"))
+        return groups
 
     @staticmethod
-    def _chain_step(cons: "list[_Item]", t: gs.Tensor, consumers: "dict[int, list[_Item]]") -> "list[_Item]":
+    def _chain_step(cons: "list[_Item]", t: gs.Tensor, readers: Any) -> "list[_Item]":
         """The elementwise op(s) a fused kernel can take in after its output ``t``: the one reader
         of ``t``, or a Swish/SiLU diamond ``t -> Sigmoid -> Mul(t, .)`` (ATC's SwishFusionPass makes
         it one Swish op, which then UB-fuses). [] when neither."""
@@ -848,7 +947,7 @@ class AscendCostModel(CostModel):
         if len(cons) == 2:
             for a, b in (cons, cons[::-1]):
                 outs = [o for o in a.node.outputs if o.name]
-                if (a.eltwise() and b.eltwise() and len(outs) == 1 and consumers.get(id(outs[0])) == [b]
+                if (a.eltwise() and b.eltwise() and len(outs) == 1 and readers(outs[0], None) == [b]
                         and any(i is t for i in b.node.inputs)):
                     return [a, b]
         return []
@@ -964,6 +1063,10 @@ class AscendCostModel(CostModel):
         return self._node_cost(fake, info, engine, compute16, [src], [dst], False, cx)["us"]
 
     def _cross(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> None:
+        cx.crossings.append(self._crossing(t, src, dst, cx, compute16))
+
+    def _crossing(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> dict[str, Any]:
+        """A tensor crossing between engines (its record: tensor, from, to, bytes, us)."""
         p = self.pv
         byts = self._bytes(t, "ND", cx, compute16)
         if "HOST" in (src, dst):
@@ -971,7 +1074,7 @@ class AscendCostModel(CostModel):
             us = p.small_copy_us + byts / (rate * 1e3) + p.host_sync_us
         else:
             us = p.engine_sync_us
-        cx.crossings.append({"tensor": t.name, "from": src, "to": dst, "bytes": int(byts), "us": us})
+        return {"tensor": t.name, "from": src, "to": dst, "bytes": int(byts), "us": us}
 
     def _node_cost(self, node: gs.Node, info: OpInfo | None, engine: str, compute16: bool,
                    in_fmts: list[str], out_fmts: list[str], host_scheduled: bool, cx: _Ctx,

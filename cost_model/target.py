@@ -165,6 +165,22 @@ class Target:
         return self.estimate(graph, **kwargs), None
 
     @profiling.timed("cost estimate")
+    def incremental_estimate(self, graph: gs.Graph, _full_fraction: float | None = None, **kwargs: Any):
+        """An :class:`~graphpass.cost_model.incremental.IncrementalEstimate` of ``graph`` (its
+        full report in ``.report``, its engines in ``.engines``), when the estimates are this
+        target's own hardware model's (as :meth:`estimate_with_placement`); else None.
+        ``_full_fraction=0``: every edit is updated, however large (the development check)."""
+        if self.has_hardware and self.cost_model is self._hardware:
+            from graphpass.cost_model.base import check_estimate_options
+            from graphpass.cost_model.incremental import IncrementalEstimate
+
+            check_estimate_options(kwargs)
+            if _full_fraction == 0:  # never estimate in full for the size of an edit
+                return IncrementalEstimate(self._hardware, graph, full_fraction=None, **kwargs)
+            return IncrementalEstimate(self._hardware, graph, **kwargs)
+        return None
+
+    @profiling.timed("cost estimate")
     def estimate(self, model: Any, **kwargs: Any):
         """The cost model's report on ``model`` (a gs.Graph, or any form
         :func:`graphpass.ir.model.as_model` takes; ``total_us`` None when the model estimates

@@ -12,6 +12,8 @@ os.environ.setdefault("GRAPHPASS_CHECK_ROLLBACK", "1")
 os.environ.setdefault("GRAPHPASS_CHECK_SHARED_PLACEMENT", "1")
 # the cost veto's estimate, kept through a run, equals a fresh estimate of the final graph
 os.environ.setdefault("GRAPHPASS_CHECK_KEPT_COST", "1")
+# ... and that its incremental estimate after every application equals a fresh one, to the last bit
+os.environ.setdefault("GRAPHPASS_CHECK_INCREMENTAL", "1")
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))

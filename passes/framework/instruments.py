@@ -119,7 +119,8 @@ class CostVeto(PassInstrument):
     """
 
     def __init__(self, target: "Target | str | CostModel | None" = None, cost_options: dict[str, Any] | None = None,
-                 check_rollback: bool | None = None):
+                 check_rollback: bool | None = None, check_incremental: bool | None = None,
+                 incremental: bool = True):
         self._given = target
         self.target: Target | None = None
         self.cost_options = dict(cost_options or {})
@@ -129,6 +130,12 @@ class CostVeto(PassInstrument):
         if check_rollback is None:
             check_rollback = os.environ.get("GRAPHPASS_CHECK_ROLLBACK", "") not in ("", "0")
         self.check_rollback = check_rollback
+        if check_incremental is None:
+            check_incremental = os.environ.get("GRAPHPASS_CHECK_INCREMENTAL", "") not in ("", "0")
+        self.check_incremental = check_incremental
+        self.incremental = incremental
+        self._inc = None  # the IncrementalEstimate of the graph, when the target gives one
+        self.incremental_stats: dict[str, Any] | None = None
         self._journal: Journal | None = None
 
     @property
@@ -158,7 +165,18 @@ class CostVeto(PassInstrument):
         else:  # a cost model of one's own: the run's target with these estimates
             self.target = ctx.target.with_cost_model(given)
         self._engines = None
-        report = self._estimate(graph)
+        self._inc = None
+        self._pending: tuple[list, list] | None = None  # what unestimated applications touched
+        self._refresh = False
+        self.incremental_stats = None
+        if self.incremental and self._given is None and self.active:
+            # checked: every edit is updated, however much it touched (the update is what is checked)
+            self._inc = self.target.incremental_estimate(graph, _full_fraction=0 if self.check_incremental else None,
+                                                         **self.cost_options)
+        if self._inc is not None:
+            report, self._engines = self._inc.report, self._inc.engines
+        else:
+            report = self._estimate(graph)
         self.initial_report = self._report = report
         self.initial_cost = self._cost = report.total_us if report is not None else None
         self.final_cost = None
@@ -172,7 +190,7 @@ class CostVeto(PassInstrument):
         if self._stale and self._scored and self._cost is not None:
             # an unscored application above ESTIMATE_EACH_MAX_NODES left the estimate behind:
             # judge this one against the graph as it is now, not as it was (issue 21)
-            report = self._estimate(graph)
+            report = self._catch_up(graph)
             self._report = report
             self._cost = report.total_us if report is not None else None
             self._stale = False
@@ -196,11 +214,33 @@ class CostVeto(PassInstrument):
         if not record.modified:
             if journal is not None:
                 journal.stop()
+                if self._inc is not None and (journal.edits or journal.changed_tensors()):
+                    # a pass that changed nothing the manager counts may still have refined shapes
+                    # (its own shape inference): the incremental state follows; the cost judged
+                    # against stays the kept one, as it was
+                    nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
+                    if (nodes or changed) and not self._refresh:
+                        pending, self._pending = self._pending, None
+                        if pending is not None:  # unestimated applications before: in the same update
+                            nodes, tensors, changed = pending[0] + nodes, pending[1] + tensors, pending[2] + changed
+                        with profiling.phase("cost estimate"):
+                            self._inc.update(graph, nodes, tensors, changed)
+                        self._inc.commit()
+                        if self._report is not None:
+                            self._engines = self._inc.engines
             record.cost_after_us = cost
             return
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         kept = (self._report, self._engines)
-        report = self._estimate(graph) if self._estimate_after else None
+        report = None
+        if self._estimate_after:
+            report = self._update(pass_, graph, journal) if self._inc is not None else self._estimate(graph)
+        elif self._inc is not None and journal is not None:  # estimated with the next scored application
+            nodes, tensors, changed = self._pending or ([], [], [])
+            nodes.extend(journal.touched_nodes())
+            tensors.extend(journal.touched_tensors())
+            changed.extend(journal.changed_tensors())
+            self._pending = (nodes, tensors, changed)
         if journal is not None:
             journal.stop()
         new_cost = report.total_us if report is not None else None
@@ -208,6 +248,8 @@ class CostVeto(PassInstrument):
         if (self._scored and journal is not None and new_cost is not None and cost is not None
                 and new_cost > cost * (1 + 1e-9) + 1e-9):
             journal.rollback()
+            if self._inc is not None:
+                self._inc.rollback()  # the cache describes the restored graph again
             self._report, self._engines = kept  # the graph is as it was: so are its report and engines
             if self._before_bytes is not None and _model_bytes(graph) != self._before_bytes:
                 raise AssertionError(f"the rollback of pass '{pass_.name}' did not restore the exported model")
@@ -217,6 +259,8 @@ class CostVeto(PassInstrument):
             record.note = f"rolled back: estimate rose from {cost:.1f} to {new_cost:.1f} us"
             log.info("%s %s", pass_.name, record.note)
         elif new_cost is not None:
+            if self._inc is not None:
+                self._inc.commit()
             self._cost = new_cost
             self._report = report
             self._stale = False  # an estimate of the graph as it is now
@@ -232,16 +276,73 @@ class CostVeto(PassInstrument):
         if self._cost is not None:
             self._stale = True
             self._report = self._engines = None
+            self._refresh = True  # the incremental estimate starts afresh too
 
     def abort(self, pass_, graph, ctx, record, error):
         ctx.placement = None
         journal, self._journal = self._journal, None
         if journal is not None and journal.recording:
             journal.rollback()
+            if self._inc is not None:
+                self._inc.rollback()  # an update this application made, if any
             record.note = f"rolled back: the pass raised {type(error).__name__}"
 
+    def _update(self, pass_: Pass, graph: gs.Graph, journal: Journal | None):
+        """The estimate after ``pass_``: an incremental update of the kept one (a full estimate
+        when no journal says what the pass touched); with ``check_incremental``, checked
+        against a fresh estimate."""
+        inc = self._inc
+        pending, self._pending = self._pending, None
+        with profiling.phase("cost estimate"):
+            if journal is None or self._refresh:
+                report = inc.full(graph, reason="shapes refreshed by the manager" if self._refresh else "no journal")
+                self._refresh = False
+            else:
+                nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
+                if pending is not None:  # unestimated (so unscored) applications before this one
+                    nodes, tensors, changed = pending[0] + nodes, pending[1] + tensors, pending[2] + changed
+                report = inc.update(graph, nodes, tensors, changed)
+        self._engines = inc.engines
+        if self.check_incremental:
+            fresh, engines = self.target.estimate_with_placement(graph, node_records=False, **self.cost_options)
+            if fresh.total_us != report.total_us or (engines is not None and engines != inc.engines):
+                raise AssertionError(f"after pass '{pass_.name}': the incremental estimate gives {report.total_us!r} us, "
+                                     f"a fresh one {fresh.total_us!r} us"
+                                     + ("" if fresh.total_us != report.total_us else " (the engines differ)"))
+        return report
+
+    def _catch_up(self, graph: gs.Graph):
+        """The estimate of the graph as it is now, after unestimated applications (or new shapes)."""
+        inc = self._inc
+        if inc is None:
+            return self._estimate(graph)
+        pending, self._pending = self._pending, None
+        with profiling.phase("cost estimate"):
+            if self._refresh:
+                report = inc.full(graph, reason="shapes refreshed by the manager")
+            elif pending is not None:
+                report = inc.update(graph, *pending)
+            else:  # kept current all along
+                report = inc.report
+        inc.commit()
+        self._refresh = False
+        self._engines = inc.engines
+        return report
+
     def exit(self, manager, graph, ctx):
-        if self._stale and self._cost is not None:
+        if self._inc is not None:
+            self.incremental_stats = self._inc.stats()
+            log.debug("cost veto estimates: %s", self.incremental_stats)
+            inc, self._inc = self._inc, None  # its cache is dropped with the run
+            # the final report is a full one (per-node records, TransData list): the kept one when
+            # it is a fresh estimate of the graph as it is, else one fresh estimate
+            report = inc.report if inc.fresh and not self._stale else self._estimate(graph)
+            self.final_cost = report.total_us if report is not None else None
+            self.final_report = report
+            if (self._cost is not None and not self._stale and self.final_cost != self._cost
+                    and os.environ.get("GRAPHPASS_CHECK_KEPT_COST", "") not in ("", "0")):
+                raise AssertionError(f"the cost veto kept {self._cost!r} us, a fresh estimate gives {self.final_cost!r} us")
+        elif self._stale and self._cost is not None:
             report = self._estimate(graph)
             self.final_cost = report.total_us if report is not None else None
             self.final_report = report
