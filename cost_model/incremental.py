@@ -86,13 +86,17 @@ class IncrementalEstimate:
         self.fallbacks: Counter[str] = Counter()
         self._undo: list | None = None
         self._saved: set | None = None
-        self._full(graph, node_records=node_records)
+        self.enabled = True  # False once a walk met subgraphs or a host-scheduled region
+        # the state is built lazily, by the first update that can be incremental (an edit of a
+        # large part of the graph is estimated plainly: the state would not be used)
+        self._full(graph, node_records=node_records, keep=full_fraction is None)
 
     # -- the full estimate ------------------------------------------------------------------
 
     def full(self, graph: gs.Graph, reason: str) -> CostReport:
-        """Estimate ``graph`` afresh (counted under ``reason``) and keep that state."""
-        return self._full(graph, reason=reason)
+        """Estimate ``graph`` afresh (counted under ``reason``); the state for updates is built
+        by the next update that can use it."""
+        return self._full(graph, reason=reason, keep=self.full_fraction is None)
 
     def stats(self) -> dict[str, Any]:
         """How the estimates were made: full ones (with the reasons of those after the first),
@@ -100,16 +104,27 @@ class IncrementalEstimate:
         return {"full": self.full_estimates, "incremental": self.updates, "refuse_full": dict(self.refuse_full),
                 "fallbacks": dict(self.fallbacks)}
 
-    def _full(self, graph: gs.Graph, node_records: bool = False, reason: str | None = None) -> CostReport:
+    def _full(self, graph: gs.Graph, node_records: bool = False, reason: str | None = None,
+              keep: bool = True) -> CostReport:
+        """A fresh estimate; ``keep``: with the state updates start from (else the plain
+        estimate only: the next update that can be incremental builds the state first)."""
         if reason is not None:
             self.fallbacks[reason] += 1
         self.full_estimates += 1
         self._undo = None
-        self.fresh = True  # the state (and self.report, a full report) are a fresh estimate's
+        self.fresh = True  # self.report (a full report) is a fresh estimate's
+        if not keep:
+            self.engines, report = self.m.placement(graph, node_records=node_records, **self.options)
+            self.report, self.total = report, report.total_us
+            self.valid = False
+            self.cx = self.w = self.entries = self.us_of = self.head_of = self.groups = None
+            self.conv = self.cross = self.conv_us = self.cross_rec = None
+            self._io, self._order = self._io_key(graph), list(map(id, graph.nodes))
+            return report
+        self.valid = True  # the state describes the graph
         capture: dict[int, tuple] = {}
         out: list = []
-        engines: dict = {}
-        report = self.m.placement_report(graph, capture, out, engines, node_records, self.options)
+        report = self.m.placement_report(graph, capture, out, None, node_records, self.options)
         cx = out[0]
         self.cx = cx
         self.engines = cx.engines  # kept current by the updates
@@ -289,7 +304,7 @@ class IncrementalEstimate:
             self._undo = self._saved = self._before_full = None
             return
         undo = self._undo
-        if undo is None:
+        if undo is None:  # nothing to undo (a no-op update, or committed)
             return
         for table, key, old in reversed(undo):
             if isinstance(table, set):
@@ -313,12 +328,9 @@ class IncrementalEstimate:
         of them whose shape, dtype, values or annotations changed, default all); undo with
         :meth:`rollback`. An edit that touched more than ``FULL_FRACTION`` of the nodes is
         estimated in full (as fast, and nothing to undo)."""
-        self._kept = (self.report, self.total, self._step_us, self._io, self._order, self.enabled, self.fresh)
         self._before_full = None
         if not self.enabled:
-            return self._full_update(graph, "graph with subgraphs or a host-scheduled region")
-        if self._io_key(graph) != self._io:
-            return self._full_update(graph, "graph inputs or outputs changed")
+            return self._full_update(graph, "graph with subgraphs or a host-scheduled region", keep=False)
         changed = touched_tensors if changed_tensors is None else changed_tensors
         objs: dict[int, gs.Node] = {}
         for n in touched_nodes:
@@ -327,7 +339,16 @@ class IncrementalEstimate:
             for n in (*t.inputs, *t.outputs):
                 objs[id(n)] = n
         if self.full_fraction is not None and len(objs) > self.full_fraction * len(graph.nodes):
-            return self._full_update(graph, "the edit touched a large part of the graph")
+            return self._full_update(graph, "the edit touched a large part of the graph", keep=False)
+        if self._io_key(graph) != self._io:
+            return self._full_update(graph, "graph inputs or outputs changed", keep=self.valid)
+        if not objs and list(map(id, graph.nodes)) == self._order:
+            self._kept = None  # nothing the estimate reads changed (rewired tensors mean touched nodes)
+            self.updates += 1
+            return self.report
+        if not self.valid:  # the last estimate was a plain one: build the state now
+            return self._full_update(graph, "state built after a plain full estimate")
+        self._kept = (self.report, self.total, self._step_us, self._io, self._order, self.enabled, self.fresh)
         self._undo, self._saved = [], set()
         try:
             report = self._update(graph, objs, touched_tensors, changed)
@@ -338,11 +359,11 @@ class IncrementalEstimate:
         self.fresh = False
         return report
 
-    def _full_update(self, graph: gs.Graph, reason: str) -> CostReport:
+    def _full_update(self, graph: gs.Graph, reason: str, keep: bool = True) -> CostReport:
         """An update by a full estimate; the state before it is kept (by reference: the full
         estimate builds new tables) for a rollback."""
         before = dict(self.__dict__)
-        report = self._full(graph, reason=reason)
+        report = self._full(graph, reason=reason, keep=keep)
         self._before_full = before
         return report
 

@@ -166,7 +166,8 @@ class CostVeto(PassInstrument):
             self.target = ctx.target.with_cost_model(given)
         self._engines = None
         self._inc = None
-        self._pending: tuple[list, list] | None = None  # what unestimated applications touched
+        self._pending: tuple[list, list, list] | None = None  # what applications no estimate saw touched
+        self._merged = None  # the pending edits the current application's update took in
         self._refresh = False
         self.incremental_stats = None
         if self.incremental and self._given is None and self.active:
@@ -194,6 +195,15 @@ class CostVeto(PassInstrument):
             self._report = report
             self._cost = report.total_us if report is not None else None
             self._stale = False
+        self._merged = None
+        if (self._pending is not None and self._scored and not self._stale and self._inc is not None
+                and self._inc.valid):
+            # edits no estimate has seen (a pass that refined shapes but reported no change): the
+            # incremental state follows them before this application; the cost judged against
+            # stays the kept one, as without the incremental estimate
+            kept = self._report
+            self._catch_up(graph)
+            self._report = kept if kept is None else self._inc.report
         cost = self._cost
         ctx.placement = None
         if (self._scored and not self._stale and self._engines is not None and self._report is not None
@@ -218,16 +228,7 @@ class CostVeto(PassInstrument):
                     # a pass that changed nothing the manager counts may still have refined shapes
                     # (its own shape inference): the incremental state follows; the cost judged
                     # against stays the kept one, as it was
-                    nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
-                    if (nodes or changed) and not self._refresh:
-                        pending, self._pending = self._pending, None
-                        if pending is not None:  # unestimated applications before: in the same update
-                            nodes, tensors, changed = pending[0] + nodes, pending[1] + tensors, pending[2] + changed
-                        with profiling.phase("cost estimate"):
-                            self._inc.update(graph, nodes, tensors, changed)
-                        self._inc.commit()
-                        if self._report is not None:
-                            self._engines = self._inc.engines
+                    self._add_pending(journal)
             record.cost_after_us = cost
             return
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
@@ -236,11 +237,7 @@ class CostVeto(PassInstrument):
         if self._estimate_after:
             report = self._update(pass_, graph, journal) if self._inc is not None else self._estimate(graph)
         elif self._inc is not None and journal is not None:  # estimated with the next scored application
-            nodes, tensors, changed = self._pending or ([], [], [])
-            nodes.extend(journal.touched_nodes())
-            tensors.extend(journal.touched_tensors())
-            changed.extend(journal.changed_tensors())
-            self._pending = (nodes, tensors, changed)
+            self._add_pending(journal)
         if journal is not None:
             journal.stop()
         new_cost = report.total_us if report is not None else None
@@ -250,6 +247,7 @@ class CostVeto(PassInstrument):
             journal.rollback()
             if self._inc is not None:
                 self._inc.rollback()  # the cache describes the restored graph again
+                self._pending, self._merged = self._merged, None  # (and the edits it had not seen)
             self._report, self._engines = kept  # the graph is as it was: so are its report and engines
             if self._before_bytes is not None and _model_bytes(graph) != self._before_bytes:
                 raise AssertionError(f"the rollback of pass '{pass_.name}' did not restore the exported model")
@@ -299,7 +297,8 @@ class CostVeto(PassInstrument):
                 self._refresh = False
             else:
                 nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
-                if pending is not None:  # unestimated (so unscored) applications before this one
+                if pending is not None:  # edits no estimate saw yet: in the same update (a rollback gives them back)
+                    self._merged = pending
                     nodes, tensors, changed = pending[0] + nodes, pending[1] + tensors, pending[2] + changed
                 report = inc.update(graph, nodes, tensors, changed)
         self._engines = inc.engines
@@ -310,6 +309,14 @@ class CostVeto(PassInstrument):
                                      f"a fresh one {fresh.total_us!r} us"
                                      + ("" if fresh.total_us != report.total_us else " (the engines differ)"))
         return report
+
+    def _add_pending(self, journal: Journal) -> None:
+        """What an application touched, for the next update (made before the next scored one)."""
+        nodes, tensors, changed = self._pending or ([], [], [])
+        nodes.extend(journal.touched_nodes())
+        tensors.extend(journal.touched_tensors())
+        changed.extend(journal.changed_tensors())
+        self._pending = (nodes, tensors, changed)
 
     def _catch_up(self, graph: gs.Graph):
         """The estimate of the graph as it is now, after unestimated applications (or new shapes)."""
@@ -336,7 +343,7 @@ class CostVeto(PassInstrument):
             inc, self._inc = self._inc, None  # its cache is dropped with the run
             # the final report is a full one (per-node records, TransData list): the kept one when
             # it is a fresh estimate of the graph as it is, else one fresh estimate
-            report = inc.report if inc.fresh and not self._stale else self._estimate(graph)
+            report = inc.report if inc.fresh and not self._stale and self._pending is None else self._estimate(graph)
             self.final_cost = report.total_us if report is not None else None
             self.final_report = report
             if (self._cost is not None and not self._stale and self.final_cost != self._cost
