@@ -197,7 +197,7 @@ class _Ctx:
         self.m = model
         self.p = model.pv
         self.shapes: dict[int, tuple[int, ...]] = {}
-        self.bytes: dict[int, dict[tuple[str, bool], int]] = {}  # tensor id -> (format, computed in fp16) -> bytes
+        self.bytes: dict[tuple[int, str, bool], int] = {}  # (tensor id, format, computed in fp16) -> bytes
         self.engines: dict[int, tuple[str, str]] = {}  # node id -> (engine, why not AI Core)
         self.memo: dict[tuple, dict[str, Any]] = {}
         self.mode = precision_mode
@@ -465,14 +465,11 @@ class AscendCostModel(CostModel):
         return p.graph_launch_us + h2d + d2h + copies + p.host_sync_us, not cx.dynamic_regions
 
     def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
-        per = cx.bytes.get(id(t))
-        if per is None:
-            per = cx.bytes[id(t)] = {}
-        key = (fmt, compute16)
-        hit = per.get(key)
+        key = (id(t), fmt, compute16)
+        hit = cx.bytes.get(key)
         if hit is None:
             item = self._storage_itemsize(self._dtype(t), compute16)
-            hit = per[key] = padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
+            hit = cx.bytes[key] = padded_numel(self._shape(t, cx), fmt, item, self.fr) * item
         return hit
 
     # -- formats --------------------------------------------------------------------------

@@ -144,6 +144,7 @@ class IncrementalEstimate:
                 self.head_of[nid] = head
         cx.top_items = []
         cx.fusion_groups = []
+        cx.bytes = {}  # (kept small: see _update)
         cx.nodes = []
         cx.implicit, cx.crossings = [], []
         # demands: (tensor id, want) -> {demander id: (tensor, have)}; (tensor id, engine) -> {id: (tensor, src, fp16)}
@@ -256,10 +257,11 @@ class IncrementalEstimate:
             dem[nid] = value
 
     def _save_tensor(self, tid: int) -> None:
-        """Save every per-tensor entry of ``tid`` (format, engine, constant, fp16, shape, bytes,
-        folded value) before the update writes one."""
+        """Save every per-tensor entry of ``tid`` (format, engine, constant, fp16, shape, folded
+        value) before the update writes one (bytes are a cache of shape and dtype, emptied by
+        every update instead)."""
         w, cx = self.w, self.cx
-        for table in (w.fmt, w.engine_of, cx.shapes, cx.bytes, cx.values):
+        for table in (w.fmt, w.engine_of, cx.shapes, cx.values):
             self._put(table, tid, table.get(tid, _MISSING))
         for s in (w.const, w.half):
             mark = (id(s), tid)
@@ -271,7 +273,6 @@ class IncrementalEstimate:
         self._save_tensor(tid)
         w, cx = self.w, self.cx
         cx.shapes.pop(tid, None)
-        cx.bytes.pop(tid, None)
         if not lazy_only:
             cx.values.pop(tid, None)
             w.fmt.pop(tid, None)
@@ -369,6 +370,7 @@ class IncrementalEstimate:
 
     def _update(self, graph, objs, touched_tensors, changed) -> CostReport:
         m, cx, w = self.m, self.cx, self.w
+        cx.bytes = {}  # a cache of shape and dtype: only what this update reads is computed again
         nodes = graph.nodes
         order = list(map(id, nodes))
         pos = {nid: i for i, nid in enumerate(order)}
