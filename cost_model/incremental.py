@@ -43,6 +43,7 @@ from graphpass.cost_model.ascend import _PLAIN, AscendCostModel, _item_of, _Item
 from graphpass.cost_model.report import CostReport
 from graphpass.ir import annotations as A
 from graphpass.ir.graph import iter_graphs, subgraphs_of
+from graphpass.ir.shapes import given_shapes
 
 __all__ = ["IncrementalEstimate", "FULL_FRACTION"]
 
@@ -176,7 +177,8 @@ class IncrementalEstimate:
             self.fallbacks["terms differ from the fresh estimate"] += 1
 
     def _io_key(self, graph: gs.Graph) -> tuple:
-        return tuple(map(id, graph.inputs)), tuple(map(id, graph.outputs)), self.m.static_inputs(graph)
+        return (tuple(map(id, graph.inputs)), tuple(map(id, graph.outputs)), self.m.static_inputs(graph),
+                tuple(sorted(given_shapes(graph)["dims"].items())))  # the dims --dim/--input-shape fixed
 
     def _step_term(self, graph: gs.Graph) -> float:
         step_us, _ = self.m._step_cost(graph, self.cx)

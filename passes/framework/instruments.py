@@ -264,7 +264,11 @@ class CostVeto(PassInstrument):
             journal.rollback()
             if self._inc is not None:
                 self._inc.rollback()  # the cache describes the restored graph again
-                self._pending, self._merged = self._merged, None  # (and the edits it had not seen)
+                if self._merged == "refresh":
+                    self._refresh = True
+                else:
+                    self._pending = self._merged  # (and the edits it had not seen)
+                self._merged = None
             self._report, self._engines = kept  # the graph is as it was: so are its report and engines
             if self._before_bytes is not None and _model_bytes(graph) != self._before_bytes:
                 raise AssertionError(f"the rollback of pass '{pass_.name}' did not restore the exported model")
@@ -311,7 +315,8 @@ class CostVeto(PassInstrument):
         with profiling.phase("cost estimate"):
             if journal is None or self._refresh:
                 report = inc.full(graph, reason="shapes refreshed by the manager" if self._refresh else "no journal")
-                self._refresh = False
+                if self._refresh:  # a rollback restores the state before the refresh: refreshed again then
+                    self._merged, self._refresh = "refresh", False
             else:
                 nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
                 if pending is not None:  # edits no estimate saw yet: in the same update (a rollback gives them back)
