@@ -311,3 +311,59 @@ def test_without_the_check_a_large_edit_is_estimated_in_full(monkeypatch, veto_s
     stats = veto_stats[-1]
     assert stats["fallbacks"].get("the edit touched a large part of the graph", 0) > 0
     assert 0 < FULL_FRACTION < 1
+
+
+# -- the cost veto: updates, a rollback, the pass manager's run ---------------------------------
+
+class _OneNodeOnAicpu(gp.Pass):
+    """Puts one Relu on AI CPU: the estimate rises (two crossings, an AI CPU op), so it is rolled back."""
+
+    name = "one_node_on_aicpu"
+    summary = "one Relu annotated AI CPU (dearer: vetoed)"
+    kind = gp.PassKind.PLACEMENT
+    scored = True
+
+    def run(self, graph, ctx):
+        A.set_engine(_node(graph, "Relu20"), "AICPU")
+        return gp.PassResult(True, {})
+
+
+class _DropOneIdentity(gp.Pass):
+    """Removes an inserted Identity (cheaper: kept)."""
+
+    name = "drop_one_identity"
+    summary = "an inserted Identity removed"
+    kind = gp.PassKind.CLEANUP
+    scored = True
+
+    def run(self, graph, ctx):
+        ident = [n for n in graph.nodes if n.name.startswith("ident")]
+        if not ident:
+            return gp.PassResult(False, {})
+        _remove(graph, ident[0])
+        return gp.PassResult(True, {})
+
+
+class _DropAnotherIdentity(_DropOneIdentity):
+    name = "drop_another_identity"
+
+
+def test_the_veto_rolls_back_and_keeps_updates_incrementally(monkeypatch):
+    monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")  # the production path (a check is below)
+    graph = _conv_graph(blocks=40)
+    _insert_after(graph, _node(graph, "Relu30"), "Identity", "ident1")
+    _insert_after(graph, _node(graph, "Relu10"), "Identity", "ident2")
+    veto = I.CostVeto()
+    ctx = gp.PassContext(target=TARGET)
+    passes = [_DropOneIdentity(), _OneNodeOnAicpu(), _DropAnotherIdentity()]
+    res = gp.PassManager(passes, instruments=[veto], max_rounds=1)(graph, ctx)
+    first, rolled, kept = res.records
+    assert first.modified and rolled.rolled_back and not rolled.modified and kept.modified
+    assert A.get_engine(_node(graph, "Relu20")) is None and not any(n.name.startswith("ident") for n in graph.nodes)
+    stats = veto.incremental_stats
+    # the input estimated plainly; the first small edit builds the state (a full estimate); the
+    # vetoed one and the last are updates (the rollback put the replaced entries back)
+    assert stats["full"] == 2 and stats["incremental"] == 2 and stats["refuse_full"] == {}
+    assert stats["fallbacks"] == {"state built after a plain full estimate": 1}
+    assert veto.final_cost == kept.cost_after_us == _fresh(graph) < first.cost_before_us
+    assert rolled.cost_after_us > rolled.cost_before_us == first.cost_after_us
