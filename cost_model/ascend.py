@@ -216,7 +216,7 @@ class _Ctx:
         self.nodes: list[dict[str, Any]] = []
         self.keep_nodes = True  # False: per-node records are not kept in the report
         self.explicit_transdata = 0
-        self.transdata_us = 0.0
+        self.transdata_us: list[float] = []  # each explicit TransData's figure (summed exactly)
         self.costs_out: dict[str, float] | None = None  # first output name -> estimate, when asked
         self.values: dict[int, np.ndarray] = {}  # folded small integer values (shape arithmetic)
         self.static_graph = False  # every input shape fixed (set by the estimate)
@@ -432,7 +432,7 @@ class AscendCostModel(CostModel):
         implicit_us = math.fsum(i["us"] for i in cx.implicit)
         cross_us = math.fsum(c["us"] for c in cx.crossings)
         total = math.fsum([*cx.top_contrib, *(i["us"] for i in cx.implicit), *(c["us"] for c in cx.crossings), step])
-        td_us = cx.transdata_us + implicit_us
+        td_us = math.fsum([*cx.transdata_us, *(i["us"] for i in cx.implicit)])
         if implicit_us:
             cx.per_op["TransData (implicit)"] += implicit_us
             cx.per_engine["AICORE"] += implicit_us
@@ -566,7 +566,7 @@ class AscendCostModel(CostModel):
             cx.per_op[rec["op"]] += rec["us"]
             if it.info is not None and it.info.cost == "transdata":
                 cx.explicit_transdata += 1
-                cx.transdata_us += rec["us"]
+                cx.transdata_us.append(rec["us"])
             out.append(rec["us"])
         return out
 

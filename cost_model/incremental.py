@@ -644,6 +644,22 @@ class IncrementalEstimate:
 
     # -- the report -----------------------------------------------------------------------
 
+    def final_report(self) -> CostReport:
+        """The report of the graph as it is, with what the optimize report reads of a full one
+        (total, breakdown, TransData counts and time, crossings) but no per-node records: the
+        one walk over the kept entries this takes (the explicit TransData nodes) is done here,
+        once, not in each update. A fresh (full) report when the state is not kept."""
+        if self.fresh or not self.valid:
+            return self.report
+        explicit = [self.us_of[nid] for nid, (_, e, _, _) in self.entries.items()
+                    if e[0] is not None and e[0].cost == "transdata" and nid in self.us_of]
+        report = self._report(self.total)
+        report.transdata = {"explicit": len(explicit), "implicit": len(self.conv_us),
+                            "us": math.fsum([*explicit, *self.conv_us.values()])}
+        report.transdata["share"] = report.transdata["us"] / self.total if self.total else 0.0
+        return report
+
+
     def _report(self, total: float) -> CostReport:
         implicit = math.fsum(self.conv_us.values())
         crossings = list(self.cross_rec.values())
