@@ -114,6 +114,7 @@ class IncrementalEstimate:
         self.full_estimates += 1
         self._undo = None
         self.fresh = True  # self.report (a full report) is a fresh estimate's
+        self.unseen = False
         if not keep:
             self.engines, report = self.m.placement(graph, node_records=node_records, **self.options)
             self.report, self.total = report, report.total_us
@@ -334,6 +335,8 @@ class IncrementalEstimate:
         self._before_full = None
         if not self.enabled:
             return self._full_update(graph, "graph with subgraphs or a host-scheduled region", keep=False)
+        if self.unseen:  # edits were made that no update saw
+            return self._full_update(graph, "edits no update saw", keep=not self.large(graph, len(touched_nodes)))
         changed = touched_tensors if changed_tensors is None else changed_tensors
         objs: dict[int, gs.Node] = {}
         for n in touched_nodes:
@@ -361,6 +364,20 @@ class IncrementalEstimate:
         self.updates += 1
         self.fresh = False
         return report
+
+    def large(self, graph: gs.Graph | None, edits: int) -> bool:
+        """Whether an edit that saved ``edits`` nodes and tensors is estimated in full without
+        listing what it touched (twice ``full_fraction`` of the nodes: a tensor and its producer
+        are two edits). ``graph`` None: against the node count of the last estimate."""
+        if self.full_fraction is None:
+            return False
+        n = len(graph.nodes) if graph is not None else len(self._order)
+        return edits > 2 * self.full_fraction * n
+
+    def full_update(self, graph: gs.Graph, reason: str) -> CostReport:
+        """An update by a plain full estimate (counted under ``reason``); undone by :meth:`rollback`."""
+        self._before_full = None
+        return self._full_update(graph, reason, keep=False)
 
     def _full_update(self, graph: gs.Graph, reason: str, keep: bool = True) -> CostReport:
         """An update by a full estimate; the state before it is kept (by reference: the full

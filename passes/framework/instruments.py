@@ -241,11 +241,11 @@ class CostVeto(PassInstrument):
         if not record.modified:
             if journal is not None:
                 journal.stop()
-                if self._inc is not None and (journal.edits or journal.changed_tensors()):
+                if self._inc is not None and journal.edits and (journal.changed_tensors() or journal.touched_nodes()):
                     # a pass that changed nothing the manager counts may still have refined shapes
                     # (its own shape inference): the incremental state follows; the cost judged
                     # against stays the kept one, as it was
-                    self._add_pending(journal)
+                    self._add_pending(journal, silent=True)
             record.cost_after_us = cost
             return
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
@@ -280,6 +280,7 @@ class CostVeto(PassInstrument):
         elif new_cost is not None:
             if self._inc is not None:
                 self._inc.commit()
+                self._merged = None
             self._cost = new_cost
             self._report = report
             self._stale = False  # an estimate of the graph as it is now
@@ -317,6 +318,8 @@ class CostVeto(PassInstrument):
                 report = inc.full(graph, reason="shapes refreshed by the manager" if self._refresh else "no journal")
                 if self._refresh:  # a rollback restores the state before the refresh: refreshed again then
                     self._merged, self._refresh = "refresh", False
+            elif inc.large(graph, journal.edits):  # (before listing what it touched: that takes time too)
+                report = inc.full_update(graph, "the edit touched a large part of the graph")
             else:
                 nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
                 if pending is not None:  # edits no estimate saw yet: in the same update (a rollback gives them back)
@@ -332,8 +335,17 @@ class CostVeto(PassInstrument):
                                      + ("" if fresh.total_us != report.total_us else " (the engines differ)"))
         return report
 
-    def _add_pending(self, journal: Journal) -> None:
-        """What an application touched, for the next update (made before the next scored one)."""
+    def _add_pending(self, journal: Journal, silent: bool = False) -> None:
+        """What an application touched, for the next update (made before the next scored one).
+        ``silent``: the application reported no change; without the incremental state (the last
+        estimate a plain full one) its edits are let go, as the veto always did: the next
+        estimate, a full one, sees them."""
+        inc = self._inc
+        if silent and not inc.valid:
+            return
+        if not inc.valid or inc.unseen or inc.large(None, journal.edits):
+            inc.unseen = True  # the next estimate is a full one: no need to hold on to what it touched
+            return
         nodes, tensors, changed = self._pending or ([], [], [])
         nodes.extend(journal.touched_nodes())
         tensors.extend(journal.touched_tensors())
@@ -347,8 +359,8 @@ class CostVeto(PassInstrument):
             return self._estimate(graph)
         pending, self._pending = self._pending, None
         with profiling.phase("cost estimate"):
-            if self._refresh:
-                report = inc.full(graph, reason="shapes refreshed by the manager")
+            if self._refresh or inc.unseen:
+                report = inc.full(graph, reason="shapes refreshed by the manager" if self._refresh else "edits no update saw")
             elif pending is not None:
                 report = inc.update(graph, *pending)
             else:  # kept current all along
@@ -363,10 +375,12 @@ class CostVeto(PassInstrument):
             self.incremental_stats = self._inc.stats()
             log.debug("cost veto estimates: %s", self.incremental_stats)
             inc, self._inc = self._inc, None  # its cache is dropped with the run
+            self._merged = None  # (what it holds of the graph: removed nodes too)
             # the final report: the kept one (a full estimate's, or the incremental state's with
             # the totals the optimize report reads) when it describes the graph as it is, else
             # one fresh estimate
-            current = not self._stale and self._pending is None
+            current = not self._stale and self._pending is None and not inc.unseen
+            self._pending = None
             report = inc.final_report() if current else self._estimate(graph)
             self.final_cost = report.total_us if report is not None else None
             self.final_report = report
