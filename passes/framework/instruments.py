@@ -117,17 +117,20 @@ class CostVeto(PassInstrument):
     application touched (the journal's ``touched_nodes`` and ``changed_tensors``): the touched
     nodes and the cone whose state changed are priced again, the fusion groups near them formed
     again, the rest kept; its total equals a fresh estimate's (exact sums). A rollback restores
-    the replaced entries too. A full estimate replaces the update when the application touched
-    more than ``FULL_FRACTION`` of the nodes, the graph's inputs or outputs changed, the manager
-    re-inferred shapes (:meth:`refreshed`), or the graph has control flow or a host-scheduled
-    region; ``incremental_stats`` (after the run) counts both kinds and the reasons. Edits of an
+    the replaced entries too. A plain full estimate replaces the update when the application
+    touched more than ``FULL_FRACTION`` of the nodes (the per-node state is then built again by
+    the next small edit), the graph's inputs or outputs changed, the manager re-inferred shapes
+    (:meth:`refreshed`), or the graph has control flow or a host-scheduled region;
+    ``incremental_stats`` (after the run) counts both kinds and the reasons. Edits of an
     application that reported no change (shapes its own inference refined) are followed before
-    the next scored application; the cost it is judged against stays the kept one.
-    ``check_incremental`` (default: ``GRAPHPASS_CHECK_INCREMENTAL`` set, not ``0``; the suite sets
-    it) updates after every edit however large and compares each update with a fresh estimate
+    the next scored application while the state is kept (the cost it is judged against stays the
+    kept one), else left to the next full estimate, as before. ``check_incremental`` (default:
+    ``GRAPHPASS_CHECK_INCREMENTAL`` set, not ``0``; the suite sets it) keeps the state and
+    updates after every edit however large, and compares each update with a fresh estimate
     (total and engines; an ``AssertionError`` naming the pass otherwise). ``initial_report`` is a
-    full estimate of the input graph; ``final_report`` the last full one when nothing changed
-    since, else a fresh one.
+    full estimate of the input graph; ``final_report`` the kept one when it describes the final
+    graph (a full estimate's, or the state's: totals, breakdown, TransData counts and time,
+    crossings, no per-node records), else a fresh one.
 
     The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
     model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
