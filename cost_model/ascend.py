@@ -167,7 +167,7 @@ class _Item:
 
     def __init__(self, node, rec, info, engine, c16=False, in_fmts=(), out_fmts=(), host=False):
         self.node, self.rec, self.info, self.engine = node, rec, info, engine
-        self.c16, self.in_fmts, self.out_fmts, self.host = c16, list(in_fmts), list(out_fmts), host
+        self.c16, self.in_fmts, self.out_fmts, self.host = c16, in_fmts, out_fmts, host
 
     def kernel(self) -> bool:
         """An AI Core kernel whose memory traffic the fusion model may re-price."""
@@ -246,18 +246,29 @@ def _op_label(node: gs.Node) -> str:
     return node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
 
 
-def _item_of(node: gs.Node, e: tuple) -> "_Item":
-    """The :class:`_Item` (a fresh record dict) of a node's walk entry (see ``_step``)."""
-    info, engine, compute16, in_fmts, out_fmts, host, rec_t, _, _ = e
-    rec = dict(zip(_REC_KEYS, rec_t))
+def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
+    """The :class:`_Item` (a fresh record dict) of a node's walk entry (see ``_step``);
+    ``records=False``: only the fields the fusion reads (no name, engine, formats)."""
+    info, engine, compute16, in_fmts, out_fmts, host, r, _, _ = e
     if engine == "compile-time":
-        return _Item(node, {"name": node.name, "op": _op_label(node), "engine": "compile-time", "formats_in": [],
-                            "formats_out": [], **rec}, info, "compile-time")
-    rec["name"] = node.name
-    rec["op"] = _op_label(node)
-    rec["engine"] = engine
-    rec["formats_in"] = list(in_fmts)
-    rec["formats_out"] = list(out_fmts)
+        if records:
+            rec = {"name": node.name, "op": _op_label(node), "engine": "compile-time", "formats_in": [], "formats_out": [],
+                   "us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
+                   "note": r[6]}
+        else:
+            rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
+                   "note": r[6], "op": _op_label(node)}
+        return _Item(node, rec, info, "compile-time")
+    rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
+           "note": r[6]}
+    if records:
+        rec["name"] = node.name
+        rec["op"] = _op_label(node)
+        rec["engine"] = engine
+        rec["formats_in"] = list(in_fmts)
+        rec["formats_out"] = list(out_fmts)
+    else:
+        rec["op"] = _op_label(node)
     return _Item(node, rec, info, engine, compute16, in_fmts, out_fmts, host)
 
 
@@ -506,6 +517,7 @@ class AscendCostModel(CostModel):
         seen_cross: set[tuple[int, str]] = set()
         items: list[_Item] = []
         capture = cx.capture if top else None
+        keep = cx.keep_nodes
         for node in graph.nodes:
             e = self._step(node, w, cx)
             info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross = e
@@ -523,7 +535,7 @@ class AscendCostModel(CostModel):
                 if key2 not in seen_cross:
                     seen_cross.add(key2)
                     self._cross(t, src, engine, cx, c16)
-            items.append(_item_of(node, e))
+            items.append(_item_of(node, e, keep))
         if cx.fusion:
             groups = self._fuse(items, graph, cx, w.const)
             if capture is not None:
@@ -579,9 +591,8 @@ class AscendCostModel(CostModel):
         (:mod:`graphpass.cost_model.incremental`) both price a node here."""
         fmt, engine_of, const, half, region_of = w.fmt, w.engine_of, w.const, w.half, w.region_of
         info = self.ops.lookup_node(node)
-        op_label = _op_label(node)
         if info is None:
-            cx.unknown.setdefault(op_label, None)
+            cx.unknown.setdefault(_op_label(node), None)
         static_here = w.static_graph and not (region_of and any(id(t) in region_of for t in node.inputs))
         if self._folded_by_ge(node, info, const, static_here):
             const.update(id(t) for t in node.outputs)
@@ -598,6 +609,7 @@ class AscendCostModel(CostModel):
         starts = self._starts_dynamic(node, info)
         region = upstream
         if starts:
+            op_label = _op_label(node)
             region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
             cx.dynamic_regions.append(region)
         if region is not None:
@@ -619,8 +631,7 @@ class AscendCostModel(CostModel):
         if engine != "AICORE":  # AI CPU kernels and the host read and write ND
             in_fmts, out_fmts = ["ND"] * len(in_fmts), ["ND"] * len(out_fmts)
         reads_data = node.op not in ("Shape", "Size")  # these read only the shape
-        conv = []
-        cross = []
+        conv = cross = ()  # (tuples: most nodes have neither)
         for i, t in enumerate(node.inputs):
             if not t.name or isinstance(t, gs.Constant) or id(t) in const:
                 continue  # weights are converted at compile time: no runtime TransData
@@ -629,11 +640,11 @@ class AscendCostModel(CostModel):
                 have = A.get_format(t) or "ND"
             want = in_fmts[i] if i < len(in_fmts) else "ND"
             if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
-                conv.append((t, have, want))
+                conv += ((t, have, want),)
             # engine crossings
             src = engine_of.get(id(t), "AICORE")
             if src != engine:
-                cross.append((t, src, compute16))
+                cross += ((t, src, compute16),)
         for i, t in enumerate(node.outputs):
             fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
             engine_of[id(t)] = engine
@@ -668,8 +679,7 @@ class AscendCostModel(CostModel):
         if eng_note:
             rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
         cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
-        return (info, engine, compute16, tuple(in_fmts), tuple(out_fmts), region is not None, rec_t,
-                tuple(conv), tuple(cross))
+        return (info, engine, compute16, tuple(in_fmts), tuple(out_fmts), region is not None, rec_t, conv, cross)
 
     @staticmethod
     def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int], static_graph: bool = False) -> bool:
