@@ -440,8 +440,8 @@ class AscendCostModel(CostModel):
         step = step_us / ipl
         # exact sums (math.fsum: independent of order), so that the incremental estimate
         # (graphpass.cost_model.incremental), which keeps the same terms, gives the same total
-        implicit_us = math.fsum(i["us"] for i in cx.implicit)
-        cross_us = math.fsum(c["us"] for c in cx.crossings)
+        implicit_us = math.fsum(i["us"] for i in cx.implicit) if cx.implicit else 0  # (0, as sum() gave, when none)
+        cross_us = math.fsum(c["us"] for c in cx.crossings) if cx.crossings else 0
         total = math.fsum([*cx.top_contrib, *(i["us"] for i in cx.implicit), *(c["us"] for c in cx.crossings), step])
         td_us = math.fsum([*cx.transdata_us, *(i["us"] for i in cx.implicit)])
         if implicit_us:

@@ -678,9 +678,9 @@ class IncrementalEstimate:
 
 
     def _report(self, total: float) -> CostReport:
-        implicit = math.fsum(self.conv_us.values())
+        implicit = math.fsum(self.conv_us.values()) if self.conv_us else 0  # (0 when none, as the fresh estimate)
         crossings = list(self.cross_rec.values())
-        cross = math.fsum(r["us"] for r in crossings)
+        cross = math.fsum(r["us"] for r in crossings) if crossings else 0
         return CostReport(
             target=self.m.target, total_us=total, precision_mode=self.cx.mode, iterations_per_loop=max(1, int(self.options.get("iterations_per_loop", 1) or 1)),
             breakdown_us={"nodes": math.fsum(self.us_of.values()), "implicit_transdata": implicit, "crossings": cross,
