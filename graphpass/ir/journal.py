@@ -90,14 +90,16 @@ class _NodeState:
     __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "attrs", "meta")
 
     def __init__(self, node: gs.Node):
+        d = node.__dict__
         self.obj = node
         self.cls = type(node)
-        self.dict = dict(node.__dict__)
-        self.inputs = list(node.__dict__.get("inputs", ()))
-        self.outputs = list(node.__dict__.get("outputs", ()))
-        attrs = node.__dict__.get("attrs")
+        self.dict = d.copy()
+        self.inputs = list(d.get("inputs", ()))
+        self.outputs = list(d.get("outputs", ()))
+        attrs = d.get("attrs")
         self.attrs = dict(attrs) if isinstance(attrs, dict) else None
-        self.meta = _copy_meta(node)
+        meta = d.get(_META)
+        self.meta = dict(meta) if meta is not None else None
 
     def restore(self) -> None:
         node = self.obj
@@ -129,14 +131,16 @@ class _TensorState:
     __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "shape", "meta")
 
     def __init__(self, t: gs.Tensor):
+        d = t.__dict__
         self.obj = t
         self.cls = type(t)
-        self.dict = dict(t.__dict__)
-        self.inputs = list(t.__dict__.get("inputs", ()))
-        self.outputs = list(t.__dict__.get("outputs", ()))
-        shape = t.__dict__.get("shape")
+        self.dict = d.copy()
+        self.inputs = list(d.get("inputs", ()))
+        self.outputs = list(d.get("outputs", ()))
+        shape = d.get("shape")
         self.shape = list(shape) if isinstance(shape, list) else None
-        self.meta = _copy_meta(t)
+        meta = d.get(_META)
+        self.meta = dict(meta) if meta is not None else None
 
     def restore(self) -> None:
         t = self.obj
@@ -259,6 +263,9 @@ class Journal:
         self._saved: dict[int, Any] = {}  # id -> the state of every node, tensor, graph saved
         self._loads: dict[int, tuple[gs.Tensor, Any]] = {}  # lazy weights loaded (not edited)
         self._created: dict[int, Any] = {}  # id -> object (kept alive: ids stay unique)
+        # id -> state or created object: the one lookup a hook makes (most touches are of an
+        # object already saved, or made during the pass: its constructor's own attribute sets)
+        self._seen: dict[int, Any] = {}
         self._model: _ModelState | None = None
         self._used = False
         self.recording = False
@@ -277,7 +284,7 @@ class Journal:
             raise RuntimeError("a Journal records once")
         self._used = True
         for g in _graphs(self.graph):
-            self._saved[id(g)] = self._graphs[id(g)] = _GraphState(g)
+            self._saved[id(g)] = self._seen[id(g)] = self._graphs[id(g)] = _GraphState(g)
         model = self.graph.__dict__.get(_BACKREF)
         if model is not None:
             self._model = _ModelState(model)
@@ -295,18 +302,24 @@ class Journal:
             _uninstall()
 
     def _created_obj(self, obj: Any) -> None:
-        self._created[id(obj)] = obj
+        key = id(obj)
+        self._created[key] = obj
+        if key not in self._seen:
+            self._seen[key] = obj
 
     def _touch(self, obj: Any) -> None:
+        if id(obj) not in self._seen:
+            self._save(obj)
+
+    def _save(self, obj: Any) -> None:
+        """Save ``obj``'s state (the first touch of an object neither saved nor created)."""
         key = id(obj)
-        if key in self._saved or key in self._created:
-            return
         if isinstance(obj, gs.Node):
-            self._saved[key] = self._nodes[key] = _NodeState(obj)
+            self._saved[key] = self._seen[key] = self._nodes[key] = _NodeState(obj)
         elif isinstance(obj, gs.Tensor):
-            self._saved[key] = self._tensors[key] = _TensorState(obj)
+            self._saved[key] = self._seen[key] = self._tensors[key] = _TensorState(obj)
         elif isinstance(obj, gs.Graph):
-            self._saved[key] = self._graphs[key] = _GraphState(obj)
+            self._saved[key] = self._seen[key] = self._graphs[key] = _GraphState(obj)
 
     def _loaded(self, t: gs.Tensor, lazy: Any) -> None:
         """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
@@ -380,21 +393,28 @@ _BASE: dict[tuple[type, str], Any] = {}  # (class, name) -> the method the hook 
 
 def _touch_all(*objs: Any) -> None:
     for j in _ACTIVE:
+        seen = j._seen
         for o in objs:
-            j._touch(o)
+            if id(o) not in seen:
+                j._save(o)
 
 
 def _touch_many(owner: Any, items: Any) -> None:
     for j in _ACTIVE:
-        j._touch(owner)
+        seen = j._seen
+        if id(owner) not in seen:
+            j._save(owner)
         for o in items:
-            j._touch(o)
+            if id(o) not in seen:
+                j._save(o)
 
 
 def _wrap_setattr(orig):
     def __setattr__(self, name, value):
+        key = id(self)
         for j in _ACTIVE:
-            j._touch(self)
+            if key not in j._seen:
+                j._save(self)
         orig(self, name, value)
     return __setattr__
 
