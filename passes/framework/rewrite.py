@@ -326,8 +326,9 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
 
     rules = rules if isinstance(rules, RuleSet) else RuleSet(rules)
     counts = RuleCounts()
+    entries: dict[int, dict[str, int]] = {}  # id(rule) -> its counts (a label is a regex of the class name)
     for r in rules:
-        counts.entry(r.label)
+        entries[id(r)] = counts.entry(r.label)
     by_op: dict[str, list[Rule]] = {}
     anywhere: list[Rule] = []
     for r in rules:
@@ -363,7 +364,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                     if m is None or any(id(n) in dead for n in m.nodes):
                         continue
                     m.root = graph
-                    entry = counts.entry(r.label)
+                    entry = entries[id(r)]
                     entry["matched"] += 1
                     verdict = r.check(m, ctx)
                     if verdict:
