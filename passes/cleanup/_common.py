@@ -42,11 +42,11 @@ def is_onnx_op(node: gs.Node, *ops: str) -> bool:
 
 def is_pure(node: gs.Node) -> bool:
     """A default-domain node without subgraphs whose outputs depend only on its inputs."""
-    return (
-        is_onnx_op(node)
-        and node.op not in NONDETERMINISTIC_OPS
-        and not node.op.startswith(("Sequence", "Optional"))
-        and node.op not in ("SplitToSequence", "ConcatFromSequence")
-        and not has_subgraph(node)
-        and not any(isinstance(v, gs.Node.AttributeRef) for v in node.attrs.values())
-    )
+    op = node.op
+    if (node.domain not in (None, "", "ai.onnx") or op in NONDETERMINISTIC_OPS
+            or op.startswith(("Sequence", "Optional")) or op in ("SplitToSequence", "ConcatFromSequence")):
+        return False
+    attrs = node.attrs
+    if not attrs:  # asked per node by every cleanup sweep: most nodes stop here
+        return True
+    return not has_subgraph(node) and not any(isinstance(v, gs.Node.AttributeRef) for v in attrs.values())

@@ -29,11 +29,39 @@ from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
 
+#: id(dtype object) -> (the object, its key): numpy's ``dtype.name`` costs a few microseconds
+#: and the pass asks it twice per constant per round; the object is kept, so its id stays its own
+_DTYPE_KEYS: dict[int, tuple[object, tuple[str, str]]] = {}
+
+
 def _dtype_key(dtype) -> tuple[str, str]:
     """A dtype's identity: its byte layout and its name (ml_dtypes' int4, uint4, float4_e2m1fn
     and the float8 types are all '<V1' to numpy; only the name tells them apart)."""
-    dtype = np.dtype(dtype)
-    return (dtype.str, dtype.name)
+    hit = _DTYPE_KEYS.get(id(dtype))
+    if hit is not None and hit[0] is dtype:
+        return hit[1]
+    d = np.dtype(dtype)
+    key = (d.str, d.name)
+    if len(_DTYPE_KEYS) >= 256:  # dtype objects made per array (byte-swapped, structured): bounded
+        _DTYPE_KEYS.clear()
+    _DTYPE_KEYS[id(dtype)] = (dtype, key)
+    return key
+
+
+#: id(object) -> (the object, str(object)) for the export dtypes ``_value_key`` names (numpy's
+#: ``str(dtype)`` asks ``issubdtype`` a few times per call)
+_STRS: dict[int, tuple[object, str]] = {}
+
+
+def _str_of(obj) -> str:
+    hit = _STRS.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    text = str(obj)
+    if len(_STRS) >= 256:
+        _STRS.clear()
+    _STRS[id(obj)] = (obj, text)
+    return text
 
 
 def _attr_key(value):
@@ -116,10 +144,10 @@ def _value_key(t: gs.Constant) -> tuple | None:
             dtype, shape, raw = arr.dtype, arr.shape, _raw(arr)
         small = raw.nbytes <= _SMALL_KEY_BYTES
         body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw).digest())
-        key = (_dtype_key(dtype), shape, body, str(getattr(t, "export_dtype", None)))
+        key = (_dtype_key(dtype), shape, body, _str_of(getattr(t, "export_dtype", None)))
         if not small:  # the pass runs once per round: hash each weight once, not once per round
             t.__dict__["_gp_digest"] = (t._values, key)
-    meta = A.meta(t)
+    meta = A.stored_meta(t)  # a read: no empty dict made, nothing for an undo log to save
     return key + (tuple(sorted(meta.items())),) if meta else key
 
 

@@ -25,7 +25,8 @@ from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, EST
 from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
-from graphpass.ir.graph import count_nodes, op_types, toposort
+from graphpass.ir.graph import count_nodes, toposort
+from graphpass.ir.journal import all_graphs, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
@@ -137,15 +138,18 @@ class PassManager(Pass):
         # already saw the final graph)
         version = 0
         clean: dict[int, int] = {}  # pass position -> the version it last ran on without a change
-        ops_seen: tuple[int, frozenset[str]] = (-1, frozenset())  # (version, the graph's op types)
+        # (version, the graph's op types, its graphs): one walk per version, not one per application
+        # for the undo log's start (journal.known_graphs) and another for the op types
+        seen: tuple[int, frozenset[str], list[gs.Graph]] = (-1, frozenset(), [])
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
                 if (p.run_once and rnd > 1) or p.name in unavailable or clean.get(k) == version:
                     continue
-                if ops_seen[0] != version:
-                    ops_seen = (version, op_types(graph))
-                if not p.can_act(ops_seen[1], ctx):  # nothing it rewrites is in the graph
+                if seen[0] != version:
+                    graphs = all_graphs(graph)
+                    seen = (version, frozenset(n.op for g in graphs for n in g.nodes), graphs)  # = op_types(graph)
+                if not p.can_act(seen[1], ctx):  # nothing it rewrites is in the graph
                     clean[k] = version
                     continue
                 if not all(ins.should_run(p, graph, ctx) for ins in instruments):
@@ -153,8 +157,9 @@ class PassManager(Pass):
                 rec = PassRecord(index=len(records) + 1, name=p.name, round=rnd, seconds=0.0,
                                  nodes_before=nodes_now, nodes_after=nodes_now, modified=False, stats={})
                 try:
-                    for ins in instruments:
-                        ins.before(p, graph, ctx, rec)
+                    with known_graphs(graph, seen[2]):  # unchanged since: a pass that changed nothing left them
+                        for ins in instruments:
+                            ins.before(p, graph, ctx, rec)
                     epoch = shape_epoch(graph)
                     result = p.apply_to(model, graph, ctx)
                     if isinstance(result, ManagerResult):  # a nested manager ran on its own copy

@@ -326,8 +326,9 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
 
     rules = rules if isinstance(rules, RuleSet) else RuleSet(rules)
     counts = RuleCounts()
+    entries: dict[int, dict[str, int]] = {}  # id(rule) -> its counts (a label is a regex of the class name)
     for r in rules:
-        counts.entry(r.label)
+        entries[id(r)] = counts.entry(r.label)
     by_op: dict[str, list[Rule]] = {}
     anywhere: list[Rule] = []
     for r in rules:
@@ -338,16 +339,21 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
             for op in ops:
                 by_op.setdefault(op, []).append(r)
     order_of = {id(r): i for i, r in enumerate(rules)}
-    names = _LazyNames(graph)
+    names = LazyNameGen(graph)
     for g in list(iter_graphs(graph)):
-        scope = Scope(g, graph, names)
         order = list(g.nodes)
-        pos = {id(n): i for i, n in enumerate(order)}
+        # the nodes offered to a rule: those of an anchor op (rewrites never change an existing
+        # node's op), found in one pass over the list; a graph with none is not walked further
+        offered = order if anywhere else [n for n in order if n.op in by_op]
+        if not offered:
+            continue
+        scope = Scope(g, graph, names)
+        pos: dict[int, int] | None = None  # id(node) -> index in order, built at the first rewrite
         dead: set[int] = set()
         placed: dict[int, list[gs.Node]] = {}
         unsorted = False
         try:
-            for node in (reversed(order) if reverse else order):
+            for node in (reversed(offered) if reverse else offered):
                 if id(node) in dead:
                     continue
                 candidates = by_op.get(node.op, [])
@@ -358,7 +364,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                     if m is None or any(id(n) in dead for n in m.nodes):
                         continue
                     m.root = graph
-                    entry = counts.entry(r.label)
+                    entry = entries[id(r)]
                     entry["matched"] += 1
                     verdict = r.check(m, ctx)
                     if verdict:
@@ -377,7 +383,10 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                     for k, v in m.counts.items():
                         entry[k] = entry.get(k, 0) + v
                     placed.setdefault(id(m.anchor), []).extend(m.created)
-                    unsorted = unsorted or _reads_later(m, pos)
+                    if not unsorted:
+                        if pos is None:
+                            pos = {id(n): i for i, n in enumerate(order)}
+                        unsorted = _reads_later(m, pos)
                     for n in m.created:
                         A.mark_created(n, pass_name, replaced=m.nodes)
                     break
@@ -385,7 +394,9 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
             if dead or placed:
                 nodes = []
                 for n in order:
-                    nodes.extend(c for c in placed.get(id(n), ()) if id(c) not in dead)  # a new node may die too
+                    new = placed.get(id(n))
+                    if new is not None:
+                        nodes.extend(c for c in new if id(c) not in dead)  # a new node may die too
                     if id(n) not in dead:
                         nodes.append(n)
                 g.nodes = nodes
@@ -409,9 +420,10 @@ def _reads_later(m: Match, pos: dict[int, int]) -> bool:
     return later
 
 
-class _LazyNames:
+class LazyNameGen:
     """A :class:`NameGen` built on the first name asked for (most walks create nothing, and
-    building one reads every tensor name of the model)."""
+    building one reads every tensor name of the model). The same names as a NameGen built when
+    the pass starts, for a pass that makes every new name with it."""
 
     def __init__(self, graph: gs.Graph):
         self._graph = graph

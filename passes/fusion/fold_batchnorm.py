@@ -84,7 +84,8 @@ class _FoldInto(Rule):
             return MatchResult.fail(f"var + eps is {var_eps[k]:g} in channel {k}: the BN gives inf/NaN there, a fold would not")
         if not (np.all(np.isfinite(s)) and np.all(np.isfinite(new_w)) and np.all(np.isfinite(new_b))):
             return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
-        if np.any((w != 0) & (new_w == 0) & (per_weight != 0)):
+        zero = new_w == 0  # rare: the full test (two more passes over W) only when some folded weight is 0
+        if zero.any() and np.any((w != 0) & zero & (per_weight != 0)):
             return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
         return MatchResult.success()
 

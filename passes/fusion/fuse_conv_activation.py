@@ -78,7 +78,8 @@ class _ConvAct(Rule):
         op, _, _ = FUSED_CONV[self.activation]
         top = m.root or m.graph  # functions live on the model's top graph
         elem = _conv_type(conv)
-        ensure_function(top, fused_conv_function(self.activation, _opset(top), elem))
+        if not any(f.domain == DOMAIN and f.name == op for f in top.functions):  # built once, not per match
+            ensure_function(top, fused_conv_function(self.activation, _opset(top), elem))
         bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2].name else None
         if bias is None:
             cout = conv.inputs[1].shape[0] if conv.inputs[1].shape else None

@@ -15,8 +15,8 @@ __all__ = ["make_transdata", "bypass_transdata", "is_transdata"]
 def make_transdata(graph: gs.Graph, names: NameGen, src: gs.Tensor, src_fmt: str, dst_fmt: str,
                    pass_name: str, reason: str, out: gs.Tensor | None = None) -> gs.Node:
     """A ``graphpass.ascend::TransData`` from ``src`` (in ``src_fmt``) to a new tensor (or ``out``)."""
-    opset = model_io.opset_of(graph) or graph.opset or 13
-    ensure_function(graph, transdata_function(opset))
+    if not any(f.domain == DOMAIN and f.name == "TransData" for f in graph.functions):  # built once, not per node
+        ensure_function(graph, transdata_function(model_io.opset_of(graph) or graph.opset or 13))
     if out is None:
         out = gs.Variable(names(f"{src.name}_{dst_fmt}"), dtype=src.dtype, shape=src.shape)
     node = gs.Node("TransData", name=names(f"TransData_{dst_fmt}"), domain=DOMAIN,

@@ -35,6 +35,7 @@ from graphpass.ir.graph import NameGen, iter_graphs
 from graphpass.ir.model import opset_of
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT, Pass
+from graphpass.passes.framework.rewrite import LazyNameGen
 from graphpass.passes.lowering._knowledge import splice_region
 
 __all__ = ["LowerConv1dToConv2d", "ELEMENTWISE"]
@@ -132,7 +133,7 @@ class LowerConv1dToConv2d(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         ctx.target.require(f"pass '{self.name}'")
-        names = NameGen(graph)
+        names = LazyNameGen(graph)  # nothing to rename on most graphs: no walk for the names
         new_opset = opset_of(graph) or graph.opset or 13
         stats = {"convs": 0, "elementwise": 0, "squeezes": 0, "unsqueezes": 0}
         for g in list(iter_graphs(graph)):
@@ -180,7 +181,7 @@ class LowerConv1dToConv2d(Pass):
         order = {id(n): i for i, n in enumerate(region)}
         return sorted(keep, key=lambda n: order[id(n)])
 
-    def _run_graph(self, g: gs.Graph, ctx: PassContext, names: NameGen, opset: int, stats: dict) -> None:
+    def _run_graph(self, g: gs.Graph, ctx: PassContext, names: NameGen | LazyNameGen, opset: int, stats: dict) -> None:
         twin: dict[int, gs.Tensor] = {}  # id(3-D tensor) -> its (N,C,1,L) twin
         region: list[gs.Node] = []
         for n in g.nodes:

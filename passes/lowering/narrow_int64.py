@@ -76,8 +76,13 @@ def _shape_data(graph: gs.Graph) -> set[int]:
 
 
 def _is_i64(t: gs.Tensor) -> bool:
+    dtype = t.dtype
+    if dtype is None:
+        return False
+    if dtype is _I64 or dtype is np.int64:  # asked of every tensor of every node: the usual forms first
+        return True
     try:
-        return t.dtype is not None and np.dtype(t.dtype) == _I64
+        return np.dtype(dtype) == _I64
     except TypeError:
         return False
 
@@ -173,18 +178,16 @@ class NarrowInt64(Pass):
         target = ctx.target.require(f"pass '{self.name}'").name
         limits = load_op_limits()
         opset = opset_of(graph) or graph.opset or 13
-        ranges = IntRanges(graph, limits.max_tensor_bytes(target))
-        top = {id(n) for n in graph.nodes}
-        outputs = {id(t) for t in graph.outputs}
-        shape_data = _shape_data(graph)
-
         # 1. the groups that may run in int32, and the seeds: those the target runs on AI CPU
         candidates: dict[tuple[int, str], _Group] = {}
         seeds: list[_Group] = []
-        for node in graph.nodes:
-            groups = _groups(node, opset)
-            if not groups:
-                continue
+        found = [(node, groups) for node in graph.nodes if (groups := _groups(node, opset))]
+        if found:  # the analyses only when some node computes in int64 (none in most CNNs)
+            ranges = IntRanges(graph, limits.max_tensor_bytes(target))
+            top = {id(n) for n in graph.nodes}
+            outputs = {id(t) for t in graph.outputs}
+            shape_data = _shape_data(graph)
+        for node, groups in found:
             why_seed = limits.int64_reason(node, target)
             seed = self._seed_group(node, groups) if why_seed else None
             for g in groups:

@@ -33,6 +33,7 @@ from graphpass.ir import annotations as A
 from graphpass.ir.graph import NameGen, iter_graphs, peek_values
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT, Pass
+from graphpass.passes.framework.rewrite import LazyNameGen
 from graphpass.passes.lowering._knowledge import off_ai_core, splice_region
 
 __all__ = ["TransposeWideConv"]
@@ -108,13 +109,13 @@ class TransposeWideConv(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         ctx.target.require(f"pass '{self.name}'")
-        names = NameGen(graph)
+        names = LazyNameGen(graph)  # nothing to rename on most graphs: no walk for the names
         stats = {"convs": 0, "elementwise": 0, "transposes": 0}
         for g in list(iter_graphs(graph)):
             self._run_graph(g, ctx, names, stats)
         return PassResult(stats["convs"] > 0, {"fired": stats["convs"], **stats})
 
-    def _run_graph(self, g: gs.Graph, ctx: PassContext, names: NameGen, stats: dict) -> None:
+    def _run_graph(self, g: gs.Graph, ctx: PassContext, names: NameGen | LazyNameGen, stats: dict) -> None:
         twin: dict[int, gs.Tensor] = {}  # id(tensor) -> its (N,C,W,H) twin
         region: list[gs.Node] = []
         for n in g.nodes:

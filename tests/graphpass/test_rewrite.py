@@ -607,3 +607,28 @@ def test_a_graph_output_keeps_its_symbolic_shape_when_the_rewrite_gives_none():
     graph = gp.load(model).graph
     apply_rules(graph, [ReluRelu()], PassContext(), "t")
     assert ops(graph) == ["Relu"] and list(graph.outputs[0].shape) == ["n", 4]
+
+
+def test_lazy_name_gen_reads_no_name_until_asked_and_then_names_as_a_name_gen_would():
+    from graphpass.ir.graph import NameGen
+    from graphpass.passes.framework.rewrite import LazyNameGen
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["a__gp1"])],
+                       {"x": [4]}, {"a__gp1": [4]})
+    graph = gp.load(model).graph
+    lazy, eager = LazyNameGen(graph), NameGen(graph)
+    assert lazy._gen is None  # building one reads every name of the model: not before a name is asked
+    names = [lazy(p) for p in ("a", "a", "b")]
+    assert names == [eager(p) for p in ("a", "a", "b")] == ["a__gp2", "a__gp3", "b__gp1"]
+
+
+def test_rules_sharing_a_label_share_their_counts():
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                        helper.make_node("Neg", ["b"], ["c"]), helper.make_node("Neg", ["c"], ["d"]),
+                        helper.make_node("Abs", ["d"], ["y"])], {"x": [4]}, {"y": [4]})
+    graph = gp.load(model).graph
+    twice = [rule(("Relu", "Relu"), lambda m: m.nodes[0].inputs[0], name="double"),
+             rule(("Neg", "Neg"), lambda m: m.nodes[0].inputs[0], name="double")]
+    counts = apply_rules(graph, twice, PassContext(), "t")
+    assert counts["double"]["matched"] == 2 and counts["double"]["rewritten"] == 2 and len(counts) == 1
+    assert ops(graph) == ["Abs"] and graph.nodes[0].inputs[0].name == "x"

@@ -309,3 +309,45 @@ def test_an_interrupted_pass_is_rolled_back_and_leaves_no_hook():
     with pytest.raises(KeyboardInterrupt):
         PassManager([_Interrupted], instruments=[CostVeto("none")])(graph)
     assert not active() and _bytes(graph) == before
+
+
+# -- the graphs a journal saves, given by the pass manager -----------------------------------
+
+class _Nothing(Pass):
+    name = "change_nothing"
+    summary = "changes nothing (test)"
+    kind = PassKind.FUSION
+
+    def run(self, graph, ctx):
+        return PassResult(False)
+
+
+def test_a_journal_given_its_graphs_walks_none_and_still_undoes_a_body_edit(monkeypatch):
+    import graphpass.ir.journal as J
+
+    graph = _if_model()
+    before, wiring = _bytes(graph), _wiring(graph)
+    graphs = J.all_graphs(graph)
+    assert len(graphs) == 3  # the main graph and the If's two branches
+    monkeypatch.setattr(J, "iter_graphs", lambda g: pytest.fail("the journal walked the graph"))
+    with J.known_graphs(graph, graphs):
+        with Journal(graph) as j:
+            _edit_everything(graph)  # edits the then-branch's node list in place
+    assert J._KNOWN == {}
+    j.rollback()
+    assert _bytes(graph) == before and _wiring(graph) == wiring
+
+
+def test_the_manager_gives_every_applications_journal_the_graphs_of_its_version(monkeypatch):
+    import graphpass.ir.journal as J
+
+    walks = []
+    real = J.all_graphs
+    monkeypatch.setattr(J, "all_graphs", lambda g: walks.append(g) or real(g))  # Journal.start's own walk
+    graph = _if_model()
+    before, wiring = _bytes(graph), _wiring(graph)
+    res = PassManager([_Nothing, _Nothing(), _EditEverything],
+                      instruments=[CostVeto(_Rising(), check_rollback=True)])(graph)
+    assert [r.rolled_back for r in res.records] == [False, False, True]  # vetoed: the branch edit undone
+    assert walks == []  # three journals, no walk of theirs: the manager's list (one walk) served them
+    assert _bytes(graph) == before and _wiring(graph) == wiring and J._KNOWN == {}

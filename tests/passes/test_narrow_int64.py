@@ -346,3 +346,19 @@ def test_a_symbol_one_input_leaves_open_bounds_nothing():
     rec = next(p for p in result.report.to_dict()["passes"] if p["name"] == "narrow_int64")
     assert rec["stats"].get("fired", 0) == 0
     assert any("dim 'batch'" in (e.reason if hasattr(e, "reason") else str(e)) for e in result.report.explanations)
+
+
+def test_a_graph_without_int64_is_not_analysed(monkeypatch):
+    """No node computes in int64: the range analysis (a walk of every node) is not built."""
+    from graphpass.passes.lowering import narrow_int64 as mod
+
+    def refuse(*a, **k):
+        raise AssertionError("IntRanges built for a graph without int64")
+
+    monkeypatch.setattr(mod, "IntRanges", refuse)
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Add", ["a", "x"], ["y"])],
+                       {"x": (TP.FLOAT, [2, 3])}, {"y": (TP.FLOAT, [2, 3])})
+    graph, result, _ = _run(model)
+    assert not result.modified and ops(graph) == ["Relu", "Add"]
+    with pytest.raises(AssertionError, match="IntRanges built"):  # int64 index arithmetic: analysed as before
+        _run(_index_model())
