@@ -1,0 +1,99 @@
+"""A hostile review of the speed work of issue 22 (session 10): cases built to break the claims
+of the incremental cost estimate (cost_model/incremental.py and the CostVeto using it), the
+journal's known graph list, apply_rules' anchor-only walk and fast_export. A test here either
+shows a claim holding where it was most likely to break, or (xfail strict) a finding left open.
+
+The production path matters here: the suite sets GRAPHPASS_CHECK_INCREMENTAL, which makes the
+veto keep the incremental state after every edit however large (``full_fraction=None``); a run
+without it (the CLI, the library) starts from a plain full estimate (``valid=False``) and uses
+the plain-estimate fallbacks the check never takes. Tests of that path set the variable to 0.
+"""
+
+import numpy as np
+import onnx_graphsurgeon as gs
+import pytest
+
+import graphpass as gp
+from graphpass.cost_model.target import Target
+from graphpass.ir import annotations as A
+from graphpass.passes.framework import instruments as I
+
+TARGET = Target.load()
+
+
+def _fresh(graph: gs.Graph) -> float:
+    return TARGET.estimate(graph).total_us
+
+
+def _conv_graph(blocks: int = 4, c: int = 16, hw: int = 8) -> gs.Graph:
+    """x -> (Conv -> Relu) x blocks -> Identity -> y, every tensor shaped."""
+    rng = np.random.default_rng(0)
+    x = gs.Variable("x", np.float32, [1, c, hw, hw])
+    nodes, cur = [], x
+    for b in range(blocks):
+        w = gs.Constant(f"w{b}", rng.standard_normal((c, c, 3, 3)).astype(np.float32))
+        conv = gs.Variable(f"conv{b}", np.float32, [1, c, hw, hw])
+        relu = gs.Variable(f"relu{b}", np.float32, [1, c, hw, hw])
+        nodes.append(gs.Node("Conv", f"Conv{b}", {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}, [cur, w], [conv]))
+        nodes.append(gs.Node("Relu", f"Relu{b}", inputs=[conv], outputs=[relu]))
+        cur = relu
+    y = gs.Variable("y", np.float32, [1, c, hw, hw])
+    nodes.append(gs.Node("Identity", "out", inputs=[cur], outputs=[y]))
+    return gs.Graph(nodes=nodes, inputs=[x], outputs=[y], opset=17)
+
+
+def _node(graph: gs.Graph, name: str) -> gs.Node:
+    return next(n for n in graph.nodes if n.name == name)
+
+
+# -- 1. the cost veto's incremental estimate on the production path ---------------------------
+
+class _RefinesSilently(gp.Pass):
+    """Writes a (larger) shape on an intermediate tensor and reports no change: what a pass
+    whose own shape inference refined a dim does (the veto follows such edits, CostVeto.after)."""
+
+    name = "attack_refines_silently"
+    summary = "refines a shape, reports no change"
+    kind = gp.PassKind.CLEANUP
+    scored = True
+
+    def run(self, graph, ctx):
+        t = _node(graph, "Relu1").outputs[0]
+        if t.shape != [1, 16, 64, 64]:
+            t.shape = [1, 16, 64, 64]
+        return gp.PassResult(False, {})
+
+
+class _ClaimsAChange(gp.Pass):
+    """Reports a change but edits nothing the estimate reads (the graph's doc string)."""
+
+    name = "attack_claims_a_change"
+    summary = "reports a change, edits only the doc string"
+    kind = gp.PassKind.CLEANUP
+    scored = True
+
+    def run(self, graph, ctx):
+        graph.doc_string = "edited"
+        return gp.PassResult(True, {})
+
+
+def test_silent_shape_edit_then_an_edit_the_estimate_does_not_read(monkeypatch):
+    """Production path: the state is not kept after the input's plain estimate (valid=False), so
+    the silent application's edits are let go (_add_pending(silent=True)); the next scored
+    application touched no node, and IncrementalEstimate.update returns the kept report for
+    'nothing the estimate reads changed' although the graph differs from the one that report
+    describes. At 21ab45f that application got a fresh estimate (the refined shape in it) and
+    was rolled back: main kept it, a different output model."""
+    monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
+    monkeypatch.setenv("GRAPHPASS_CHECK_KEPT_COST", "0")
+    graph = _conv_graph()
+    before = _fresh(graph)
+    veto = I.CostVeto()
+    res = gp.PassManager([_RefinesSilently(), _ClaimsAChange()], instruments=[veto], max_rounds=1)(
+        graph, gp.PassContext(target=TARGET))
+    claims = res.records[-1]
+    assert graph.doc_string == ""  # rolled back, as at 21ab45f (which kept a different model)
+    after = _fresh(graph)
+    assert after != before  # the refined shape costs more: the case is not vacuous
+    assert claims.cost_after_us == after  # what 21ab45f's fresh estimate gave
+    assert claims.rolled_back
