@@ -97,3 +97,45 @@ def test_silent_shape_edit_then_an_edit_the_estimate_does_not_read(monkeypatch):
     assert after != before  # the refined shape costs more: the case is not vacuous
     assert claims.cost_after_us == after  # what 21ab45f's fresh estimate gave
     assert claims.rolled_back
+
+
+# -- 2. the per-walk cost memo: its key and the state kept across updates -----------------------
+
+def _two_resizes(first: str, second: str) -> gs.Graph:
+    """Two Resize nodes of the same shapes, modes ``first`` and ``second``, summed."""
+    x = gs.Variable("x", np.float32, [1, 16, 32, 32])
+    scales = gs.Constant("scales", np.array([1, 1, 2, 2], np.float32))
+    r1 = gs.Variable("r1", np.float32, [1, 16, 64, 64])
+    r2 = gs.Variable("r2", np.float32, [1, 16, 64, 64])
+    y = gs.Variable("y", np.float32, [1, 16, 64, 64])
+    return gs.Graph(nodes=[gs.Node("Resize", "R1", {"mode": first}, [x, gs.Variable.empty(), scales], [r1]),
+                           gs.Node("Resize", "R2", {"mode": second}, [x, gs.Variable.empty(), scales], [r2]),
+                           gs.Node("Add", "Add", inputs=[r1, r2], outputs=[y])],
+                    inputs=[x], outputs=[y], opset=17)
+
+
+def test_the_estimate_prices_each_resize_by_its_own_mode():
+    """The per-walk memo (AscendCostModel._step) keyed a node's cost on its op, shapes, formats
+    and a few attributes, not ``mode``: op_info.toml has a row per Resize mode (linear: vector,
+    nearest: data movement), and the second Resize got the first one's price. The same graph
+    in another node order had another total."""
+    linear_first, nearest_first = _two_resizes("linear", "nearest"), _two_resizes("linear", "nearest")
+    nearest_first.nodes = [nearest_first.nodes[1], nearest_first.nodes[0], nearest_first.nodes[2]]
+    assert _fresh(linear_first) == _fresh(nearest_first)
+    assert _fresh(_two_resizes("linear", "nearest")) != _fresh(_two_resizes("linear", "linear"))
+
+
+def test_an_update_after_a_mode_change_equals_a_fresh_estimate():
+    """The memo outlives the fresh walk in the incremental state: a node walked again after its
+    mode changed found the price of its old mode (before the key held the mode)."""
+    from graphpass.ir.journal import Journal
+
+    graph = _two_resizes("linear", "nearest")
+    inc = TARGET.incremental_estimate(graph, _full_fraction=0)
+    j = Journal(graph)
+    j.start()
+    r1 = graph.nodes[0]
+    r1.attrs = {**r1.attrs, "mode": "nearest"}
+    report = inc.update(graph, j.touched_nodes(), j.touched_tensors(), j.changed_tensors())
+    j.stop()
+    assert report.total_us == _fresh(graph)
