@@ -139,3 +139,46 @@ def test_an_update_after_a_mode_change_equals_a_fresh_estimate():
     report = inc.update(graph, j.touched_nodes(), j.touched_tensors(), j.changed_tensors())
     j.stop()
     assert report.total_us == _fresh(graph)
+
+
+# -- 3. the collector policy (gc_frozen nests, gc_batched in the manager) ------------------------
+
+class _DropsTheRelu(gp.Pass):
+    name = "attack_drops_the_relu"
+    summary = "removes the last Relu (its output read by the Identity instead)"
+    kind = gp.PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        relu = [n for n in graph.nodes if n.op == "Relu"][-1]
+        src, out = relu.inputs[0], relu.outputs[0]
+        for r in list(out.outputs):
+            r.inputs[r.inputs.index(out)] = src
+        relu.inputs.clear()
+        relu.outputs.clear()
+        graph.nodes.remove(relu)
+        return gp.PassResult(True, {})
+
+
+def test_a_run_in_a_process_that_froze_its_own_objects_frees_the_graph():
+    """A host process that called gc.freeze() itself (a pre-fork server does, after its start-up
+    imports): gc_frozen left that freeze alone by never unfreezing, so the graph it froze stayed
+    in the permanent generation for the rest of the process; gs nodes and tensors hold each
+    other in cycles, so every model such a process optimized leaked whole (21ab45f unfroze
+    everything, the caller's objects too)."""
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.freeze()
+    try:
+        theirs = gc.get_freeze_count()
+        graph = _conv_graph()
+        kept, removed = weakref.ref(graph.nodes[0]), weakref.ref([n for n in graph.nodes if n.op == "Relu"][-1])
+        gp.PassManager([_DropsTheRelu()], instruments=[], max_rounds=1)(graph, gp.PassContext(target=TARGET))
+        assert removed() is None  # the node the run removed: freed by the manager's final collection
+        del graph
+        gc.collect()
+        assert kept() is None  # the caller let the graph go
+        assert gc.get_freeze_count() <= theirs  # nothing of ours left frozen (theirs may die by refcount)
+    finally:
+        gc.unfreeze()
