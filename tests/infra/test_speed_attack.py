@@ -182,3 +182,43 @@ def test_a_run_in_a_process_that_froze_its_own_objects_frees_the_graph():
         assert gc.get_freeze_count() <= theirs  # nothing of ours left frozen (theirs may die by refcount)
     finally:
         gc.unfreeze()
+
+
+# -- 4. apply_rules offers a rule only the nodes of its anchor ops, listed when the walk starts ---
+
+def _op_writes(root) -> list[str]:
+    """Every ``x.op = ...`` / ``setattr(x, "op", ...)`` / ``x.__dict__["op"] = ...`` under ``root``."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "op" and not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+                if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "op" \
+                        and isinstance(t.value, ast.Attribute) and t.value.attr == "__dict__":
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "op"):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_no_pass_changes_an_existing_nodes_op():
+    """apply_rules lists the nodes of each rule's anchor ops once per graph, when its walk starts
+    (rewrite.py, issue 22): a rewrite that changed an existing node's op (into an anchor op of a
+    later rule of the same walk) would no longer have that node offered, where the walk over
+    every node did. No code under passes/ (rules, their helpers, plain passes a rule set may sit
+    next to) writes a node's op: every change of op makes a new node (Match.op / Match.copy).
+    This guards that assumption; the walk's order and the created producers' matching are as
+    at 21ab45f (the list was the walk's snapshot then too)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "passes"
+    assert root.is_dir()
+    assert _op_writes(root) == []
