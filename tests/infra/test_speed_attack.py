@@ -12,11 +12,13 @@ the plain-estimate fallbacks the check never takes. Tests of that path set the v
 import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
+from onnx import TensorProto as TP, helper
 
 import graphpass as gp
 from graphpass.cost_model.target import Target
 from graphpass.ir import annotations as A
 from graphpass.passes.framework import instruments as I
+from graphpass.testing import make_model
 
 TARGET = Target.load()
 
@@ -222,3 +224,36 @@ def test_no_pass_changes_an_existing_nodes_op():
     root = Path(__file__).resolve().parents[2] / "passes"
     assert root.is_dir()
     assert _op_writes(root) == []
+
+
+# -- 5. a rollback restores the exact graph (journal) -------------------------------------------
+
+def _narrowable(op: str):
+    """x's shape plus a constant (a ConstantOfShape of 7, or a Cast of the shape), compared:
+    int64 arithmetic that narrow_int64 runs in int32 on ascend910a."""
+    first = (helper.make_node("ConstantOfShape", ["s"], ["k"], value=helper.make_tensor("v", TP.INT64, [1], [7]))
+             if op == "ConstantOfShape" else helper.make_node("Cast", ["s"], ["k"], to=TP.INT64))
+    return make_model([helper.make_node("Shape", ["x"], ["s"]), first,
+                       helper.make_node("Add", ["k", "s"], ["ks"]),
+                       helper.make_node("Greater", ["ks", "c0"], ["m"])],
+                      {"x": (TP.FLOAT, [5])}, {"m": (TP.BOOL, [5])},
+                      initializers={"c0": np.asarray(0, np.int64)})
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Cast"])
+def test_a_rolled_back_narrow_int64_leaves_the_exact_model(op):
+    """narrow_int64 wrote the int32 value into a ConstantOfShape's attrs dict in place, on a node
+    it had not touched before: no journal hook sees that (journal.py's documented blind spot),
+    so a vetoed or aborted application left the int32 value behind an int64 output tensor
+    (the model as the veto left it no longer type-checks). Also at 21ab45f."""
+    from graphpass.ir.journal import Journal
+    from graphpass.passes.lowering import NarrowInt64
+
+    graph = gp.load(_narrowable(op)).graph
+    before = gp.to_proto(graph).SerializeToString()
+    j = Journal(graph)
+    j.start()
+    result = NarrowInt64()(graph, gp.PassContext(target="ascend910a"))
+    j.rollback()
+    assert result.modified  # it fired: the rollback had something to undo
+    assert gp.to_proto(graph).SerializeToString() == before
