@@ -238,8 +238,23 @@ class CostVeto(PassInstrument):
         self._journal.start()
 
     def after(self, pass_, graph, ctx, result, record):
-        ctx.placement = None
         journal, self._journal = self._journal, None
+        try:
+            self._after(pass_, graph, ctx, result, record, journal)
+        except BaseException:
+            # the estimate (or a development check) raised: the manager re-raises it as the
+            # pass's failure, and :meth:`abort` no longer holds the journal: undo the pass here,
+            # as for a pass that raises (a journal left recording kept its hooks installed and
+            # every later edit of the process logged)
+            if journal is not None and journal.recording:
+                journal.rollback()
+                if self._inc is not None:
+                    self._inc.rollback()
+                record.note = "rolled back: its estimate raised"
+            raise
+
+    def _after(self, pass_, graph, ctx, result, record, journal):
+        ctx.placement = None
         cost = self._cost
         if not record.modified:
             if journal is not None:

@@ -257,3 +257,42 @@ def test_a_rolled_back_narrow_int64_leaves_the_exact_model(op):
     j.rollback()
     assert result.modified  # it fired: the rollback had something to undo
     assert gp.to_proto(graph).SerializeToString() == before
+
+
+class _Renames(gp.Pass):
+    name = "attack_renames"
+    summary = "renames the first node"
+    kind = gp.PassKind.CLEANUP
+    scored = True
+
+    def run(self, graph, ctx):
+        graph.nodes[0].name = "renamed"
+        return gp.PassResult(True, {})
+
+
+def test_an_estimate_that_raises_after_a_pass_leaves_no_journal_recording(monkeypatch):
+    """CostVeto.after took the application's journal off the instrument before estimating: when
+    the estimate raised (a cost-model bug on an odd graph; the incremental update is new code
+    with many paths), abort() found no journal, so the pass was not undone and its journal kept
+    recording (its hooks on gs's classes, every later edit of the process logged into it). The
+    docstring's promise: a failed application leaves the caller's model as it was. (Also at
+    21ab45f, with less code between the two.)"""
+    from graphpass.cost_model.ascend import AscendCostModel
+    from graphpass.errors import PassError
+    from graphpass.ir import journal as J
+
+    monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
+    orig, calls = AscendCostModel.placement, []
+
+    def placement(self, *a, **k):
+        calls.append(1)
+        if len(calls) > 1:  # the input's estimate works, the one after the pass raises
+            raise RuntimeError("the estimate failed")
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(AscendCostModel, "placement", placement)
+    graph = _conv_graph(blocks=1)
+    with pytest.raises(PassError, match="the estimate failed"):
+        gp.PassManager([_Renames()], instruments=[I.CostVeto()], max_rounds=1)(graph, gp.PassContext(target=TARGET))
+    assert not J.active()
+    assert graph.nodes[0].name == "Conv0"
