@@ -356,11 +356,10 @@ class CostVeto(PassInstrument):
     def _add_pending(self, journal: Journal, silent: bool = False) -> None:
         """What an application touched, for the next update (made before the next scored one).
         ``silent``: the application reported no change; without the incremental state (the last
-        estimate a plain full one) its edits are let go, as the veto always did: the next
-        estimate, a full one, sees them."""
+        estimate a plain full one) its edits are not held, only marked unseen: the next
+        estimate, and the final report, are full ones that see them (a kept report would not:
+        the run's final cost missed shapes refined by its last applications)."""
         inc = self._inc
-        if silent and not inc.valid:
-            return
         if not inc.valid or inc.unseen or inc.large(None, journal.edits):
             inc.unseen = True  # the next estimate is a full one: no need to hold on to what it touched
             return

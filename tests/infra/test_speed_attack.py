@@ -296,3 +296,20 @@ def test_an_estimate_that_raises_after_a_pass_leaves_no_journal_recording(monkey
         gp.PassManager([_Renames()], instruments=[I.CostVeto()], max_rounds=1)(graph, gp.PassContext(target=TARGET))
     assert not J.active()
     assert graph.nodes[0].name == "Conv0"
+
+
+def test_the_final_cost_sees_shapes_refined_by_the_last_application(monkeypatch):
+    """Production path: an application that reported no change but refined a shape, after the
+    input's plain estimate: its edits were let go, and the final report was the kept one of
+    the graph before them (GRAPHPASS_CHECK_KEPT_COST, the suite's check, raises on it; it
+    never saw this path: the suite keeps the state after every edit). 21ab45f reported the
+    same stale figure; the incremental docstring promises the kept report only when it
+    describes the final graph."""
+    monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
+    monkeypatch.setenv("GRAPHPASS_CHECK_KEPT_COST", "1")
+    graph = _conv_graph()
+    before = _fresh(graph)
+    veto = I.CostVeto()
+    gp.PassManager([_RefinesSilently()], instruments=[veto], max_rounds=1)(graph, gp.PassContext(target=TARGET))
+    assert _fresh(graph) != before
+    assert veto.final_cost == _fresh(graph)
