@@ -16,7 +16,6 @@ from onnx import TensorProto as TP, helper
 
 import graphpass as gp
 from graphpass.cost_model.target import Target
-from graphpass.ir import annotations as A
 from graphpass.passes.framework import instruments as I
 from graphpass.testing import make_model
 
@@ -313,3 +312,45 @@ def test_the_final_cost_sees_shapes_refined_by_the_last_application(monkeypatch)
     gp.PassManager([_RefinesSilently()], instruments=[veto], max_rounds=1)(graph, gp.PassContext(target=TARGET))
     assert _fresh(graph) != before
     assert veto.final_cost == _fresh(graph)
+
+
+# -- 6. fast_export: the same bytes as gs's exporter on what the corpus lacks --------------------
+
+def _odd_model():
+    body = helper.make_graph([helper.make_node("Relu", ["x"], ["bo"])], "body", [],
+                             [helper.make_tensor_value_info("bo", TP.FLOAT, None)])
+    nodes = [helper.make_node("If", ["c"], ["y1"], then_branch=body, else_branch=body, name="if"),
+             helper.make_node("Identity", ["x"], ["y2"]),  # no name
+             helper.make_node("Custom", ["x"], ["y3"], domain="my.dom", f=1.5, s="text", ints=[1, 2],
+                              t=helper.make_tensor("tt", TP.INT4, [3], [1, -2, 3])),
+             helper.make_node("Cast", ["x"], ["y4"], to=TP.BFLOAT16)]
+    inits = [helper.make_tensor("s", TP.STRING, [2], [b"a", b"bc"]), helper.make_tensor("i4", TP.INT4, [5], [1, 2, 3, -4, 5]),
+             helper.make_tensor("e", TP.FLOAT, [0, 3], []), helper.make_tensor("bf", TP.BFLOAT16, [2], [1, 2])]
+    graph = helper.make_graph(nodes, "", [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 3]),
+                                          helper.make_tensor_value_info("c", TP.BOOL, [])],
+                              [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ("y1", "y2", "y3")]
+                              + [helper.make_tensor_value_info("y4", TP.BFLOAT16, None)],
+                              initializer=inits, doc_string="doc")
+    graph.value_info.append(helper.make_tensor_value_info("z", TP.FLOAT, [1]))
+    fn = helper.make_function("my.dom", "Fn", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+                              [helper.make_opsetid("", 17)], attributes=["alpha"])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.dom", 1)],
+                             functions=[fn], producer_name="p")
+
+
+@pytest.mark.parametrize("edit", ["none", "unnamed", "empty domain", "no doc"])
+def test_fast_export_bytes_on_int4_string_bf16_bodies_and_functions(edit):
+    """fast_export writes nodes and bodies itself (the rest through gs): int4 attribute tensors,
+    string and empty initializers, bf16, If bodies, a local function with an attribute, a node
+    without a name, an empty domain, an empty doc string: the bytes gs's exporter gives."""
+    from graphpass.ir import fast_export
+
+    graph = gs.import_onnx(_odd_model())
+    if edit == "unnamed":
+        graph.nodes[0].name = None
+    elif edit == "empty domain":
+        graph.nodes[1].domain = ""
+    elif edit == "no doc":
+        graph.name, graph.doc_string = "named", ""
+    expected = gs.export_onnx(graph, do_type_check=False).SerializeToString()
+    assert fast_export.export_onnx(graph).SerializeToString() == expected
