@@ -49,13 +49,24 @@ from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphpass.ir.graph import iter_graphs
 
-__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs"]
+__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made"]
 
 _META = "_gp_meta"
 _BACKREF = "_gp_model"
 
 #: the journals now recording (nested: a pass may run a manager of its own on a copy)
 _ACTIVE: list["Journal"] = []
+
+
+#: gs.Graph objects (bodies, local functions) constructed while some journal recorded: a caller
+#: that keeps an :func:`all_graphs` list checks it did not change (a pass that reported no
+#: change may still have made a body; its list would miss it)
+_GRAPHS_MADE = 0
+
+
+def graphs_made() -> int:
+    """How many gs.Graph objects were constructed while a journal recorded (see ``_GRAPHS_MADE``)."""
+    return _GRAPHS_MADE
 
 
 def active() -> bool:
@@ -486,8 +497,11 @@ def _wrap_delattr(orig):
 
 def _wrap_init(orig):
     def __init__(self, *args, **kwargs):
+        global _GRAPHS_MADE
         for j in _ACTIVE:
             j._created_obj(self)
+        if _ACTIVE and isinstance(self, gs.Graph):
+            _GRAPHS_MADE += 1
         orig(self, *args, **kwargs)
     return __init__
 

@@ -354,3 +354,87 @@ def test_fast_export_bytes_on_int4_string_bf16_bodies_and_functions(edit):
         graph.name, graph.doc_string = "named", ""
     expected = gs.export_onnx(graph, do_type_check=False).SerializeToString()
     assert fast_export.export_onnx(graph).SerializeToString() == expected
+
+
+# -- 7. the journal's graph list, given by the manager once per version --------------------------
+
+def _if_model():
+    def body(tag):
+        return helper.make_graph([helper.make_node("Relu", ["x"], [f"o{tag}"], name=f"relu_{tag}")], f"b{tag}", [],
+                                 [helper.make_tensor_value_info(f"o{tag}", TP.FLOAT, [2, 3])])
+    return make_model([helper.make_node("If", ["c"], ["y"], then_branch=body("t"), else_branch=body("e"), name="if")],
+                      {"x": (TP.FLOAT, [2, 3]), "c": (TP.BOOL, [])}, {"y": (TP.FLOAT, [2, 3])})
+
+
+class _NewBody(gp.Pass):
+    """Replaces the If's then-branch by a new graph (a new subgraph the next journal must save)."""
+
+    name = "attack_new_body"
+    summary = "a new then-branch"
+    kind = gp.PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        node = graph.nodes[0]
+        old = node.attrs["then_branch"]
+        out = gs.Variable("ot2", np.float32, [2, 3])
+        x = old.nodes[0].inputs[0]
+        new = gs.Graph(nodes=[gs.Node("Abs", "abs_t", inputs=[x], outputs=[out])], outputs=[out], name="bt2")
+        node.attrs = {**node.attrs, "then_branch": new}
+        return gp.PassResult(True, {})
+
+
+class _EditsTheBodyThenRaises(gp.Pass):
+    """Appends a node to the then-branch's node list in place (no hook sees a plain list edit:
+    the journal saved the graph when it started), then raises."""
+
+    name = "attack_edits_the_body_then_raises"
+    summary = "edits a body in place and raises"
+    kind = gp.PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        body = graph.nodes[0].attrs["then_branch"]
+        out = body.outputs[0]
+        neg = gs.Variable("neg_t", np.float32, [2, 3])
+        body.nodes.append(gs.Node("Neg", "neg_t", inputs=[out], outputs=[neg]))
+        body.outputs.append(neg)
+        raise RuntimeError("half way")
+
+
+def test_a_body_made_by_the_previous_application_is_restored_after_a_failure():
+    """The manager hands every application's journal the list of (sub)graphs it computed for
+    the current version of the graph: a body made by the previous (changing) application is in
+    the next version's list, so the in-place edit of that body by a failing pass is undone."""
+    from graphpass.errors import PassError
+
+    graph = gp.load(_if_model()).graph
+    with pytest.raises(PassError, match="half way"):
+        gp.PassManager([_NewBody(), _EditsTheBodyThenRaises()], instruments=[I.CostVeto()], max_rounds=1)(
+            graph, gp.PassContext(target=TARGET))
+    body = graph.nodes[0].attrs["then_branch"]
+    assert [n.name for n in body.nodes] == ["abs_t"] and [t.name for t in body.outputs] == ["ot2"]
+
+
+class _NewBodyReportsNoChange(_NewBody):
+    name = "attack_new_body_reports_no_change"
+    summary = "a new then-branch, reported as no change"
+
+    def run(self, graph, ctx):
+        super().run(graph, ctx)
+        return gp.PassResult(False, {})
+
+
+def test_a_body_made_by_an_application_that_reported_no_change_is_restored_too():
+    """The manager kept the graph list per version, and an application that reported no change
+    (the veto follows such edits: shapes a pass's own inference refined) leaves the version as
+    it was: the body it made was missing from the next journal's list, and a failing pass's
+    in-place edit of that body stayed (21ab45f walked the graph at each journal's start and
+    restored it). The manager now also recomputes the list when gs.Graph objects were made
+    under a journal since (journal.graphs_made; no extra walk on the corpus pipelines)."""
+    from graphpass.errors import PassError
+
+    graph = gp.load(_if_model()).graph
+    with pytest.raises(PassError, match="half way"):
+        gp.PassManager([_NewBodyReportsNoChange(), _EditsTheBodyThenRaises()], instruments=[I.CostVeto()],
+                       max_rounds=1)(graph, gp.PassContext(target=TARGET))
+    body = graph.nodes[0].attrs["then_branch"]
+    assert [n.name for n in body.nodes] == ["abs_t"] and [t.name for t in body.outputs] == ["ot2"]
