@@ -14,7 +14,9 @@ first time it is touched (copy on first write):
   ``__dict__``, the contents of those lists and of the shared functions list, its annotations.
   Finding the subgraphs walks every node; a caller that already has the list
   (:func:`all_graphs`, for the graph as it is) gives it with :class:`known_graphs`: the pass
-  manager computes it once per version of the graph, not once per application;
+  manager computes it once per version of the graph, not once per application (and again when
+  :func:`graphs_made` says a body or function was made under a journal since: an application
+  that reported no change may have made one);
 - the model (:class:`graphpass.ir.model.Model`, saved when the journal starts): its
   ``__dict__`` and the contents of its dicts (opset imports, metadata, input defaults, meta).
 
