@@ -76,7 +76,11 @@ def _dtype_name(dtype: np.dtype) -> str:
 _NEVER_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                            "Dropout", "Bernoulli"})
 #: Attributes that change a node's cost (the rest only change values, not work).
-_COST_ATTRS = frozenset({"group", "transA", "transB", "axis", "axes", "kernel_shape", "strides", "src_format", "dst_format"})
+# the attributes a node's price reads besides its shapes, formats and engine (the key of the
+# per-walk memo): ``mode`` picks the op-info row (Resize: one per mode), ``num_heads`` the
+# attention dims (AttentionBSH)
+_COST_ATTRS = frozenset({"group", "transA", "transB", "axis", "axes", "kernel_shape", "strides", "src_format", "dst_format",
+                         "mode", "num_heads"})
 
 
 def _ceil(a: float, b: float) -> int:

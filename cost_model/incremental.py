@@ -348,8 +348,11 @@ class IncrementalEstimate:
             return self._full_update(graph, "the edit touched a large part of the graph", keep=False)
         if self._io_key(graph) != self._io:
             return self._full_update(graph, "graph inputs or outputs changed", keep=self.valid)
-        if not objs and list(map(id, graph.nodes)) == self._order:
-            self._kept = None  # nothing the estimate reads changed (rewired tensors mean touched nodes)
+        if not objs and self.valid and list(map(id, graph.nodes)) == self._order:
+            # nothing the estimate reads changed (rewired tensors mean touched nodes); only when the
+            # state is kept: after a plain estimate, edits of applications that reported no change
+            # were let go (CostVeto._add_pending), and the kept report may not describe the graph
+            self._kept = None
             self.updates += 1
             return self.report
         if not self.valid:  # the last estimate was a plain one: build the state now

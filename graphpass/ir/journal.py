@@ -14,7 +14,9 @@ first time it is touched (copy on first write):
   ``__dict__``, the contents of those lists and of the shared functions list, its annotations.
   Finding the subgraphs walks every node; a caller that already has the list
   (:func:`all_graphs`, for the graph as it is) gives it with :class:`known_graphs`: the pass
-  manager computes it once per version of the graph, not once per application;
+  manager computes it once per version of the graph, not once per application (and again when
+  :func:`graphs_made` says a body or function was made under a journal since: an application
+  that reported no change may have made one);
 - the model (:class:`graphpass.ir.model.Model`, saved when the journal starts): its
   ``__dict__`` and the contents of its dicts (opset imports, metadata, input defaults, meta).
 
@@ -49,13 +51,24 @@ from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphpass.ir.graph import iter_graphs
 
-__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs"]
+__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made"]
 
 _META = "_gp_meta"
 _BACKREF = "_gp_model"
 
 #: the journals now recording (nested: a pass may run a manager of its own on a copy)
 _ACTIVE: list["Journal"] = []
+
+
+#: gs.Graph objects (bodies, local functions) constructed while some journal recorded: a caller
+#: that keeps an :func:`all_graphs` list checks it did not change (a pass that reported no
+#: change may still have made a body; its list would miss it)
+_GRAPHS_MADE = 0
+
+
+def graphs_made() -> int:
+    """How many gs.Graph objects were constructed while a journal recorded (see ``_GRAPHS_MADE``)."""
+    return _GRAPHS_MADE
 
 
 def active() -> bool:
@@ -486,8 +499,11 @@ def _wrap_delattr(orig):
 
 def _wrap_init(orig):
     def __init__(self, *args, **kwargs):
+        global _GRAPHS_MADE
         for j in _ACTIVE:
             j._created_obj(self)
+        if _ACTIVE and isinstance(self, gs.Graph):
+            _GRAPHS_MADE += 1
         orig(self, *args, **kwargs)
     return __init__
 

@@ -136,14 +136,18 @@ class gc_frozen:
     """
 
     _depth = 0  # blocks open now (process-wide: the collector is too)
-    _unfreeze = False  # the outermost block found nothing frozen: it unfreezes on exit
+    _unfreeze = False  # the outermost block found nothing frozen: it freezes, and unfreezes on exit
 
     def __enter__(self):
         cls = gc_frozen
         if cls._depth == 0:
             cls._unfreeze = gc.get_freeze_count() == 0
         cls._depth += 1
-        gc.freeze()
+        if cls._unfreeze:
+            gc.freeze()
+        # else the caller froze objects of its own (a pre-fork server's start-up): gc.unfreeze
+        # cannot tell theirs from ours, so freezing the graph would keep it (and every cycle
+        # the run drops) out of the collector for the rest of the process: no freeze at all
 
     def __exit__(self, *exc):
         cls = gc_frozen

@@ -238,8 +238,23 @@ class CostVeto(PassInstrument):
         self._journal.start()
 
     def after(self, pass_, graph, ctx, result, record):
-        ctx.placement = None
         journal, self._journal = self._journal, None
+        try:
+            self._after(pass_, graph, ctx, result, record, journal)
+        except BaseException:
+            # the estimate (or a development check) raised: the manager re-raises it as the
+            # pass's failure, and :meth:`abort` no longer holds the journal: undo the pass here,
+            # as for a pass that raises (a journal left recording kept its hooks installed and
+            # every later edit of the process logged)
+            if journal is not None and journal.recording:
+                journal.rollback()
+                if self._inc is not None:
+                    self._inc.rollback()
+                record.note = "rolled back: its estimate raised"
+            raise
+
+    def _after(self, pass_, graph, ctx, result, record, journal):
+        ctx.placement = None
         cost = self._cost
         if not record.modified:
             if journal is not None:
@@ -341,11 +356,10 @@ class CostVeto(PassInstrument):
     def _add_pending(self, journal: Journal, silent: bool = False) -> None:
         """What an application touched, for the next update (made before the next scored one).
         ``silent``: the application reported no change; without the incremental state (the last
-        estimate a plain full one) its edits are let go, as the veto always did: the next
-        estimate, a full one, sees them."""
+        estimate a plain full one) its edits are not held, only marked unseen: the next
+        estimate, and the final report, are full ones that see them (a kept report would not:
+        the run's final cost missed shapes refined by its last applications)."""
         inc = self._inc
-        if silent and not inc.valid:
-            return
         if not inc.valid or inc.unseen or inc.large(None, journal.edits):
             inc.unseen = True  # the next estimate is a full one: no need to hold on to what it touched
             return

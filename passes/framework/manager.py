@@ -26,7 +26,7 @@ from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResu
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, toposort
-from graphpass.ir.journal import all_graphs, known_graphs
+from graphpass.ir.journal import all_graphs, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
@@ -140,15 +140,18 @@ class PassManager(Pass):
         clean: dict[int, int] = {}  # pass position -> the version it last ran on without a change
         # (version, the graph's op types, its graphs): one walk per version, not one per application
         # for the undo log's start (journal.known_graphs) and another for the op types
-        seen: tuple[int, frozenset[str], list[gs.Graph]] = (-1, frozenset(), [])
+        # (and the count of graphs made under a journal then: an application that reported no
+        # change but made a body or a function leaves the version as it was, not the list)
+        seen: tuple[int, frozenset[str], list[gs.Graph], int] = (-1, frozenset(), [], -1)
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
                 if (p.run_once and rnd > 1) or p.name in unavailable or clean.get(k) == version:
                     continue
-                if seen[0] != version:
+                if seen[0] != version or seen[3] != graphs_made():
                     graphs = all_graphs(graph)
-                    seen = (version, frozenset(n.op for g in graphs for n in g.nodes), graphs)  # = op_types(graph)
+                    seen = (version, frozenset(n.op for g in graphs for n in g.nodes), graphs,  # = op_types(graph)
+                            graphs_made())
                 if not p.can_act(seen[1], ctx):  # nothing it rewrites is in the graph
                     clean[k] = version
                     continue

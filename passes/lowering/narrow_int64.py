@@ -344,12 +344,14 @@ class NarrowInt64(Pass):
             node = g.node
             if not g.outs:
                 continue
+            # a new attrs dict, not an edit of the old one in place: the undo log sees the node
+            # only through its setters (a vetoed application must leave the int64 form)
             if node.op == "Cast":
-                node.attrs["to"] = onnx.TensorProto.INT32
+                node.attrs = {**node.attrs, "to": onnx.TensorProto.INT32}
             elif node.op == "ConstantOfShape":
                 v = node.attrs["value"]
-                node.attrs["value"] = gs.Constant(getattr(v, "name", "") or "value",
-                                                  np.asarray(peek_values(v)).astype(np.int32))
+                node.attrs = {**node.attrs, "value": gs.Constant(getattr(v, "name", "") or "value",
+                                                                 np.asarray(peek_values(v)).astype(np.int32))}
         # the Casts go right after the node writing their input (graph inputs and constants: first)
         nodes = list(before.get(0, []))
         for n in graph.nodes:
