@@ -163,11 +163,15 @@ class gc_batched:
     and drop many small objects: a 100k-node CNN pipeline spent ~20% of its time in those
     sweeps). On exit one full collection frees what the run removed from the graph (gs's nodes
     and tensors hold each other in cycles; frozen, they wait for it) before the caller exports
-    (without it the export of a 100k-node CNN raised the peak by 80 MB).
+    (without it the export of a 100k-node CNN raised the peak by 80 MB). That collection walks
+    the caller's whole heap, so it runs only for a graph of at least ``collect_nodes`` nodes
+    (``nodes``, given by the caller): a small graph's garbage is small, and a process that runs
+    thousands of small pipelines (the test suite, a zoo worker) paid a full sweep of its heap each.
     """
 
-    def __init__(self, young: int = 100_000):
+    def __init__(self, young: int = 100_000, nodes: int = 0, collect_nodes: int = 20_000):
         self.young = young
+        self.collect = nodes >= collect_nodes
 
     def __enter__(self):
         self.threshold = gc.get_threshold()
@@ -179,7 +183,7 @@ class gc_batched:
     def __exit__(self, *exc):
         self.frozen.__exit__(*exc)
         gc.set_threshold(*self.threshold)
-        if gc_frozen._depth == 0 and gc.isenabled():
+        if self.collect and gc_frozen._depth == 0 and gc.isenabled():
             gc.collect()
         return False
 

@@ -108,7 +108,7 @@ class PassManager(Pass):
 
     def apply_to(self, model: Any, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
         self.requires(model)
-        with model_io.gc_batched():
+        with model_io.gc_batched(nodes=count_nodes(graph)):
             result = self._loop(model, graph, ctx)
         self.ensures(model)
         return result

@@ -28,3 +28,18 @@ def test_an_outer_freeze_of_someone_else_is_left_alone():
         assert gc.get_freeze_count() >= theirs
     finally:
         gc.unfreeze()
+
+
+def test_the_pipelines_full_collection_only_for_a_big_graph(monkeypatch):
+    """gc_batched's closing full collection walks the caller's whole heap: worth it for a big
+    graph's removed nodes (the export's peak), not for each of thousands of small pipelines."""
+    import graphpass.ir.serialize as S
+
+    calls = []
+    monkeypatch.setattr(S.gc, "collect", lambda *a: calls.append(a) or 0)
+    with S.gc_batched(nodes=100):
+        pass
+    assert calls == []
+    with S.gc_batched(nodes=50_000):
+        pass
+    assert len(calls) == 1
