@@ -271,13 +271,12 @@ def count_nodes(graph: gs.Graph, recursive: bool = True) -> int:
     return sum(len(g.nodes) for g in iter_graphs(graph))
 
 
-def op_types(graph: gs.Graph) -> frozenset[str]:
-    """Every op type (without its domain) of ``graph``, its bodies and its local functions."""
-    ops: set[str] = set()
-    for root in (graph, *(getattr(graph, "functions", None) or ())):
-        for g in iter_graphs(root):
-            ops.update(n.op for n in g.nodes)
-    return frozenset(ops)
+def op_types(graph: gs.Graph, graphs: "list[gs.Graph] | None" = None) -> frozenset[str]:
+    """Every op type (without its domain) of ``graph``, its bodies and its local functions
+    (``graphs``: those graphs, when the caller has listed them already)."""
+    if graphs is None:
+        graphs = [g for root in (graph, *(getattr(graph, "functions", None) or ())) for g in iter_graphs(root)]
+    return frozenset(n.op for g in graphs for n in g.nodes)
 
 
 def op_histogram(graph: gs.Graph, recursive: bool = True) -> collections.Counter:

@@ -25,7 +25,7 @@ from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, EST
 from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
-from graphpass.ir.graph import count_nodes, toposort
+from graphpass.ir.graph import count_nodes, op_types, toposort
 from graphpass.ir.journal import all_graphs, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
@@ -108,8 +108,9 @@ class PassManager(Pass):
 
     def apply_to(self, model: Any, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
         self.requires(model)
-        with model_io.gc_batched(nodes=count_nodes(graph)):
-            result = self._loop(model, graph, ctx)
+        nodes = count_nodes(graph)
+        with model_io.gc_batched(nodes=nodes):
+            result = self._loop(model, graph, ctx, nodes)
         self.ensures(model)
         return result
 
@@ -118,13 +119,12 @@ class PassManager(Pass):
 
     # -- the loop --------------------------------------------------------------------------
 
-    def _loop(self, model: Any, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
+    def _loop(self, model: Any, graph: gs.Graph, ctx: PassContext, nodes_now: int) -> ManagerResult:
         ctx = dataclasses.replace(ctx, explanations=[])  # the caller's context is only read
         instruments = self.instruments
         records: list[PassRecord] = []
         history: list[str] = []
         applied = 0
-        nodes_now = count_nodes(graph)
         # a pass that needs hardware facts cannot run under the 'none' target: left out, said why
         unavailable = {p.name: f"needs a hardware target (target '{ctx.target.name}' has none)"
                        for p in self.passes if p.needs_target and not ctx.target.has_hardware}
@@ -150,8 +150,7 @@ class PassManager(Pass):
                     continue
                 if seen[0] != version or seen[3] != graphs_made():
                     graphs = all_graphs(graph)
-                    seen = (version, frozenset(n.op for g in graphs for n in g.nodes), graphs,  # = op_types(graph)
-                            graphs_made())
+                    seen = (version, op_types(graph, graphs), graphs, graphs_made())
                 if not p.can_act(seen[1], ctx):  # nothing it rewrites is in the graph
                     clean[k] = version
                     continue
