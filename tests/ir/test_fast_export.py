@@ -5,7 +5,6 @@ after the default pipeline rewrote them (device ops, their local functions, anno
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 import onnx
@@ -15,17 +14,11 @@ import pytest
 from onnx.backend.test.case.node import collect_testcases
 
 import graphpass
+from _files import FILES, ONNX_DATA, REPO  # noqa: E402 - tests/ir/_files.py
 from graphpass.ir import fast_export, fast_import
 from graphpass.ir.serialize import _types_hidden
 
-_ONNX = Path(onnx.__file__).parent / "backend" / "test" / "data"
-_REPO = Path(__file__).resolve().parents[2]
-_FILES = sorted(
-    glob.glob(str(_ONNX / "light" / "*.onnx"))
-    + glob.glob(str(_ONNX / "simple" / "*" / "model.onnx"))
-    + glob.glob(str(_ONNX / "pytorch-*" / "*" / "model.onnx"))
-    + glob.glob(str(_REPO / "tests" / "data" / "**" / "*.onnx"), recursive=True)
-)
+_ONNX, _REPO, _FILES = ONNX_DATA, REPO, FILES
 
 
 def _bytes(export, graph):

@@ -5,9 +5,7 @@ model-zoo architectures), the exporter corpus and the suite's own files."""
 
 from __future__ import annotations
 
-import glob
 import os
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,16 +13,10 @@ import onnx_graphsurgeon as gs
 import pytest
 from onnx.backend.test.case.node import collect_testcases
 
+from _files import FILES, ONNX_DATA, REPO  # noqa: E402 - tests/ir/_files.py
 from graphpass.ir import fast_import
 
-_ONNX = Path(onnx.__file__).parent / "backend" / "test" / "data"
-_REPO = Path(__file__).resolve().parents[2]
-_FILES = sorted(
-    glob.glob(str(_ONNX / "light" / "*.onnx"))
-    + glob.glob(str(_ONNX / "simple" / "*" / "model.onnx"))
-    + glob.glob(str(_ONNX / "pytorch-*" / "*" / "model.onnx"))
-    + glob.glob(str(_REPO / "tests" / "data" / "**" / "*.onnx"), recursive=True)
-)
+_ONNX, _REPO, _FILES = ONNX_DATA, REPO, FILES
 
 
 class _Dump:

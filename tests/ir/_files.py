@@ -1,0 +1,17 @@
+"""The model files the IR's import and export are compared with onnx-graphsurgeon's on: onnx's
+backend test data (model-zoo architectures, simple and pytorch cases) and every .onnx of the
+suite's own data (the exporter corpus included)."""
+
+import glob
+from pathlib import Path
+
+import onnx
+
+ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+REPO = Path(__file__).resolve().parents[2]
+FILES = sorted(
+    glob.glob(str(ONNX_DATA / "light" / "*.onnx"))
+    + glob.glob(str(ONNX_DATA / "simple" / "*" / "model.onnx"))
+    + glob.glob(str(ONNX_DATA / "pytorch-*" / "*" / "model.onnx"))
+    + glob.glob(str(REPO / "tests" / "data" / "**" / "*.onnx"), recursive=True)
+)
