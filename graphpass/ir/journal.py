@@ -414,6 +414,43 @@ class Journal:
     def touched_tensors(self) -> list[gs.Tensor]:
         return [st.obj for st in self._tensors.values()]
 
+    def annotation_edits(self) -> list[tuple[gs.Node, dict | None, dict | None]] | None:
+        """When the pass changed nothing but node annotations: ``(node, annotations before,
+        annotations now)`` of each node whose annotations changed. None when it changed anything
+        else (a node's op, attributes, wiring or class; a tensor; a graph's lists; the model;
+        an object it created and kept) or edited no node."""
+        if self._created or self._loads:
+            return None
+        if any(st.value_changed() or (_copy_meta(st.obj) or {}) != (st.meta or {})
+               or not _same(st.obj.__dict__.get("inputs", ()), st.inputs)
+               or not _same(st.obj.__dict__.get("outputs", ()), st.outputs) for st in self._tensors.values()):
+            return None
+        for st in self._graphs.values():
+            d = st.obj.__dict__
+            if (d.keys() != st.dict.keys() or any(d[k] is not v for k, v in st.dict.items())
+                    or not _same(d.get("nodes", ()), st.nodes) or not _same(d.get("inputs", ()), st.inputs)
+                    or not _same(d.get("outputs", ()), st.outputs) or _copy_meta(st.obj) != st.meta
+                    or (st.functions is not None and not _same(d.get("_functions", ()), st.functions))):
+                return None
+        model = self._model
+        if model is not None and (model.obj.__dict__.keys() != model.dict.keys()
+                                  or any(model.obj.__dict__[k] is not v for k, v in model.dict.items())
+                                  or any(model.dict[k] != saved for k, saved in model.dicts.items())):
+            return None
+        out = []
+        for st in self._nodes.values():
+            node = st.obj
+            d = node.__dict__
+            if (type(node) is not st.cls or d.keys() - {_META} != st.dict.keys() - {_META}
+                    or any(d[k] is not v for k, v in st.dict.items() if k != _META)
+                    or not _same(d.get("inputs", ()), st.inputs) or not _same(d.get("outputs", ()), st.outputs)
+                    or (st.attrs is not None and not _same_dict(d["attrs"], st.attrs))):
+                return None
+            now = _copy_meta(node)
+            if (now or {}) != (st.meta or {}):  # (an empty annotation dict made by a read is none)
+                out.append((node, st.meta, now))
+        return out or None
+
     def changed_tensors(self) -> list[gs.Tensor]:
         """The tensors (not created by the pass) whose class, name, shape, dtype, values or
         annotations changed; a tensor only rewired (its producer or readers) is not listed."""

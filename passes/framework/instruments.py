@@ -34,7 +34,7 @@ from graphpass.cost_model.base import CostModel
 from graphpass.cost_model.target import Target
 from graphpass.errors import BadModelError, VerificationError
 from graphpass.passes.framework.pass_base import Pass, PassContractError, PassResult
-from graphpass.ir import model_io, profiling
+from graphpass.ir import annotations as A, model_io, profiling
 from graphpass.ir.journal import Journal
 from graphpass.ir.graph import count_nodes, fingerprint, iter_graphs
 
@@ -269,7 +269,17 @@ class CostVeto(PassInstrument):
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         kept = (self._report, self._engines)
         report = None
-        if self._estimate_after:
+        if self._estimate_after and self._engines_only(journal):
+            # the application wrote engine annotations the estimate had already chosen
+            # (place_and_sink): the estimate reads an engine annotation only where it differs
+            # from its own choice, so the graph's estimate is the kept one
+            report = self._report
+            if self.check_incremental:
+                fresh, engines = self.target.estimate_with_placement(graph, node_records=False, **self.cost_options)
+                if fresh.total_us != report.total_us or (engines is not None and engines != self._engines):
+                    raise AssertionError(f"after pass '{pass_.name}' (engine annotations only): the kept estimate "
+                                         f"is {report.total_us!r} us, a fresh one {fresh.total_us!r} us")
+        elif self._estimate_after:
             report = self._update(pass_, graph, journal) if self._inc is not None else self._estimate(graph)
         elif self._inc is not None and journal is not None:  # estimated with the next scored application
             self._add_pending(journal)
@@ -307,6 +317,27 @@ class CostVeto(PassInstrument):
             self._stale = True
             self._report = self._engines = None
         self._before_bytes = None
+
+    def _engines_only(self, journal: Journal | None) -> bool:
+        """Whether the application changed nothing but the engine annotations of nodes, each to
+        the engine the kept estimate (of the graph as it was before) gave the node."""
+        engines = self._engines
+        if (journal is None or engines is None or self._report is None or self._stale or self._pending is not None
+                or (self._inc is not None and (self._refresh or self._inc.unseen))):
+            return False
+        edits = journal.annotation_edits()
+        if edits is None:
+            return False
+        for node, before, now in edits:
+            before, now = before or {}, now or {}
+            if before.keys() - {A.ENGINE} != now.keys() - {A.ENGINE} or any(
+                    before[k] != v for k, v in now.items() if k != A.ENGINE):
+                return False
+            engine = now.get(A.ENGINE)
+            kept = engines.get(id(node))
+            if engine is None or kept is None or engine != kept[0]:
+                return False
+        return True
 
     def refreshed(self, graph, ctx):
         # new shapes change the estimate (a dim resolved, a symbolic one renamed): the next scored

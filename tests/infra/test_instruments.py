@@ -237,3 +237,87 @@ def _default_names():
     from graphpass.passes import pipelines
 
     return pipelines.build(None, None, set(), set())
+
+
+# -- engine annotations the estimate already chose: no estimate (issue 22) ----------------------
+
+class _WritesEngines(Pass):
+    """Scored; writes an engine annotation on every node: the estimate's own choice
+    (``ctx.placement``, as place_and_sink) or, with ``other``, AI CPU everywhere."""
+
+    name = "writes_engines"
+    summary = "engine annotations only"
+    kind = PassKind.PLACEMENT
+    scored = True
+    other = False
+    extra = False
+
+    def run(self, graph, ctx):
+        from graphpass.ir import annotations as A
+
+        engines = ctx.placement[0]
+        changed = 0
+        for n in graph.nodes:
+            engine = "AICPU" if self.other else engines[id(n)][0]
+            if A.get_engine(n) != engine:
+                A.set_engine(n, engine)
+                changed += 1
+            if self.extra and A.get(n, A.REASON) is None:
+                A.set(n, A.REASON, "and another annotation")
+                changed += 1
+        return PassResult(changed > 0)
+
+
+class _WritesOther(_WritesEngines):
+    name = "writes_other_engines"
+    other = True
+
+
+class _WritesMore(_WritesEngines):
+    name = "writes_more_annotations"
+    extra = True
+
+
+def _count_estimates(monkeypatch):
+    from graphpass.cost_model.ascend import AscendCostModel
+
+    monkeypatch.delenv("GRAPHPASS_CHECK_KEPT_COST", raising=False)  # its fresh estimate at the end is not counted
+    calls = []
+    real = AscendCostModel._estimate
+    monkeypatch.setattr(AscendCostModel, "_estimate", lambda self, g, **k: calls.append(len(g.nodes)) or real(self, g, **k))
+    return calls
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_engine_annotations_the_estimate_chose_need_no_estimate(monkeypatch, incremental):
+    calls = _count_estimates(monkeypatch)
+    graph = gp.load(chain_model()).graph
+    veto = CostVeto(check_incremental=False, incremental=incremental)
+    res = PassManager([_WritesEngines], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    rec = res.records[0]
+    assert rec.modified and not rec.rolled_back
+    assert len(calls) == 1  # the initial estimate only
+    assert rec.cost_after_us == rec.cost_before_us == veto.final_cost
+    fresh = veto.target.estimate(graph)
+    assert fresh.total_us == veto.final_cost
+
+
+@pytest.mark.parametrize("pass_", [_WritesOther, _WritesMore])
+def test_any_other_annotation_is_estimated(monkeypatch, pass_):
+    calls = _count_estimates(monkeypatch)
+    graph = gp.load(chain_model()).graph
+    veto = CostVeto(check_incremental=False)
+    res = PassManager([pass_], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    assert len(calls) == 2  # the initial estimate, and one after the application
+    rec = res.records[0]
+    if pass_ is _WritesOther:  # AI CPU everywhere costs more: vetoed
+        assert rec.rolled_back and rec.cost_after_us > rec.cost_before_us
+
+
+def test_the_skip_is_checked_against_a_fresh_estimate_in_the_suite(monkeypatch):
+    """GRAPHPASS_CHECK_INCREMENTAL (set by the suite) compares the kept estimate with a fresh one."""
+    calls = _count_estimates(monkeypatch)
+    graph = gp.load(chain_model()).graph
+    veto = CostVeto(check_incremental=True)
+    PassManager([_WritesEngines], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    assert len(calls) == 2  # the initial one and the check's

@@ -351,3 +351,49 @@ def test_the_manager_gives_every_applications_journal_the_graphs_of_its_version(
     assert [r.rolled_back for r in res.records] == [False, False, True]  # vetoed: the branch edit undone
     assert walks == []  # three journals, no walk of theirs: the manager's list (one walk) served them
     assert _bytes(graph) == before and _wiring(graph) == wiring and J._KNOWN == {}
+
+
+# -- annotation_edits: what the cost veto may skip an estimate for -----------------------------
+
+def test_annotation_edits_lists_node_annotations_changed_and_nothing_else():
+    graph = _if_model()
+    relu, if_, add, neg = graph.nodes
+    with Journal(graph) as j:
+        A.set(relu, A.ENGINE, "AICPU")
+        A.set_engine(neg, "AICORE")  # a node with no annotation before
+        A.set_engine(add, A.get_engine(add) or "x")  # a touch that changes nothing ...
+        A.meta(add).pop(A.ENGINE)  # ... (set and removed again)
+    edits = {n.name: (before, now) for n, before, now in j.annotation_edits()}
+    assert edits == {"relu": ({A.ENGINE: "AICORE"}, {A.ENGINE: "AICPU"}), "neg": (None, {A.ENGINE: "AICORE"})}
+
+
+def test_annotation_edits_is_none_when_nothing_changed():
+    graph = _if_model()
+    relu = graph.nodes[0]
+    with Journal(graph) as j:
+        A.set(relu, A.ENGINE, "AICORE")  # the value it had
+    assert j.annotation_edits() is None
+
+
+@pytest.mark.parametrize("edit", [
+    lambda g: setattr(g.nodes[3], "op", "Abs"),
+    lambda g: g.nodes[3].attrs.__setitem__("alpha", 1.0) if g.nodes[3].inputs.append(g.nodes[3].inputs[0]) else None,
+    lambda g: g.nodes[2].inputs.__setitem__(1, g.nodes[0].outputs[0]),
+    lambda g: setattr(g.nodes[0].outputs[0], "shape", [3, 2]),
+    lambda g: A.set_format(g.nodes[0].outputs[0], "NC1HWC0"),
+    lambda g: g.nodes.append(gs.Node("Abs", "abs", inputs=[g.nodes[0].outputs[0]],
+                                     outputs=[gs.Variable("abs_out", np.float32, [2, 3])])),
+    lambda g: g.nodes.pop(),
+    lambda g: g.outputs.append(g.nodes[0].outputs[0]),
+    lambda g: A.set(g, "k", "v"),
+    lambda g: model_of(g).metadata_props.__setitem__("k", "v"),
+    lambda g: g.nodes[1].attrs["then_branch"].nodes[0].__setattr__("op", "Sub"),
+    lambda g: setattr(g, "name", "renamed"),
+], ids=["op", "attrs-in-place-after-a-touch", "rewire", "shape", "tensor-annotation", "create", "remove",
+        "graph-output", "graph-annotation", "model-metadata", "subgraph-op", "graph-name"])
+def test_annotation_edits_is_none_for_any_other_edit(edit):
+    graph = _if_model()
+    with Journal(graph) as j:
+        A.set(graph.nodes[0], A.ENGINE, "AICPU")
+        edit(graph)
+    assert j.annotation_edits() is None
