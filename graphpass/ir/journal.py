@@ -414,28 +414,62 @@ class Journal:
     def touched_tensors(self) -> list[gs.Tensor]:
         return [st.obj for st in self._tensors.values()]
 
-    def annotation_edits(self) -> list[tuple[gs.Node, dict | None, dict | None]] | None:
-        """When the pass changed nothing but node annotations: ``(node, annotations before,
-        annotations now)`` of each node whose annotations changed. None when it changed anything
-        else (a node's op, attributes, wiring or class; a tensor; a graph's lists; the model;
-        an object it created and kept) or edited no node."""
-        if self._created or self._loads:
-            return None
-        if any(st.value_changed() or (_copy_meta(st.obj) or {}) != (st.meta or {})
-               or not _same(st.obj.__dict__.get("inputs", ()), st.inputs)
-               or not _same(st.obj.__dict__.get("outputs", ()), st.outputs) for st in self._tensors.values()):
-            return None
+    def _only_nodes_and_readers_changed(self) -> bool:
+        """Nothing created and kept, no graph's lists or attributes, not the model, and of the
+        tensors only their lists of readers (what rewiring a node's inputs changes)."""
+        if self._created:
+            return False
+        for st in self._tensors.values():
+            t = st.obj
+            if (st.value_changed() or (_copy_meta(t) or {}) != (st.meta or {})
+                    or not _same(t.__dict__.get("inputs", ()), st.inputs)):
+                return False
         for st in self._graphs.values():
             d = st.obj.__dict__
             if (d.keys() != st.dict.keys() or any(d[k] is not v for k, v in st.dict.items())
                     or not _same(d.get("nodes", ()), st.nodes) or not _same(d.get("inputs", ()), st.inputs)
                     or not _same(d.get("outputs", ()), st.outputs) or _copy_meta(st.obj) != st.meta
                     or (st.functions is not None and not _same(d.get("_functions", ()), st.functions))):
-                return None
+                return False
         model = self._model
-        if model is not None and (model.obj.__dict__.keys() != model.dict.keys()
-                                  or any(model.obj.__dict__[k] is not v for k, v in model.dict.items())
-                                  or any(model.dict[k] != saved for k, saved in model.dicts.items())):
+        return model is None or not (model.obj.__dict__.keys() != model.dict.keys()
+                                     or any(model.obj.__dict__[k] is not v for k, v in model.dict.items())
+                                     or any(model.dict[k] != saved for k, saved in model.dicts.items()))
+
+    def constant_swaps(self) -> list[tuple[gs.Node, int, gs.Constant, gs.Constant]] | None:
+        """When the pass changed nothing but which Constant some node inputs read (a Constant
+        replaced by another one, as common-subexpression elimination merges equal weights):
+        ``(node, input index, the Constant before, the Constant now)`` of each such input. None
+        when it changed anything else (see :meth:`annotation_edits`) or no input."""
+        if not self._only_nodes_and_readers_changed():
+            return None
+        out = []
+        for st in self._nodes.values():
+            node = st.obj
+            d = node.__dict__
+            if (type(node) is not st.cls or d.keys() - {_META} != st.dict.keys() - {_META}
+                    or any(d[k] is not v for k, v in st.dict.items() if k != _META)
+                    or not _same(d.get("outputs", ()), st.outputs)
+                    or (st.attrs is not None and not _same_dict(d["attrs"], st.attrs))
+                    or (_copy_meta(node) or {}) != (st.meta or {})):
+                return None
+            now = d.get("inputs", ())
+            if len(now) != len(st.inputs):
+                return None
+            for i, (old, new) in enumerate(zip(st.inputs, now)):
+                if old is not new:
+                    if not (isinstance(old, gs.Constant) and isinstance(new, gs.Constant)):
+                        return None
+                    out.append((node, i, old, new))
+        return out or None
+
+    def annotation_edits(self) -> list[tuple[gs.Node, dict | None, dict | None]] | None:
+        """When the pass changed nothing but node annotations: ``(node, annotations before,
+        annotations now)`` of each node whose annotations changed. None when it changed anything
+        else (a node's op, attributes, wiring or class; a tensor; a graph's lists; the model;
+        an object it created and kept) or edited no node."""
+        if not self._only_nodes_and_readers_changed() or any(
+                not _same(st.obj.__dict__.get("outputs", ()), st.outputs) for st in self._tensors.values()):
             return None
         out = []
         for st in self._nodes.values():

@@ -22,11 +22,13 @@ last (it times the pass alone), :class:`CostVeto` before it is seen by everythin
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -93,6 +95,26 @@ class PassInstrument:
 
     def exit(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
         pass
+
+
+def _same_constant(a: gs.Constant, b: gs.Constant) -> bool:
+    """Whether the cost estimate sees ``a`` and ``b`` alike (see ``CostVeto._unchanged_estimate``)."""
+    from graphpass.ir.graph import peek_values
+
+    if bool(a.name) != bool(b.name) or a.inputs or b.inputs:
+        return False
+    if (A.stored_meta(a) or {}) != (A.stored_meta(b) or {}):
+        return False
+    try:
+        sa, sb = tuple(a.shape), tuple(b.shape)
+        if sa != sb or np.dtype(a.dtype) != np.dtype(b.dtype):
+            return False
+    except TypeError:  # a dtype numpy does not know: compare nothing further, say no
+        return False
+    if np.dtype(a.dtype).kind in "fcV" and math.prod(sa) > 64:
+        return True  # a large float weight: the estimate reads its shape and dtype only
+    va, vb = np.asarray(peek_values(a)), np.asarray(peek_values(b))
+    return va.dtype == vb.dtype and va.shape == vb.shape and va.tobytes() == vb.tobytes()
 
 
 class CostVeto(PassInstrument):
@@ -269,16 +291,16 @@ class CostVeto(PassInstrument):
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         kept = (self._report, self._engines)
         report = None
-        if self._estimate_after and self._engines_only(journal):
-            # the application wrote engine annotations the estimate had already chosen
-            # (place_and_sink): the estimate reads an engine annotation only where it differs
-            # from its own choice, so the graph's estimate is the kept one
+        if self._unchanged_estimate(journal):
+            # the edit cannot change the estimate (engines the kept estimate chose, written as
+            # annotations; a Constant input swapped for an equal one): the kept estimate stands,
+            # for an unscored application too (no catch-up estimate later for it)
             report = self._report
             if self.check_incremental:
                 fresh, engines = self.target.estimate_with_placement(graph, node_records=False, **self.cost_options)
                 if fresh.total_us != report.total_us or (engines is not None and engines != self._engines):
-                    raise AssertionError(f"after pass '{pass_.name}' (engine annotations only): the kept estimate "
-                                         f"is {report.total_us!r} us, a fresh one {fresh.total_us!r} us")
+                    raise AssertionError(f"after pass '{pass_.name}' (an edit the estimate cannot see): the kept "
+                                         f"estimate is {report.total_us!r} us, a fresh one {fresh.total_us!r} us")
         elif self._estimate_after:
             report = self._update(pass_, graph, journal) if self._inc is not None else self._estimate(graph)
         elif self._inc is not None and journal is not None:  # estimated with the next scored application
@@ -318,24 +340,40 @@ class CostVeto(PassInstrument):
             self._report = self._engines = None
         self._before_bytes = None
 
-    def _engines_only(self, journal: Journal | None) -> bool:
-        """Whether the application changed nothing but the engine annotations of nodes, each to
-        the engine the kept estimate (of the graph as it was before) gave the node."""
-        engines = self._engines
-        if (journal is None or engines is None or self._report is None or self._stale or self._pending is not None
-                or (self._inc is not None and (self._refresh or self._inc.unseen))):
+    def _unchanged_estimate(self, journal: Journal | None) -> bool:
+        """Whether the kept estimate (of the graph before the application) is the estimate of the
+        graph after it: the application changed nothing but
+
+        - the engine annotations of nodes, each to the engine the kept estimate gave the node (the
+          estimate reads an engine annotation only where it differs from its own choice);
+        - which Constant some node inputs read, each replaced by one of the same dtype, shape,
+          annotations and values (the values compared where the estimate may read them: integer
+          and boolean constants and any of at most 64 elements; it never reads a larger float
+          weight's values)."""
+        if (journal is None or self._engines is None or self._report is None or self._stale
+                or self._pending is not None or (self._inc is not None and (self._refresh or self._inc.unseen))):
             return False
         edits = journal.annotation_edits()
-        if edits is None:
+        if edits is not None:
+            engines = self._engines
+            for node, before, now in edits:
+                before, now = before or {}, now or {}
+                if before.keys() - {A.ENGINE} != now.keys() - {A.ENGINE} or any(
+                        before[k] != v for k, v in now.items() if k != A.ENGINE):
+                    return False
+                engine, kept = now.get(A.ENGINE), engines.get(id(node))
+                if engine is None or kept is None or engine != kept[0]:
+                    return False
+            return True
+        swaps = journal.constant_swaps()
+        if swaps is None:
             return False
-        for node, before, now in edits:
-            before, now = before or {}, now or {}
-            if before.keys() - {A.ENGINE} != now.keys() - {A.ENGINE} or any(
-                    before[k] != v for k, v in now.items() if k != A.ENGINE):
-                return False
-            engine = now.get(A.ENGINE)
-            kept = engines.get(id(node))
-            if engine is None or kept is None or engine != kept[0]:
+        seen: set[tuple[int, int]] = set()
+        for _, _, old, new in swaps:
+            if (id(old), id(new)) in seen:
+                continue
+            seen.add((id(old), id(new)))
+            if not _same_constant(old, new):
                 return False
         return True
 

@@ -321,3 +321,91 @@ def test_the_skip_is_checked_against_a_fresh_estimate_in_the_suite(monkeypatch):
     veto = CostVeto(check_incremental=True)
     PassManager([_WritesEngines], instruments=[veto])(graph, PassContext(target="ascend910a"))
     assert len(calls) == 2  # the initial one and the check's
+
+
+# -- a Constant input swapped for an equal one: no estimate (issue 22) --------------------------
+
+def _two_adds():
+    import numpy as np
+    from onnx import helper
+
+    from graphpass.testing import make_model
+
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    return make_model([helper.make_node("Add", ["x", "c1"], ["a"]), helper.make_node("Add", ["a", "c2"], ["y"])],
+                      {"x": [2, 3]}, {"y": [2, 3]}, initializers={"c1": c, "c2": c.copy()})
+
+
+class _SwapsConstant(Pass):
+    """Scored; makes the second Add read the first Add's constant (equal: CSE's merge), or with
+    ``other`` a constant of other values."""
+
+    name = "swaps_constant"
+    summary = "a Constant input replaced"
+    kind = PassKind.FUSION
+    scored = True
+    other = None
+
+    def run(self, graph, ctx):
+        first, second = graph.nodes
+        if second.inputs[1] is first.inputs[1] or second.inputs[1].name == "c3":
+            return PassResult(False)
+        second.inputs[1] = self.other if self.other is not None else first.inputs[1]
+        return PassResult(True)
+
+
+def test_a_constant_swapped_for_an_equal_one_needs_no_estimate(monkeypatch):
+    calls = _count_estimates(monkeypatch)
+    graph = gp.load(_two_adds()).graph
+    veto = CostVeto(check_incremental=False)
+    res = PassManager([_SwapsConstant], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    assert res.records[0].modified and len(calls) == 1
+    assert veto.final_cost == veto.target.estimate(graph).total_us
+
+
+def test_an_unscored_swap_leaves_no_catch_up_estimate(monkeypatch):
+    calls = _count_estimates(monkeypatch)
+    monkeypatch.setattr(I, "ESTIMATE_EACH_MAX_NODES", 0)  # unscored applications are not estimated
+    unscored = type("_Unscored", (_SwapsConstant,), {"name": "swaps_unscored", "kind": PassKind.CLEANUP,
+                                                     "scored": None})
+    graph = gp.load(_two_adds()).graph
+    veto = CostVeto(check_incremental=False)
+    res = PassManager([unscored, _WritesEngines], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    assert [r.modified for r in res.records[:2]] == [True, True]
+    assert len(calls) == 1  # neither the scored application after it nor the final report estimated again
+    assert veto.final_cost == veto.target.estimate(graph).total_us
+
+
+@pytest.mark.parametrize("other", ["values", "shape", "dtype", "annotation"])
+def test_a_constant_swapped_for_another_is_estimated(monkeypatch, other):
+    import numpy as np
+    import onnx_graphsurgeon as gs
+
+    from graphpass.ir import annotations as A
+
+    values = {"values": np.ones((2, 3), np.float32), "shape": np.arange(3, dtype=np.float32),
+              "dtype": np.arange(6, dtype=np.float64).reshape(2, 3),
+              "annotation": np.arange(6, dtype=np.float32).reshape(2, 3)}[other]
+    c3 = gs.Constant("c3", values)
+    if other == "annotation":
+        A.set_format(c3, "NC1HWC0")
+    calls = _count_estimates(monkeypatch)
+    graph = gp.load(_two_adds()).graph
+    veto = CostVeto(check_incremental=False)
+    swap = type("_SwapsOther", (_SwapsConstant,), {"other": c3})
+    PassManager([swap], instruments=[veto])(graph, PassContext(target="ascend910a"))
+    assert len(calls) == 2
+
+
+def test_a_large_float_weight_is_compared_by_shape_and_dtype_only():
+    import numpy as np
+    import onnx_graphsurgeon as gs
+
+    a = gs.Constant("a", np.zeros((8, 9), np.float32))
+    assert I._same_constant(a, gs.Constant("b", np.ones((8, 9), np.float32)))  # the estimate never reads them
+    assert not I._same_constant(a, gs.Constant("b", np.ones((9, 8), np.float32)))
+    small = gs.Constant("s", np.zeros(64, np.float32))
+    assert not I._same_constant(small, gs.Constant("t", np.ones(64, np.float32)))  # small: values compared
+    ints = gs.Constant("i", np.zeros(100, np.int64))
+    assert not I._same_constant(ints, gs.Constant("j", np.ones(100, np.int64)))  # integers: values compared
+    assert I._same_constant(ints, gs.Constant("k", np.zeros(100, np.int64)))
