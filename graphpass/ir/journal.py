@@ -414,6 +414,11 @@ class Journal:
     def touched_tensors(self) -> list[gs.Tensor]:
         return [st.obj for st in self._tensors.values()]
 
+    def loaded_weights(self) -> list[tuple[gs.Tensor, Any]]:
+        """The lazy weights gs's ``values`` getter loaded while the journal recorded (not edits):
+        ``(tensor, its lazy form)``, put back on a rollback."""
+        return list(self._loads.values())
+
     def _only_nodes_and_readers_changed(self) -> bool:
         """Nothing created and kept, no graph's lists or attributes, not the model, and of the
         tensors only their lists of readers (what rewiring a node's inputs changes)."""
