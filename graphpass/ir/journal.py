@@ -144,7 +144,7 @@ class _NodeState:
 
 
 class _TensorState:
-    __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "shape", "meta")
+    __slots__ = ("obj", "cls", "dict", "inputs", "outputs", "shape", "meta", "loaded")
 
     def __init__(self, t: gs.Tensor):
         d = t.__dict__
@@ -157,6 +157,7 @@ class _TensorState:
         self.shape = list(shape) if isinstance(shape, list) else None
         meta = d.get(_META)
         self.meta = dict(meta) if meta is not None else None
+        self.loaded = None  # the array gs's ``values`` getter loaded from the saved lazy weight
 
     def restore(self) -> None:
         t = self.obj
@@ -188,9 +189,9 @@ class _TensorState:
                 return True
         old_v, new_v = self.dict.get("_values"), d.get("_values")
         if old_v is not new_v:
-            # a lazy weight loaded on read (gs's ``values`` getter) is the same value
-            lazy = type(old_v) is gs.ir.tensor.LazyValues or type(old_v).__name__ == "ExternalValues"
-            if not (lazy and isinstance(new_v, np.ndarray) and tuple(new_v.shape) == tuple(old_v.shape)):
+            # a lazy weight loaded on read (gs's ``values`` getter) is the same value; an array
+            # the pass assigned (``t.values = a``) is not, whatever its shape
+            if not (self.loaded is not None and new_v is self.loaded):
                 return True
         return False
 
@@ -368,12 +369,19 @@ class Journal:
         elif isinstance(obj, gs.Graph):
             self._saved[key] = self._seen[key] = self._graphs[key] = _GraphState(obj)
 
-    def _loaded(self, t: gs.Tensor, lazy: Any) -> None:
+    def _loaded(self, t: gs.Tensor, lazy: Any, array: Any) -> None:
         """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
-        lazy form is put back on a rollback (the export writes it as it was read)."""
+        lazy form is put back on a rollback (the export writes it as it was read). A tensor
+        saved before keeps the array, to tell it from one the pass assigns."""
         key = id(t)
-        if key not in self._saved and key not in self._created and key not in self._loads:
-            self._loads[key] = (t, lazy)
+        if key in self._created or key in self._loads:
+            return
+        st = self._tensors.get(key)
+        if st is not None:
+            if st.dict.get("_values") is not lazy:
+                return  # the pass assigned this lazy form: restored with the rest
+            st.loaded = array
+        self._loads[key] = (t, lazy)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -555,9 +563,9 @@ def _values_property(orig: property) -> property:
     def fget(self):
         lazy = self.__dict__.get("_values")
         if isinstance(lazy, LazyValues):
-            for j in _ACTIVE:
-                j._loaded(self, lazy)
             array = lazy.load()
+            for j in _ACTIVE:
+                j._loaded(self, lazy, array)
             object.__setattr__(self, "_values", array)  # gs's own assignment, without the hook
             return array
         return orig.fget(self)

@@ -325,3 +325,65 @@ def test_same_constant_does_not_load_large_lazy_weights():
     small = gs.Constant("s", gs.ir.tensor.LazyValues(numpy_helper.from_array(np.array([1, 2], np.int64), "s")))
     other = gs.Constant("o", np.array([1, 3], np.int64))
     assert not I._same_constant(small, other)  # read by the estimate: compared
+
+
+# -- finding 5: values assigned to a lazy weight, taken for a load ------------------------------
+
+def test_the_journal_sees_values_assigned_to_a_lazy_weight():
+    """``c.values = a`` on a lazy weight, ``a`` of its shape: the old check took any array of the
+    lazy form's shape for a load (no tensor changed, no node touched, nothing but the annotations
+    or swaps). A load stays a read."""
+    model = make_model([helper.make_node("Add", ["x", "c"], ["y"])], {"x": [2, 3]}, {"y": [2, 3]},
+                       initializers={"c": np.ones((2, 3), np.float32)})
+    graph = gp.load(model).graph
+    c = graph.tensors()["c"]
+    assert type(c._values) is gs.ir.tensor.LazyValues
+    with Journal(graph) as j:
+        c.values = np.full((2, 3), 5, np.float32)
+    assert j.changed_tensors() == [c] and j.touched_nodes() == [graph.nodes[0]]
+    j.rollback()
+    assert type(c._values) is gs.ir.tensor.LazyValues
+    with Journal(graph) as j:  # saved first (its readers touched), then loaded: a read
+        c.outputs[0].name = "add"
+        c.values  # noqa: B018
+    assert j.changed_tensors() == [] and isinstance(c._values, np.ndarray)
+    j.rollback()
+    assert type(c._values) is gs.ir.tensor.LazyValues
+
+
+class _AssignsAndWritesEngines(Pass):
+    """Scored; gives the lazy shape table t (100 elements: the estimate has not loaded it) other
+    values of its shape and writes the engines the kept estimate chose."""
+
+    name = "assigns_and_writes_engines"
+    summary = "a weight's values assigned, and engine annotations"
+    kind = PassKind.PLACEMENT
+    scored = True
+
+    def run(self, graph, ctx):
+        engines = ctx.placement[0]
+        t = graph.tensors()["t"]
+        if not isinstance(t._values, gs.ir.tensor.LazyValues):
+            return PassResult(False)
+        values = np.zeros(100, np.int64)
+        values[2], values[3] = 4096, 16
+        t.values = values
+        for n in graph.nodes:
+            kept = engines.get(id(n))
+            if kept is not None and A.get_engine(n) != kept[0]:
+                A.set_engine(n, kept[0])
+        return PassResult(True)
+
+
+def test_an_engines_only_application_that_assigned_a_weight_is_estimated():
+    table = np.zeros(100, np.int64)
+    table[2], table[3] = 1024, 64
+    nodes = [helper.make_node("Gather", ["t", "i"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"])]
+    model = make_model(nodes, {"x": [64, 1024]}, {"y": None}, initializers={"t": table, "i": np.array([2, 3], np.int64)})
+    graph = gp.load(model).graph
+    for name in ("r", "y"):
+        graph.tensors()[name].shape = [f"{name}_a", f"{name}_b"]
+    veto, res = _run(graph, [_AssignsAndWritesEngines], check_incremental=True)  # raised: kept != fresh
+    rec = res.records[0]
+    assert rec.cost_after_us != rec.cost_before_us
