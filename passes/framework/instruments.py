@@ -110,11 +110,20 @@ def _values_folded(values: Any) -> bool:
         return True  # unknown storage: say read (its values are compared)
 
 
+def _int_kind(values: Any) -> bool:
+    """Whether ``values`` (an array or a lazy weight) hold integers: the folded values that can
+    size a shape (a float one never reaches a Reshape's or Slice's integer inputs)."""
+    try:
+        return np.dtype(values.dtype).kind in "iu"
+    except (AttributeError, TypeError):  # a dtype numpy does not know (a lazy bfloat16: an enum)
+        return False
+
+
 def _unfolded_loads(journal: Journal) -> list[gs.Tensor]:
-    """The weights the application loaded (gs's ``values`` getter: not an edit to the journal)
-    whose lazy form the estimate's folding did not read: in memory now, it reads them, and the
-    estimate of their readers may change (a Gather from a shape table sizes a Reshape)."""
-    return [t for t, lazy in journal.loaded_weights() if not _values_folded(lazy)]
+    """The integer weights the application loaded (gs's ``values`` getter: not an edit to the
+    journal) whose lazy form the estimate's folding did not read: in memory now, it reads them,
+    and the estimate of their readers may change (a Gather from a shape table sizes a Reshape)."""
+    return [t for t, lazy in journal.loaded_weights() if not _values_folded(lazy) and _int_kind(lazy)]
 
 
 def _changed_tensors(journal: Journal) -> list[gs.Tensor]:
@@ -139,14 +148,18 @@ def _same_constant(a: gs.Constant, b: gs.Constant) -> bool:
             return False
     except TypeError:  # a dtype numpy does not know: compare nothing further, say no
         return False
-    folded = _values_folded(a._values)
-    if folded != _values_folded(b._values):
-        return False  # one read by the estimate's folding, the other not
-    if math.prod(sa) > 64 and (np.dtype(a.dtype).kind in "fcV" or not folded):
-        # a large float weight (the estimate reads its shape and dtype only), or a large lazy
-        # weight the folding does not load (the other readers of values, a Reduce's axes, a
-        # Slice's axes and steps, a Loop's trip count, hold at most rank elements): not loaded
-        return True
+    kind, n = np.dtype(a.dtype).kind, math.prod(sa)
+    if kind in "iu":
+        folded = _values_folded(a._values)
+        if folded != _values_folded(b._values):
+            return False  # one read by the estimate's folding, the other not (a shape table)
+        if n > 64 and not folded:
+            # large and lazy: the folding does not load it, and the other readers of integer
+            # values (a Reduce's axes, a Slice's axes and steps, a Loop's trip count) hold at
+            # most rank elements: compared by shape and dtype, not loaded
+            return True
+    elif kind in "fcV" and n > 64:
+        return True  # a large float weight: the estimate reads its shape and dtype only
     va, vb = np.asarray(peek_values(a)), np.asarray(peek_values(b))
     if va.dtype != vb.dtype or va.shape != vb.shape:
         return False

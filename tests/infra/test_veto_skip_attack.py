@@ -387,3 +387,12 @@ def test_an_engines_only_application_that_assigned_a_weight_is_estimated():
     veto, res = _run(graph, [_AssignsAndWritesEngines], check_incremental=True)  # raised: kept != fresh
     rec = res.records[0]
     assert rec.cost_after_us != rec.cost_before_us
+
+
+def test_a_lazy_and_a_loaded_float_weight_stay_alike():
+    """Only integer values can size a shape: a lazy float weight and its loaded copy (CSE's common
+    merge) still keep the estimate, and loading a float weight is not a reason to estimate."""
+    w = np.arange(100, dtype=np.float32)
+    lazy = gs.Constant("a", gs.ir.tensor.LazyValues(numpy_helper.from_array(w, "a")))
+    assert I._same_constant(lazy, gs.Constant("b", w.copy()))
+    assert not I._int_kind(lazy._values) and I._int_kind(np.zeros(2, np.int32))
