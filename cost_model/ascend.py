@@ -685,8 +685,8 @@ class AscendCostModel(CostModel):
                 region_of[id(t)] = region
                 w.dynamic.add(id(t))
         sig = None
-        if outs_static and info is not None and info.cost != "control":
-            sig, first_fmt, folded = self._signature(node, info, w, cx)
+        if info is not None and info.cost != "control":
+            sig, first_fmt, folded = self._signature(node, info, w, cx, outs_static)
         if sig is None:
             return self._step_general(node, info, region, w, cx)
 
@@ -762,15 +762,15 @@ class AscendCostModel(CostModel):
         cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
         return (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
 
-    def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx) -> tuple:
+    def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
-        attributes (``_COST_ATTRS``) and the (shape, dtype, constness) of each input and output,
-        each tensor coded once per walk by :meth:`_tcode`), with the walk state its formats read:
-        the format of its first runtime input (as :meth:`_formats` reads it) and the bit mask of
-        the inputs GE folds. Two nodes of one signature get the same engine, formats (given the
-        same walk state) and cost record. ``sig`` None when a tensor is irregular (a symbolic or
-        unknown shape, an unhashable dtype, a shape the estimate fixed otherwise): the node is
-        priced the general way."""
+        attributes (``_COST_ATTRS``) and each input's and output's code (:meth:`_tcode`)), with the
+        walk state its formats read: the format of its first runtime input (as :meth:`_formats`
+        reads it) and the bit mask of the inputs GE folds. Two nodes of one signature get the same
+        engine, formats (given the same walk state) and cost record. ``sig`` None (the node is
+        priced the general way) when an input's shape is not known yet without reading a
+        symbolic one (that may write an assumption: the general path reads it, in its order) or a
+        dtype is unhashable. ``outs_static``: every named output's declared shape is static."""
         tcode = cx.tcode
         a = node.attrs
         key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
@@ -797,7 +797,9 @@ class AscendCostModel(CostModel):
         for t in node.outputs:
             c = tcode.get(id(t))
             if c is None:
-                c = self._tcode(t, cx, bool(t.name))  # (a named output's shape is static: _step checked it)
+                # the outputs' shapes are read in their order, after the inputs', as the general
+                # path's memo key reads them (the first read of a symbolic dim writes its assumption)
+                c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
             if c < 0:
                 return None, None, 0
             key.append(c)
@@ -808,11 +810,12 @@ class AscendCostModel(CostModel):
             sig = cx.sigs[key] = _Sig(None, None if info.layout == "reduce" else {})
         return sig, first_fmt, folded
 
-    def _tcode(self, t: gs.Tensor, cx: _Ctx, static: bool = False) -> int:
-        """The code of ``t``'s (shape, dtype, is a gs.Constant) in this walk (kept in ``cx.tcode``);
-        -1 for an irregular tensor (see :meth:`_signature`). A tensor is coded only when reading
-        its shape has no side effect (no assumption is written). ``static``: ``t.shape`` is known
-        to be static (:func:`_static_dims`)."""
+    def _tcode(self, t: gs.Tensor, cx: _Ctx, static: bool = False, read: bool = False) -> int:
+        """The code of ``t`` in this walk (kept in ``cx.tcode``): of (shape, dtype, is a
+        gs.Constant) where its declared shape is static and the one the estimate reads, else of
+        (the shape the estimate reads, dtype, False, the declared shape with each dim's type).
+        -1: not coded, when its shape is symbolic and not read yet (``read``: read it now) or its
+        dtype is unhashable. ``static``: ``t.shape`` is known to be static (:func:`_static_dims`)."""
         tid = id(t)
         if isinstance(t, gs.Constant):
             values = t._values  # (its dtype and shape: a lazy weight's header, never loaded)
@@ -822,21 +825,28 @@ class AscendCostModel(CostModel):
             desc = (shape, values.dtype, True)
         else:
             raw = t.shape
-            if not (static or _static_dims(raw)):
-                cx.tcode[tid] = -1
-                return -1
-            shape = tuple(raw)
             have = cx.shapes.get(tid)
-            if have is None:
-                cx.shapes[tid] = shape
-            elif have != shape:  # a shape the estimate fixed (_static_shapes): as the general path reads it
-                cx.tcode[tid] = -1
-                return -1
-            desc = (shape, t.dtype, False)
+            if static or _static_dims(raw):
+                shape = tuple(raw)
+                if have is None:
+                    cx.shapes[tid] = shape
+                    desc = (shape, t.dtype, False)
+                elif have == shape:
+                    desc = (shape, t.dtype, False)
+                else:  # a shape the estimate fixed (_static_shapes)
+                    desc = (have, t.dtype, False, tuple(raw), tuple(map(type, raw)))
+            else:
+                if have is None:
+                    if not read:
+                        return -1  # (not kept: the general path reads it, and it can be coded then)
+                    have = self._shape(t, cx)
+                # the declared shape too: the op limits and a Shape's price read it (int dims or not)
+                desc = (have, t.dtype, False, None, None) if raw is None else (have, t.dtype, False, tuple(raw),
+                                                                               tuple(map(type, raw)))
         codes = cx.codes
         try:
             code = codes.get(desc)
-        except TypeError:  # an unhashable dtype (an optional or sequence type)
+        except TypeError:  # an unhashable dtype (an optional or sequence type) or dim
             code = -1
         else:
             if code is None:
