@@ -162,7 +162,7 @@ def vector_cycles(numel: int, elems_per_cycle: int, ops_per_elem: float) -> floa
 _SAME_SHAPE = frozenset({"Relu", "Sigmoid", "Clip", "HardSwish", "HardSigmoid", "Tanh", "LeakyRelu", "Identity", "Cast",
                          "Neg", "Abs", "Exp", "Sqrt", "Erf", "Gelu", "Softmax"})
 _FUSION_HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
-#: the cost classes of the AI Core kernels the fusion model re-prices (_Item.kernel)
+#: the cost classes of the AI Core kernels whose memory traffic the fusion model re-prices
 _KERNEL_COSTS = frozenset({"cube", "vector", "datamove", "gather", "transdata"})
 
 
@@ -178,12 +178,6 @@ class _Item:
     def eltwise(self) -> bool:
         return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
                 and self.info.layout == "agnostic" and self.node.op not in ("Concat", "Split") and self.rec["us"] > 0.0)
-
-    def head(self) -> bool:
-        if self.engine != "AICORE" or self.info is None:
-            return False
-        return self.node.op in _FUSION_HEADS or self.info.layout == "reduce" or self.eltwise() or (
-            self.info.cost == "vector" and self.info.layout == "fixed")
 
 
 #: graphpass's attention device ops (two MatMuls on the Cube, the softmax on the Vector unit)
@@ -633,9 +627,10 @@ class AscendCostModel(CostModel):
         ((tensor, from, computes in fp16), ...))``. The fresh walk and the incremental one
         (:mod:`graphpass.cost_model.incremental`) both price a node here.
 
-        A node whose tensors all have static shapes (the common case) is priced through its
-        signature (:meth:`_signature`): its engine, formats and cost record are worked out once
-        per signature and walk state; any other node the general way (:meth:`_step_general`)."""
+        A node whose input shapes the walk knows (every node but the first readers of a graph
+        input of symbolic shape, unknown ops and control flow) is priced through its signature
+        (:meth:`_signature`): its engine, formats and cost record are worked out once per
+        signature and walk state; any other node the general way (:meth:`_step_general`)."""
         fmt, engine_of, const, half, region_of = w.fmt, w.engine_of, w.const, w.half, w.region_of
         op = node.op
         info = cx.infos.get((op, node.domain), _UNLOOKED)
@@ -1125,7 +1120,9 @@ class AscendCostModel(CostModel):
                 continue
             group = [it]
             groups.append(group)
-            if it.head():
+            # a fusion head: a Conv/MatMul/Gemm, a reduce, an elementwise op, a fixed-layout vector kernel
+            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or it.eltwise()
+                    or (info.cost == "vector" and info.layout == "fixed")):
                 tail = it
                 while len(group) < max_ops:
                     outs = tail.node.outputs
@@ -1152,7 +1149,15 @@ class AscendCostModel(CostModel):
                         break
                     # a fused kernel keeps one storage format: it cannot span a TransData
                     out_fmt = tail.out_fmts[0] if tail.out_fmts else "ND"
-                    if any(f != out_fmt for c in cons for t, f in zip(c.node.inputs, c.in_fmts) if t is out):
+                    spans = False
+                    for c in cons:
+                        for t, f in zip(c.node.inputs, c.in_fmts):
+                            if t is out and f != out_fmt:
+                                spans = True
+                                break
+                        if spans:
+                            break
+                    if spans:
                         break
                     if outside is not None and any(id(c.node) not in outside.inside for c in cons):
                         outside.reached = True  # a group not formed again would change: fuse the whole graph
@@ -1162,12 +1167,23 @@ class AscendCostModel(CostModel):
                     for c in cons:
                         fused.add(id(c))
             head = it.rec
+            # the group's figures summed left to right from 0, as sum() adds them
             if len(group) == 1:
                 internal = ()
-                mem = 0 + head["memory_us"]  # (as sum() of one figure)
+                mem, cube, vector = 0 + head["memory_us"], 0 + head["cube_us"], 0 + head["vector_us"]
             else:
-                internal = {id(t) for g in group[:-1] for t in g.node.outputs if t.name}
-                mem = sum(g.rec["memory_us"] for g in group)
+                internal = set()
+                mem = cube = vector = 0
+                last = group[-1]
+                for g in group:
+                    rec = g.rec
+                    mem = mem + rec["memory_us"]
+                    cube = cube + rec["cube_us"]
+                    vector = vector + rec["vector_us"]
+                    if g is not last:
+                        for t in g.node.outputs:
+                            if t.name:
+                                internal.add(id(t))
             for g in group:
                 # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
                 save = save_gm / efficiency.get(g.info.cost, 1.0)
@@ -1200,10 +1216,6 @@ class AscendCostModel(CostModel):
                         b = bytes_of(t, f, cx, c16)
                     if b <= l2_cap:
                         mem -= b * save
-            if len(group) == 1:
-                cube, vector = 0 + head["cube_us"], 0 + head["vector_us"]
-            else:
-                cube, vector = sum(g.rec["cube_us"] for g in group), sum(g.rec["vector_us"] for g in group)
             memory = max(0.0, mem)
             # the bound: the first of cube, vector, memory with the largest figure (as max() picks it)
             bound, top = "cube", cube
