@@ -772,6 +772,7 @@ class AscendCostModel(CostModel):
                if a and not _COST_ATTRS.isdisjoint(a) else ()]
         first_fmt = None
         folded = 0
+        fmt, const = w.fmt, w.const
         for i, t in enumerate(node.inputs):
             if not t.name:
                 key.append(-2)
@@ -785,8 +786,8 @@ class AscendCostModel(CostModel):
             key.append(c)
             if not isinstance(t, gs.Constant):
                 if first_fmt is None:
-                    first_fmt = w.fmt.get(tid) or A.get_format(t) or "ND"
-                if tid in w.const:
+                    first_fmt = fmt.get(tid) or A.get_format(t) or "ND"
+                if tid in const:
                     folded |= 1 << i
         key.append(-3)
         for t in node.outputs:
