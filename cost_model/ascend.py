@@ -774,7 +774,9 @@ class AscendCostModel(CostModel):
         folded = 0
         fmt, const = w.fmt, w.const
         for i, t in enumerate(node.inputs):
-            if not t.name:
+            if not t.name:  # an omitted optional input
+                if t.dtype is not None or t.shape is not None:  # (read by the op limits: the general path)
+                    return None, None, 0
                 key.append(-2)
                 continue
             tid = id(t)
