@@ -162,6 +162,8 @@ def vector_cycles(numel: int, elems_per_cycle: int, ops_per_elem: float) -> floa
 _SAME_SHAPE = frozenset({"Relu", "Sigmoid", "Clip", "HardSwish", "HardSigmoid", "Tanh", "LeakyRelu", "Identity", "Cast",
                          "Neg", "Abs", "Exp", "Sqrt", "Erf", "Gelu", "Softmax"})
 _FUSION_HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: the cost classes of the AI Core kernels whose memory traffic the fusion model re-prices
+_KERNEL_COSTS = frozenset({"cube", "vector", "datamove", "gather", "transdata"})
 
 
 class _Item:
@@ -173,25 +175,41 @@ class _Item:
         self.node, self.rec, self.info, self.engine = node, rec, info, engine
         self.c16, self.in_fmts, self.out_fmts, self.host = c16, in_fmts, out_fmts, host
 
-    def kernel(self) -> bool:
-        """An AI Core kernel whose memory traffic the fusion model may re-price."""
-        return (self.engine == "AICORE" and self.info is not None
-                and self.info.cost in ("cube", "vector", "datamove", "gather", "transdata")
-                and self.rec.get("us", 0.0) > 0.0 and not self.host)
-
     def eltwise(self) -> bool:
         return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
                 and self.info.layout == "agnostic" and self.node.op not in ("Concat", "Split") and self.rec["us"] > 0.0)
 
-    def head(self) -> bool:
-        if self.engine != "AICORE" or self.info is None:
-            return False
-        return self.node.op in _FUSION_HEADS or self.info.layout == "reduce" or self.eltwise() or (
-            self.info.cost == "vector" and self.info.layout == "fixed")
-
 
 #: graphpass's attention device ops (two MatMuls on the Cube, the softmax on the Vector unit)
 _ATTENTION_OPS = frozenset({"Attention", "AttentionBSH"})
+
+
+class _Sig:
+    """What a node signature decides (:meth:`AscendCostModel._signature`), for every node of an
+    estimate with that signature: the engine (None: not worked out yet; ``_PER_NODE``: read per
+    node), the formats per (first input's format, inputs GE folds) (None: worked out per node)
+    and the cost records per walk state (engine, fp16, host-scheduled, casts, formats)."""
+
+    __slots__ = ("engine", "fmts", "memo")
+
+    def __init__(self, engine: Any, fmts: dict | None):
+        self.engine = engine
+        self.fmts = fmts
+        self.memo: dict[tuple, tuple] = {}
+
+
+_PER_NODE = object()  # a _Sig's engine that reads more than the signature (worked out per node)
+_UNLOOKED = object()
+
+
+def _static_dims(shape: Any) -> bool:
+    """Every dim a plain non-negative int (the fully static case)."""
+    if shape is None:
+        return False
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return False
+    return True
 
 
 class _Ctx:
@@ -204,6 +222,16 @@ class _Ctx:
         self.bytes: dict[tuple[int, str, bool], int] = {}  # (tensor id, format, computed in fp16) -> bytes
         self.engines: dict[int, tuple[str, str]] = {}  # node id -> (engine, why not AI Core)
         self.memo: dict[tuple, dict[str, Any]] = {}
+        # node signatures (see AscendCostModel._signature): what only the op, its cost attributes
+        # and its tensors' shapes, dtypes and constness decide is worked out once per signature.
+        # ``codes`` and ``sigs`` are keyed by content (kept by the incremental estimate as the
+        # memo is); ``tcode`` is keyed by tensor id (emptied by each incremental update)
+        self.codes: dict[tuple, int] = {}  # (shape, dtype, is a gs.Constant) -> its code
+        self.tcode: dict[int, int] = {}  # tensor id -> code (-1: irregular, priced the general way)
+        self.sigs: dict[tuple, _Sig] = {}
+        self.bytes_of: dict[tuple[int, str, bool], int] = {}  # (code, format, computed in fp16) -> bytes
+        self.transdata: dict[tuple[int, str, str], float] = {}  # (code, from, to) -> a TransData's us
+        self.infos: dict[tuple[str, str | None], OpInfo | None] = {}  # (op, domain) -> op-info row (no modes)
         self.mode = precision_mode
         self.loop_trips = loop_trips
         self.defaults = defaults
@@ -263,16 +291,13 @@ def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
             rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
                    "note": r[6], "op": _op_label(node)}
         return _Item(node, rec, info, "compile-time")
-    rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-           "note": r[6]}
     if records:
-        rec["name"] = node.name
-        rec["op"] = _op_label(node)
-        rec["engine"] = engine
-        rec["formats_in"] = list(in_fmts)
-        rec["formats_out"] = list(out_fmts)
+        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
+               "note": r[6], "name": node.name, "op": _op_label(node), "engine": engine, "formats_in": list(in_fmts),
+               "formats_out": list(out_fmts)}
     else:
-        rec["op"] = _op_label(node)
+        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
+               "note": r[6], "op": _op_label(node)}
     return _Item(node, rec, info, engine, compute16, in_fmts, out_fmts, host)
 
 
@@ -480,6 +505,14 @@ class AscendCostModel(CostModel):
         return p.graph_launch_us + h2d + d2h + copies + p.host_sync_us, not cx.dynamic_regions
 
     def _bytes(self, t: gs.Tensor, fmt: str, cx: _Ctx, compute16: bool) -> float:
+        code = cx.tcode.get(id(t), -1)
+        if code >= 0:  # a coded tensor: its bytes are those of every tensor of its shape and dtype
+            key = (code, fmt, compute16)
+            hit = cx.bytes_of.get(key)
+            if hit is None:
+                item = self._storage_itemsize(self._dtype(t), compute16)
+                hit = cx.bytes_of[key] = padded_numel(cx.shapes[id(t)], fmt, item, self.fr) * item
+            return hit
         key = (id(t), fmt, compute16)
         hit = cx.bytes.get(key)
         if hit is None:
@@ -592,17 +625,41 @@ class AscendCostModel(CostModel):
         formats, output formats, host-scheduled, cost record (a tuple in _REC_KEYS order, before
         fusion), implicit TransData demands ((tensor, have, want), ...), engine crossings
         ((tensor, from, computes in fp16), ...))``. The fresh walk and the incremental one
-        (:mod:`graphpass.cost_model.incremental`) both price a node here."""
+        (:mod:`graphpass.cost_model.incremental`) both price a node here.
+
+        A node whose input shapes the walk knows (every node but the first readers of a graph
+        input of symbolic shape, unknown ops and control flow) is priced through its signature
+        (:meth:`_signature`): its engine, formats and cost record are worked out once per
+        signature and walk state; any other node the general way (:meth:`_step_general`)."""
         fmt, engine_of, const, half, region_of = w.fmt, w.engine_of, w.const, w.half, w.region_of
-        info = self.ops.lookup_node(node)
+        op = node.op
+        info = cx.infos.get((op, node.domain), _UNLOOKED)
+        if info is _UNLOOKED:
+            info = self.ops.lookup(op, node.domain)
+            if info is not None and info.modes:
+                info = info.for_mode(node.attrs.get("mode"))  # one row per mode: never kept per op
+            else:
+                cx.infos[(op, node.domain)] = info
         if info is None:
             cx.unknown.setdefault(_op_label(node), None)
-        static_here = w.static_graph and not (region_of and any(id(t) in region_of for t in node.inputs))
-        if self._folded_by_ge(node, info, const, static_here):
-            const.update(id(t) for t in node.outputs)
-            self._fold_value(node, cx)
-            return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
-        self._static_shapes(node, cx)
+        ins = node.inputs
+        first = ins[0] if ins else None
+        if (first is not None and first.name and not isinstance(first, gs.Constant) and id(first) not in const
+                and op not in ("Shape", "Size", "Constant")):
+            pass  # a runtime first input: not folded (the common case of _folded_by_ge, inline)
+        else:
+            static_here = w.static_graph and not (region_of and any(id(t) in region_of for t in ins))
+            if self._folded_by_ge(node, info, const, static_here):
+                const.update(id(t) for t in node.outputs)
+                self._fold_value(node, cx)
+                return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
+        outs_static = True
+        for t in node.outputs:
+            if t.name and not _static_dims(t.shape):
+                outs_static = False
+                break
+        if not outs_static:
+            self._static_shapes(node, cx)
         # host-scheduled region: data-dependent output shape upstream
         upstream = None
         if region_of:  # most graphs have no dynamic region: skip the lookup entirely
@@ -610,51 +667,220 @@ class AscendCostModel(CostModel):
                 upstream = region_of.get(id(t))
                 if upstream is not None:
                     break
-        starts = self._starts_dynamic(node, info)
         region = upstream
-        if starts:
-            op_label = _op_label(node)
-            region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
-            cx.dynamic_regions.append(region)
+        if op == "TopK" or (info is not None and info.dynamic_output):
+            starts = self._starts_dynamic(node, info)
+            if starts:
+                op_label = _op_label(node)
+                region = {"root": node.name or op_label, "op": op_label, "reason": starts, "nodes": 0}
+                cx.dynamic_regions.append(region)
         if region is not None:
             region["nodes"] += 1
             for t in node.outputs:
                 region_of[id(t)] = region
                 w.dynamic.add(id(t))
+        sig = None
+        if info is not None and info.cost != "control":
+            sig, first_fmt, folded = self._signature(node, info, w, cx, outs_static)
+        if sig is None:
+            return self._step_general(node, info, region, w, cx)
 
-        engine, compute16, eng_note = self._engine(node, info, cx)
-        ann = A.get_engine(node)
+        # the signature's engine, then the node's annotation
+        engine_t = sig.engine
+        if engine_t is None or engine_t is _PER_NODE:
+            if engine_t is None:  # the first node of its signature
+                sig.engine = _PER_NODE if load_op_limits().reads_values(node) else self._engine(node, info, cx)
+            engine_t = sig.engine if sig.engine is not _PER_NODE else self._engine(node, info, cx)
+        engine, compute16, eng_note = engine_t
+        meta = A.stored_meta(node)  # (A.get_engine, without the calls for a node of no annotation)
+        ann = meta.get(A.ENGINE) if meta else None
         if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
             # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
             # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+            compute16 = ann == "AICORE" and self._fp32_without_kernel(node, info)
+            eng_note = f"engine {ann} by annotation"
+            engine = ann
+        # formats: what the node takes and gives (per first input's format and inputs GE folds)
+        fmts = sig.fmts
+        if fmts is not None:
+            fkey = (first_fmt, folded)
+            f = fmts.get(fkey)
+            if f is None:
+                ins, outs = self._formats(node, info, fmt, cx, const)
+                f = fmts[fkey] = (tuple(ins), tuple(outs))
+            in_fmts, out_fmts = f
+        else:
+            ins, outs = self._formats(node, info, fmt, cx, const)
+            in_fmts, out_fmts = tuple(ins), tuple(outs)
+        if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+            in_fmts, out_fmts = ("ND",) * len(in_fmts), ("ND",) * len(out_fmts)
+        reads_data = op not in ("Shape", "Size")  # these read only the shape
+        # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
+        # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
+        casts = engine == "AICORE" and info.cost not in ("view", "none", "control")
+        cast_numel = 0
+        conv = cross = ()  # (tuples: most nodes have neither)
+        n_in = len(in_fmts)
+        for i, t in enumerate(node.inputs):
+            tid = id(t)
+            if not t.name or isinstance(t, gs.Constant) or tid in const:
+                continue  # weights are converted at compile time: no runtime TransData
+            have = fmt.get(tid)
+            if have is None:
+                have = A.get_format(t) or "ND"
+            want = in_fmts[i] if i < n_in else "ND"
+            if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
+                conv += ((t, have, want),)
+            # engine crossings
+            src = engine_of.get(tid, "AICORE")
+            if src != engine:
+                cross += ((t, src, compute16),)
+            if casts and t.dtype == _F32 and (tid in half) != compute16:
+                cast_numel += math.prod(cx.shapes[tid])
+        n_out = len(out_fmts)
+        to_half = casts and compute16
+        for i, t in enumerate(node.outputs):
+            tid = id(t)
+            meta = A.stored_meta(t)  # (A.get_format)
+            fmt[tid] = (meta.get(A.FORMAT) if meta else None) or (out_fmts[i] if i < n_out else "ND")
+            engine_of[tid] = engine
+            if to_half and t.dtype == _F32:
+                half.add(tid)
+        host = region is not None
+        key = (engine, compute16, host, cast_numel, in_fmts, out_fmts)
+        rec_t = sig.memo.get(key)
+        if rec_t is None:
+            rec = self._node_cost(node, info, engine, compute16, in_fmts, out_fmts, host, cx, cast_numel)
+            rec_t = sig.memo[key] = tuple(rec[k] for k in _REC_KEYS)
+        if eng_note:
+            rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
+        cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
+        return (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
+
+    def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
+        """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
+        attributes (``_COST_ATTRS``) and each input's and output's code (:meth:`_tcode`)), with the
+        walk state its formats read: the format of its first runtime input (as :meth:`_formats`
+        reads it) and the bit mask of the inputs GE folds. Two nodes of one signature get the same
+        engine, formats (given the same walk state) and cost record. ``sig`` None (the node is
+        priced the general way) when an input's shape is not known yet without reading a
+        symbolic one (that may write an assumption: the general path reads it, in its order) or a
+        dtype is unhashable. ``outs_static``: every named output's declared shape is static."""
+        tcode = cx.tcode
+        a = node.attrs
+        key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
+               if a and not _COST_ATTRS.isdisjoint(a) else ()]
+        first_fmt = None
+        folded = 0
+        fmt, const = w.fmt, w.const
+        for i, t in enumerate(node.inputs):
+            if not t.name:  # an omitted optional input
+                if t.dtype is not None or t.shape is not None:  # (read by the op limits: the general path)
+                    return None, None, 0
+                key.append(-2)
+                continue
+            tid = id(t)
+            c = tcode.get(tid)
+            if c is None:
+                c = self._tcode(t, cx)
+            if c < 0:
+                return None, None, 0
+            key.append(c)
+            if not isinstance(t, gs.Constant):
+                if first_fmt is None:
+                    first_fmt = fmt.get(tid) or A.get_format(t) or "ND"
+                if tid in const:
+                    folded |= 1 << i
+        key.append(-3)
+        for t in node.outputs:
+            c = tcode.get(id(t))
+            if c is None:
+                # the outputs' shapes are read in their order, after the inputs', as the general
+                # path's memo key reads them (the first read of a symbolic dim writes its assumption)
+                c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
+            if c < 0:
+                return None, None, 0
+            key.append(c)
+        key = tuple(key)
+        sig = cx.sigs.get(key)
+        if sig is None:
+            # a reduce's output format reads its axes input's values: not part of the signature
+            sig = cx.sigs[key] = _Sig(None, None if info.layout == "reduce" else {})
+        return sig, first_fmt, folded
+
+    def _tcode(self, t: gs.Tensor, cx: _Ctx, static: bool = False, read: bool = False) -> int:
+        """The code of ``t`` in this walk (kept in ``cx.tcode``): of (shape, dtype, is a
+        gs.Constant) where its declared shape is static and the one the estimate reads, else of
+        (the shape the estimate reads, dtype, False, the declared shape with each dim's type).
+        -1: not coded, when its shape is symbolic and not read yet (``read``: read it now) or its
+        dtype is unhashable. ``static``: ``t.shape`` is known to be static (:func:`_static_dims`)."""
+        tid = id(t)
+        if isinstance(t, gs.Constant):
+            values = t._values  # (its dtype and shape: a lazy weight's header, never loaded)
+            shape = cx.shapes.get(tid)
+            if shape is None:  # as _shape_uncached reads a constant's (no assumption)
+                shape = cx.shapes[tid] = tuple(values.shape) if hasattr(values, "shape") else tuple(np.shape(values))
+            desc = (shape, values.dtype, True)
+        else:
+            raw = t.shape
+            have = cx.shapes.get(tid)
+            if static or _static_dims(raw):
+                shape = tuple(raw)
+                if have is None:
+                    cx.shapes[tid] = shape
+                    desc = (shape, t.dtype, False)
+                elif have == shape:
+                    desc = (shape, t.dtype, False)
+                else:  # a shape the estimate fixed (_static_shapes)
+                    desc = (have, t.dtype, False, tuple(raw), tuple(map(type, raw)))
+            else:
+                if have is None:
+                    if not read:
+                        return -1  # (not kept: the general path reads it, and it can be coded then)
+                    have = self._shape(t, cx)
+                # the declared shape too: the op limits and a Shape's price read it (int dims or not)
+                desc = (have, t.dtype, False, None, None) if raw is None else (have, t.dtype, False, tuple(raw),
+                                                                               tuple(map(type, raw)))
+        codes = cx.codes
+        try:
+            code = codes.get(desc)
+        except TypeError:  # an unhashable dtype (an optional or sequence type) or dim
+            code = -1
+        else:
+            if code is None:
+                code = codes[desc] = len(codes)
+        cx.tcode[tid] = code
+        return code
+
+    def _step_general(self, node: gs.Node, info: OpInfo | None, region: dict | None, w: "_Walk", cx: _Ctx) -> tuple:
+        """The rest of :meth:`_step` for a node without a signature (read every fact off the node)."""
+        fmt, engine_of, const, half = w.fmt, w.engine_of, w.const, w.half
+        engine, compute16, eng_note = self._engine(node, info, cx)
+        ann = A.get_engine(node)
+        if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
             compute16 = ann == "AICORE" and info is not None and self._fp32_without_kernel(node, info)
             eng_note = f"engine {ann} by annotation"
             engine = ann
-        # formats: what the node takes and gives
         in_fmts, out_fmts = self._formats(node, info, fmt, cx, const)
-        if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+        if engine != "AICORE":
             in_fmts, out_fmts = ["ND"] * len(in_fmts), ["ND"] * len(out_fmts)
-        reads_data = node.op not in ("Shape", "Size")  # these read only the shape
-        conv = cross = ()  # (tuples: most nodes have neither)
+        reads_data = node.op not in ("Shape", "Size")
+        conv = cross = ()
         for i, t in enumerate(node.inputs):
             if not t.name or isinstance(t, gs.Constant) or id(t) in const:
-                continue  # weights are converted at compile time: no runtime TransData
+                continue
             have = fmt.get(id(t))
             if have is None:
                 have = A.get_format(t) or "ND"
             want = in_fmts[i] if i < len(in_fmts) else "ND"
             if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
                 conv += ((t, have, want),)
-            # engine crossings
             src = engine_of.get(id(t), "AICORE")
             if src != engine:
                 cross += ((t, src, compute16),)
         for i, t in enumerate(node.outputs):
             fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
             engine_of[id(t)] = engine
-
-        # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
-        # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
         cast_numel = 0
         if engine == "AICORE" and info is not None and info.cost not in ("view", "none", "control"):
             for t in node.inputs:
@@ -684,6 +910,7 @@ class AscendCostModel(CostModel):
             rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
         cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
         return (info, engine, compute16, tuple(in_fmts), tuple(out_fmts), region is not None, rec_t, conv, cross)
+
 
     @staticmethod
     def _folded_by_ge(node: gs.Node, info: OpInfo | None, const: set[int], static_graph: bool = False) -> bool:
@@ -873,7 +1100,8 @@ class AscendCostModel(CostModel):
             consumers: dict[int, list[_Item]] = defaultdict(list)
             for it in items:
                 for t in it.node.inputs:
-                    consumers[id(t)].append(it)
+                    if t.inputs:  # (only a node's output is asked for its readers)
+                        consumers[id(t)].append(it)
             def readers(t: gs.Tensor, default: Any = None) -> Any:
                 return consumers.get(id(t), default)
         else:
@@ -882,65 +1110,128 @@ class AscendCostModel(CostModel):
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
+        max_ops = p.ub_fusion_max_ops
         fused: set[int] = set()
         efficiency = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}
         groups: list[list[_Item]] = []
+        bytes_of = self._bytes
+        shapes, tcode, bytes_c = cx.shapes, cx.tcode, cx.bytes_of
         for it in items:
-            if id(it) in fused or not it.kernel():
+            info = it.info  # an AI Core kernel whose memory traffic the fusion model may re-price?
+            if (id(it) in fused or it.engine != "AICORE" or info is None or info.cost not in _KERNEL_COSTS
+                    or not it.rec.get("us", 0.0) > 0.0 or it.host):
                 continue
             group = [it]
             groups.append(group)
-            if it.head():
+            # a fusion head: a Conv/MatMul/Gemm, a reduce, an elementwise op, a fixed-layout vector kernel
+            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or it.eltwise()
+                    or (info.cost == "vector" and info.layout == "fixed")):
                 tail = it
-                while len(group) < p.ub_fusion_max_ops:
-                    outs = [t for t in tail.node.outputs if t.name]
-                    if len(outs) != 1 or id(outs[0]) in graph_io:
+                while len(group) < max_ops:
+                    outs = tail.node.outputs
+                    if len(outs) != 1 or not outs[0].name:
+                        outs = [t for t in outs if t.name]
+                        if len(outs) != 1:
+                            break
+                    out = outs[0]
+                    if id(out) in graph_io:
                         break
-                    cons = self._chain_step(readers(outs[0], []), outs[0], readers)
-                    if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
+                    cons = readers(out, [])
+                    if len(cons) == 1:  # (_chain_step's first case, inline)
+                        c = cons[0]
+                        if not c.eltwise() or id(c) in fused or c.host != tail.host:
+                            break
+                    else:
+                        cons = self._chain_step(cons, out, readers)
+                        if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
+                            break
+                    last = cons[-1].node.outputs[0]
+                    if (shapes.get(id(out)) or self._shape(out, cx)) != (shapes.get(id(last)) or self._shape(last, cx)):
                         break
-                    if self._shape(outs[0], cx) != self._shape(cons[-1].node.outputs[0], cx):
-                        break
-                    if len(group) + len(cons) > p.ub_fusion_max_ops:
+                    if len(group) + len(cons) > max_ops:
                         break
                     # a fused kernel keeps one storage format: it cannot span a TransData
                     out_fmt = tail.out_fmts[0] if tail.out_fmts else "ND"
-                    if any(f != out_fmt for c in cons for t, f in zip(c.node.inputs, c.in_fmts) if t is outs[0]):
+                    spans = False
+                    for c in cons:
+                        for t, f in zip(c.node.inputs, c.in_fmts):
+                            if t is out and f != out_fmt:
+                                spans = True
+                                break
+                        if spans:
+                            break
+                    if spans:
                         break
                     if outside is not None and any(id(c.node) not in outside.inside for c in cons):
                         outside.reached = True  # a group not formed again would change: fuse the whole graph
                         return groups
                     tail = cons[-1]
                     group.extend(cons)
-                    fused.update(id(c) for c in cons)
-            internal = {id(t) for g in group[:-1] for t in g.node.outputs if t.name}
-            mem = sum(g.rec["memory_us"] for g in group)
+                    for c in cons:
+                        fused.add(id(c))
+            head = it.rec
+            # the group's figures summed left to right from 0, as sum() adds them
+            if len(group) == 1:
+                internal = ()
+                mem, cube, vector = 0 + head["memory_us"], 0 + head["cube_us"], 0 + head["vector_us"]
+            else:
+                internal = set()
+                mem = cube = vector = 0
+                last = group[-1]
+                for g in group:
+                    rec = g.rec
+                    mem = mem + rec["memory_us"]
+                    cube = cube + rec["cube_us"]
+                    vector = vector + rec["vector_us"]
+                    if g is not last:
+                        for t in g.node.outputs:
+                            if t.name:
+                                internal.add(id(t))
             for g in group:
                 # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
-                eff = efficiency.get(g.info.cost, 1.0)
-                save = save_gm / eff
+                save = save_gm / efficiency.get(g.info.cost, 1.0)
+                fmts, c16 = g.out_fmts, g.c16
+                n_fmts = len(fmts)
                 for i, t in enumerate(g.node.outputs):
                     if not t.name:
                         continue
-                    b = self._bytes(t, g.out_fmts[i] if i < len(g.out_fmts) else "ND", cx, g.c16)
-                    if id(t) in internal:
+                    tid = id(t)
+                    f = fmts[i] if i < n_fmts else "ND"
+                    code = tcode.get(tid, -1)  # (the hit of _bytes, inline)
+                    b = bytes_c.get((code, f, c16)) if code >= 0 else None
+                    if b is None:
+                        b = bytes_of(t, f, cx, c16)
+                    if tid in internal:
                         mem -= 2 * b / gm
-                    elif b <= l2_cap and id(t) not in graph_io:
+                    elif b <= l2_cap and tid not in graph_io:
                         mem -= b * save
+                fmts = g.in_fmts
+                n_fmts = len(fmts)
                 for i, t in enumerate(g.node.inputs):
-                    if (not t.name or isinstance(t, gs.Constant) or id(t) in const or id(t) in internal
-                            or id(t) in graph_io):
+                    tid = id(t)
+                    if (not t.name or tid in const or tid in internal or tid in graph_io
+                            or isinstance(t, gs.Constant)):
                         continue
-                    b = self._bytes(t, g.in_fmts[i] if i < len(g.in_fmts) else "ND", cx, g.c16)
+                    f = fmts[i] if i < n_fmts else "ND"
+                    code = tcode.get(tid, -1)
+                    b = bytes_c.get((code, f, c16)) if code >= 0 else None
+                    if b is None:
+                        b = bytes_of(t, f, cx, c16)
                     if b <= l2_cap:
                         mem -= b * save
-            head = group[0].rec
-            parts = {"cube": sum(g.rec["cube_us"] for g in group), "vector": sum(g.rec["vector_us"] for g in group),
-                     "memory": max(0.0, mem)}
-            bound = max(parts, key=parts.get)
-            head.update(cube_us=parts["cube"], vector_us=parts["vector"], memory_us=parts["memory"],
-                        us=head["launch_us"] + parts[bound])
-            head["bound"] = bound if parts[bound] >= head["launch_us"] else ("host" if it.host else "launch")
+            memory = max(0.0, mem)
+            # the bound: the first of cube, vector, memory with the largest figure (as max() picks it)
+            bound, top = "cube", cube
+            if vector > top:
+                bound, top = "vector", vector
+            if memory > top:
+                bound, top = "memory", memory
+            launch = head["launch_us"]
+            head["cube_us"] = cube
+            head["vector_us"] = vector
+            head["memory_us"] = memory
+            head["us"] = launch + top
+            head["bound"] = bound if top >= launch else ("host" if it.host else "launch")
             if len(group) > 1:
                 head["note"] = (head["note"] + "; UB fusion: " + " + ".join(g.rec["op"] for g in group)).strip("; ")
                 for g in group[1:]:
@@ -956,10 +1247,11 @@ class AscendCostModel(CostModel):
         if len(cons) == 1:
             return cons if cons[0].eltwise() else []
         if len(cons) == 2:
+            if not (cons[0].eltwise() and cons[1].eltwise()):  # (both orders need both)
+                return []
             for a, b in (cons, cons[::-1]):
                 outs = [o for o in a.node.outputs if o.name]
-                if (a.eltwise() and b.eltwise() and len(outs) == 1 and readers(outs[0], None) == [b]
-                        and any(i is t for i in b.node.inputs)):
+                if len(outs) == 1 and readers(outs[0], None) == [b] and any(i is t for i in b.node.inputs):
                     return [a, b]
         return []
 
@@ -1067,7 +1359,18 @@ class AscendCostModel(CostModel):
     # -- costs ----------------------------------------------------------------------------
 
     def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx) -> float:
-        """One TransData of ``t``, implicit or explicit alike: what a TransData node would cost."""
+        """One TransData of ``t``, implicit or explicit alike: what a TransData node would cost
+        (a coded tensor's: once per estimate for its shape, dtype and formats)."""
+        code = cx.tcode.get(id(t), -1)
+        if code >= 0:
+            key = (code, src, dst)
+            hit = cx.transdata.get(key)
+            if hit is None:
+                hit = cx.transdata[key] = self._transdata_us_uncached(t, src, dst, cx)
+            return hit
+        return self._transdata_us_uncached(t, src, dst, cx)
+
+    def _transdata_us_uncached(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx) -> float:
         info = self.ops.lookup("TransData", "graphpass.ascend")
         fake = SimpleNamespace(op="TransData", domain="graphpass.ascend", inputs=[t], outputs=[t], attrs={})
         engine, compute16, _ = self._engine(fake, info, cx)

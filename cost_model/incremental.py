@@ -147,6 +147,7 @@ class IncrementalEstimate:
         cx.top_items = []
         cx.fusion_groups = []
         cx.bytes = {}  # (kept small: see _update)
+        cx.tcode = {}  # (tensor ids: coded again by each update's walk)
         cx.nodes = []
         cx.implicit, cx.crossings = [], []
         # demands: (tensor id, want) -> {demander id: (tensor, have)}; (tensor id, engine) -> {id: (tensor, src, fp16)}
@@ -276,6 +277,7 @@ class IncrementalEstimate:
         self._save_tensor(tid)
         w, cx = self.w, self.cx
         cx.shapes.pop(tid, None)
+        cx.tcode.pop(tid, None)
         if not lazy_only:
             cx.values.pop(tid, None)
             w.fmt.pop(tid, None)
@@ -322,6 +324,7 @@ class IncrementalEstimate:
                 table[key] = old
         self.report, self.total, self._step_us, self._io, self._order, self.enabled, self.fresh = self._kept
         self._undo = self._saved = None
+        self.cx.tcode = {}  # codes by tensor id of the undone walk (the next update codes its tensors again)
 
     # -- the update -----------------------------------------------------------------------
 
@@ -393,6 +396,7 @@ class IncrementalEstimate:
     def _update(self, graph, objs, touched_tensors, changed) -> CostReport:
         m, cx, w = self.m, self.cx, self.w
         cx.bytes = {}  # a cache of shape and dtype: only what this update reads is computed again
+        cx.tcode = {}  # the tensors' signature codes, by id: as the bytes (the codes themselves are kept)
         nodes = graph.nodes
         order = list(map(id, nodes))
         pos = {nid: i for i, nid in enumerate(order)}

@@ -149,17 +149,27 @@ class OpLimits:
     def get(self, op: str) -> OpLimit | None:
         return self.rows.get(op)
 
-    def aicpu_reason(self, node: Any) -> str | None:
-        """Why ``node`` (a default-domain gs.Node) leaves AI Core by this table, or None."""
+    def _row(self, node: Any) -> OpLimit | None:
         op = node.op
         if node.domain == "graphpass.ascend" and op.startswith("FusedConv"):
             op = "Conv"  # a Conv with its activation fused in is still that Conv's kernel
         elif node.domain not in (None, "", "ai.onnx"):
             return None
-        row = self.rows.get(op)
+        return self.rows.get(op)
+
+    def aicpu_reason(self, node: Any) -> str | None:
+        """Why ``node`` (a default-domain gs.Node) leaves AI Core by this table, or None."""
+        row = self._row(node)
         if row is None:
             return None
         return self.reason(row, node)
+
+    def reads_values(self, node: Any) -> bool:
+        """Whether :meth:`aicpu_reason` reads the values of ``node``'s inputs (a Slice's steps),
+        not only its op, attributes and its tensors' shapes and dtypes (the cost model then
+        decides the engine per node, not once per signature)."""
+        row = self._row(node)
+        return row is not None and row.last_axis_unit_step
 
     @staticmethod
     def reason(row: OpLimit, node: Any) -> str | None:

@@ -59,6 +59,16 @@ def test_a_slice_with_a_step_other_than_1_on_the_last_axis_leaves_ai_core():
     assert limits.aicpu_reason(_slice([3], [1])) is None
 
 
+def test_only_a_row_that_reads_input_values_says_so():
+    # the estimate decides such a node's engine per node, not once per signature
+    limits = load_op_limits()
+    assert limits.reads_values(_slice([3], [2]))
+    conv = gs.Node("Conv", inputs=[gs.Variable("x", dtype=np.float32, shape=[1, 3, 8, 8])],
+                   outputs=[gs.Variable("y", dtype=np.float32)], attrs={"kernel_shape": [3, 3]})
+    assert not limits.reads_values(conv)
+    assert not limits.reads_values(gs.Node("Relu", inputs=[gs.Variable("x")], outputs=[gs.Variable("y")]))
+
+
 def test_a_malformed_file_names_file_and_key(tmp_path):
     text = (DATA_DIR / "op_limits.toml").read_text()
     for old, new, key in (("max_stride = 63", "max_stride = -1", "ops.AveragePool.max_stride"),
