@@ -55,7 +55,7 @@ from graphpass.cost_model.report import CostReport
 from graphpass.cost_model.target import DEFAULT_TARGET
 from graphpass.errors import UsageError
 from graphpass.ir import annotations as A
-from graphpass.ir.graph import subgraphs_of
+from graphpass.ir.graph import peek_values, subgraphs_of
 from graphpass.ir.model_io import gc_frozen
 from graphpass.ir.shapes import dim_hint, given_shapes
 
@@ -951,10 +951,12 @@ class AscendCostModel(CostModel):
                 if not t.name:
                     ins.append(None)
                 elif isinstance(t, gs.Constant):
+                    # a small integer table, whether still on disk or already read by a pass (the
+                    # same graph gets the same estimate); read without caching it on the tensor
                     v = t._values
-                    if not isinstance(v, np.ndarray) and (v.dtype not in (np.int64, np.int32) or math.prod(v.shape) > 64):
+                    if v.dtype not in (np.int64, np.int32) or math.prod(v.shape) > 64:
                         return
-                    ins.append(np.asarray(t.values))
+                    ins.append(np.asarray(peek_values(t)))
                 elif id(t) in vals:
                     ins.append(vals[id(t)])
                 elif node.op in ("Shape", "Size"):

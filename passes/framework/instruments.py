@@ -97,45 +97,14 @@ class PassInstrument:
         pass
 
 
-def _values_folded(values: Any) -> bool:
-    """Whether the estimate's constant folding (``AscendCostModel._fold_value``) reads a
-    Constant's values stored as ``values`` (its ``_values``): an array in memory, of any size,
-    or a lazy weight of int32/int64 and at most 64 elements. A lazy table and the same table
-    loaded are not alike to it: a Gather from the loaded one sizes the Reshape it feeds."""
-    if isinstance(values, np.ndarray):
-        return True
-    try:
-        return values.dtype in (np.int64, np.int32) and math.prod(values.shape) <= 64
-    except (AttributeError, TypeError):
-        return True  # unknown storage: say read (its values are compared)
-
-
-def _int_kind(values: Any) -> bool:
-    """Whether ``values`` (an array or a lazy weight) hold integers: the folded values that can
-    size a shape (a float one never reaches a Reshape's or Slice's integer inputs)."""
-    try:
-        return np.dtype(values.dtype).kind in "iu"
-    except (AttributeError, TypeError):  # a dtype numpy does not know (a lazy bfloat16: an enum)
-        return False
-
-
-def _unfolded_loads(journal: Journal) -> list[gs.Tensor]:
-    """The integer weights the application loaded (gs's ``values`` getter: not an edit to the
-    journal) whose lazy form the estimate's folding did not read: in memory now, it reads them,
-    and the estimate of their readers may change (a Gather from a shape table sizes a Reshape)."""
-    return [t for t, lazy in journal.loaded_weights() if not _values_folded(lazy) and _int_kind(lazy)]
-
-
-def _changed_tensors(journal: Journal) -> list[gs.Tensor]:
-    """What the incremental update walks the readers of: the journal's changed tensors, and the
-    weights loaded whose values the estimate reads now and did not before."""
-    changed = journal.changed_tensors()
-    loads = _unfolded_loads(journal)
-    return changed + loads if loads else changed
-
-
 def _same_constant(a: gs.Constant, b: gs.Constant) -> bool:
-    """Whether the cost estimate sees ``a`` and ``b`` alike (see ``CostVeto._unchanged_estimate``)."""
+    """Whether the cost estimate sees ``a`` and ``b`` alike (see ``CostVeto._unchanged_estimate``):
+    the same name presence, annotations, shape and dtype, and the same values where the estimate
+    may read them. It reads a Constant's values in its folding (``AscendCostModel._fold_value``:
+    int32/int64 tables of at most 64 elements, on disk or in memory alike) and as an op's
+    axes, starts, ends, steps or trip count (at most rank elements); so values are compared for
+    constants of at most 64 elements, and a larger one (a weight) by shape and dtype only,
+    without loading it."""
     from graphpass.ir.graph import peek_values
 
     if bool(a.name) != bool(b.name) or a.inputs or b.inputs:
@@ -146,26 +115,12 @@ def _same_constant(a: gs.Constant, b: gs.Constant) -> bool:
         sa, sb = tuple(a.shape), tuple(b.shape)
         if sa != sb or np.dtype(a.dtype) != np.dtype(b.dtype):
             return False
-    except TypeError:  # a dtype numpy does not know: compare nothing further, say no
+    except TypeError:  # a dtype numpy does not know (a lazy bfloat16's is an enum): say no
         return False
-    kind, n = np.dtype(a.dtype).kind, math.prod(sa)
-    if kind in "iu":
-        folded = _values_folded(a._values)
-        if folded != _values_folded(b._values):
-            return False  # one read by the estimate's folding, the other not (a shape table)
-        if n > 64 and not folded:
-            # large and lazy: the folding does not load it, and the other readers of integer
-            # values (a Reduce's axes, a Slice's axes and steps, a Loop's trip count) hold at
-            # most rank elements: compared by shape and dtype, not loaded
-            return True
-    elif kind in "fcV" and n > 64:
-        return True  # a large float weight: the estimate reads its shape and dtype only
+    if math.prod(sa) > 64:
+        return True
     va, vb = np.asarray(peek_values(a)), np.asarray(peek_values(b))
-    if va.dtype != vb.dtype or va.shape != vb.shape:
-        return False
-    if va.dtype.kind in "iub":
-        return bool(np.array_equal(va, vb))  # (no copy of a large table, as tobytes makes)
-    return va.tobytes() == vb.tobytes()  # bitwise: -0.0 and NaN payloads told apart
+    return va.dtype == vb.dtype and va.shape == vb.shape and va.tobytes() == vb.tobytes()  # bitwise: -0.0, NaN
 
 
 class CostVeto(PassInstrument):
@@ -332,8 +287,7 @@ class CostVeto(PassInstrument):
         if not record.modified:
             if journal is not None:
                 journal.stop()
-                if self._inc is not None and (journal.edits or _unfolded_loads(journal)) and (
-                        _changed_tensors(journal) or journal.touched_nodes()):
+                if self._inc is not None and journal.edits and (journal.changed_tensors() or journal.touched_nodes()):
                     # a pass that changed nothing the manager counts may still have refined shapes
                     # (its own shape inference): the incremental state follows; the cost judged
                     # against stays the kept one, as it was
@@ -399,14 +353,13 @@ class CostVeto(PassInstrument):
         - the engine annotations of nodes, each to the engine the kept estimate gave the node (the
           estimate reads an engine annotation only where it differs from its own choice);
         - which Constant some node inputs read, each replaced by one of the same dtype, shape,
-          annotations and values (the values compared where the estimate may read them: integer
-          and boolean constants and any of at most 64 elements; it never reads a larger float
-          weight's values)."""
+          annotations and values (``_same_constant``: the values compared where the estimate may
+          read them, constants of at most 64 elements; a larger one by shape and dtype).
+        A weight a pass loaded (gs's ``values`` getter) is no change to the estimate: it reads a
+        constant's values alike on disk and in memory."""
         if (journal is None or self._engines is None or self._report is None or self._stale
                 or self._pending is not None or (self._inc is not None and (self._refresh or self._inc.unseen))):
             return False
-        if _unfolded_loads(journal):
-            return False  # a weight the estimate's folding did not read, now in memory: it reads it
         edits = journal.annotation_edits()
         if edits is not None:
             engines = self._engines
@@ -462,7 +415,7 @@ class CostVeto(PassInstrument):
             elif inc.large(graph, journal.edits):  # (before listing what it touched: that takes time too)
                 report = inc.full_update(graph, "the edit touched a large part of the graph")
             else:
-                nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), _changed_tensors(journal)
+                nodes, tensors, changed = journal.touched_nodes(), journal.touched_tensors(), journal.changed_tensors()
                 if pending is not None:  # edits no estimate saw yet: in the same update (a rollback gives them back)
                     self._merged = pending
                     nodes, tensors, changed = pending[0] + nodes, pending[1] + tensors, pending[2] + changed
@@ -489,7 +442,7 @@ class CostVeto(PassInstrument):
         nodes, tensors, changed = self._pending or ([], [], [])
         nodes.extend(journal.touched_nodes())
         tensors.extend(journal.touched_tensors())
-        changed.extend(_changed_tensors(journal))
+        changed.extend(journal.changed_tensors())
         self._pending = (nodes, tensors, changed)
 
     def _catch_up(self, graph: gs.Graph):

@@ -397,7 +397,7 @@ def test_a_constant_swapped_for_another_is_estimated(monkeypatch, other):
     assert len(calls) == 2
 
 
-def test_a_large_float_weight_is_compared_by_shape_and_dtype_only():
+def test_a_constant_of_more_than_64_elements_is_compared_by_shape_and_dtype_only():
     import numpy as np
     import onnx_graphsurgeon as gs
 
@@ -406,6 +406,8 @@ def test_a_large_float_weight_is_compared_by_shape_and_dtype_only():
     assert not I._same_constant(a, gs.Constant("b", np.ones((9, 8), np.float32)))
     small = gs.Constant("s", np.zeros(64, np.float32))
     assert not I._same_constant(small, gs.Constant("t", np.ones(64, np.float32)))  # small: values compared
-    ints = gs.Constant("i", np.zeros(100, np.int64))
-    assert not I._same_constant(ints, gs.Constant("j", np.ones(100, np.int64)))  # integers: values compared
-    assert I._same_constant(ints, gs.Constant("k", np.zeros(100, np.int64)))
+    ints = gs.Constant("i", np.zeros(100, np.int64))  # (the estimate folds integer tables of at most 64)
+    assert I._same_constant(ints, gs.Constant("j", np.ones(100, np.int64)))
+    table = gs.Constant("t", np.zeros(8, np.int64))
+    assert not I._same_constant(table, gs.Constant("u", np.ones(8, np.int64)))
+    assert I._same_constant(table, gs.Constant("v", np.zeros(8, np.int64)))
