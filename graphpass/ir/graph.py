@@ -8,9 +8,11 @@ outer graph does, so a consumer list (``tensor.outputs``) includes nodes inside 
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Iterable, Iterator
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError
@@ -329,11 +331,34 @@ class NameGen:
                 return name
 
 
+#: TensorProto element types whose raw bytes are a numpy array as they are (little-endian)
+_RAW_DTYPES = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.FLOAT16: np.dtype(np.float16), onnx.TensorProto.INT64: np.dtype(np.int64),
+    onnx.TensorProto.INT32: np.dtype(np.int32), onnx.TensorProto.INT16: np.dtype(np.int16),
+    onnx.TensorProto.INT8: np.dtype(np.int8), onnx.TensorProto.UINT64: np.dtype(np.uint64),
+    onnx.TensorProto.UINT32: np.dtype(np.uint32), onnx.TensorProto.UINT16: np.dtype(np.uint16),
+    onnx.TensorProto.UINT8: np.dtype(np.uint8), onnx.TensorProto.BOOL: np.dtype(np.bool_),
+} if sys.byteorder == "little" else {}
+
+
+def load_lazy(lazy: gs.ir.tensor.LazyValues) -> np.ndarray:
+    """``lazy.load()``: the same (writable) array; for gs's own LazyValues of a common type held
+    as raw bytes in memory, decoded directly (``onnx.numpy_helper.to_array`` spends ~20 us a call
+    on dtype tables and checks; fold_batchnorm reads six small tensors per fold)."""
+    if type(lazy) is gs.ir.tensor.LazyValues:
+        tp = lazy.tensor
+        dtype = _RAW_DTYPES.get(tp.data_type)
+        if dtype is not None and tp.data_location != onnx.TensorProto.EXTERNAL and tp.HasField("raw_data"):
+            return np.frombuffer(tp.raw_data, dtype=dtype).reshape(tuple(tp.dims)).copy()
+    return lazy.load()
+
+
 def peek_values(tensor: gs.Constant) -> np.ndarray:
     """A Constant's values without caching them in the tensor (gs's ``values`` keeps a weight
     read from disk in memory for as long as the tensor lives, even after a rewrite drops it)."""
     v = tensor._values
-    return v.load() if isinstance(v, gs.ir.tensor.LazyValues) else v
+    return load_lazy(v) if isinstance(v, gs.ir.tensor.LazyValues) else v
 
 
 def constant_array(tensor: gs.Tensor) -> np.ndarray | None:

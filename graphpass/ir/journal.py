@@ -49,7 +49,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
-from graphpass.ir.graph import iter_graphs
+from graphpass.ir.graph import iter_graphs, load_lazy
 
 __all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made"]
 
@@ -481,7 +481,7 @@ def _values_property(orig: property) -> property:
         if isinstance(lazy, LazyValues):
             for j in _ACTIVE:
                 j._loaded(self, lazy)
-            array = lazy.load()
+            array = load_lazy(lazy)
             object.__setattr__(self, "_values", array)  # gs's own assignment, without the hook
             return array
         return orig.fget(self)
