@@ -106,11 +106,13 @@ def has_subgraph(node: gs.Node) -> bool:
 def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """``graph`` and every subgraph nested in it, outermost first."""
     stack = [graph]
+    cf, plain = _CONTROL_FLOW, _NO_SUBGRAPHS
     while stack:
         g = stack.pop()
         yield g
-        for node in g.nodes:
-            if node.attrs and _may_have_subgraph(node):
+        # _may_have_subgraph inlined: called by most passes, this walk visits every node
+        for node in [n for n in g.nodes if n.op in cf or n.domain not in plain]:
+            if node.attrs:
                 stack.extend(reversed(subgraphs_of(node)))
 
 
