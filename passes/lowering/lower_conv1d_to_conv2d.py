@@ -193,6 +193,8 @@ class LowerConv1dToConv2d(Pass):
                         ctx.explain(self.name, n, why)
                     continue
             elif n.op in ELEMENTWISE:
+                if not twin:  # no conv converted yet: nothing it reads can be a twin (most graphs)
+                    continue
                 variables = [t for t in n.inputs if t.name and not isinstance(t, gs.Constant)]
                 if not variables or any(id(t) not in twin for t in variables):
                     continue

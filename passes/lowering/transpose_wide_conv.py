@@ -127,6 +127,8 @@ class TransposeWideConv(Pass):
                     ctx.explain(self.name, n, why)
                     continue
             elif n.op in LAYOUT_EXACT:
+                if not twin:  # no conv swapped yet: nothing it reads can be a twin (most graphs)
+                    continue
                 variables = [t for t in n.inputs if t.name and not isinstance(t, gs.Constant)]
                 out = n.outputs[0]
                 if not variables or any(id(t) not in twin for t in variables):
