@@ -24,7 +24,7 @@ from graphpass.ir import annotations as A
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, replace_uses_many
+from graphpass.ir.graph import iter_graphs, load_lazy, remove_nodes, replace_uses, replace_uses_many
 from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
@@ -77,11 +77,21 @@ def _attr_key(value):
     return value
 
 
+def _attrs_key(node: gs.Node) -> tuple | None:
+    """The key of ``node``'s attributes (None when one is unhashable: the node is never merged)."""
+    try:
+        key = tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _bytes_of(t: gs.Constant) -> np.ndarray:
     """The value of ``t``; a weight on disk is read for this call only (never cached on it)."""
     values = t._values
     if isinstance(values, gs.ir.tensor.LazyValues):
-        return np.asarray(values.load())
+        return np.asarray(load_lazy(values))
     return np.asarray(values)
 
 
@@ -242,7 +252,9 @@ class EliminateCommonSubexpressions(Pass):
         stats = {"constants_merged": _dedupe_constants(graph), "nodes_merged": 0}
         for g in list(iter_graphs(graph)):
             outs = {id(t) for t in g.outputs}
-            table: dict[tuple, gs.Node] = {}
+            # (domain, op, inputs, output count) -> [its first node, {attributes' key: first node}]:
+            # the attributes are keyed only once a second node has the same head (most never do)
+            table: dict[tuple, list] = {}
             dead = []
             # merged output -> the output it duplicates; keys read through it, and every reader is
             # rewired in one sweep at the end (per merge, a 100,000-input Sum was walked per merge)
@@ -251,18 +263,25 @@ class EliminateCommonSubexpressions(Pass):
             for node in g.nodes:
                 if not node.outputs or not is_pure(node):
                     continue
-                try:
-                    key = (
-                        node.domain or "",
-                        node.op,
-                        tuple(id(canon.get(id(t), t)) if t.name else None for t in node.inputs),
-                        tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())),
-                        len(node.outputs),
-                    )
-                    hash(key)
-                except TypeError:
+                head = (
+                    node.domain or "",
+                    node.op,
+                    tuple(id(canon.get(id(t), t)) if t.name else None for t in node.inputs),
+                    len(node.outputs),
+                )
+                slot = table.get(head)
+                if slot is None:
+                    table[head] = [node, None]
                     continue
-                first = table.setdefault(key, node)
+                if slot[1] is None:  # a second node with this head: the first one's attributes keyed now
+                    slot[1] = {}
+                    earlier = _attrs_key(slot[0])
+                    if earlier is not None:
+                        slot[1][earlier] = slot[0]
+                attrs = _attrs_key(node)
+                if attrs is None:  # an unhashable attribute: never merged
+                    continue
+                first = slot[1].setdefault(attrs, node)
                 if first is node:
                     continue
                 if any(id(t) in outs for t in node.outputs):
