@@ -19,6 +19,8 @@ from graphpass.errors import BadModelError
 
 __all__ = [
     "iter_graphs",
+    "subgraph_holders",
+    "may_have_subgraph",
     "subgraphs_of",
     "subgraph_pairs",
     "has_subgraph",
@@ -47,6 +49,11 @@ _NO_SUBGRAPHS = frozenset({None, "", "ai.onnx", "graphpass.ascend"})
 
 def _may_have_subgraph(node: gs.Node) -> bool:
     return node.op in _CONTROL_FLOW or node.domain not in _NO_SUBGRAPHS
+
+
+#: whether a node may hold a subgraph (its attributes are not looked at): a pass inlining
+#: :func:`node_dependencies`' common case asks it
+may_have_subgraph = _may_have_subgraph
 
 
 def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
@@ -106,14 +113,19 @@ def has_subgraph(node: gs.Node) -> bool:
 def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """``graph`` and every subgraph nested in it, outermost first."""
     stack = [graph]
-    cf, plain = _CONTROL_FLOW, _NO_SUBGRAPHS
     while stack:
         g = stack.pop()
         yield g
-        # _may_have_subgraph inlined: called by most passes, this walk visits every node
-        for node in [n for n in g.nodes if n.op in cf or n.domain not in plain]:
+        for node in subgraph_holders(g):
             if node.attrs:
                 stack.extend(reversed(subgraphs_of(node)))
+
+
+def subgraph_holders(graph: gs.Graph) -> list[gs.Node]:
+    """The nodes of ``graph`` (not nested) that may hold a subgraph: control flow and custom
+    domains (``_may_have_subgraph`` inlined in one comprehension: most passes start with this walk)."""
+    cf, plain = _CONTROL_FLOW, _NO_SUBGRAPHS
+    return [n for n in graph.nodes if n.op in cf or n.domain not in plain]
 
 
 def captured_tensors(subgraph: gs.Graph) -> list[gs.Tensor]:
