@@ -388,4 +388,3 @@ def test_the_manager_gives_every_applications_journal_the_graphs_of_its_version(
     assert [r.rolled_back for r in res.records] == [False, False, True]  # vetoed: the branch edit undone
     assert walks == []  # three journals, no walk of theirs: the manager's list (one walk) served them
     assert _bytes(graph) == before and _wiring(graph) == wiring and J._KNOWN == {}
-
