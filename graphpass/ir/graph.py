@@ -356,16 +356,23 @@ _RAW_DTYPES = {
 } if sys.byteorder == "little" else {}
 
 
-def load_lazy(lazy: gs.ir.tensor.LazyValues) -> np.ndarray:
-    """``lazy.load()``: the same (writable) array; for gs's own LazyValues of a common type held
-    as raw bytes in memory, decoded directly (``onnx.numpy_helper.to_array`` spends ~20 us a call
-    on dtype tables and checks; fold_batchnorm reads six small tensors per fold)."""
+def _raw_view(lazy: gs.ir.tensor.LazyValues) -> np.ndarray | None:
+    """gs's own LazyValues of a common type held as raw bytes in memory, as a read-only array
+    over those bytes (None for anything else)."""
     if type(lazy) is gs.ir.tensor.LazyValues:
         tp = lazy.tensor
         dtype = _RAW_DTYPES.get(tp.data_type)
         if dtype is not None and tp.data_location != onnx.TensorProto.EXTERNAL and tp.HasField("raw_data"):
-            return np.frombuffer(tp.raw_data, dtype=dtype).reshape(tuple(tp.dims)).copy()
-    return lazy.load()
+            return np.frombuffer(tp.raw_data, dtype=dtype).reshape(tuple(tp.dims))
+    return None
+
+
+def load_lazy(lazy: gs.ir.tensor.LazyValues) -> np.ndarray:
+    """``lazy.load()``: the same (writable) array; for gs's own LazyValues of a common type held
+    as raw bytes in memory, decoded directly (``onnx.numpy_helper.to_array`` spends ~20 us a call
+    on dtype tables and checks; fold_batchnorm reads six small tensors per fold)."""
+    view = _raw_view(lazy)
+    return view.copy() if view is not None else lazy.load()
 
 
 def peek_values(tensor: gs.Constant) -> np.ndarray:
@@ -373,6 +380,16 @@ def peek_values(tensor: gs.Constant) -> np.ndarray:
     read from disk in memory for as long as the tensor lives, even after a rewrite drops it)."""
     v = tensor._values
     return load_lazy(v) if isinstance(v, gs.ir.tensor.LazyValues) else v
+
+
+def read_values(tensor: gs.Constant) -> np.ndarray:
+    """:func:`peek_values` for a reader that never writes into the array: a weight held as raw
+    bytes is a read-only view of them (no copy; a caller converting it, e.g. to float64, copies once)."""
+    v = tensor._values
+    if isinstance(v, gs.ir.tensor.LazyValues):
+        view = _raw_view(v)
+        return view if view is not None else v.load()
+    return v
 
 
 def constant_array(tensor: gs.Tensor) -> np.ndarray | None:

@@ -175,7 +175,7 @@ def _sample_key(t: gs.Constant) -> bytes:
 
 def _header_key(t: gs.Constant) -> tuple | None:
     try:
-        return (_dtype_key(t.dtype), tuple(int(d) for d in t.shape))
+        return (_dtype_key(t.dtype), tuple(map(int, t.shape)))
     except TypeError:
         return None
 

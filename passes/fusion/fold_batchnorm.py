@@ -22,7 +22,7 @@ import onnx_graphsurgeon as gs
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
-from graphpass.ir.graph import peek_values
+from graphpass.ir.graph import peek_values, read_values
 from graphpass.passes.fusion._common import bn_inference_refusal, require_constants
 
 __all__ = ["FoldBatchNorm"]
@@ -67,11 +67,12 @@ class _FoldInto(Rule):
 
     def _folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         prod, bn = m.nodes
-        scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
+        # read-only views of the stored bytes: nothing here writes into them (float64 copies once)
+        scale, beta, mean, var = (np.asarray(read_values(t), dtype=np.float64) for t in bn.inputs[1:5])
         m.bn_var_eps = var_eps = var + float(bn.attrs.get("epsilon", 1e-5))  # check_values reads it too
         s = scale / np.sqrt(var_eps)
-        w = np.asarray(peek_values(prod.inputs[1]), dtype=np.float64)
-        old_b = np.asarray(peek_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
+        w = np.asarray(read_values(prod.inputs[1]), dtype=np.float64)
+        old_b = np.asarray(read_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
         with np.errstate(all="ignore"):
             new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
             return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
