@@ -24,7 +24,8 @@ The hooks: ``__setattr__`` and ``__delattr__`` of ``gs.Node``, ``gs.Tensor`` and
 ``tensor.shape = ``, ``graph.nodes = ``, ``to_constant`` ...), every mutator of gs's
 ``SynchronizedList`` (``node.inputs[i] = t``, ``t.outputs.clear()``, ``append``, ...: the list's
 owner and the elements whose mirror list changes are touched), the constructors (an object made
-while the journal is active needs no undo), :func:`graphpass.ir.annotations.meta` (annotation
+while the journal is active needs no undo; gs's own Node, Variable and Constant are then built
+with their attributes written straight into the new object, not through the setattr hooks), :func:`graphpass.ir.annotations.meta` (annotation
 edits) and ``gs.Constant.values`` (its getter loading a lazy weight is a read: the lazy form is
 put back on a rollback, nothing else is saved). The hooks are installed on the classes only
 while some journal is active: with none, graphsurgeon runs its own methods, at no cost.
