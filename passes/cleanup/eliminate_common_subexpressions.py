@@ -180,18 +180,19 @@ def _header_key(t: gs.Constant) -> tuple | None:
         return None
 
 
-def _dedupe_constants(graph: gs.Graph) -> int:
+def _dedupe_constants(graph: gs.Graph, graphs: list[gs.Graph] | None = None) -> int:
     """Case 1: equal constants (dtype, shape, bytes; -0.0 is not 0.0, NaN payloads count) read
     anywhere in the model become the first one (outermost graph first). A constant of the
     main graph is visible in every body; one that ends up read by several graphs is saved
     once, in the main graph (``graphpass.ir.serialize``). Graph inputs with a default
     initializer are inputs (gs Variables), never merged. Weights are compared by header first,
     then (over 64 KiB) by a sample of their bytes, then by a digest read one weight at a time,
-    then byte for byte."""
-    outputs = {id(t) for g in iter_graphs(graph) for t in g.outputs}
+    then byte for byte. ``graphs``: ``list(iter_graphs(graph))`` when the caller has it."""
+    graphs = graphs if graphs is not None else list(iter_graphs(graph))
+    outputs = {id(t) for g in graphs for t in g.outputs}
     groups: dict[tuple, list[gs.Constant]] = {}
     seen: set[int] = set()
-    for g in iter_graphs(graph):
+    for g in graphs:
         for node in g.nodes:
             for t in node.inputs:
                 if not isinstance(t, gs.Constant) or id(t) in seen:
@@ -249,8 +250,10 @@ class EliminateCommonSubexpressions(Pass):
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"constants_merged": _dedupe_constants(graph), "nodes_merged": 0}
-        for g in list(iter_graphs(graph)):
+        # one walk for the graphs: merging constants rewires inputs only (no body made or dropped)
+        graphs = list(iter_graphs(graph))
+        stats = {"constants_merged": _dedupe_constants(graph, graphs), "nodes_merged": 0}
+        for g in graphs:
             outs = {id(t) for t in g.outputs}
             # (domain, op, inputs, output count) -> [its first node, {attributes' key: first node}]:
             # the attributes are keyed only once a second node has the same head (most never do)
