@@ -8,15 +8,19 @@ outer graph does, so a consumer list (``tensor.outputs``) includes nodes inside 
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Iterable, Iterator
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError
 
 __all__ = [
     "iter_graphs",
+    "subgraph_holders",
+    "may_have_subgraph",
     "subgraphs_of",
     "subgraph_pairs",
     "has_subgraph",
@@ -45,6 +49,11 @@ _NO_SUBGRAPHS = frozenset({None, "", "ai.onnx", "graphpass.ascend"})
 
 def _may_have_subgraph(node: gs.Node) -> bool:
     return node.op in _CONTROL_FLOW or node.domain not in _NO_SUBGRAPHS
+
+
+#: whether a node may hold a subgraph (its attributes are not looked at): a pass inlining
+#: :func:`node_dependencies`' common case asks it
+may_have_subgraph = _may_have_subgraph
 
 
 def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
@@ -107,9 +116,16 @@ def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     while stack:
         g = stack.pop()
         yield g
-        for node in g.nodes:
-            if node.attrs and _may_have_subgraph(node):
+        for node in subgraph_holders(g):
+            if node.attrs:
                 stack.extend(reversed(subgraphs_of(node)))
+
+
+def subgraph_holders(graph: gs.Graph) -> list[gs.Node]:
+    """The nodes of ``graph`` (not nested) that may hold a subgraph: control flow and custom
+    domains (``_may_have_subgraph`` inlined in one comprehension: most passes start with this walk)."""
+    cf, plain = _CONTROL_FLOW, _NO_SUBGRAPHS
+    return [n for n in graph.nodes if n.op in cf or n.domain not in plain]
 
 
 def captured_tensors(subgraph: gs.Graph) -> list[gs.Tensor]:
@@ -329,11 +345,51 @@ class NameGen:
                 return name
 
 
+#: TensorProto element types whose raw bytes are a numpy array as they are (little-endian)
+_RAW_DTYPES = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.FLOAT16: np.dtype(np.float16), onnx.TensorProto.INT64: np.dtype(np.int64),
+    onnx.TensorProto.INT32: np.dtype(np.int32), onnx.TensorProto.INT16: np.dtype(np.int16),
+    onnx.TensorProto.INT8: np.dtype(np.int8), onnx.TensorProto.UINT64: np.dtype(np.uint64),
+    onnx.TensorProto.UINT32: np.dtype(np.uint32), onnx.TensorProto.UINT16: np.dtype(np.uint16),
+    onnx.TensorProto.UINT8: np.dtype(np.uint8), onnx.TensorProto.BOOL: np.dtype(np.bool_),
+} if sys.byteorder == "little" else {}
+
+
+def _raw_view(lazy: gs.ir.tensor.LazyValues) -> np.ndarray | None:
+    """gs's own LazyValues of a common type held as raw bytes in memory, as a read-only array
+    over those bytes (None for anything else)."""
+    if type(lazy) is gs.ir.tensor.LazyValues:
+        tp = lazy.tensor
+        dtype = _RAW_DTYPES.get(tp.data_type)
+        if dtype is not None and tp.data_location != onnx.TensorProto.EXTERNAL and tp.HasField("raw_data"):
+            return np.frombuffer(tp.raw_data, dtype=dtype).reshape(tuple(tp.dims))
+    return None
+
+
+def load_lazy(lazy: gs.ir.tensor.LazyValues) -> np.ndarray:
+    """``lazy.load()``: the same (writable) array; for gs's own LazyValues of a common type held
+    as raw bytes in memory, decoded directly (``onnx.numpy_helper.to_array`` spends ~20 us a call
+    on dtype tables and checks; fold_batchnorm reads six small tensors per fold)."""
+    view = _raw_view(lazy)
+    return view.copy() if view is not None else lazy.load()
+
+
 def peek_values(tensor: gs.Constant) -> np.ndarray:
     """A Constant's values without caching them in the tensor (gs's ``values`` keeps a weight
     read from disk in memory for as long as the tensor lives, even after a rewrite drops it)."""
     v = tensor._values
-    return v.load() if isinstance(v, gs.ir.tensor.LazyValues) else v
+    return load_lazy(v) if isinstance(v, gs.ir.tensor.LazyValues) else v
+
+
+def read_values(tensor: gs.Constant) -> np.ndarray:
+    """:func:`peek_values` for a reader that never writes into the array: a weight held as raw
+    bytes is a read-only view of them (no copy; a caller converting it, e.g. to float64, copies once)."""
+    v = tensor._values
+    if isinstance(v, gs.ir.tensor.LazyValues):
+        view = _raw_view(v)
+        return view if view is not None else v.load()
+    return v
 
 
 def constant_array(tensor: gs.Tensor) -> np.ndarray | None:

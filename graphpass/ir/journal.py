@@ -24,7 +24,8 @@ The hooks: ``__setattr__`` and ``__delattr__`` of ``gs.Node``, ``gs.Tensor`` and
 ``tensor.shape = ``, ``graph.nodes = ``, ``to_constant`` ...), every mutator of gs's
 ``SynchronizedList`` (``node.inputs[i] = t``, ``t.outputs.clear()``, ``append``, ...: the list's
 owner and the elements whose mirror list changes are touched), the constructors (an object made
-while the journal is active needs no undo), :func:`graphpass.ir.annotations.meta` (annotation
+while the journal is active needs no undo; gs's own Node, Variable and Constant are then built
+with their attributes written straight into the new object, not through the setattr hooks), :func:`graphpass.ir.annotations.meta` (annotation
 edits) and ``gs.Constant.values`` (its getter loading a lazy weight is a read: the lazy form is
 put back on a rollback, nothing else is saved). The hooks are installed on the classes only
 while some journal is active: with none, graphsurgeon runs its own methods, at no cost.
@@ -43,13 +44,15 @@ of nodes a pass created, removed, changed, or whose input tensors changed shape,
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.util import misc
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
-from graphpass.ir.graph import iter_graphs
+from graphpass.ir.graph import iter_graphs, load_lazy
 
 __all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made"]
 
@@ -422,11 +425,6 @@ class Journal:
     def touched_tensors(self) -> list[gs.Tensor]:
         return [st.obj for st in self._tensors.values()]
 
-    def loaded_weights(self) -> list[tuple[gs.Tensor, Any]]:
-        """The lazy weights gs's ``values`` getter loaded while the journal recorded (not edits):
-        ``(tensor, its lazy form)``, put back on a rollback."""
-        return list(self._loads.values())
-
     def _only_nodes_and_readers_changed(self) -> bool:
         """Nothing created and kept, no graph's lists or attributes, not the model, and of the
         tensors only their lists of readers (what rewiring a node's inputs changes)."""
@@ -563,7 +561,7 @@ def _values_property(orig: property) -> property:
     def fget(self):
         lazy = self.__dict__.get("_values")
         if isinstance(lazy, LazyValues):
-            array = lazy.load()
+            array = load_lazy(lazy)
             for j in _ACTIVE:
                 j._loaded(self, lazy, array)
             object.__setattr__(self, "_values", array)  # gs's own assignment, without the hook
@@ -582,14 +580,93 @@ def _wrap_delattr(orig):
 
 
 def _wrap_init(orig):
+    fast = _FAST_INITS.get(orig)
+
     def __init__(self, *args, **kwargs):
         global _GRAPHS_MADE
         for j in _ACTIVE:
             j._created_obj(self)
         if _ACTIVE and isinstance(self, gs.Graph):
             _GRAPHS_MADE += 1
+        if fast is not None and type(self) in _FAST_CLASSES and fast(self, *args, **kwargs):
+            return
         orig(self, *args, **kwargs)
     return __init__
+
+
+# -- constructors without the setattr hooks ---------------------------------------------------
+# An object made while a journal records needs no undo, but gs's constructors set each attribute
+# through ``__setattr__`` (hooked: ~12 hooked calls per node and its output tensor; fold_batchnorm
+# makes five objects per fold). These write the same attributes, in gs's order, into the new
+# object's ``__dict__``; the lists are built by gs's list class (its hooked ``extend`` saves the
+# state of a tensor a new node reads or writes). Used for gs's own Node, Variable and Constant
+# only, and only when gs's constructor is the one they mirror (its parameters and the names it
+# uses); a constructor returns False to hand a call it does not mirror to gs's.
+
+def _node_init(self, op, name=None, attrs=None, inputs=None, outputs=None, domain=None) -> bool:
+    d = self.__dict__
+    d["op"] = op
+    d["name"] = name if name is not None else ""
+    d["attrs"] = attrs if attrs is not None else OrderedDict()
+    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=inputs if inputs is not None else [])
+    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=outputs if outputs is not None else [])
+    d["domain"] = domain
+    return True
+
+
+def _variable_init(self, name, dtype=None, shape=None, type="tensor_type") -> bool:  # noqa: A002 - gs's name
+    d = self.__dict__
+    d["name"] = name
+    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
+    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    d["dtype"] = dtype
+    d["shape"] = shape
+    d["type"] = type
+    return True
+
+
+def _constant_init(self, name, values, data_location=None, export_dtype=None) -> bool:
+    if not isinstance(values, (np.ndarray, gs.ir.tensor.LazyValues)):
+        return False  # gs's own check and message
+    d = self.__dict__
+    d["name"] = name
+    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
+    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    d["_values"] = values
+    d["data_location"] = data_location
+    d["_export_dtype"] = export_dtype
+    return True
+
+
+#: (parameters, names used) of the gs constructors the fast ones mirror (onnx-graphsurgeon 0.5 / 0.6)
+_MIRRORS = {
+    "Node": (("self", "op", "name", "attrs", "inputs", "outputs", "domain"),
+             ("op", "misc", "default_value", "name", "OrderedDict", "attrs", "SynchronizedList", "inputs", "outputs",
+              "domain"), _node_init),
+    "Variable": (("self", "name", "dtype", "shape", "type"),
+                 ("name", "misc", "SynchronizedList", "inputs", "outputs", "dtype", "default_value", "shape", "type"),
+                 _variable_init),
+    "Constant": (("self", "name", "values", "data_location", "export_dtype"),
+                 ("name", "misc", "SynchronizedList", "inputs", "outputs", "isinstance", "np", "ndarray", "LazyValues",
+                  "SparseValues", "G_LOGGER", "critical", "format", "_values", "data_location", "_export_dtype"),
+                 _constant_init),
+}
+
+
+def _fast_inits() -> dict[Any, Any]:
+    out = {}
+    for cls in (gs.Node, gs.Variable, gs.Constant):
+        params, names, fast = _MIRRORS[cls.__name__]
+        init = cls.__dict__.get("__init__")
+        code = getattr(init, "__code__", None)
+        if code is not None and code.co_varnames[:code.co_argcount] == params and code.co_names == names:
+            out[init] = fast
+    return out
+
+
+_FAST_INITS = _fast_inits()
+#: exact classes only: a subclass may set its attributes its own way
+_FAST_CLASSES = frozenset({gs.Node, gs.Variable, gs.Constant})
 
 
 def _items_at(lst: list, index: Any) -> list:

@@ -49,4 +49,10 @@ def is_pure(node: gs.Node) -> bool:
     attrs = node.attrs
     if not attrs:  # asked per node by every cleanup sweep: most nodes stop here
         return True
-    return not has_subgraph(node) and not any(isinstance(v, gs.Node.AttributeRef) for v in attrs.values())
+    if has_subgraph(node):
+        return False
+    ref = gs.Node.AttributeRef
+    for v in attrs.values():  # a loop, not a generator: every node with attributes, every sweep
+        if isinstance(v, ref):
+            return False
+    return True

@@ -46,6 +46,16 @@ _DEVICE = "graphpass.ascend"
 _DEVICE_SAME_SHAPE = frozenset({"RmsNorm", "LayerNorm", "Gelu", "GeluTanh"})
 
 
+def _static(shape) -> bool:
+    """Every dim a number >= 0 (asked of every node output: a loop, no generator, plain ints first)."""
+    for d in shape:
+        if type(d) is not int and not isinstance(d, (int, np.integer)):
+            return False
+        if d < 0:
+            return False
+    return True
+
+
 class ShapeAnalysis:
     """The symbolic value of every tracked tensor of a graph and its bodies (one walk)."""
 
@@ -73,7 +83,7 @@ class ShapeAnalysis:
         """Write the dims the evaluation proves (ints where ``t``'s shape says symbolic or
         unknown) into its shape, for the passes after this one."""
         shape = t.shape
-        if shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        if shape is not None and _static(shape):
             return
         try:
             dims = self.dims(t)

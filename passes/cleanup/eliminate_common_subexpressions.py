@@ -24,7 +24,7 @@ from graphpass.ir import annotations as A
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import iter_graphs, remove_nodes, replace_uses, replace_uses_many
+from graphpass.ir.graph import iter_graphs, load_lazy, remove_nodes, replace_uses, replace_uses_many
 from graphpass.passes.cleanup._common import is_pure
 
 __all__ = ["EliminateCommonSubexpressions"]
@@ -77,11 +77,21 @@ def _attr_key(value):
     return value
 
 
+def _attrs_key(node: gs.Node) -> tuple | None:
+    """The key of ``node``'s attributes (None when one is unhashable: the node is never merged)."""
+    try:
+        key = tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _bytes_of(t: gs.Constant) -> np.ndarray:
     """The value of ``t``; a weight on disk is read for this call only (never cached on it)."""
     values = t._values
     if isinstance(values, gs.ir.tensor.LazyValues):
-        return np.asarray(values.load())
+        return np.asarray(load_lazy(values))
     return np.asarray(values)
 
 
@@ -165,23 +175,24 @@ def _sample_key(t: gs.Constant) -> bytes:
 
 def _header_key(t: gs.Constant) -> tuple | None:
     try:
-        return (_dtype_key(t.dtype), tuple(int(d) for d in t.shape))
+        return (_dtype_key(t.dtype), tuple(map(int, t.shape)))
     except TypeError:
         return None
 
 
-def _dedupe_constants(graph: gs.Graph) -> int:
+def _dedupe_constants(graph: gs.Graph, graphs: list[gs.Graph] | None = None) -> int:
     """Case 1: equal constants (dtype, shape, bytes; -0.0 is not 0.0, NaN payloads count) read
     anywhere in the model become the first one (outermost graph first). A constant of the
     main graph is visible in every body; one that ends up read by several graphs is saved
     once, in the main graph (``graphpass.ir.serialize``). Graph inputs with a default
     initializer are inputs (gs Variables), never merged. Weights are compared by header first,
     then (over 64 KiB) by a sample of their bytes, then by a digest read one weight at a time,
-    then byte for byte."""
-    outputs = {id(t) for g in iter_graphs(graph) for t in g.outputs}
+    then byte for byte. ``graphs``: ``list(iter_graphs(graph))`` when the caller has it."""
+    graphs = graphs if graphs is not None else list(iter_graphs(graph))
+    outputs = {id(t) for g in graphs for t in g.outputs}
     groups: dict[tuple, list[gs.Constant]] = {}
     seen: set[int] = set()
-    for g in iter_graphs(graph):
+    for g in graphs:
         for node in g.nodes:
             for t in node.inputs:
                 if not isinstance(t, gs.Constant) or id(t) in seen:
@@ -239,10 +250,14 @@ class EliminateCommonSubexpressions(Pass):
     preserves_order = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        stats = {"constants_merged": _dedupe_constants(graph), "nodes_merged": 0}
-        for g in list(iter_graphs(graph)):
+        # one walk for the graphs: merging constants rewires inputs only (no body made or dropped)
+        graphs = list(iter_graphs(graph))
+        stats = {"constants_merged": _dedupe_constants(graph, graphs), "nodes_merged": 0}
+        for g in graphs:
             outs = {id(t) for t in g.outputs}
-            table: dict[tuple, gs.Node] = {}
+            # (domain, op, inputs, output count) -> [its first node, {attributes' key: first node}]:
+            # the attributes are keyed only once a second node has the same head (most never do)
+            table: dict[tuple, list] = {}
             dead = []
             # merged output -> the output it duplicates; keys read through it, and every reader is
             # rewired in one sweep at the end (per merge, a 100,000-input Sum was walked per merge)
@@ -251,18 +266,25 @@ class EliminateCommonSubexpressions(Pass):
             for node in g.nodes:
                 if not node.outputs or not is_pure(node):
                     continue
-                try:
-                    key = (
-                        node.domain or "",
-                        node.op,
-                        tuple(id(canon.get(id(t), t)) if t.name else None for t in node.inputs),
-                        tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())),
-                        len(node.outputs),
-                    )
-                    hash(key)
-                except TypeError:
+                head = (
+                    node.domain or "",
+                    node.op,
+                    tuple(id(canon.get(id(t), t)) if t.name else None for t in node.inputs),
+                    len(node.outputs),
+                )
+                slot = table.get(head)
+                if slot is None:
+                    table[head] = [node, None]
                     continue
-                first = table.setdefault(key, node)
+                if slot[1] is None:  # a second node with this head: the first one's attributes keyed now
+                    slot[1] = {}
+                    earlier = _attrs_key(slot[0])
+                    if earlier is not None:
+                        slot[1][earlier] = slot[0]
+                attrs = _attrs_key(node)
+                if attrs is None:  # an unhashable attribute: never merged
+                    continue
+                first = slot[1].setdefault(attrs, node)
                 if first is node:
                     continue
                 if any(id(t) in outs for t in node.outputs):

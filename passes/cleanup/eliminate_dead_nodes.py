@@ -14,14 +14,14 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import node_dependencies, remove_nodes, subgraphs_of
+from graphpass.ir.graph import may_have_subgraph, node_dependencies, remove_nodes, subgraph_holders, subgraphs_of
 
 __all__ = ["EliminateDeadNodes"]
 
 
 def _clean(graph: gs.Graph) -> int:
     removed = 0
-    for node in graph.nodes:
+    for node in subgraph_holders(graph):
         for sub in subgraphs_of(node):
             removed += _clean(sub)
     local = {id(n) for n in graph.nodes}
@@ -40,7 +40,8 @@ def _clean(graph: gs.Graph) -> int:
         for p in t.inputs:
             if id(p) in local and id(p) not in live:
                 live.add(id(p))
-                stack.extend(node_dependencies(p))
+                # node_dependencies, its common case inline (a call per live node otherwise)
+                stack.extend(node_dependencies(p) if may_have_subgraph(p) else [u for u in p.inputs if u.name])
     dead = [n for n in graph.nodes if id(n) not in live]
     return removed + remove_nodes(graph, dead)
 

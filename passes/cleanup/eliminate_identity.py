@@ -22,6 +22,8 @@ a NaN). For integers all four are. So every removal is bit for bit.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -64,10 +66,11 @@ def _neutral_operand(node: gs.Node) -> gs.Tensor | None:
             x_dtype, y_dtype = np.dtype(x.dtype), np.dtype(y.dtype)
         except TypeError:  # a type numpy lacks (bfloat16 as graphsurgeon holds it) or unknown
             continue
-        values = np.asarray(c.values)
-        if values.size > 4096 or not _is_neutral(values, unit, negative_zero):
+        cshape = tuple(c.shape)  # the header first: a weight is not decoded to be refused by its size
+        if math.prod(cshape) > 4096 or x.shape is None or len(cshape) > len(x.shape):
             continue
-        if x.shape is None or len(values.shape) > len(x.shape):
+        values = np.asarray(peek_values(c))
+        if not _is_neutral(values, unit, negative_zero):
             continue
         # the constant must not broadcast x: all its dims 1 (x's own dims may then be anything,
         # symbolic or 0), or x static and the output's shape x's

@@ -161,6 +161,18 @@ def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version:
     return _verify.run(sess, {})
 
 
+def _reads_only_constants(node: gs.Node, produced: set[int]) -> bool:
+    """``node`` reads something, and only constants and tensors of ``produced`` (a loop, asked of
+    every node every round: most fail at their first input)."""
+    named = False
+    for t in node.inputs:
+        if t.name:
+            if not (isinstance(t, gs.Constant) or id(t) in produced):
+                return False
+            named = True
+    return named
+
+
 @register
 class FoldConstants(Pass):
     """Replaces everything computable from constants by its value.
@@ -279,13 +291,10 @@ class FoldConstants(Pass):
             foldable: list[gs.Node] = []
             produced: set[int] = set()
             for node in g.nodes:
-                if not node.outputs or not is_pure(node):
+                if not node.outputs or not _reads_only_constants(node, produced) or not is_pure(node):
                     continue
-                if all(
-                    (not t.name) or isinstance(t, gs.Constant) or id(t) in produced for t in node.inputs
-                ) and any(t.name for t in node.inputs):
-                    foldable.append(node)
-                    produced.update(id(t) for t in node.outputs)
+                foldable.append(node)
+                produced.update(id(t) for t in node.outputs)
             if not foldable:
                 stats["removed"] += self._sweep(g, [])
                 continue

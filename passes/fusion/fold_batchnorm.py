@@ -22,10 +22,17 @@ import onnx_graphsurgeon as gs
 from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
-from graphpass.ir.graph import peek_values
+from graphpass.ir.graph import peek_values, read_values
 from graphpass.passes.fusion._common import bn_inference_refusal, require_constants
 
 __all__ = ["FoldBatchNorm"]
+
+
+def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether ``np.broadcast_to(array of shape, target)`` succeeds (without building the view)."""
+    if len(shape) > len(target):
+        return False
+    return all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target)))
 
 
 class _FoldInto(Rule):
@@ -60,10 +67,12 @@ class _FoldInto(Rule):
 
     def _folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         prod, bn = m.nodes
-        scale, beta, mean, var = (np.asarray(peek_values(t), dtype=np.float64) for t in bn.inputs[1:5])
-        s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-        w = np.asarray(peek_values(prod.inputs[1]), dtype=np.float64)
-        old_b = np.asarray(peek_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
+        # read-only views of the stored bytes: nothing here writes into them (float64 copies once)
+        scale, beta, mean, var = (np.asarray(read_values(t), dtype=np.float64) for t in bn.inputs[1:5])
+        m.bn_var_eps = var_eps = var + float(bn.attrs.get("epsilon", 1e-5))  # check_values reads it too
+        s = scale / np.sqrt(var_eps)
+        w = np.asarray(read_values(prod.inputs[1]), dtype=np.float64)
+        old_b = np.asarray(read_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
         with np.errstate(all="ignore"):
             new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
             return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
@@ -72,21 +81,29 @@ class _FoldInto(Rule):
         """Folding keeps inf and NaN where the BN puts them (see the module docstring)."""
         prod, bn = m.nodes
         with np.errstate(all="ignore"):
-            var_eps = np.asarray(peek_values(bn.inputs[4]), np.float64) + float(bn.attrs.get("epsilon", 1e-5))
             try:
                 s, w, new_w, new_b = self.folded(m)
-                per_weight = np.broadcast_to(self.per_weight(prod, s, w), w.shape)
+                if not _fits(self.per_weight(prod, s, w).shape, w.shape):  # what np.broadcast_to accepts
+                    raise ValueError("the BN's channels do not broadcast over the weight")
             except ValueError:  # the BN's channel count is not the producer's (onnxruntime refuses it too)
+                var_eps = getattr(m, "bn_var_eps", None)
+                if var_eps is None:
+                    var_eps = np.asarray(peek_values(bn.inputs[4]), np.float64) + float(bn.attrs.get("epsilon", 1e-5))
                 return MatchResult.fail(f"BatchNormalization has {var_eps.size} channels, which do not fit "
                                         f"{prod.op} '{prod.name}' (weight {list(np.shape(peek_values(prod.inputs[1])))})")
-        if np.any(~(var_eps > 0)):
-            k = int(np.flatnonzero(~(var_eps > 0))[0])
-            return MatchResult.fail(f"var + eps is {var_eps[k]:g} in channel {k}: the BN gives inf/NaN there, a fold would not")
-        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(new_w)) and np.all(np.isfinite(new_b))):
-            return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
-        zero = new_w == 0  # rare: the full test (two more passes over W) only when some folded weight is 0
-        if zero.any() and np.any((w != 0) & zero & (per_weight != 0)):
-            return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
+            var_eps = m.bn_var_eps
+            # ndarray methods, not np.any/np.all: ~13k folds at 100k nodes, each check a few us less
+            positive = var_eps > 0
+            if not positive.all():
+                k = int(np.flatnonzero(~positive)[0])
+                return MatchResult.fail(f"var + eps is {var_eps[k]:g} in channel {k}: the BN gives inf/NaN there, a fold would not")
+            if not (np.isfinite(s).all() and np.isfinite(new_w).all() and np.isfinite(new_b).all()):
+                return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
+            zero = new_w == 0  # rare: the full test (two more passes over W) only when some folded weight is 0
+            if zero.any():
+                per_weight = np.broadcast_to(self.per_weight(prod, s, w), w.shape)
+                if ((w != 0) & zero & (per_weight != 0)).any():
+                    return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
         return MatchResult.success()
 
     def extra_check(self, m: Match) -> MatchResult:

@@ -276,10 +276,12 @@ def _has_mixed_norms(graph: gs.Graph) -> bool:
     """Whether a norm of the model is a float32 norm cast down before its weight (one walk over
     the weight Muls, before the rules run: the one body every norm of the model then takes)."""
     for g in iter_graphs(graph):
-        local = {id(n) for n in g.nodes}
+        local = None  # built at the first weight Mul (a graph without one is walked once)
         for n in g.nodes:
             if n.op == "Mul" and n.domain in (None, "", "ai.onnx") and len(n.inputs) == 2 and any(
                     isinstance(t, gs.Constant) for t in n.inputs):
+                if local is None:
+                    local = {id(n) for n in g.nodes}
                 hit = _match(n, g, local, set())
                 if hit is not None and hit.mixed is not None and not hit.why_not:
                     return True
@@ -305,11 +307,14 @@ def _add_rms_norm(graph: gs.Graph, ctx, pass_name: str) -> int:
     where the Add was (both of its inputs exist there; its readers all come after)."""
     fired = 0
     for g in iter_graphs(graph):
+        norms = [n for n in g.nodes if n.op == "RmsNorm" and n.domain == DOMAIN]
+        if not norms:  # no RmsNorm here (every CNN): no index of the graph's nodes
+            continue
         index = {id(n): i for i, n in enumerate(g.nodes)}
         replace: dict[int, gs.Node] = {}
         dead: set[int] = set()
-        for n in g.nodes:
-            if n.op != "RmsNorm" or n.domain != DOMAIN or id(n) in dead:
+        for n in norms:
+            if id(n) in dead:
                 continue
             s = n.inputs[0]
             add = s.inputs[0] if len(s.inputs) == 1 else None

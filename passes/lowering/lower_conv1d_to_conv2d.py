@@ -57,9 +57,8 @@ def _std(n: gs.Node) -> bool:
 
 
 def _rank(t: gs.Tensor) -> int | None:
-    if isinstance(t, gs.Constant):
-        return np.ndim(t.values)
-    return len(t.shape) if t.shape is not None else None
+    shape = t.shape  # a Constant's: its lazy weight's, without decoding (and caching) it
+    return len(shape) if shape is not None else None
 
 
 def _shape4(t: gs.Tensor, u: int = 2):
@@ -101,7 +100,7 @@ def _attrs2d(n: gs.Node, u: int = 2) -> dict:
         if key in a:
             a[key] = two(a[key][0], unit)
     if "kernel_shape" not in a and isinstance(n.inputs[1], gs.Constant):
-        a["kernel_shape"] = two(np.shape(n.inputs[1].values)[2], 1)
+        a["kernel_shape"] = two(tuple(n.inputs[1].shape)[2], 1)
     if "pads" in a:
         b, e = (int(v) for v in a["pads"])
         a["pads"] = [0, b, 0, e] if u == 2 else [b, 0, e, 0]
@@ -194,10 +193,12 @@ class LowerConv1dToConv2d(Pass):
                         ctx.explain(self.name, n, why)
                     continue
             elif n.op in ELEMENTWISE:
+                if not twin:  # no conv converted yet: nothing it reads can be a twin (most graphs)
+                    continue
                 variables = [t for t in n.inputs if t.name and not isinstance(t, gs.Constant)]
                 if not variables or any(id(t) not in twin for t in variables):
                     continue
-                if _rank(n.outputs[0]) != 3 or any(isinstance(t, gs.Constant) and np.ndim(t.values) > 3 for t in n.inputs):
+                if _rank(n.outputs[0]) != 3 or any(isinstance(t, gs.Constant) and len(t.shape) > 3 for t in n.inputs):
                     continue
             else:
                 continue

@@ -81,6 +81,8 @@ def _is_i64(t: gs.Tensor) -> bool:
         return False
     if dtype is _I64 or dtype is np.int64:  # asked of every tensor of every node: the usual forms first
         return True
+    if isinstance(dtype, np.dtype):  # float32 & co.: compared as they are, no np.dtype() call
+        return dtype == _I64
     try:
         return np.dtype(dtype) == _I64
     except TypeError:
@@ -120,8 +122,8 @@ def _schema(op: str, opset: int):
 
 def _groups(node: gs.Node, opset: int) -> list[_Group]:
     """The int64 type-variable groups of ``node`` by its schema at ``opset``."""
-    if node.domain not in (None, "", "ai.onnx") or not any(
-            _is_i64(t) for t in list(node.inputs) + list(node.outputs) if t.name):
+    if node.domain not in (None, "", "ai.onnx") or not (
+            any(_is_i64(t) for t in node.inputs if t.name) or any(_is_i64(t) for t in node.outputs if t.name)):
         return []
     found = _schema(node.op, opset)
     if found is None:

@@ -78,7 +78,7 @@ def _refusal(conv: gs.Node, ctx: PassContext) -> str | None:
         return f"input W {n_w} is within the Conv's limit"
     if not isinstance(n_h, (int, np.integer)) or n_h > row.max_input_w:
         return f"input H {n_h} would be the new W, over the limit as well"
-    kh, kw = np.shape(peek_values(conv.inputs[1]))[2:]
+    kh, kw = tuple(conv.inputs[1].shape)[2:]  # the weight's shape, not decoded
     if kh > 1 and kw > 1:
         return f"kernel {kh}x{kw}: swapping H and W would reorder each output's sum (not exact)"
     if _auto_pad(conv) not in ("NOTSET", "VALID"):
@@ -127,12 +127,14 @@ class TransposeWideConv(Pass):
                     ctx.explain(self.name, n, why)
                     continue
             elif n.op in LAYOUT_EXACT:
+                if not twin:  # no conv swapped yet: nothing it reads can be a twin (most graphs)
+                    continue
                 variables = [t for t in n.inputs if t.name and not isinstance(t, gs.Constant)]
                 out = n.outputs[0]
                 if not variables or any(id(t) not in twin for t in variables):
                     continue
                 if out.shape is None or len(out.shape) != 4 or any(
-                        isinstance(t, gs.Constant) and np.ndim(t.values) > 4 for t in n.inputs):
+                        isinstance(t, gs.Constant) and len(t.shape) > 4 for t in n.inputs):
                     continue
             else:
                 continue

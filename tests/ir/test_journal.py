@@ -303,6 +303,43 @@ class _Interrupted(_RaiseMidway):
         raise KeyboardInterrupt
 
 
+def test_objects_built_while_recording_are_built_as_graphsurgeon_builds_them():
+    # the journal builds gs's own Node, Variable and Constant without its setattr hooks: the
+    # same attributes in the same order, the same list class, the other side's lists kept in step
+    from graphpass.ir import journal as J
+
+    assert len(J._FAST_INITS) == 3  # the installed gs is the one the fast constructors mirror
+    x = gs.Variable("x", np.float32, [2])
+    w = gs.Constant("w", np.ones(2, np.float32))
+
+    def build():
+        y = gs.Variable("y", dtype=np.float32, shape=[2])
+        n = gs.Node("Add", "add", attrs={"a": 1}, inputs=[x, w], outputs=[y], domain="")
+        return n, y, gs.Constant("c", np.zeros(3, np.int64), export_dtype=np.int32), gs.Variable.empty(), gs.Node("Relu")
+
+    plain = build()
+    for n in plain[0], plain[4]:
+        n.inputs.clear()
+        n.outputs.clear()
+    j = Journal(gs.Graph())
+    with j:
+        made = build()
+    for a, b in zip(plain, made):
+        assert type(a) is type(b) and list(a.__dict__) == list(b.__dict__)
+        for k, v in a.__dict__.items():
+            u = b.__dict__[k]
+            assert type(u) is type(v)
+            if isinstance(v, list):
+                assert [id(t) for t in u] == [id(t) for t in v] or k in ("inputs", "outputs")
+            elif not isinstance(v, np.ndarray):
+                assert u == v, k
+    node, y = made[0], made[1]
+    assert list(node.inputs) == [x, w] and x.outputs[-1] is node and w.outputs[-1] is node and y.inputs[0] is node
+    assert node.inputs.parent_obj is node and y.outputs.parent_obj is y
+    j.rollback()  # the tensors the new node read are given back their readers as they were
+    assert list(x.outputs) == [] and list(w.outputs) == []
+
+
 def test_an_interrupted_pass_is_rolled_back_and_leaves_no_hook():
     graph = _if_model()
     before = _bytes(graph)

@@ -29,6 +29,25 @@ def test_different_attributes_do_not_merge():
     assert not eliminate_common_subexpressions(graph).modified
 
 
+def test_among_nodes_of_one_op_and_inputs_the_attributes_decide_and_the_first_stays():
+    # the attributes are keyed only once a second node reads the same inputs: the first is keyed
+    # then, and a later node equal to it (not to the one between) merges into it
+    model = make_model([helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
+                        helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.2),
+                        helper.make_node("LeakyRelu", ["x"], ["c"], alpha=0.1),
+                        helper.make_node("Sum", ["a", "b", "c"], ["y"])],
+                       {"x": [3]}, {"y": [3]})
+    graph = gp.load(model).graph
+    first = graph.nodes[0]
+    result = eliminate_common_subexpressions(graph)
+    assert result.stats["nodes_merged"] == 1
+    assert ops(graph) == ["LeakyRelu", "LeakyRelu", "Sum"] and graph.nodes[0] is first
+    total = graph.nodes[-1]
+    assert total.inputs[0] is first.outputs[0] and total.inputs[2] is first.outputs[0]
+    assert total.inputs[1] is graph.nodes[1].outputs[0]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
+
+
 def test_random_ops_and_graph_outputs_never_merge():
     model = make_model([helper.make_node("RandomUniformLike", ["x"], ["r1"], seed=1.0),
                         helper.make_node("RandomUniformLike", ["x"], ["r2"], seed=1.0),
