@@ -48,24 +48,28 @@ def _add_value_info(field, tensor: gs.Tensor) -> None:
                 _elem_types[key] = elem
             else:
                 elem = None
-        shape = tensor.shape
-        if elem is not None and (shape is None or all(d is None or type(d) is int or type(d) is str for d in shape)):
+        if elem is not None:
+            shape = tensor.shape
             vi = field.add()
             vi.name = tensor.name
             tt = vi.type.tensor_type
             tt.elem_type = elem
-            if shape is not None:
-                dims = tt.shape.dim
-                tt.shape.SetInParent()  # an empty shape is written (a scalar), as gs writes it
-                for d in shape:
-                    dim = dims.add()
-                    if d is None:
-                        continue
-                    if type(d) is int:
-                        dim.dim_value = d
-                    else:
-                        dim.dim_param = d
-            return
+            if shape is None:
+                return
+            dims = tt.shape.dim
+            tt.shape.SetInParent()  # an empty shape is written (a scalar), as gs writes it
+            for d in shape:
+                if d is None:
+                    dims.add()
+                elif type(d) is int:
+                    dims.add().dim_value = d
+                elif type(d) is str:
+                    dims.add().dim_param = d
+                else:  # an int or str subclass, or what gs refuses: gs decides
+                    del field[-1]
+                    break
+            else:
+                return
     field.append(OnnxExporter.export_value_info_proto(tensor, False))
 
 
