@@ -41,7 +41,10 @@ _new_list = list.__new__
 _list_extend = list.extend
 _list_append = list.append
 _dtypes: dict[int, Any] = {}  # ONNX elem type -> gs's dtype (a numpy type) when numpy has one
-_itemsizes: dict[int, tuple[Any, int]] = {}  # initializer data type -> (gs's dtype, itemsize)
+_itemsizes: dict[int, tuple[Any, int]] = {}
+#: a serialized tensor TypeProto -> (gs's dtype, its shape as a tuple) for the ones built here
+_types: dict[bytes, tuple[Any, tuple | None]] = {}
+_TYPES_KEPT = 4096  # initializer data type -> (gs's dtype, itemsize)
 
 
 def _empty_list(owner: Any, field_name: str) -> list:
@@ -100,6 +103,11 @@ def _elem_dtype(elem: int) -> Any:
 def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
     """gs's ``import_tensor`` of a ValueInfoProto."""
     ty = vi.type
+    key = ty.SerializeToString()  # most values share a few types: each read once
+    known = _types.get(key)
+    if known is not None:
+        dtype, shape = known
+        return _variable(vi.name, dtype, None if shape is None else list(shape))
     if ty.HasField("tensor_type"):
         tt = ty.tensor_type
         dtype = _dtypes.get(tt.elem_type) or _elem_dtype(tt.elem_type)
@@ -115,6 +123,9 @@ def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
                         shape.append(dim.dim_value)
                     else:
                         shape.append(None)
+            if len(_types) >= _TYPES_KEPT:
+                _types.clear()
+            _types[key] = (dtype, None if shape is None else tuple(shape))
             return _variable(vi.name, dtype, shape)
     elif ty.ByteSize() == 0:
         return _variable(vi.name)

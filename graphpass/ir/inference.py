@@ -345,27 +345,42 @@ def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
     """Some node output of the main graph has no shape, a dim with neither value nor name, or a
     dim named by a symbol no graph input carries (unbound: e.g. the ``N`` a declared output kept
     after ``--input-shape`` fixed the input's ``N`` to 1)."""
-    known = {}
-    for vi in list(graph.value_info) + list(graph.output):
-        known[vi.name] = vi
     bound = {d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
              for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+    known: dict[str, bool] = {}  # name -> its (last) value info leaves it unknown
+    by_type: dict[bytes, bool] = {}  # most values share a few types: each distinct type checked once
+    for field in (graph.value_info, graph.output):
+        for vi in field:
+            ty = vi.type
+            key = ty.SerializeToString()
+            unknown = by_type.get(key)
+            if unknown is None:
+                unknown = by_type[key] = _unknown_shape(ty, bound)
+            known[vi.name] = unknown
     for n in graph.node:
         for o in n.output:
-            if not o:
-                continue
-            vi = known.get(o)
-            if vi is None or not vi.type.HasField("tensor_type"):
-                if vi is None:
-                    return True
-                continue
-            tt = vi.type.tensor_type
-            if not tt.HasField("shape") or any(
-                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__")
-                                                 or d.dim_param not in bound)
-                for d in tt.shape.dim
-            ):
-                return True  # onnx names the dims it could not infer unk__N
+            if o and known.get(o, True):
+                return True
+    return False
+
+
+def _unknown_shape(ty: onnx.TypeProto, bound: set[str]) -> bool:
+    """A tensor type without a shape, or with a dim that has neither value nor a bound name
+    (onnx names the dims it could not infer unk__N); other types count as known."""
+    if not ty.HasField("tensor_type"):
+        return False
+    tt = ty.tensor_type
+    if not tt.HasField("shape"):
+        return True
+    for d in tt.shape.dim:
+        which = d.WhichOneof("value")
+        if which == "dim_value":
+            continue
+        if which is None:
+            return True
+        p = d.dim_param
+        if p.startswith("unk__") or p not in bound:
+            return True
     return False
 
 

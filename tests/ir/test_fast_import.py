@@ -198,3 +198,16 @@ def test_the_lists_are_wired_as_gs_wires_them():
     assert list(t.inputs) == [add] and list(t.outputs) == [relu]
     relu.inputs[0] = add.inputs[0]  # an edit keeps both sides in step
     assert list(t.outputs) == [] and relu in ours.inputs[0].outputs
+
+
+def test_values_of_one_type_get_their_own_shape_lists():
+    """Types are read once per distinct TypeProto: each tensor still gets a list of its own (a
+    pass that edits one shape must not edit the other's)."""
+    vis = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["N", 3, None]) for n in ("a", "b")]
+    g = fast_import.import_graph(onnx.helper.make_graph([], "g", vis, vis[1:], value_info=[]))
+    a, b = g.inputs
+    assert a.shape == b.shape == ["N", 3, None] and type(a.shape) is list and a.shape is not b.shape
+    a.shape[0] = 1
+    assert b.shape == ["N", 3, None]
+    again = fast_import.import_graph(onnx.helper.make_graph([], "g", vis[:1], [], value_info=[]))
+    assert again.inputs[0].shape == ["N", 3, None]
