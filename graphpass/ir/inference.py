@@ -242,11 +242,12 @@ def _distrust_backward_slices(model: onnx.ModelProto) -> onnx.ModelProto:
 
     huge = 2 ** 62
     for g in graph_protos(model.graph):
+        slices = [n for n in g.node if n.op_type == "Slice" and n.domain in ("", "ai.onnx") and len(n.input) >= 5]
+        if not slices:
+            continue  # the constants are read only for a graph with a Slice that has steps
         consts = _int_constants(g)
         bad: set[str] = set()
-        for n in g.node:
-            if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 5:
-                continue
+        for n in slices:
             steps, starts, ends = (consts.get(n.input[i]) for i in (4, 1, 2))
             if steps is None or starts is None or ends is None:
                 continue
@@ -441,8 +442,9 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
             dst.node.append(n)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
-    inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
-    dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
+    if len(src.value_info):  # most files declare none: no walk of the nodes for their outputs
+        inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
+        dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
     dst.sparse_initializer.extend(src.sparse_initializer)
     inputs = {i.name for i in src.input}
     for t in src.initializer:
@@ -512,12 +514,14 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
         log.warning("value_info of %d tensor(s) contradicted shape inference (first: '%s' declared %s, inferred %s); "
                     "the inferred shapes are used", contradicted, *first)
     for n_src, n_dst in zip(src.node, dst.node):
-        for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
+        for i, a_src in enumerate(n_src.attribute):  # dst's attributes read only beside a body
             if a_src.type == onnx.AttributeProto.GRAPH:
-                contradicted += _copy_value_info(a_src.g, a_dst.g, trust_numbers)
+                if i < len(n_dst.attribute):
+                    contradicted += _copy_value_info(a_src.g, n_dst.attribute[i].g, trust_numbers)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
-                for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
-                    contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
+                if i < len(n_dst.attribute):
+                    for g_src, g_dst in zip(a_src.graphs, n_dst.attribute[i].graphs):
+                        contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
     return contradicted
 
 
