@@ -642,7 +642,9 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     seen: set[int] = set()
     graphs_of: dict[int, set[int]] = {}  # Constant -> the graphs that read it (outer weights in bodies)
     by_name: dict[str, set[int]] = {}
-    for g in iter_graphs(graph):
+    graphs = list(iter_graphs(graph))
+    nested = len(graphs) > 1  # one graph: no weight is read by two (graphs_of and by_name unused)
+    for g in graphs:
         for node in g.nodes:
             for t in node.attrs.values():
                 # a Constant node's value (or any tensor attribute) whose values were read: gs
@@ -659,8 +661,9 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
             for t in node.inputs:
                 if not isinstance(t, gs.Constant):
                     continue
-                graphs_of.setdefault(id(t), set()).add(id(g))
-                by_name.setdefault(t.name, set()).add(id(t))
+                if nested:
+                    graphs_of.setdefault(id(t), set()).add(id(g))
+                    by_name.setdefault(t.name, set()).add(id(t))
                 if id(t) in seen:
                     continue
                 seen.add(id(t))
