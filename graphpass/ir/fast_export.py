@@ -26,6 +26,51 @@ _dtype_to_onnx = onnx_exporter.dtype_to_onnx
 _elem_types: dict = {}  # (type of the dtype, dtype) -> what gs's dtype_to_onnx returns for it
 
 
+_A = onnx.AttributeProto
+_INT, _FLOAT, _STRING, _INTS, _FLOATS = _A.INT, _A.FLOAT, _A.STRING, _A.INTS, _A.FLOATS
+
+
+def _add_plain_attribute(field, key: str, val) -> bool:
+    """What gs's ``export_attributes({key: val})`` (onnx's ``make_attribute``) adds to ``field``,
+    written in place for the plain values most attributes hold: a Python int, float or str, or
+    a non-empty list of only ints or only floats (exact types: a bool, a numpy scalar, a mixed
+    or empty list ... go through gs, which decides). False: nothing added."""
+    t = type(val)
+    if t is int:
+        a = field.add()
+        a.name = key
+        a.i = val
+        a.type = _INT
+    elif t is float:
+        a = field.add()
+        a.name = key
+        a.f = val
+        a.type = _FLOAT
+    elif t is str:
+        a = field.add()
+        a.name = key
+        a.s = val.encode("utf-8")
+        a.type = _STRING
+    elif t is list and val:
+        first = type(val[0])
+        if first is not int and first is not float:
+            return False
+        for v in val:
+            if type(v) is not first:
+                return False
+        a = field.add()
+        a.name = key
+        if first is int:
+            a.ints.extend(val)
+            a.type = _INTS
+        else:
+            a.floats.extend(val)
+            a.type = _FLOATS
+    else:
+        return False
+    return True
+
+
 def _add_value_info(field, tensor: gs.Tensor) -> None:
     """``field.append(OnnxExporter.export_value_info_proto(tensor, False))``, written in place:
     gs's ``make_tensor_value_info`` builds a TypeProto, copies it in, and converts the dtype
@@ -108,7 +153,7 @@ def _fill_graph(out: onnx.GraphProto, graph: gs.Graph) -> None:
                     a.name = key
                     _fill_graph(a.g, val)
                     a.type = _GRAPH
-                else:
+                elif not _add_plain_attribute(n.attribute, key, val):
                     n.attribute.extend(export_attributes({key: val}))
     out.name = graph.name
     for t in graph.inputs:

@@ -137,3 +137,21 @@ def test_value_infos_the_same_bytes_for_every_kind_of_type_and_shape():
     none = next(vi for vi in m.graph.input if vi.name == "none_shape")
     assert not none.type.tensor_type.HasField("shape")
     assert _both(_value_info_graph([kinds[-2]]))[1] == ("error", "ValueError")
+
+
+def test_attributes_the_same_bytes_for_every_kind_of_value():
+    """The plain values written in place (int, float, str, lists of ints or of floats) and every
+    other kind (gs decides) give gs's bytes, or fail as gs fails."""
+    import numpy as np
+
+    values = [0, -3, 2 ** 40, 1.5, -0.0, float("nan"), float("inf"), 1e-45, "", "relu", "ünï", [1, 2, 3], [2 ** 62],
+              [0.5, -0.0], [1, 2.5], [2.5, 1], [], [True, False], True, np.int64(3), np.float32(0.1), b"bytes",
+              ["a", "b"], (1, 2), np.array([1, 2]), np.float32, [np.int64(1), 2], 2 ** 70, [2 ** 70], "\ud800",
+              [1.0, float("nan")]]
+    x = gs.Variable("x", dtype=np.float32, shape=[1])
+    for i, v in enumerate(values):
+        y = gs.Variable("y", dtype=np.float32, shape=[1])
+        g = gs.Graph(nodes=[gs.Node("Custom", domain="my", inputs=[x], outputs=[y], attrs={"a": v, "b": 1})],
+                     inputs=[x], outputs=[y], opset=17)
+        theirs, ours = _both(g)
+        assert ours == theirs, (i, v)
