@@ -5,8 +5,10 @@ the list into a ``GraphProto`` (``make_graph``) and copies that graph into a ``M
 (``make_model``): three copies of the graph's structure alive at once. On a 100k-node model the
 export raised the process's peak by ~430 MB for a 34 MB model. :func:`export_onnx` writes each
 node straight into ``model.graph`` (and each body straight into its attribute), one node's
-attributes at a time; everything else (attribute values, value infos, initializers, local
-functions, opset imports) goes through gs's own functions, so the result is the same message:
+attributes at a time. Value infos and plain attribute values (a Python int, float, str, or a
+list of only ints or only floats) are written in place, as gs's functions would write them;
+everything else (other attribute values, initializers, local functions, opset imports) goes
+through gs's own functions, so the result is the same message:
 tests/ir/test_fast_export.py compares the serialized bytes with gs's exporter on every model of
 onnx's backend test data, the exporter corpus and the suite's own files.
 """

@@ -4,8 +4,8 @@ gs's importer builds every tensor and node through ``__init__`` and ``__setattr_
 converts each tensor's dtype through ``onnx.helper.get_all_tensor_dtypes()`` (a fresh list per
 call): about 30 us per tensor, half the load of a large model. :func:`import_onnx` builds the
 same objects (the same classes, fields, field order and values, the same sharing of tensors
-between a graph and its bodies) directly, and converts each distinct ONNX dtype once, with gs's
-own functions. One difference: a node's attributes are a plain ``dict`` (ordered too), not an
+between a graph and its bodies) directly, converts each distinct ONNX dtype once, with gs's
+own functions, and reads each distinct value type (a serialized TypeProto) once. One difference: a node's attributes are a plain ``dict`` (ordered too), not an
 ``OrderedDict`` (224 bytes less per node; gs compares attributes with ``==`` and iterates
 them, nothing else). What it does not build itself (sparse initializers, non-tensor value types,
 unknown dtypes, attributes gs skips or turns into references, local functions) it hands to gs's
