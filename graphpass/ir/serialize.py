@@ -614,14 +614,14 @@ def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_
                        freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
     model_of(graph).budget = limits.Budget(limit, held)
     model_of(graph).meta[SOURCE_BYTES] = source_bytes
-    if layout is not None:
+    if layout is not None:  # else no tensor of the model is on disk: no walk for one
         model_of(graph).meta[EXTERNAL_LAYOUT] = layout
-    for g in iter_graphs(graph):
-        for node in g.nodes:
-            for t in node.inputs:
-                v = t.__dict__.get("_values") if isinstance(t, gs.Constant) else None
-                if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
-                    t._values = ExternalValues(v.tensor)
+        for g in iter_graphs(graph):
+            for node in g.nodes:
+                for t in node.inputs:
+                    v = t.__dict__.get("_values") if isinstance(t, gs.Constant) else None
+                    if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
+                        t._values = ExternalValues(v.tensor)
     del model  # the parse is garbage now (see _release_proto): its pages go back (load's trim)
     return graph
 
