@@ -5,8 +5,10 @@ the list into a ``GraphProto`` (``make_graph``) and copies that graph into a ``M
 (``make_model``): three copies of the graph's structure alive at once. On a 100k-node model the
 export raised the process's peak by ~430 MB for a 34 MB model. :func:`export_onnx` writes each
 node straight into ``model.graph`` (and each body straight into its attribute), one node's
-attributes at a time; everything else (attribute values, value infos, initializers, local
-functions, opset imports) goes through gs's own functions, so the result is the same message:
+attributes at a time. Value infos and plain attribute values (a Python int, float, str, or a
+list of only ints or only floats) are written in place, as gs's functions would write them;
+everything else (other attribute values, initializers, local functions, opset imports) goes
+through gs's own functions, so the result is the same message:
 tests/ir/test_fast_export.py compares the serialized bytes with gs's exporter on every model of
 onnx's backend test data, the exporter corpus and the suite's own files.
 """
@@ -15,12 +17,107 @@ from __future__ import annotations
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters import onnx_exporter
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
 from onnx_graphsurgeon.ir.tensor import SparseValues
 
 __all__ = ["export_onnx"]
 
 _GRAPH = onnx.AttributeProto.GRAPH
+_dtype_to_onnx = onnx_exporter.dtype_to_onnx
+_elem_types: dict = {}  # (type of the dtype, dtype) -> what gs's dtype_to_onnx returns for it
+
+
+_A = onnx.AttributeProto
+_INT, _FLOAT, _STRING, _INTS, _FLOATS = _A.INT, _A.FLOAT, _A.STRING, _A.INTS, _A.FLOATS
+
+
+def _add_plain_attribute(field, key: str, val) -> bool:
+    """What gs's ``export_attributes({key: val})`` (onnx's ``make_attribute``) adds to ``field``,
+    written in place for the plain values most attributes hold: a Python int, float or str, or
+    a non-empty list of only ints or only floats (exact types: a bool, a numpy scalar, a mixed
+    or empty list ... go through gs, which decides). False: nothing added."""
+    t = type(val)
+    if t is int:
+        a = field.add()
+        a.name = key
+        a.i = val
+        a.type = _INT
+    elif t is float:
+        a = field.add()
+        a.name = key
+        a.f = val
+        a.type = _FLOAT
+    elif t is str:
+        a = field.add()
+        a.name = key
+        a.s = val.encode("utf-8")
+        a.type = _STRING
+    elif t is list and val:
+        first = type(val[0])
+        if first is not int and first is not float:
+            return False
+        for v in val:
+            if type(v) is not first:
+                return False
+        a = field.add()
+        a.name = key
+        if first is int:
+            a.ints.extend(val)
+            a.type = _INTS
+        else:
+            a.floats.extend(val)
+            a.type = _FLOATS
+    else:
+        return False
+    return True
+
+
+def _add_value_info(field, tensor: gs.Tensor) -> None:
+    """``field.append(OnnxExporter.export_value_info_proto(tensor, False))``, written in place:
+    gs's ``make_tensor_value_info`` builds a TypeProto, copies it in, and converts the dtype
+    through a dict it builds per call (~16 us a tensor). A tensor type gs would refuse or build
+    otherwise (a shape item neither int nor str nor None, a sequence or sparse type, an
+    unhashable dtype) goes through gs's function."""
+    dtype = tensor.dtype
+    if dtype is None:
+        field.add().name = tensor.name
+        return
+    if isinstance(tensor, gs.Constant) or tensor.type == "tensor_type":
+        try:
+            key = (type(dtype), dtype)
+            elem = _elem_types.get(key)
+        except TypeError:
+            key = elem = None
+        if elem is None and key is not None:
+            elem = _dtype_to_onnx(dtype)
+            if type(elem) is int:
+                _elem_types[key] = elem
+            else:
+                elem = None
+        if elem is not None:
+            shape = tensor.shape
+            vi = field.add()
+            vi.name = tensor.name
+            tt = vi.type.tensor_type
+            tt.elem_type = elem
+            if shape is None:
+                return
+            dims = tt.shape.dim
+            tt.shape.SetInParent()  # an empty shape is written (a scalar), as gs writes it
+            for d in shape:
+                if d is None:
+                    dims.add()
+                elif type(d) is int:
+                    dims.add().dim_value = d
+                elif type(d) is str:
+                    dims.add().dim_param = d
+                else:  # an int or str subclass, or what gs refuses: gs decides
+                    del field[-1]
+                    break
+            else:
+                return
+    field.append(OnnxExporter.export_value_info_proto(tensor, False))
 
 
 def export_onnx(graph: gs.Graph) -> onnx.ModelProto:
@@ -41,7 +138,6 @@ def export_onnx(graph: gs.Graph) -> onnx.ModelProto:
 def _fill_graph(out: onnx.GraphProto, graph: gs.Graph) -> None:
     """``OnnxExporter.export_graph(graph, do_type_check=False)``, written into ``out``."""
     export_attributes = OnnxExporter.export_attributes
-    value_info = OnnxExporter.export_value_info_proto
     for node in graph.nodes:
         n = out.node.add()
         n.op_type = node.op
@@ -59,11 +155,13 @@ def _fill_graph(out: onnx.GraphProto, graph: gs.Graph) -> None:
                     a.name = key
                     _fill_graph(a.g, val)
                     a.type = _GRAPH
-                else:
+                elif not _add_plain_attribute(n.attribute, key, val):
                     n.attribute.extend(export_attributes({key: val}))
     out.name = graph.name
-    out.input.extend([value_info(t, False) for t in graph.inputs])
-    out.output.extend([value_info(t, False) for t in graph.outputs])
+    for t in graph.inputs:
+        _add_value_info(out.input, t)
+    for t in graph.outputs:
+        _add_value_info(out.output, t)
     tensor_map = graph.tensors()
     for t in tensor_map.values():
         if isinstance(t, gs.Constant) and not isinstance(t._values, SparseValues):
@@ -75,6 +173,6 @@ def _fill_graph(out: onnx.GraphProto, graph: gs.Graph) -> None:
         tensor_map.pop(t.name, None)
     for t in tensor_map.values():
         if isinstance(t, gs.Variable) and (t.dtype is not None or t.shape is not None):
-            out.value_info.append(value_info(t, False))
+            _add_value_info(out.value_info, t)
     if graph.doc_string:
         out.doc_string = graph.doc_string

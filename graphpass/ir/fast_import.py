@@ -4,8 +4,8 @@ gs's importer builds every tensor and node through ``__init__`` and ``__setattr_
 converts each tensor's dtype through ``onnx.helper.get_all_tensor_dtypes()`` (a fresh list per
 call): about 30 us per tensor, half the load of a large model. :func:`import_onnx` builds the
 same objects (the same classes, fields, field order and values, the same sharing of tensors
-between a graph and its bodies) directly, and converts each distinct ONNX dtype once, with gs's
-own functions. One difference: a node's attributes are a plain ``dict`` (ordered too), not an
+between a graph and its bodies) directly, converts each distinct ONNX dtype once, with gs's
+own functions, and reads each distinct value type (a serialized TypeProto) once. One difference: a node's attributes are a plain ``dict`` (ordered too), not an
 ``OrderedDict`` (224 bytes less per node; gs compares attributes with ``==`` and iterates
 them, nothing else). What it does not build itself (sparse initializers, non-tensor value types,
 unknown dtypes, attributes gs skips or turns into references, local functions) it hands to gs's
@@ -25,6 +25,8 @@ from onnx_graphsurgeon.importers import onnx_importer as gi
 from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util import misc
 
+from graphpass.ir.lean import SyncList
+
 __all__ = ["import_onnx"]
 
 _Importer = gi.OnnxImporter
@@ -33,17 +35,55 @@ _A = onnx.AttributeProto
 #: attribute types built here (the rest, and any reference, go to gs's import_attributes)
 _SIMPLE = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR, _A.GRAPH, _A.FLOATS, _A.INTS, _A.STRINGS})
 
+_Variable = gs.Variable
+_new_object = object.__new__
+_new_list = list.__new__
+_list_extend = list.extend
+_list_append = list.append
 _dtypes: dict[int, Any] = {}  # ONNX elem type -> gs's dtype (a numpy type) when numpy has one
-_itemsizes: dict[int, tuple[Any, int]] = {}  # initializer data type -> (gs's dtype, itemsize)
+_itemsizes: dict[int, tuple[Any, int]] = {}
+#: a serialized tensor TypeProto -> (gs's dtype, its shape as a tuple) for the ones built here
+_types: dict[bytes, tuple[Any, tuple | None]] = {}
+_TYPES_KEPT = 4096  # initializer data type -> (gs's dtype, itemsize)
+
+
+def _empty_list(owner: Any, field_name: str) -> list:
+    """``misc.SynchronizedList(owner, field_name=field_name, initial=[])``; for graphpass's lean
+    list (:mod:`graphpass.ir.lean`, what gs builds once graphpass.ir is imported) its two slots
+    are set directly (no ``__init__`` and ``extend([])`` frames: ~1/3 of the cost, four lists a
+    node and tensor)."""
+    cls = misc.SynchronizedList
+    if cls is not SyncList:
+        return cls(owner, field_name=field_name, initial=[])
+    lst = _new_list(SyncList)
+    lst.parent_obj = owner
+    lst.field_name = field_name
+    return lst
+
+
+def _filled_list(owner: Any, field_name: str, items: list) -> list:
+    """``misc.SynchronizedList(owner, field_name=field_name, initial=items)``: for the lean list,
+    the items in, and ``owner`` appended to each item's ``field_name`` list (SyncList.extend's
+    wiring, written inline)."""
+    cls = misc.SynchronizedList
+    if cls is not SyncList:
+        return cls(owner, field_name=field_name, initial=items)
+    lst = _new_list(SyncList)
+    lst.parent_obj = owner
+    lst.field_name = field_name
+    _list_extend(lst, items)
+    for elem in items:
+        _list_append(getattr(elem, field_name), owner)
+    return lst
 
 
 def _variable(name: str, dtype: Any = None, shape: Any = None, type_: str | None = "tensor_type") -> gs.Variable:
     """``gs.Variable(name, dtype, shape, type_)`` without its ``__setattr__`` hooks."""
-    t = object.__new__(gs.Variable)
+    t = _new_object(_Variable)
     d = t.__dict__
     d["name"] = name
-    d["inputs"] = misc.SynchronizedList(t, field_name="outputs", initial=[])
-    d["outputs"] = misc.SynchronizedList(t, field_name="inputs", initial=[])
+    d["inputs"] = _empty_list(t, "outputs")
+    d["outputs"] = _empty_list(t, "inputs")
     d["dtype"] = dtype
     d["shape"] = shape
     d["type"] = type_
@@ -63,20 +103,29 @@ def _elem_dtype(elem: int) -> Any:
 def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
     """gs's ``import_tensor`` of a ValueInfoProto."""
     ty = vi.type
+    key = ty.SerializeToString()  # most values share a few types: each read once
+    known = _types.get(key)
+    if known is not None:
+        dtype, shape = known
+        return _variable(vi.name, dtype, None if shape is None else list(shape))
     if ty.HasField("tensor_type"):
         tt = ty.tensor_type
-        dtype = _elem_dtype(tt.elem_type)
+        dtype = _dtypes.get(tt.elem_type) or _elem_dtype(tt.elem_type)
         if dtype is not None:
             shape = None
             if tt.HasField("shape"):
                 shape = []
                 for dim in tt.shape.dim:
-                    if dim.HasField("dim_param"):
+                    which = dim.WhichOneof("value")  # dim_value and dim_param are a oneof
+                    if which == "dim_param":
                         shape.append(dim.dim_param)
-                    elif dim.HasField("dim_value"):
+                    elif which == "dim_value":
                         shape.append(dim.dim_value)
                     else:
                         shape.append(None)
+            if len(_types) >= _TYPES_KEPT:
+                _types.clear()
+            _types[key] = (dtype, None if shape is None else tuple(shape))
             return _variable(vi.name, dtype, shape)
     elif ty.ByteSize() == 0:
         return _variable(vi.name)
@@ -98,8 +147,8 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     c = object.__new__(gs.Constant)
     d = c.__dict__
     d["name"] = tp.name
-    d["inputs"] = misc.SynchronizedList(c, field_name="outputs", initial=[])
-    d["outputs"] = misc.SynchronizedList(c, field_name="inputs", initial=[])
+    d["inputs"] = _empty_list(c, "outputs")
+    d["outputs"] = _empty_list(c, "inputs")
     d["_values"] = lazy
     d["data_location"] = int(tp.data_location) if tp.HasField("data_location") else None
     d["_export_dtype"] = None
@@ -160,8 +209,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
     d["op"] = proto.op_type
     d["name"] = proto.name
     d["attrs"] = attrs
-    d["inputs"] = misc.SynchronizedList(n, field_name="outputs", initial=inputs)
-    d["outputs"] = misc.SynchronizedList(n, field_name="inputs", initial=outputs)
+    d["inputs"] = _filled_list(n, "outputs", inputs)
+    d["outputs"] = _filled_list(n, "inputs", outputs)
     d["domain"] = proto.domain if proto.HasField("domain") else None
     return n
 

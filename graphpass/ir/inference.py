@@ -242,11 +242,12 @@ def _distrust_backward_slices(model: onnx.ModelProto) -> onnx.ModelProto:
 
     huge = 2 ** 62
     for g in graph_protos(model.graph):
+        slices = [n for n in g.node if n.op_type == "Slice" and n.domain in ("", "ai.onnx") and len(n.input) >= 5]
+        if not slices:
+            continue  # the constants are read only for a graph with a Slice that has steps
         consts = _int_constants(g)
         bad: set[str] = set()
-        for n in g.node:
-            if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 5:
-                continue
+        for n in slices:
             steps, starts, ends = (consts.get(n.input[i]) for i in (4, 1, 2))
             if steps is None or starts is None or ends is None:
                 continue
@@ -345,27 +346,42 @@ def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
     """Some node output of the main graph has no shape, a dim with neither value nor name, or a
     dim named by a symbol no graph input carries (unbound: e.g. the ``N`` a declared output kept
     after ``--input-shape`` fixed the input's ``N`` to 1)."""
-    known = {}
-    for vi in list(graph.value_info) + list(graph.output):
-        known[vi.name] = vi
     bound = {d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
              for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+    known: dict[str, bool] = {}  # name -> its (last) value info leaves it unknown
+    by_type: dict[bytes, bool] = {}  # most values share a few types: each distinct type checked once
+    for field in (graph.value_info, graph.output):
+        for vi in field:
+            ty = vi.type
+            key = ty.SerializeToString()
+            unknown = by_type.get(key)
+            if unknown is None:
+                unknown = by_type[key] = _unknown_shape(ty, bound)
+            known[vi.name] = unknown
     for n in graph.node:
         for o in n.output:
-            if not o:
-                continue
-            vi = known.get(o)
-            if vi is None or not vi.type.HasField("tensor_type"):
-                if vi is None:
-                    return True
-                continue
-            tt = vi.type.tensor_type
-            if not tt.HasField("shape") or any(
-                not d.HasField("dim_value") and (not d.HasField("dim_param") or d.dim_param.startswith("unk__")
-                                                 or d.dim_param not in bound)
-                for d in tt.shape.dim
-            ):
-                return True  # onnx names the dims it could not infer unk__N
+            if o and known.get(o, True):
+                return True
+    return False
+
+
+def _unknown_shape(ty: onnx.TypeProto, bound: set[str]) -> bool:
+    """A tensor type without a shape, or with a dim that has neither value nor a bound name
+    (onnx names the dims it could not infer unk__N); other types count as known."""
+    if not ty.HasField("tensor_type"):
+        return False
+    tt = ty.tensor_type
+    if not tt.HasField("shape"):
+        return True
+    for d in tt.shape.dim:
+        which = d.WhichOneof("value")
+        if which == "dim_value":
+            continue
+        if which is None:
+            return True
+        p = d.dim_param
+        if p.startswith("unk__") or p not in bound:
+            return True
     return False
 
 
@@ -426,8 +442,9 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
             dst.node.append(n)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
-    inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
-    dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
+    if len(src.value_info):  # most files declare none: no walk of the nodes for their outputs
+        inferable = {o for n in src.node if n.domain in ("", "ai.onnx") for o in n.output}
+        dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
     dst.sparse_initializer.extend(src.sparse_initializer)
     inputs = {i.name for i in src.input}
     for t in src.initializer:
@@ -497,12 +514,14 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
         log.warning("value_info of %d tensor(s) contradicted shape inference (first: '%s' declared %s, inferred %s); "
                     "the inferred shapes are used", contradicted, *first)
     for n_src, n_dst in zip(src.node, dst.node):
-        for a_src, a_dst in zip(n_src.attribute, n_dst.attribute):
+        for i, a_src in enumerate(n_src.attribute):  # dst's attributes read only beside a body
             if a_src.type == onnx.AttributeProto.GRAPH:
-                contradicted += _copy_value_info(a_src.g, a_dst.g, trust_numbers)
+                if i < len(n_dst.attribute):
+                    contradicted += _copy_value_info(a_src.g, n_dst.attribute[i].g, trust_numbers)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
-                for g_src, g_dst in zip(a_src.graphs, a_dst.graphs):
-                    contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
+                if i < len(n_dst.attribute):
+                    for g_src, g_dst in zip(a_src.graphs, n_dst.attribute[i].graphs):
+                        contradicted += _copy_value_info(g_src, g_dst, trust_numbers)
     return contradicted
 
 

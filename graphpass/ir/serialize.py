@@ -91,11 +91,22 @@ class gc_paused:
     the whole (growing) heap, which made importing a 100k-node model about 50% slower.
     """
 
+    def __init__(self, settle: bool = False):
+        self.settle = settle
+
     def __enter__(self):
         self.was_enabled = gc.isenabled()
         gc.disable()
 
     def __exit__(self, *exc):
+        if self.settle and gc.get_freeze_count() == 0:
+            # everything made in the block moves to the oldest generation (freeze then unfreeze
+            # splices the lists: no sweep): the first young collection after a load walked every
+            # object of the graph just built (a 100k-node CNN: ~1 s) to find them all alive. Not
+            # when anything is frozen (a pipeline's gc_frozen, a caller's own): unfreeze would
+            # release it too
+            gc.freeze()
+            gc.unfreeze()
         if self.was_enabled:
             gc.enable()
         return False
@@ -589,6 +600,13 @@ def load(
             default the caller may override; by default it stays an input. True treats it as a
             constant (and drops the input), so passes can fold it.
     """
+    with gc_paused(settle=True):  # the parse's messages, inference's and the import's objects: all alive
+        graph = _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_inputs, dims)
+    release_free_memory()
+    return graph
+
+
+def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_inputs, dims) -> gs.Graph:
     limit = limits.resolve_max_memory(max_memory)
     model, held, source_bytes = _load_proto(source, True, limit)
     layout = external.layout_of(model)
@@ -596,16 +614,15 @@ def load(
                        freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
     model_of(graph).budget = limits.Budget(limit, held)
     model_of(graph).meta[SOURCE_BYTES] = source_bytes
-    if layout is not None:
+    if layout is not None:  # else no tensor of the model is on disk: no walk for one
         model_of(graph).meta[EXTERNAL_LAYOUT] = layout
-    for g in iter_graphs(graph):
-        for node in g.nodes:
-            for t in node.inputs:
-                v = t.__dict__.get("_values") if isinstance(t, gs.Constant) else None
-                if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
-                    t._values = ExternalValues(v.tensor)
-    del model  # the parse is garbage now (see _release_proto): its pages go back
-    release_free_memory()
+        for g in iter_graphs(graph):
+            for node in g.nodes:
+                for t in node.inputs:
+                    v = t.__dict__.get("_values") if isinstance(t, gs.Constant) else None
+                    if type(v) is gs.ir.tensor.LazyValues and _is_on_disk(v.tensor):
+                        t._values = ExternalValues(v.tensor)
+    del model  # the parse is garbage now (see _release_proto): its pages go back (load's trim)
     return graph
 
 
@@ -625,7 +642,9 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     seen: set[int] = set()
     graphs_of: dict[int, set[int]] = {}  # Constant -> the graphs that read it (outer weights in bodies)
     by_name: dict[str, set[int]] = {}
-    for g in iter_graphs(graph):
+    graphs = list(iter_graphs(graph))
+    nested = len(graphs) > 1  # one graph: no weight is read by two (graphs_of and by_name unused)
+    for g in graphs:
         for node in g.nodes:
             for t in node.attrs.values():
                 # a Constant node's value (or any tensor attribute) whose values were read: gs
@@ -642,8 +661,9 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
             for t in node.inputs:
                 if not isinstance(t, gs.Constant):
                     continue
-                graphs_of.setdefault(id(t), set()).add(id(g))
-                by_name.setdefault(t.name, set()).add(id(t))
+                if nested:
+                    graphs_of.setdefault(id(t), set()).add(id(g))
+                    by_name.setdefault(t.name, set()).add(id(t))
                 if id(t) in seen:
                     continue
                 seen.add(id(t))
@@ -681,7 +701,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     values.tensor = _header(original)
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
-        with gc_paused(), _types_hidden(graph) as types:
+        with _types_hidden(graph) as types:
             model = fast_export.export_onnx(graph)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
@@ -770,6 +790,11 @@ def _sorted_for_export(graph: gs.Graph):
 def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     if emit not in EMIT_FORMS:
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
+    with gc_paused():  # see gc_paused: every sweep walked the whole graph (100k nodes: ~40% of the export)
+        return _export_paused(graph, emit)
+
+
+def _export_paused(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
         try:
             model, originals, shared = _export_weightless(graph)
@@ -902,6 +927,12 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
     """
     out = check_output_path(path)
     graph = _graph_of(graph)
+    with gc_paused():  # the export's and the writer's messages are all alive until written
+        _save(graph, out, external_data, emit)
+    return out
+
+
+def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> None:
     model, originals = _export(graph, emit)
     _prune_value_info(model, model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO))
     main_inits = {init.name for init in model.graph.initializer}
@@ -923,7 +954,6 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
                                      _data_files_read(model, out))
         else:
             external._write_streaming(model, originals, tmpdir / out.name)
-    return out
 
 
 def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:

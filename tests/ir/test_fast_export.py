@@ -89,3 +89,69 @@ def test_a_body_is_written_into_its_attribute():
     m = onnx.ModelProto.FromString(ours)
     assert [a.name for a in m.graph.node[0].attribute] == ["then_branch", "else_branch"]
     assert m.graph.node[0].attribute[0].g.name == "then"
+
+
+def _value_info_graph(tensors):
+    """A graph whose inputs, outputs and value_info are ``tensors`` (each read by an Identity)."""
+    import numpy as np
+
+    nodes, outs = [], []
+    for i, t in enumerate(tensors):
+        o = gs.Variable(f"o{i}", dtype=np.float32, shape=[1])
+        nodes.append(gs.Node("Identity", inputs=[t], outputs=[o]))
+        outs.append(o)
+    mid = [gs.Variable(f"m{i}", dtype=t.dtype, shape=t.shape) for i, t in enumerate(tensors) if isinstance(t, gs.Variable)]
+    for i, m in enumerate(mid):
+        nodes.append(gs.Node("Identity", inputs=[tensors[i]], outputs=[m]))
+    return gs.Graph(nodes=nodes, inputs=[t for t in tensors if isinstance(t, gs.Variable)], outputs=outs + list(tensors),
+                    opset=17)
+
+
+def test_value_infos_the_same_bytes_for_every_kind_of_type_and_shape():
+    import ml_dtypes
+    import numpy as np
+
+    kinds = [
+        gs.Variable("none_shape", dtype=np.float32, shape=None),
+        gs.Variable("scalar", dtype=np.float32, shape=[]),
+        gs.Variable("named", dtype=np.int64, shape=["N", 3, None]),
+        gs.Variable("tuple", dtype=np.dtype("float16"), shape=(2, 3)),
+        gs.Variable("bools", dtype=np.float32, shape=[True, 2]),  # an int subclass: gs writes 1
+        gs.Variable("no_dtype", dtype=None, shape=[2]),
+        gs.Variable("onnx_int", dtype=onnx.TensorProto.BFLOAT16, shape=[4]),
+        gs.Variable("bf16", dtype=np.dtype(ml_dtypes.bfloat16), shape=[4]),
+        gs.Variable("fnuz", dtype=np.dtype(ml_dtypes.float8_e4m3fnuz), shape=[4]),  # gs's own mapping kept
+        gs.Variable("seq", dtype=np.float32, shape=[2], type="sequence_type"),
+        gs.Variable("sparse", dtype=np.float32, shape=[2, 2], type="sparse_tensor_type"),
+        gs.Variable("numpy_dim", dtype=np.float32, shape=[np.int64(2)]),  # gs refuses it: both fail alike
+        gs.Constant("const", values=np.zeros((2, 0), np.int8)),
+    ]
+    for t in kinds:
+        theirs, ours = _both(_value_info_graph([t]))
+        assert ours == theirs, t.name
+    theirs, ours = _both(_value_info_graph([t for t in kinds if t.name in ("none_shape", "scalar", "named", "const")]))
+    assert isinstance(ours, bytes) and ours == theirs
+    m = onnx.ModelProto.FromString(ours)
+    scalar = next(vi for vi in m.graph.input if vi.name == "scalar")
+    assert scalar.type.tensor_type.HasField("shape") and len(scalar.type.tensor_type.shape.dim) == 0
+    none = next(vi for vi in m.graph.input if vi.name == "none_shape")
+    assert not none.type.tensor_type.HasField("shape")
+    assert _both(_value_info_graph([kinds[-2]]))[1] == ("error", "ValueError")
+
+
+def test_attributes_the_same_bytes_for_every_kind_of_value():
+    """The plain values written in place (int, float, str, lists of ints or of floats) and every
+    other kind (gs decides) give gs's bytes, or fail as gs fails."""
+    import numpy as np
+
+    values = [0, -3, 2 ** 40, 1.5, -0.0, float("nan"), float("inf"), 1e-45, "", "relu", "ünï", [1, 2, 3], [2 ** 62],
+              [0.5, -0.0], [1, 2.5], [2.5, 1], [], [True, False], True, np.int64(3), np.float32(0.1), b"bytes",
+              ["a", "b"], (1, 2), np.array([1, 2]), np.float32, [np.int64(1), 2], 2 ** 70, [2 ** 70], "\ud800",
+              [1.0, float("nan")]]
+    x = gs.Variable("x", dtype=np.float32, shape=[1])
+    for i, v in enumerate(values):
+        y = gs.Variable("y", dtype=np.float32, shape=[1])
+        g = gs.Graph(nodes=[gs.Node("Custom", domain="my", inputs=[x], outputs=[y], attrs={"a": v, "b": 1})],
+                     inputs=[x], outputs=[y], opset=17)
+        theirs, ours = _both(g)
+        assert ours == theirs, (i, v)

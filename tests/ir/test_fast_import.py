@@ -175,3 +175,39 @@ def test_a_loaded_model_holds_no_part_of_the_parse(monkeypatch):
     parts = list(proto.graph.initializer) + list(proto.opset_import)
     parts += [a.t for n in proto.graph.node for a in n.attribute if a.HasField("t")]
     assert parts and not {id(p) for p in parts} & held
+
+
+def test_the_lists_are_wired_as_gs_wires_them():
+    """Each node's and tensor's lists know their owner and the other side's field (what keeps
+    both sides in step on every later edit), as gs's own importer sets them."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    w = onnx.numpy_helper.from_array(np.ones(2, np.float32), "w")
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["x", "w"], ["t"]), onnx.helper.make_node("Relu", ["t"], ["y"])],
+        "g", [x], [y], [w]))
+    ours, theirs = fast_import.import_onnx(model), gs.import_onnx(model)
+    for a, b in zip(ours.nodes, theirs.nodes):
+        for la, lb in ((a.inputs, b.inputs), (a.outputs, b.outputs)):
+            assert type(la) is type(lb) and la.field_name == lb.field_name and la.parent_obj is a
+        for ta, tb in zip(list(a.inputs) + list(a.outputs), list(b.inputs) + list(b.outputs)):
+            for la, lb in ((ta.inputs, tb.inputs), (ta.outputs, tb.outputs)):
+                assert type(la) is type(lb) and la.field_name == lb.field_name and la.parent_obj is ta
+    add, relu = ours.nodes
+    t = add.outputs[0]
+    assert list(t.inputs) == [add] and list(t.outputs) == [relu]
+    relu.inputs[0] = add.inputs[0]  # an edit keeps both sides in step
+    assert list(t.outputs) == [] and relu in ours.inputs[0].outputs
+
+
+def test_values_of_one_type_get_their_own_shape_lists():
+    """Types are read once per distinct TypeProto: each tensor still gets a list of its own (a
+    pass that edits one shape must not edit the other's)."""
+    vis = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["N", 3, None]) for n in ("a", "b")]
+    g = fast_import.import_graph(onnx.helper.make_graph([], "g", vis, vis[1:], value_info=[]))
+    a, b = g.inputs
+    assert a.shape == b.shape == ["N", 3, None] and type(a.shape) is list and a.shape is not b.shape
+    a.shape[0] = 1
+    assert b.shape == ["N", 3, None]
+    again = fast_import.import_graph(onnx.helper.make_graph([], "g", vis[:1], [], value_info=[]))
+    assert again.inputs[0].shape == ["N", 3, None]
