@@ -174,9 +174,20 @@ def count_unresolved(graph: gs.Graph) -> int:
     for g in iter_graphs(graph):
         for node in g.nodes:
             for t in node.outputs:
-                if isinstance(t, gs.Variable) and t.name and (
-                        t.shape is None or any(_unresolved_dim(d, bound) for d in t.shape)):
+                if not t.name or not isinstance(t, gs.Variable):
+                    continue
+                shape = t.shape
+                if shape is None:
                     n += 1
+                    continue
+                for d in shape:  # (a plain loop: most dims are ints, tested first)
+                    if type(d) is int:
+                        if d < 0:
+                            n += 1
+                            break
+                    elif _unresolved_dim(d, bound):
+                        n += 1
+                        break
     return n
 
 
