@@ -895,6 +895,10 @@ class AscendCostModel(CostModel):
                    tuple(out_fmts), tuple((self._shape(t, cx), t.dtype) if t.name else None for t in node.inputs),
                    tuple((self._shape(t, cx), t.dtype) for t in node.outputs),
                    tuple(sorted((k, str(v)) for k, v in node.attrs.items() if k in _COST_ATTRS)))
+            if node.op in ("Shape", "Size") and node.inputs:
+                # its price reads its input's declared shape (all int dims: no kernel, else a host
+                # op), which two tensors of one estimated shape need not share (as the signature)
+                key += (all(isinstance(d, (int, np.integer)) for d in (node.inputs[0].shape or [None])),)
         if key is not None:
             try:
                 hash(key)
