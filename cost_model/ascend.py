@@ -1525,7 +1525,8 @@ class AscendCostModel(CostModel):
         if node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
             a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
             if node.op == "Gemm":
-                m, k = (a[1], a[0]) if node.attrs.get("transA", 0) else (a[0], a[1] if len(a) > 1 else 1)
+                # (an input of unknown shape is costed as one element: rank 1)
+                m, k = (a[1] if len(a) > 1 else 1, a[0]) if node.attrs.get("transA", 0) else (a[0], a[1] if len(a) > 1 else 1)
                 n = b[0] if node.attrs.get("transB", 0) else (b[1] if len(b) > 1 else 1)
                 batch = 1
             else:

@@ -218,3 +218,16 @@ def test_engine_and_format_annotations_against_the_signature(monkeypatch):
     A.set_format(relus[1].outputs[0], "FRACTAL_NZ")
     A.set_format(graph.inputs[1], "NC1HWC0")
     _check_all(monkeypatch, graph)
+
+
+def test_gemm_of_transposed_input_of_unknown_shape(monkeypatch):
+    # found by the driver (a mutated test_gemm_all_attributes): an input of unknown shape is
+    # costed as one element (rank 1), and a Gemm with transA read its dim 1 (IndexError: the
+    # estimate, and with it optimize, failed on a valid model)
+    nodes = [helper.make_node("Gemm", ["a", "b"], ["y"], transA=1), helper.make_node("Gemm", ["a", "b"], ["z"])]
+    graph = _load(make_model(nodes, {"a": None, "b": [5, 4]}, {"y": None, "z": None}))
+    assert graph.inputs[0].shape is None
+    _check_all(monkeypatch, graph, [{}, {"precision_mode": "force_fp16"}])
+    report = AscendCostModel().estimate(graph)
+    assert report.total_us > 0 and "tensors of unknown shape are costed as one element" in report.assumptions
+    assert gp.optimize(gp.load(make_model(nodes, {"a": None, "b": [5, 4]}, {"y": None, "z": None}))).model is not None
