@@ -79,11 +79,19 @@ def test_one_signature_host_scheduled_region_upstream(monkeypatch):
     # NonZero starts a host-scheduled region: the Relu after it is host-dispatched, the other not
     nodes = [helper.make_node("NonZero", ["b"], ["nz"]), helper.make_node("Cast", ["nz"], ["nzf"], to=TensorProto.FLOAT),
              helper.make_node("Relu", ["nzf"], ["r1"]), helper.make_node("Relu", ["y"], ["r2"]),
-             helper.make_node("TopK", ["y", "kk"], ["tv", "ti"], axis=1), helper.make_node("Relu", ["tv"], ["r3"])]
-    proto = make_model(nodes, {"b": (BOOL, [2, 4]), "y": [2, 4], "kk": (I64, [1])},
-                       {"r1": [2, 4], "r2": [2, 4], "r3": [2, 4], "ti": (I64, [2, 4])})
+             helper.make_node("TopK", ["y", "kk"], ["tv", "ti"], axis=1), helper.make_node("Relu", ["tv"], ["r3"]),
+             # a fixed shape again inside the region: one signature in and out of it
+             helper.make_node("Reshape", ["nzf", "eight"], ["flat"]), helper.make_node("Relu", ["flat"], ["r4"]),
+             helper.make_node("Relu", ["w8"], ["r5"])]
+    proto = make_model(nodes, {"b": (BOOL, [2, 4]), "y": [2, 4], "kk": (I64, [1]), "w8": [8]},
+                       {"r1": [2, 4], "r2": [2, 4], "r3": [2, 4], "ti": (I64, [2, 4]), "r4": [8], "r5": [8]},
+                       {"eight": np.asarray([8], np.int64)})
     graph = _load(proto)
     _check_all(monkeypatch, graph)
+    _, report = AscendCostModel().placement(graph)
+    by_out = {n.outputs[0].name: r for n, r in zip(graph.nodes, report.nodes)}
+    r4, r5 = by_out["r4"], by_out["r5"]
+    assert r4["launch_us"] != r5["launch_us"]  # host-dispatched in the region, a kernel launch out of it
 
 
 def test_attributes_outside_the_cost_attributes(monkeypatch):
@@ -231,3 +239,75 @@ def test_gemm_of_transposed_input_of_unknown_shape(monkeypatch):
     report = AscendCostModel().estimate(graph)
     assert report.total_us > 0 and "tensors of unknown shape are costed as one element" in report.assumptions
     assert gp.optimize(gp.load(make_model(nodes, {"a": None, "b": [5, 4]}, {"y": None, "z": None}))).model is not None
+
+
+def _random_graph(seed: int):
+    """A seeded random DAG of 4-D tensors: Convs (5HD outputs), unary and binary elementwise ops
+    (runtime, constant, folded and self operands), reduces, fp16 round trips, transposes, shape
+    arithmetic, a runtime-k TopK (a host-scheduled region), symbolic batch or not."""
+    rng = np.random.default_rng(seed)
+    n, c = [1, 2, "n"][rng.integers(3)], [8, 16, 32][rng.integers(3)]
+    ft, npft = [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT, np.float32), (F16, np.float16)][rng.integers(3)]
+    inits, nodes, pool = {}, [], ["x0", "x1"]
+
+    def const(shape):
+        inits[f"c{len(inits)}"] = np.full(shape, [1.0, -0.0, np.nan, 0.5][rng.integers(4)], npft)
+        return f"c{len(inits) - 1}"
+
+    for k in range(int(rng.integers(4, 20))):
+        r, a, o = rng.random(), pool[rng.integers(len(pool))], f"t{k}"
+        if r < 0.15:
+            kk = int(rng.choice([1, 3]))
+            nodes.append(helper.make_node("Conv", [a, const((c, c, kk, kk))], [o], pads=[kk // 2] * 4))
+        elif r < 0.35:
+            nodes.append(helper.make_node(str(rng.choice(["Relu", "Sigmoid", "Abs", "Neg"])), [a], [o]))
+        elif r < 0.6:
+            pick = rng.integers(5)
+            b = [pool[rng.integers(len(pool))], const((1, c, 1, 1)), const((1,)), a, f"f{k}"][pick]
+            if pick == 4:
+                nodes.append(helper.make_node("Relu", [const((1, c, 8, 8))], [b]))
+            ins = [a, b] if rng.random() < 0.5 else [b, a]
+            nodes.append(helper.make_node(str(rng.choice(["Add", "Mul", "Sub", "Max"])), ins, [o]))
+        elif r < 0.68:
+            nodes += [helper.make_node("ReduceMean", [a], [f"m{k}"], axes=[int(rng.integers(1, 4))], keepdims=1),
+                      helper.make_node("Mul", [f"m{k}", a], [o])]
+        elif r < 0.76:
+            other = F16 if ft == TensorProto.FLOAT else TensorProto.FLOAT
+            nodes += [helper.make_node("Cast", [a], [f"h{k}"], to=other), helper.make_node("Cast", [f"h{k}"], [o], to=ft)]
+        elif r < 0.84:
+            nodes.append(helper.make_node("Transpose", [a], [o], perm=[0, 1, 3, 2]))
+        elif r < 0.92:
+            nodes += [helper.make_node("Shape", [a], [f"s{k}"]),
+                      helper.make_node("Reshape", [pool[rng.integers(len(pool))], f"s{k}"], [o])]
+        else:
+            nodes += [helper.make_node("TopK", [a, "k"], [f"v{k}", f"i{k}"], axis=3), helper.make_node("Relu", [f"v{k}"], [o])]
+        pool.append(o)
+    outs = list(dict.fromkeys(pool[-1:] + pool[2:][:: max(1, len(pool) // 3)]))
+    graph = helper.make_graph(
+        nodes, "fuzz", [helper.make_tensor_value_info(x, ft, [n, c, 8, 8]) for x in ("x0", "x1")]
+        + [helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info(x, ft, None) for x in outs],
+        [helper.make_tensor(name, 1 if v.dtype == np.float32 else F16, v.shape, v.ravel().tolist()) for name, v in inits.items()])
+    return gp.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).graph, rng
+
+
+def test_random_graphs(monkeypatch):
+    # a seeded slice of the driver's fuzzing (15,702 graphs x 3 options, no difference), with
+    # engine and format annotations on some graphs
+    used = 0
+    for seed in range(40):
+        graph, rng = _random_graph(seed)
+        if seed % 3 == 0:
+            for node in graph.nodes:
+                if rng.random() < 0.2:
+                    A.set_engine(node, str(rng.choice(["AICORE", "AICPU", "HOST"])))
+                for t in node.outputs:
+                    if rng.random() < 0.1:
+                        A.set_format(t, str(rng.choice(["NC1HWC0", "ND", "FRACTAL_NZ"])))
+        target = known_targets()[seed % len(known_targets())]
+        opts = {"precision_mode": PRECISION_MODES[seed % len(PRECISION_MODES)], "fusion": seed % 4 != 0}
+        if seed % 5 == 0:
+            opts["dims"] = {"n": 3}
+        _check_all(monkeypatch, graph, [opts], [target])
+        used += _signatures(AscendCostModel(target), graph) > 0
+    assert used >= 30  # the shortcut was taken on most
