@@ -895,6 +895,10 @@ class AscendCostModel(CostModel):
                    tuple(out_fmts), tuple((self._shape(t, cx), t.dtype) if t.name else None for t in node.inputs),
                    tuple((self._shape(t, cx), t.dtype) for t in node.outputs),
                    tuple(sorted((k, str(v)) for k, v in node.attrs.items() if k in _COST_ATTRS)))
+            if node.op in ("Shape", "Size") and node.inputs:
+                # its price reads its input's declared shape (all int dims: no kernel, else a host
+                # op), which two tensors of one estimated shape need not share (as the signature)
+                key += (all(isinstance(d, (int, np.integer)) for d in (node.inputs[0].shape or [None])),)
         if key is not None:
             try:
                 hash(key)
@@ -1521,7 +1525,8 @@ class AscendCostModel(CostModel):
         if node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
             a, b = self._shape(node.inputs[0], cx), self._shape(node.inputs[1], cx)
             if node.op == "Gemm":
-                m, k = (a[1], a[0]) if node.attrs.get("transA", 0) else (a[0], a[1] if len(a) > 1 else 1)
+                # (an input of unknown shape is costed as one element: rank 1)
+                m, k = (a[1] if len(a) > 1 else 1, a[0]) if node.attrs.get("transA", 0) else (a[0], a[1] if len(a) > 1 else 1)
                 n = b[0] if node.attrs.get("transB", 0) else (b[1] if len(b) > 1 else 1)
                 batch = 1
             else:
