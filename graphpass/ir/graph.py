@@ -43,7 +43,7 @@ __all__ = [
 #: Default-domain ops that carry graph attributes. Custom-domain nodes are checked in full,
 #: but for graphpass's own device ops (their domain is reserved at load: a model's own functions
 #: in it are moved to another), which never carry one: a fused transformer holds thousands.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 _NO_SUBGRAPHS = frozenset({None, "", "ai.onnx", "graphpass.ascend"})
 
 
@@ -110,8 +110,21 @@ def has_subgraph(node: gs.Node) -> bool:
     )
 
 
+#: Graphs the pass manager found to hold no subgraph when the running application started (id ->
+#: (graph, the count of gs.Graph objects made under an undo log then, ``journal.graphs_made``)):
+#: while that count stands no body can have appeared in one, and :func:`iter_graphs` yields it
+#: without walking its nodes (``journal.flat_graph`` registers a graph, only while a log records).
+_FLAT: dict[int, tuple[gs.Graph, int]] = {}
+_graphs_made = None  # graphpass.ir.journal.graphs_made (set there: that module imports this one)
+
+
 def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """``graph`` and every subgraph nested in it, outermost first."""
+    if _FLAT:
+        flat = _FLAT.get(id(graph))
+        if flat is not None and flat[0] is graph and flat[1] == _graphs_made():
+            yield graph
+            return
     stack = [graph]
     while stack:
         g = stack.pop()

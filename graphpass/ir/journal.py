@@ -52,9 +52,10 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.util import misc
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
+from graphpass.ir import graph as _graph_mod
 from graphpass.ir.graph import iter_graphs, load_lazy
 
-__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made"]
+__all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made", "flat_graph"]
 
 _META = "_gp_meta"
 _BACKREF = "_gp_model"
@@ -72,6 +73,36 @@ _GRAPHS_MADE = 0
 def graphs_made() -> int:
     """How many gs.Graph objects were constructed while a journal recorded (see ``_GRAPHS_MADE``)."""
     return _GRAPHS_MADE
+
+
+_graph_mod._graphs_made = graphs_made
+
+
+class flat_graph:
+    """``with flat_graph(graph):`` (the pass manager, around one application on a graph it found to
+    hold no subgraph) lets :func:`graphpass.ir.graph.iter_graphs` yield ``graph`` alone without
+    walking its nodes, for as long as no gs.Graph is made under an undo log (a body a pass builds
+    is counted: :func:`graphs_made`). Only while a journal records: without one nothing counts
+    the graphs made, and the block does nothing."""
+
+    def __init__(self, graph: gs.Graph):
+        self.graph = graph
+        self._outer: Any = None
+        self._set = False
+
+    def __enter__(self) -> "flat_graph":
+        if _ACTIVE:
+            self._outer = _graph_mod._FLAT.get(id(self.graph))
+            _graph_mod._FLAT[id(self.graph)] = (self.graph, _GRAPHS_MADE)
+            self._set = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._set:
+            if self._outer is not None:
+                _graph_mod._FLAT[id(self.graph)] = self._outer
+            else:
+                _graph_mod._FLAT.pop(id(self.graph), None)
 
 
 def active() -> bool:

@@ -14,6 +14,7 @@ The caller's :class:`PassContext` is only read: the passes get a copy whose
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Iterable, Sequence
 
@@ -26,7 +27,7 @@ from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResu
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import model_io
 from graphpass.ir.graph import count_nodes, op_types, toposort
-from graphpass.ir.journal import all_graphs, graphs_made, known_graphs
+from graphpass.ir.journal import all_graphs, flat_graph, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
@@ -163,7 +164,9 @@ class PassManager(Pass):
                         for ins in instruments:
                             ins.before(p, graph, ctx, rec)
                     epoch = shape_epoch(graph)
-                    result = p.apply_to(model, graph, ctx)
+                    # no subgraph in it now: iter_graphs need not walk it while no body is made
+                    with flat_graph(graph) if len(seen[2]) == 1 else contextlib.nullcontext():
+                        result = p.apply_to(model, graph, ctx)
                     if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
                         ctx.explanations.extend(result.explanations)
                     if result.modified and not p.preserves_order:

@@ -469,3 +469,85 @@ def test_a_constant_made_by_the_pass_is_no_swap():
     with Journal(graph) as j:
         graph.nodes[2].inputs[1] = gs.Constant("w2", np.arange(6, dtype=np.float32).reshape(2, 3))
     assert j.constant_swaps() is None  # (an object the pass made and kept: the estimate may not know it)
+
+
+# -- flat_graph: iter_graphs without a walk while no body can have appeared ---------------------
+
+def _flat_model() -> gs.Graph:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    return as_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+
+
+def _count_walks(monkeypatch) -> list:
+    from graphpass.ir import graph as graph_mod
+
+    walks = []
+    real = graph_mod.subgraph_holders
+    monkeypatch.setattr(graph_mod, "subgraph_holders", lambda g: walks.append(g) or real(g))
+    return walks
+
+
+def test_iter_graphs_does_not_walk_a_flat_graph_until_a_body_is_made(monkeypatch):
+    from graphpass.ir.journal import flat_graph
+
+    graph = _flat_model()
+    walks = _count_walks(monkeypatch)
+    with Journal(graph), flat_graph(graph):
+        walks.clear()  # (the journal's start walked it once)
+        assert list(iter_graphs(graph)) == [graph] and walks == []
+        body = gs.Graph(nodes=[], inputs=[], outputs=[], name="body")  # made under the log: counted
+        graph.nodes.append(gs.Node("If", "if", attrs={"then_branch": body, "else_branch": body},
+                                   inputs=[graph.inputs[0]], outputs=[gs.Variable("z")]))
+        assert body in list(iter_graphs(graph)) and walks
+    walks.clear()
+    assert body in list(iter_graphs(graph)) and walks  # (the block is over: walked as always)
+
+
+def test_flat_graph_does_nothing_without_a_journal(monkeypatch):
+    from graphpass.ir.journal import flat_graph
+
+    graph = _flat_model()
+    walks = _count_walks(monkeypatch)
+    with flat_graph(graph):  # nothing counts the bodies made: not trusted
+        body = gs.Graph(nodes=[], inputs=[], outputs=[], name="body")
+        graph.nodes.append(gs.Node("Loop", "loop", attrs={"body": body}, inputs=[], outputs=[gs.Variable("z")]))
+        assert body in list(iter_graphs(graph)) and walks
+
+
+class _MakesAnIf(Pass):
+    """Adds an If with fresh branches, then counts the graphs iter_graphs yields (the manager ran
+    it under flat_graph: the graph held no subgraph when it started)."""
+
+    name = "makes_an_if"
+    summary = "an If made, then the graphs walked"
+    kind = PassKind.CLEANUP
+    seen = 0
+
+    def run(self, graph, ctx):
+        if any(n.op == "If" for n in graph.nodes):
+            return PassResult(False)
+        out = graph.outputs[0]
+        branch = gs.Graph(nodes=[], inputs=[], outputs=[graph.nodes[0].outputs[0]], name="branch")
+        cond = gs.Constant("cond", np.array(True))
+        z = gs.Variable("z", np.float32, [2, 3])
+        graph.nodes.append(gs.Node("If", "if", attrs={"then_branch": branch, "else_branch": branch},
+                                   inputs=[cond], outputs=[z]))
+        graph.outputs = [out, z]
+        type(self).seen = len(list(iter_graphs(graph)))
+        return PassResult(True)
+
+
+@pytest.mark.parametrize("veto", [True, False])
+def test_a_body_made_by_a_pass_is_walked_in_the_same_application(veto):
+    graph = _flat_model()
+    PassManager([_MakesAnIf], instruments=[CostVeto()] if veto else [])(graph, PassContext(target="none"))
+    assert _MakesAnIf.seen == 3  # the graph and its two branches (one object, yielded for each)
+
+
+def test_iter_graphs_walks_a_sequence_map_body():
+    body = gs.Graph(nodes=[], inputs=[], outputs=[], name="body")
+    graph = _flat_model()
+    graph.nodes.append(gs.Node("SequenceMap", "map", attrs={"body": body}, inputs=[], outputs=[gs.Variable("s")]))
+    assert body in list(iter_graphs(graph))
