@@ -165,17 +165,20 @@ class PassManager(Pass):
                             ins.before(p, graph, ctx, rec)
                     epoch = shape_epoch(graph)
                     # no subgraph in it now: iter_graphs need not walk it while no body is made
-                    with flat_graph(graph) if len(seen[2]) == 1 else contextlib.nullcontext():
+                    graphs = seen[2]  # (the graph, its subgraphs, then the local functions with theirs)
+                    fns = getattr(graph, "functions", None)
+                    flat = len(graphs) == 1 or (fns and graphs[1] is fns[0])
+                    with flat_graph(graph) if flat else contextlib.nullcontext():
                         result = p.apply_to(model, graph, ctx)
-                    if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
-                        ctx.explanations.extend(result.explanations)
-                    if result.modified and not p.preserves_order:
-                        toposort(graph)
-                    if result.modified:  # a pass that re-inferred shapes itself leaves them fresh
-                        stale = shape_epoch(graph) == epoch
-                    rec.modified, rec.stats = result.modified, dict(result.stats)
-                    if result.modified:
-                        rec.nodes_after = count_nodes(graph)
+                        if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
+                            ctx.explanations.extend(result.explanations)
+                        if result.modified and not p.preserves_order:
+                            toposort(graph)
+                        if result.modified:  # a pass that re-inferred shapes itself leaves them fresh
+                            stale = shape_epoch(graph) == epoch
+                        rec.modified, rec.stats = result.modified, dict(result.stats)
+                        if result.modified:
+                            rec.nodes_after = count_nodes(graph)
                     for ins in reversed(instruments):
                         ins.after(p, graph, ctx, result, rec)
                 except GraphpassError as e:
