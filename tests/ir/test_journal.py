@@ -551,3 +551,30 @@ def test_iter_graphs_walks_a_sequence_map_body():
     graph = _flat_model()
     graph.nodes.append(gs.Node("SequenceMap", "map", attrs={"body": body}, inputs=[], outputs=[gs.Variable("s")]))
     assert body in list(iter_graphs(graph))
+
+
+class _CountsWalks(Pass):
+    name = "counts_walks"
+    summary = "walks the graphs once"
+    kind = PassKind.CLEANUP
+    walks: list = []
+
+    def run(self, graph, ctx):
+        from graphpass.ir import graph as graph_mod
+
+        real = graph_mod.subgraph_holders
+        graph_mod.subgraph_holders = lambda g: type(self).walks.append(g) or real(g)
+        try:
+            list(iter_graphs(graph))
+        finally:
+            graph_mod.subgraph_holders = real
+        return PassResult(False)
+
+
+def test_a_graph_with_local_functions_but_no_subgraph_is_not_walked():
+    graph = _flat_model()
+    fn = gs.Function("f", domain="custom", nodes=[], inputs=[], outputs=[])
+    graph.functions.append(fn)
+    _CountsWalks.walks = []
+    PassManager([_CountsWalks], instruments=[CostVeto()])(graph, PassContext(target="none"))
+    assert _CountsWalks.walks == []
