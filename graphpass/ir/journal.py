@@ -645,11 +645,17 @@ def _node_init(self, op, name=None, attrs=None, inputs=None, outputs=None, domai
     return True
 
 
-def _variable_init(self, name, dtype=None, shape=None, type="tensor_type") -> bool:  # noqa: A002 - gs's name
+def _tensor_dict(self, name) -> dict:
+    """A new tensor's name and its empty lists of producers and readers, as gs's Tensor makes them."""
     d = self.__dict__
     d["name"] = name
     d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
     d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    return d
+
+
+def _variable_init(self, name, dtype=None, shape=None, type="tensor_type") -> bool:  # noqa: A002 - gs's name
+    d = _tensor_dict(self, name)
     d["dtype"] = dtype
     d["shape"] = shape
     d["type"] = type
@@ -659,10 +665,7 @@ def _variable_init(self, name, dtype=None, shape=None, type="tensor_type") -> bo
 def _constant_init(self, name, values, data_location=None, export_dtype=None) -> bool:
     if not isinstance(values, (np.ndarray, gs.ir.tensor.LazyValues)):
         return False  # gs's own check and message
-    d = self.__dict__
-    d["name"] = name
-    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
-    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    d = _tensor_dict(self, name)
     d["_values"] = values
     d["data_location"] = data_location
     d["_export_dtype"] = export_dtype
