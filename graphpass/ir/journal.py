@@ -44,6 +44,7 @@ of nodes a pass created, removed, changed, or whose input tensors changed shape,
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -83,26 +84,42 @@ class flat_graph:
     hold no subgraph) lets :func:`graphpass.ir.graph.iter_graphs` yield ``graph`` alone without
     walking its nodes, for as long as no gs.Graph is made under an undo log (a body a pass builds
     is counted: :func:`graphs_made`). Only while a journal records: without one nothing counts
-    the graphs made, and the block does nothing."""
+    the graphs made, and the block does nothing.
 
-    def __init__(self, graph: gs.Graph):
+    The claim is a contract, not a hook: a body that appears without a gs.Graph constructed
+    under the log (a template built before the run, a ``copy.deepcopy``/``copy.copy``/pickle of a
+    graph or of a node holding one, a graph attribute set in place, a node moved out of a local
+    function) is not seen. The manager uses the block for graphpass's own passes only; with
+    ``check`` (default: ``GRAPHPASS_CHECK_ROLLBACK`` set, as in the tests) the block's end walks
+    the graph and raises when a subgraph appeared uncounted."""
+
+    def __init__(self, graph: gs.Graph, check: bool | None = None):
         self.graph = graph
         self._outer: Any = None
         self._set = False
+        self._check = check
+        self._made = -1
 
     def __enter__(self) -> "flat_graph":
         if _ACTIVE:
             self._outer = _graph_mod._FLAT.get(id(self.graph))
+            self._made = _GRAPHS_MADE
             _graph_mod._FLAT[id(self.graph)] = (self.graph, _GRAPHS_MADE)
             self._set = True
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._set:
             if self._outer is not None:
                 _graph_mod._FLAT[id(self.graph)] = self._outer
             else:
                 _graph_mod._FLAT.pop(id(self.graph), None)
+            check = self._check
+            if check is None:
+                check = os.environ.get("GRAPHPASS_CHECK_ROLLBACK", "") not in ("", "0")
+            if check and exc_type is None and _GRAPHS_MADE == self._made and len(list(iter_graphs(self.graph))) > 1:
+                raise AssertionError(f"graph '{self.graph.name}': a subgraph appeared under flat_graph without a "
+                                     "gs.Graph constructed under the undo log (iter_graphs did not see it)")
 
 
 def active() -> bool:
