@@ -93,15 +93,18 @@ class flat_graph:
     ``check`` (default: ``GRAPHPASS_CHECK_ROLLBACK`` set, as in the tests) the block's end walks
     the graph and raises when a subgraph appeared uncounted."""
 
-    def __init__(self, graph: gs.Graph, check: bool | None = None):
+    def __init__(self, graph: gs.Graph, check: bool | None = None, off: bool = False):
         self.graph = graph
         self._outer: Any = None
         self._set = False
         self._check = check
         self._made = -1
+        self._off = off  # the walk trusted nowhere in the block (a nested manager's untrusted pass)
 
     def __enter__(self) -> "flat_graph":
-        if _ACTIVE:
+        if self._off:
+            self._outer = _graph_mod._FLAT.pop(id(self.graph), None)
+        elif _ACTIVE:
             self._outer = _graph_mod._FLAT.get(id(self.graph))
             self._made = _GRAPHS_MADE
             _graph_mod._FLAT[id(self.graph)] = (self.graph, _GRAPHS_MADE)
@@ -109,7 +112,10 @@ class flat_graph:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if self._set:
+        if self._off:
+            if self._outer is not None:
+                _graph_mod._FLAT[id(self.graph)] = self._outer
+        elif self._set:
             if self._outer is not None:
                 _graph_mod._FLAT[id(self.graph)] = self._outer
             else:

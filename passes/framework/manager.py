@@ -14,7 +14,6 @@ The caller's :class:`PassContext` is only read: the passes get a copy whose
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Iterable, Sequence
 
@@ -176,7 +175,8 @@ class PassManager(Pass):
                     # pickle of one, a graph attribute set in place, a node moved out of a local
                     # function: no gs.Graph is constructed then (tests/ir/test_flat_graph_attack.py)
                     flat = flat and type(p).__module__.startswith(_OWN_PASSES)
-                    with flat_graph(graph) if flat else contextlib.nullcontext():
+                    # (not flat: an outer manager's block on this graph, if any, is suspended too)
+                    with flat_graph(graph, off=not flat):
                         result = p.apply_to(model, graph, ctx)
                         if isinstance(result, ManagerResult):  # a nested manager ran on its own copy
                             ctx.explanations.extend(result.explanations)

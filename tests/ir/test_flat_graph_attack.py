@@ -232,7 +232,8 @@ def test_the_manager_trusts_flat_graph_for_graphpass_passes_only(monkeypatch):
 
     entered = []
     real = manager_mod.flat_graph
-    monkeypatch.setattr(manager_mod, "flat_graph", lambda g: entered.append(g) or real(g))
+    monkeypatch.setattr(manager_mod, "flat_graph",
+                        lambda g, off=False: (entered.append(g) if not off else None) or real(g, off=off))
     _run("made")
     assert entered == []  # a pass of this module (a plugin's place) is walked
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
@@ -242,3 +243,29 @@ def test_the_manager_trusts_flat_graph_for_graphpass_passes_only(monkeypatch):
         opset_imports=[helper.make_opsetid("", 17)])).graph
     PassManager(["eliminate_identity"], instruments=[CostVeto()])(graph, PassContext(target="none"))
     assert entered == [graph]
+
+
+class _TrustedRunsAPlugin(Pass):
+    """Stands for one of graphpass's own passes (trusted: flat_graph on) running a manager of its
+    own on the same graph whose pass (a plugin's) adds a template body."""
+
+    __module__ = "graphpass.passes.cleanup.nested_stand_in"
+    name = "trusted_runs_a_plugin"
+    summary = "a nested manager on the same graph, with an untrusted pass"
+    kind = PassKind.CLEANUP
+
+    def run(self, graph, ctx):
+        if any(graph_mod.subgraphs_of(n) for n in graph.nodes):
+            return PassResult(False)
+        _AddsABody.how = "template"
+        PassManager([_AddsABody], instruments=[])(graph, PassContext(target="none"))
+        return PassResult(False)  # (the graph changed: the check at the block's end must see why)
+
+
+def test_a_nested_untrusted_pass_suspends_the_outer_flat_block():
+    graph = _flat_graph()
+    _AddsABody.seen = []
+    with pytest.raises(PassError, match="without a gs.Graph constructed"):  # the outer pass broke the contract
+        PassManager([_TrustedRunsAPlugin], instruments=[CostVeto()])(graph, PassContext(target="none"))
+    assert len(_AddsABody.seen) == 3  # the plugin's pass saw its body (graph, two branches)
+    assert graph_mod._FLAT == {}
