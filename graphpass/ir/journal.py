@@ -190,6 +190,16 @@ class _NodeState:
             attrs.update(self.attrs)
         _put_meta(node, self.meta)
 
+    def same_but_inputs_and_meta(self) -> bool:
+        """The node as saved but for its inputs and annotations: class, attributes set on it,
+        outputs, the attrs dict's entries."""
+        node = self.obj
+        d = node.__dict__
+        return not (type(node) is not self.cls or d.keys() - {_META} != self.dict.keys() - {_META}
+                    or any(d[k] is not v for k, v in self.dict.items() if k != _META)
+                    or not _same(d.get("outputs", ()), self.outputs)
+                    or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs)))
+
     def changed(self) -> bool:
         node = self.obj
         d = node.__dict__
@@ -511,14 +521,9 @@ class Journal:
         out = []
         for st in self._nodes.values():
             node = st.obj
-            d = node.__dict__
-            if (type(node) is not st.cls or d.keys() - {_META} != st.dict.keys() - {_META}
-                    or any(d[k] is not v for k, v in st.dict.items() if k != _META)
-                    or not _same(d.get("outputs", ()), st.outputs)
-                    or (st.attrs is not None and not _same_dict(d["attrs"], st.attrs))
-                    or (_copy_meta(node) or {}) != (st.meta or {})):
+            if not st.same_but_inputs_and_meta() or (_copy_meta(node) or {}) != (st.meta or {}):
                 return None
-            now = d.get("inputs", ())
+            now = node.__dict__.get("inputs", ())
             if len(now) != len(st.inputs):
                 return None
             for i, (old, new) in enumerate(zip(st.inputs, now)):
@@ -539,11 +544,7 @@ class Journal:
         out = []
         for st in self._nodes.values():
             node = st.obj
-            d = node.__dict__
-            if (type(node) is not st.cls or d.keys() - {_META} != st.dict.keys() - {_META}
-                    or any(d[k] is not v for k, v in st.dict.items() if k != _META)
-                    or not _same(d.get("inputs", ()), st.inputs) or not _same(d.get("outputs", ()), st.outputs)
-                    or (st.attrs is not None and not _same_dict(d["attrs"], st.attrs))):
+            if not st.same_but_inputs_and_meta() or not _same(node.__dict__.get("inputs", ()), st.inputs):
                 return None
             now = _copy_meta(node)
             if (now or {}) != (st.meta or {}):  # (an empty annotation dict made by a read is none)
