@@ -17,7 +17,8 @@ each v in S, an infinite penalty on (x_v = 1, z = 0) — pairwise tables only.
 
 Tables are flat Python lists of floats (index bits in scope order, the first variable the most
 significant, as numpy's C order): nearly every table of a layout energy has one to three
-variables, where a list and Python floats cost a fraction of a small numpy array's overhead.
+variables, where a list and Python floats cost a fraction of a small numpy array's overhead;
+steps over one or two variables (nearly all) are written out.
 Each entry is summed in the same order as before (``0.0 + t_f1 + t_f2 + ...`` over a
 variable's factors in the same set order) and minimized and argmin'ed with numpy's rules (NaN
 wins a minimum; argmin takes the first minimum), so the assignment is bit for bit the one the
@@ -134,7 +135,9 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
         if len(scope) > 1:
             for a, b in itertools.permutations(scope, 2):
                 neighbours[a].add(b)
-    alive = [True] * len(scopes)
+    # the factors of a variable not yet eliminated are all alive (eliminating v replaces every
+    # factor over v by one over the rest, in the factor sets of the rest), and its scope is
+    # itself and its neighbours
     heap = [(len(neighbours[v]), v) for v in range(n_vars)]
     heapq.heapify(heap)
     done = [False] * n_vars
@@ -146,46 +149,85 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
             continue
         if deg > max_width:
             return None
-        fs = [f for f in factors_of[v] if alive[f]]
-        scope = tuple(sorted(set().union(*(scopes[f] for f in fs))))
-        k = len(scope)
-        shape_of = {u: i for i, u in enumerate(scope)}
-        axis = shape_of[v]
-        if k >= _NUMPY_FROM:
-            total, reduced = _sum_and_min_numpy(fs, scopes, tables, shape_of, k, axis)
-        else:
-            # the sum of the factors, entry by entry in the order numpy added the arrays
-            total = [0.0] * (1 << k)
+        fs = list(factors_of[v])  # the set's order: the order the factors are summed in
+        if deg == 0:
+            scope = (v,)
+            t0 = t1 = 0.0
+            for f in fs:
+                t = tables[f]
+                t0 += t[0]
+                t1 += t[1]
+            total = [t0, t1]
+            reduced = [_min(t0, t1)]
+        elif deg == 1:
+            (u,) = neighbours[v]
+            scope = (v, u) if v < u else (u, v)
+            a = scope[0]
+            t0 = t1 = t2 = t3 = 0.0
             for f in fs:
                 t = tables[f]
                 sf = scopes[f]
-                if sf == scope:
-                    total = [a + b for a, b in zip(total, t)]
+                if len(sf) == 2:
+                    t0 += t[0]
+                    t1 += t[1]
+                    t2 += t[2]
+                    t3 += t[3]
+                elif sf[0] == a:  # over the first variable: index bit 1
+                    t0 += t[0]
+                    t1 += t[0]
+                    t2 += t[1]
+                    t3 += t[1]
                 else:
-                    proj = _projection(k, tuple(shape_of[u] for u in sf))
-                    total = [a + t[j] for a, j in zip(total, proj)]
-            # minimum over v: v's bit is bit (k - 1 - axis) of an index of ``total``
-            bit = 1 << (k - 1 - axis)
-            low = bit - 1
-            reduced = []
-            for r in range(1 << (k - 1)):
-                i0 = ((r & ~low) << 1) | (r & low)
-                reduced.append(_min(total[i0], total[i0 | bit]))
-        for f in fs:
-            alive[f] = False
+                    t0 += t[0]
+                    t1 += t[1]
+                    t2 += t[0]
+                    t3 += t[1]
+            total = [t0, t1, t2, t3]
+            reduced = [_min(t0, t2), _min(t1, t3)] if v == a else [_min(t0, t1), _min(t2, t3)]
+        else:
+            scope = tuple(sorted(neighbours[v] | {v}))
+            k = len(scope)
+            shape_of = {u: i for i, u in enumerate(scope)}
+            axis = shape_of[v]
+            if k >= _NUMPY_FROM:
+                total, reduced = _sum_and_min_numpy(fs, scopes, tables, shape_of, k, axis)
+            else:
+                # the sum of the factors, entry by entry in the order numpy added the arrays
+                total = [0.0] * (1 << k)
+                for f in fs:
+                    t = tables[f]
+                    sf = scopes[f]
+                    if sf == scope:
+                        total = [a + b for a, b in zip(total, t)]
+                    else:
+                        proj = _projection(k, tuple(shape_of[u] for u in sf))
+                        total = [a + t[j] for a, j in zip(total, proj)]
+                # minimum over v: v's bit is bit (k - 1 - axis) of an index of ``total``
+                bit = 1 << (k - 1 - axis)
+                low = bit - 1
+                reduced = []
+                for r in range(1 << (k - 1)):
+                    i0 = ((r & ~low) << 1) | (r & low)
+                    reduced.append(_min(total[i0], total[i0 | bit]))
         trail.append((v, scope, total))
-        rest = tuple(u for u in scope if u != v)
         done[v] = True
-        new = len(scopes)
+        new = len(scopes)  # factors keep their numbers (the sets' order depends on them)
+        if deg == 0:
+            scopes.append(())  # a constant nobody reads
+            tables.append(reduced)
+            continue
+        rest = tuple(u for u in scope if u != v)
         scopes.append(rest)
         tables.append(reduced)
-        alive.append(True)
         for u in rest:
-            factors_of[u].difference_update(fs)
-            factors_of[u].add(new)
-            neighbours[u].discard(v)
-            neighbours[u].update(w for w in rest if w != u)
-            heappush(heap, (len(neighbours[u]), u))
+            fu = factors_of[u]
+            fu.difference_update(fs)
+            fu.add(new)
+            nu = neighbours[u]
+            nu.discard(v)
+            if deg > 1:
+                nu.update(w for w in rest if w != u)
+            heappush(heap, (len(nu), u))
     x = [0] * n_vars
     for v, scope, total in reversed(trail):
         k = len(scope)
