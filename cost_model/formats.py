@@ -141,12 +141,13 @@ class FormatOracle:
         """What :meth:`role` memoizes a node's role by: op, domain, engine annotation, each
         input's (shape, dtype, runtime), each output's (shape, dtype), attributes (None: an
         unhashable part, a subgraph or a tensor)."""
+        const, Constant = self.const, gs.Constant  # is_runtime, inlined: a key per node
         try:
             key = (node.op, node.domain, A.get_engine(node),
-                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype, self.is_runtime(t))
-                         for t in node.inputs),
-                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs),
-                   tuple(sorted((k, str(v)) for k, v in node.attrs.items())))
+                   tuple([(tuple(t.shape) if t.shape is not None else None, t.dtype,
+                           bool(t.name) and not (isinstance(t, Constant) or id(t) in const)) for t in node.inputs]),
+                   tuple([(tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs]),
+                   tuple(sorted([(k, str(v)) for k, v in node.attrs.items()])))
             hash(key)
         except TypeError:
             return None

@@ -92,6 +92,7 @@ class LayoutPlan:
         self.tensors: list[_Tensor] = []
         self.skipped: dict[str, None] = {}  # reasons tensors were left in their origin format
         self._w: dict[tuple[int, str, str], float] = {}
+        self._td: dict[tuple, float] = {}
         self._build()
 
     # -- building ------------------------------------------------------------------------
@@ -204,8 +205,24 @@ class LayoutPlan:
         key = (id(t), src, dst)
         hit = self._w.get(key)
         if hit is None:
-            hit = self._w[key] = self.oracle.transdata_us(t, src, dst)
+            hit = self._w[key] = self._transdata_us(t, src, dst)
         return hit
+
+    def _transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
+        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst)
+        for a variable of static shape: the oracle's own key for it (its shape is the static
+        shape as it is), so the same figure."""
+        shape = t.shape
+        if type(t) is gs.Variable and shape is not None and all(type(d) is int and d >= 0 for d in shape):
+            key = (tuple(shape), t.dtype, src, dst)
+            try:
+                hit = self._td.get(key)
+            except TypeError:  # an unhashable dtype: the oracle decides
+                return self.oracle.transdata_us(t, src, dst)
+            if hit is None:
+                hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
+            return hit
+        return self.oracle.transdata_us(t, src, dst)
 
     def _terms(self, rec: _Tensor) -> None:
         e, t = self.energy, rec.tensor
