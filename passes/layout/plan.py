@@ -225,23 +225,32 @@ class LayoutPlan:
         return self.oracle.transdata_us(t, src, dst)
 
     def _terms(self, rec: _Tensor) -> None:
-        e, t = self.energy, rec.tensor
-        fixed = {r.end.fmt for r in rec.readers if r.end.var is None}
-        vars_ = sorted({r.end.var for r in rec.readers if r.end.var is not None})
+        e, t, w_of = self.energy, rec.tensor, self.w
+        fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
+        found: set[int] = set()  # the readers' variables
+        for r in rec.readers:
+            end = r.end
+            if end.var is None:
+                fixed.add(end.fmt)
+            else:
+                found.add(end.var)
         p = rec.producer
         if p.var is None:
             src = p.fmt
-            e.constant += sum(self.w(t, src, f) for f in fixed if f != src)
-            for f, val in (("ND", 0), (FIVE_HD, 1)):
-                if f != src and f not in fixed and vars_:
-                    e.add_any(val, self.w(t, src, f), vars_)
+            e.constant += sum(w_of(t, src, f) for f in fixed if f != src)
+            if found:
+                vars_ = sorted(found)
+                for f, val in (("ND", 0), (FIVE_HD, 1)):
+                    if f != src and f not in fixed:
+                        e.add_any(val, w_of(t, src, f), vars_)
             return
         v = p.var
         for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
-            e.unary[v][0] += self.w(t, "ND", f)
-            e.unary[v][1] += self.w(t, FIVE_HD, f)
-        w = self.w(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
-        members = sorted(set(vars_) | {v})
+            e.unary[v][0] += w_of(t, "ND", f)
+            e.unary[v][1] += w_of(t, FIVE_HD, f)
+        w = w_of(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
+        found.add(v)
+        members = sorted(found)
         e.constant -= w
         for f, val in (("ND", 0), (FIVE_HD, 1)):
             if f in fixed:
@@ -293,14 +302,17 @@ class LayoutPlan:
         stored = stored or {}
         out: list[Conversion] = []
         for rec in self.tensors:
-            src = rec.producer.resolve(x)
-            keep = stored.get(id(rec.tensor))
-            if keep is not None and keep != src:
-                out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
-                src = keep
+            p = rec.producer
+            src = p.fmt if p.var is None else (FIVE_HD if x[p.var] else "ND")  # _End.resolve
+            if stored:
+                keep = stored.get(id(rec.tensor))
+                if keep is not None and keep != src:
+                    out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
+                    src = keep
             by_fmt: dict[str, list[_Reader]] = {}
             for r in rec.readers:
-                f = r.end.resolve(x)
+                end = r.end
+                f = end.fmt if end.var is None else (FIVE_HD if x[end.var] else "ND")
                 if f != src:
                     by_fmt.setdefault(f, []).append(r)
             for f, readers in by_fmt.items():
