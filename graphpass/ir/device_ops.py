@@ -273,10 +273,13 @@ def transdata_bypassed(graph: gs.Graph):
         yield False
         return
     # the opset imports the exporter adds for the domains nodes use (gs records them on the
-    # graph): added now, with every call still there, as an export with them adds them
-    from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
+    # graph): added now, with every call still there, as an export with them adds them (gs's
+    # walk of every subgraph only when one is missing: there are no subgraphs here)
+    have = graph.import_domains
+    if have is None or {n.domain for n in nodes} - {d.domain for d in have} - {None}:
+        from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
 
-    update_import_domains(graph)
+        update_import_domains(graph)
     order = list(nodes)
     rewired: list[tuple[list, int, gs.Tensor]] = []
     set_item = list.__setitem__
