@@ -105,36 +105,52 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
     tables: list[list[float]] = []
     n_vars = n
 
-    for c0, c1 in unary:
-        scopes.append((len(scopes),))
+    # each factor goes into the factor sets of its variables as it is made: every set gets its
+    # factors in increasing number (the order the sets iterate in depends on it)
+    factors_of: list[set[int]] = []
+    neighbours: list[set[int]] = []
+    for v, (c0, c1) in enumerate(unary):
+        scopes.append((v,))
         tables.append([float(c0), float(c1)])
+        factors_of.append({v})
+        neighbours.append(set())
     for value, terms in ((1, any1), (0, any0)):
         for w, vs in terms:
             vs = tuple(sorted(vs))
             w = float(w)
             if len(vs) <= _DIRECT:
+                f = len(scopes)
                 scopes.append(vs)
                 tables.append(_any_table(len(vs), value, w))
+                if len(vs) == 2:
+                    a, b = vs
+                    factors_of[a].add(f)
+                    factors_of[b].add(f)
+                    neighbours[a].add(b)
+                    neighbours[b].add(a)
+                else:
+                    for u in vs:
+                        factors_of[u].add(f)
+                    if len(vs) > 1:
+                        for a, b in itertools.permutations(vs, 2):
+                            neighbours[a].add(b)
                 continue
             z = n_vars  # z = 1: some variable in S takes ``value`` (the term is paid)
             n_vars += 1
+            factors_of.append({len(scopes)})
+            neighbours.append(set())
             scopes.append((z,))
             tables.append([0.0, w])
             pair = [0.0, 0.0, 0.0, 0.0]
             pair[value * 2] = _INF  # x_v == value forces z = 1
             for v in vs:
+                f = len(scopes)
                 scopes.append((v, z))
                 tables.append(pair)
-    # factor index per variable, adjacency
-    factors_of: list[set[int]] = [set() for _ in range(n_vars)]
-    for f, scope in enumerate(scopes):
-        for v in scope:
-            factors_of[v].add(f)
-    neighbours: list[set[int]] = [set() for _ in range(n_vars)]
-    for scope in scopes:
-        if len(scope) > 1:
-            for a, b in itertools.permutations(scope, 2):
-                neighbours[a].add(b)
+                factors_of[v].add(f)
+                factors_of[z].add(f)
+                neighbours[v].add(z)
+                neighbours[z].add(v)
     # the factors of a variable not yet eliminated are all alive (eliminating v replaces every
     # factor over v by one over the rest, in the factor sets of the rest), and its scope is
     # itself and its neighbours
