@@ -28,7 +28,7 @@ __all__ = ["LayoutPlan", "Conversion", "MODES"]
 MODES = ("optimal", "greedy")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _End:
     fmt: str | None = None  # a constant format
     var: int | None = None  # or the variable of a choice node
@@ -39,7 +39,7 @@ class _End:
         return FIVE_HD if x[self.var] else "ND"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Reader:
     end: _End
     node: gs.Node | None  # None: a graph output
@@ -47,7 +47,7 @@ class _Reader:
     index: int | None = None  # which input of ``node`` (None: every input that is the tensor)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Tensor:
     tensor: gs.Tensor
     producer: _End
