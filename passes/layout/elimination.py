@@ -57,14 +57,13 @@ def _projection(k: int, positions: tuple[int, ...]) -> list[int]:
     hit = _PROJ.get(key)
     if hit is None:
         shifts = [k - 1 - p for p in positions]
-        m = len(positions)
         hit = []
         for i in range(1 << k):
             j = 0
             for s in shifts:
                 j = (j << 1) | ((i >> s) & 1)
             hit.append(j)
-        hit = _PROJ[key] = hit if m < k or positions != tuple(range(k)) else list(range(1 << k))
+        _PROJ[key] = hit
     return hit
 
 
