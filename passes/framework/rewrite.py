@@ -461,25 +461,36 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
         if not made and scope.is_output(old) and not _movable(new, scope, created):
             _discard(m)
             return MatchResult.fail(f"'{old.name}' is a graph output and '{new.name}' cannot take its name")
-    for old, new in pairs:
-        writer = new.inputs[0] if len(new.inputs) == 1 else None
-        if writer is not None and (id(writer) in created or scope.is_output(old)):
-            # the writer of ``new`` writes ``old`` itself: old's name, type and shape stay
-            _detach(old, scope)
+    # the writer of ``new`` writes ``old`` itself (old's name, type and shape stay) when it is a
+    # new node or ``old`` is a graph output; else old's readers read ``new``
+    writers = [new.inputs[0] if len(new.inputs) == 1 else None for _, new in pairs]
+    takes = [w is not None and (id(w) in created or scope.is_output(old)) for w, (old, _) in zip(writers, pairs)]
+    # every output of the anchor gets another writer: the anchor dies, and gives them all up at
+    # once (no fresh tensor to write in their place, as _detach gives a node that stays)
+    cleared = len(pairs) == len(anchor.outputs) and all(takes) and len({id(old) for old, _ in pairs}) == len(pairs)
+    if cleared:
+        anchor.outputs.clear()
+    for (old, new), writer, take in zip(pairs, writers, takes):
+        if take:
+            if not cleared:
+                _detach(old, scope)
             if old.dtype is None:
                 old.dtype = new.dtype
             if new.shape is not None and not _static(old.shape) and _static(new.shape):
                 old.shape = new.shape  # the rewrite knows the shape: keep the more precise one
-            replace_uses(new, old)
+            if new.outputs:  # (a new node's output is mostly read by nothing yet)
+                replace_uses(new, old)
             writer.outputs[writer.outputs.index(new)] = old
         else:
             replace_uses(old, new)
     for n in m.created:
         scope.local.add(id(n))
+    # consumers first (the anchor is last): a chain dies in one sweep, and a second finds nothing
+    # more; the nodes that die are the same in any order (a node dies once nothing reads it)
     changed = True
     while changed:
         changed = False
-        for n in m.nodes:
+        for n in reversed(m.nodes):
             if id(n) not in dead and all(not t.outputs and not scope.is_output(t) for t in n.outputs):
                 n.inputs.clear()
                 n.outputs.clear()
