@@ -55,6 +55,7 @@ from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphpass.ir import graph as _graph_mod
 from graphpass.ir.graph import iter_graphs, load_lazy
+from graphpass.ir.lean import SyncList
 
 __all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made", "flat_graph"]
 
@@ -580,14 +581,6 @@ _OWN: dict[tuple[type, str], Any] = {}  # (class, name) -> the class's own attri
 _BASE: dict[tuple[type, str], Any] = {}  # (class, name) -> the method the hook calls
 
 
-def _touch_all(*objs: Any) -> None:
-    for j in _ACTIVE:
-        seen = j._seen
-        for o in objs:
-            if id(o) not in seen:
-                j._save(o)
-
-
 def _touch_many(owner: Any, items: Any) -> None:
     for j in _ACTIVE:
         seen = j._seen
@@ -658,13 +651,25 @@ def _wrap_init(orig):
 # only, and only when gs's constructor is the one they mirror (its parameters and the names it
 # uses); a constructor returns False to hand a call it does not mirror to gs's.
 
+def _sync_list(owner, field_name, initial):
+    """``misc.SynchronizedList(owner, field_name=field_name, initial=initial)``; an empty one of
+    graphpass's lean class made without its hooked ``extend`` (nothing to touch: its owner is new)."""
+    cls = misc.SynchronizedList
+    if initial or cls is not SyncList:
+        return cls(owner, field_name=field_name, initial=initial if initial is not None else [])
+    lst = list.__new__(SyncList)
+    lst.parent_obj = owner
+    lst.field_name = field_name
+    return lst
+
+
 def _node_init(self, op, name=None, attrs=None, inputs=None, outputs=None, domain=None) -> bool:
     d = self.__dict__
     d["op"] = op
     d["name"] = name if name is not None else ""
     d["attrs"] = attrs if attrs is not None else OrderedDict()
-    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=inputs if inputs is not None else [])
-    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=outputs if outputs is not None else [])
+    d["inputs"] = _sync_list(self, "outputs", inputs)
+    d["outputs"] = _sync_list(self, "inputs", outputs)
     d["domain"] = domain
     return True
 
@@ -673,8 +678,8 @@ def _tensor_dict(self, name) -> dict:
     """A new tensor's name and its empty lists of producers and readers, as gs's Tensor makes them."""
     d = self.__dict__
     d["name"] = name
-    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
-    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    d["inputs"] = _sync_list(self, "outputs", None)
+    d["outputs"] = _sync_list(self, "inputs", None)
     return d
 
 
@@ -736,52 +741,97 @@ def _items_at(lst: list, index: Any) -> list:
         return []
 
 
+def _touch_seq(items: Any) -> None:
+    """Save the state of each of ``items`` not saved (nor created) yet, in every active journal."""
+    for j in _ACTIVE:
+        seen = j._seen
+        for o in items:
+            if id(o) not in seen:
+                j._save(o)
+
+
 def _list_hooks() -> dict[str, Any]:
-    L = SynchronizedList
+    """name -> (gs's method -> the hooked method): the list's owner, then the elements whose
+    mirror list changes, are touched before gs's method runs (the hot ones spelled out: a
+    rewrite makes several such edits per node it removes or builds)."""
 
-    def __delitem__(self, index):
-        _touch_many(self.parent_obj, _items_at(self, index))
-        return _BASE[(L, "__delitem__")](self, index)
+    def delitem(base):
+        def __delitem__(self, index):
+            _touch_many(self.parent_obj, _items_at(self, index))
+            return base(self, index)
+        return __delitem__
 
-    def __setitem__(self, index, elem):
-        new = list(elem) if isinstance(index, slice) else [elem]
-        _touch_many(self.parent_obj, _items_at(self, index) + new)
-        return _BASE[(L, "__setitem__")](self, index, elem)
+    def setitem(base):
+        def __setitem__(self, index, elem):
+            if type(index) is int:
+                try:
+                    items = (self.parent_obj, list.__getitem__(self, index), elem)
+                except IndexError:
+                    items = (self.parent_obj, elem)
+            else:
+                new = list(elem) if isinstance(index, slice) else [elem]
+                items = [self.parent_obj, *_items_at(self, index), *new]
+            _touch_seq(items)
+            return base(self, index, elem)
+        return __setitem__
 
-    def append(self, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "append")](self, x)
+    def append(base):
+        def append(self, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, x)
+        return append
 
-    def extend(self, iterable):
-        items = list(iterable)
-        _touch_many(self.parent_obj, items)
-        return _BASE[(L, "extend")](self, items)
+    def extend(base):
+        def extend(self, iterable):
+            items = list(iterable)
+            _touch_many(self.parent_obj, items)
+            return base(self, items)
+        return extend
 
-    def insert(self, i, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "insert")](self, i, x)
+    def insert(base):
+        def insert(self, i, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, i, x)
+        return insert
 
-    def remove(self, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "remove")](self, x)
+    def remove(base):
+        def remove(self, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, x)
+        return remove
 
-    def pop(self, i=-1):
-        _touch_many(self.parent_obj, _items_at(self, i))
-        return _BASE[(L, "pop")](self, i)
+    def pop(base):
+        def pop(self, i=-1):
+            _touch_many(self.parent_obj, _items_at(self, i))
+            return base(self, i)
+        return pop
 
-    def clear(self):
-        _touch_many(self.parent_obj, list(list.__iter__(self)))
-        return _BASE[(L, "clear")](self)
+    def clear(base):
+        def clear(self):
+            owner = self.parent_obj
+            for j in _ACTIVE:
+                seen = j._seen
+                if id(owner) not in seen:
+                    j._save(owner)
+                for o in list.__iter__(self):
+                    if id(o) not in seen:
+                        j._save(o)
+            return base(self)
+        return clear
 
-    def sort(self, *args, **kwargs):
-        _touch_all(self.parent_obj)
-        return _BASE[(L, "sort")](self, *args, **kwargs)
+    def sort(base):
+        def sort(self, *args, **kwargs):
+            _touch_seq((self.parent_obj,))
+            return base(self, *args, **kwargs)
+        return sort
 
-    def reverse(self):
-        _touch_all(self.parent_obj)
-        return _BASE[(L, "reverse")](self)
+    def reverse(base):
+        def reverse(self):
+            _touch_seq((self.parent_obj,))
+            return base(self)
+        return reverse
 
-    return {"__delitem__": __delitem__, "__setitem__": __setitem__, "append": append, "extend": extend,
+    return {"__delitem__": delitem, "__setitem__": setitem, "append": append, "extend": extend,
             "insert": insert, "remove": remove, "pop": pop, "clear": clear, "sort": sort, "reverse": reverse}
 
 
@@ -799,8 +849,8 @@ def _install() -> None:
     for cls in (gs.Node, gs.Variable, gs.Constant, gs.Graph):
         _patch(cls, "__init__", _wrap_init)
     _patch(gs.Constant, "values", _values_property)
-    for name, fn in _list_hooks().items():
-        _patch(SynchronizedList, name, lambda base, fn=fn: fn)
+    for name, make in _list_hooks().items():
+        _patch(SynchronizedList, name, make)
 
 
 def _uninstall() -> None:

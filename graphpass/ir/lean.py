@@ -41,12 +41,20 @@ class SyncList(list):
         # of nodes (a shared constant after CSE) made each edit cost hundreds of structural
         # comparisons (issue 22: 277,202 of them, 2.3 s, on a 10k-node transformer), and an
         # equal but other node earlier in the list would be the one removed
+        # (past its first places, a long list such as a shared constant's readers is searched
+        # by id in C: ids of live objects are unique, so the first equal id is the owner's place)
         others = getattr(elem, self.field_name)
         owner = self.parent_obj
         for i, x in enumerate(others):
             if x is owner:
                 list.__delitem__(others, i)
                 return
+            if i == 8:
+                try:
+                    list.__delitem__(others, 9 + list(map(id, others[9:])).index(id(owner)))
+                    return
+                except ValueError:
+                    break
         list.remove(others, owner)  # not there: gs's ValueError
 
     def __delitem__(self, index):
