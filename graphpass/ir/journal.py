@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -196,10 +197,15 @@ class _NodeState:
         outputs, the attrs dict's entries."""
         node = self.obj
         d = node.__dict__
-        return not (type(node) is not self.cls or d.keys() - {_META} != self.dict.keys() - {_META}
-                    or any(d[k] is not v for k, v in self.dict.items() if k != _META)
-                    or not _same(d.get("outputs", ()), self.outputs)
-                    or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs)))
+        saved = self.dict
+        if type(node) is not self.cls:
+            return False
+        if d.keys() != saved.keys() and d.keys() - {_META} != saved.keys() - {_META}:  # (sets only then)
+            return False
+        for k, v in saved.items():
+            if k != _META and d[k] is not v:
+                return False
+        return _same(d.get("outputs", ()), self.outputs) and (self.attrs is None or _same_dict(d["attrs"], self.attrs))
 
     def changed(self) -> bool:
         node = self.obj
@@ -313,7 +319,7 @@ class _ModelState:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def _same_dict(a: dict, b: dict) -> bool:
