@@ -378,20 +378,22 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                         ctx.explain(pass_name, m.anchor, verdict.reason)
                         continue
                     entry["rewritten"] += 1
-                    entry["created"] += len(m.created)
-                    entry["removed"] += sum(id(n) in dead for n in m.nodes)
-                    for k, v in m.counts.items():
-                        entry[k] = entry.get(k, 0) + v
-                    placed.setdefault(id(m.anchor), []).extend(m.created)
-                    if not unsorted:
-                        if pos is None:
-                            pos = {id(n): i for i, n in enumerate(order)}
-                        unsorted = _reads_later(m, pos)
-                    for n in m.created:
-                        A.mark_created(n, pass_name, replaced=m.nodes)
+                    entry["removed"] += sum([id(n) in dead for n in m.nodes])
+                    if m.counts:
+                        for k, v in m.counts.items():
+                            entry[k] = entry.get(k, 0) + v
+                    if m.created:  # (a rewrite that only rewires, x * 1 -> x, places nothing)
+                        entry["created"] += len(m.created)
+                        placed.setdefault(id(m.anchor), []).extend(m.created)
+                        if not unsorted:
+                            if pos is None:
+                                pos = {id(n): i for i, n in enumerate(order)}
+                            unsorted = _reads_later(m, pos)
+                        for n in m.created:
+                            A.mark_created(n, pass_name, replaced=m.nodes)
                     break
         finally:  # also when a rule raises: the graph keeps what was rewritten so far, consistently
-            if dead or placed:
+            if placed:
                 nodes = []
                 for n in order:
                     new = placed.get(id(n))
@@ -402,6 +404,8 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                 g.nodes = nodes
                 if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
                     toposort(g, recurse=False)
+            elif dead:
+                g.nodes = [n for n in order if id(n) not in dead]
     return counts
 
 
