@@ -381,7 +381,6 @@ class Journal:
         self._nodes: dict[int, _NodeState] = {}
         self._tensors: dict[int, _TensorState] = {}
         self._graphs: dict[int, _GraphState] = {}
-        self._saved: dict[int, Any] = {}  # id -> the state of every node, tensor, graph saved
         self._loads: dict[int, tuple[gs.Tensor, Any]] = {}  # lazy weights loaded (not edited)
         self._created: dict[int, Any] = {}  # id -> object (kept alive: ids stay unique)
         # id -> state or created object: the one lookup a hook makes (most touches are of an
@@ -406,7 +405,7 @@ class Journal:
         self._used = True
         known = _KNOWN.get(id(self.graph))
         for g in known[1] if known is not None and known[0] is self.graph else all_graphs(self.graph):
-            self._saved[id(g)] = self._seen[id(g)] = self._graphs[id(g)] = _GraphState(g)
+            self._seen[id(g)] = self._graphs[id(g)] = _GraphState(g)
         model = self.graph.__dict__.get(_BACKREF)
         if model is not None:
             self._model = _ModelState(model)
@@ -436,12 +435,12 @@ class Journal:
     def _save(self, obj: Any) -> None:
         """Save ``obj``'s state (the first touch of an object neither saved nor created)."""
         key = id(obj)
-        if isinstance(obj, gs.Node):
-            self._saved[key] = self._seen[key] = self._nodes[key] = _NodeState(obj)
-        elif isinstance(obj, gs.Tensor):
-            self._saved[key] = self._seen[key] = self._tensors[key] = _TensorState(obj)
+        if isinstance(obj, gs.Tensor):  # (the most saved: a node's edit touches its tensors)
+            self._seen[key] = self._tensors[key] = _TensorState(obj)
+        elif isinstance(obj, gs.Node):
+            self._seen[key] = self._nodes[key] = _NodeState(obj)
         elif isinstance(obj, gs.Graph):
-            self._saved[key] = self._seen[key] = self._graphs[key] = _GraphState(obj)
+            self._seen[key] = self._graphs[key] = _GraphState(obj)
 
     def _loaded(self, t: gs.Tensor, lazy: Any, array: Any) -> None:
         """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
