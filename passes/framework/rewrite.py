@@ -80,8 +80,11 @@ def single_reader(t: gs.Tensor, graph: gs.Graph) -> bool:
     return len(t.outputs) == 1 and not any(o is t for o in graph.outputs)
 
 
+_STD_DOMAINS = (None, "", "ai.onnx")
+
+
 def _std(node: gs.Node) -> bool:
-    return node.domain in (None, "", "ai.onnx")
+    return node.domain in _STD_DOMAINS
 
 
 class Scope:
@@ -199,20 +202,28 @@ class Rule:
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         """The chain ``pattern`` ending in ``anchor``, or None."""
-        if not self.pattern or not _std(anchor) or not _is(anchor, self.pattern[-1]):
+        pattern = self.pattern
+        if not pattern or not _std(anchor) or not _is(anchor, pattern[-1]):
             return None
         chain = [anchor]
         node = anchor
-        follow = self.follow or (0,) * (len(self.pattern) - 1)
-        for step in range(len(self.pattern) - 2, -1, -1):
+        follow = self.follow or (0,) * (len(pattern) - 1)
+        local, outputs, exclusive = scope.local, scope.outputs, self.exclusive
+        for step in range(len(pattern) - 2, -1, -1):
             idx = follow[step]
+            want = pattern[step]
+            inputs = node.inputs
             found = None
-            for i in (range(len(node.inputs)) if idx is None else [idx]):
-                if i >= len(node.inputs):
+            for i in (range(len(inputs)) if idx is None else (idx,)):
+                if i >= len(inputs):
                     continue
-                t = node.inputs[i]
-                p = scope.producer(t)
-                if p is not None and _is(p, self.pattern[step]) and (not self.exclusive or scope.single_reader(t)):
+                t = inputs[i]
+                # scope.producer(t) and scope.single_reader(t), spelled out (a call each per step)
+                writers = t.inputs
+                p = writers[0] if len(writers) == 1 else None
+                if (p is not None and id(p) in local and p.domain in _STD_DOMAINS
+                        and (p.op == want if isinstance(want, str) else p.op in want)
+                        and (not exclusive or (len(t.outputs) == 1 and id(t) not in outputs))):
                     found = p
                     break
             if found is None:
