@@ -202,9 +202,10 @@ class _NodeState:
             return False
         if d.keys() != saved.keys() and d.keys() - {_META} != saved.keys() - {_META}:  # (sets only then)
             return False
-        for k, v in saved.items():
-            if k != _META and d[k] is not v:
-                return False
+        if not (list(d) == list(saved) and all(map(is_, d.values(), saved.values()))):  # (keys in one order: C loops)
+            for k, v in saved.items():  # (in another order, or the annotations dict replaced)
+                if k != _META and d[k] is not v:
+                    return False
         return _same(d.get("outputs", ()), self.outputs) and (self.attrs is None or _same_dict(d["attrs"], self.attrs))
 
     def changed(self) -> bool:
@@ -214,7 +215,7 @@ class _NodeState:
                 or any(d[k] is not v for k, v in self.dict.items())
                 or not _same(d.get("inputs", ()), self.inputs) or not _same(d.get("outputs", ()), self.outputs)
                 or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs))
-                or _copy_meta(node) != self.meta)
+                or d.get(_META) != self.meta)
 
 
 class _TensorState:
@@ -323,6 +324,8 @@ def _same(a, b) -> bool:
 
 
 def _same_dict(a: dict, b: dict) -> bool:
+    if list(a) == list(b) and all(map(is_, a.values(), b.values())):  # (keys in one order: C loops)
+        return True
     return a.keys() == b.keys() and all(a[k] is v for k, v in b.items())
 
 
@@ -502,14 +505,14 @@ class Journal:
             return False
         for st in self._tensors.values():
             t = st.obj
-            if (st.value_changed() or (_copy_meta(t) or {}) != (st.meta or {})
+            if (st.value_changed() or (t.__dict__.get(_META) or {}) != (st.meta or {})
                     or not _same(t.__dict__.get("inputs", ()), st.inputs)):
                 return False
         for st in self._graphs.values():
             d = st.obj.__dict__
             if (d.keys() != st.dict.keys() or any(d[k] is not v for k, v in st.dict.items())
                     or not _same(d.get("nodes", ()), st.nodes) or not _same(d.get("inputs", ()), st.inputs)
-                    or not _same(d.get("outputs", ()), st.outputs) or _copy_meta(st.obj) != st.meta
+                    or not _same(d.get("outputs", ()), st.outputs) or d.get(_META) != st.meta
                     or (st.functions is not None and not _same(d.get("_functions", ()), st.functions))):
                 return False
         model = self._model
@@ -527,7 +530,7 @@ class Journal:
         out = []
         for st in self._nodes.values():
             node = st.obj
-            if not st.same_but_inputs_and_meta() or (_copy_meta(node) or {}) != (st.meta or {}):
+            if not st.same_but_inputs_and_meta() or (node.__dict__.get(_META) or {}) != (st.meta or {}):
                 return None
             now = node.__dict__.get("inputs", ())
             if len(now) != len(st.inputs):
@@ -552,15 +555,16 @@ class Journal:
             node = st.obj
             if not st.same_but_inputs_and_meta() or not _same(node.__dict__.get("inputs", ()), st.inputs):
                 return None
-            now = _copy_meta(node)
+            now = node.__dict__.get(_META)
             if (now or {}) != (st.meta or {}):  # (an empty annotation dict made by a read is none)
-                out.append((node, st.meta, now))
+                out.append((node, st.meta, _copy_meta(node)))
         return out or None
 
     def changed_tensors(self) -> list[gs.Tensor]:
         """The tensors (not created by the pass) whose class, name, shape, dtype, values or
         annotations changed; a tensor only rewired (its producer or readers) is not listed."""
-        return [st.obj for st in self._tensors.values() if st.value_changed() or _copy_meta(st.obj) != st.meta]
+        return [st.obj for st in self._tensors.values()
+                if st.value_changed() or st.obj.__dict__.get(_META) != st.meta]
 
     # -- undo -----------------------------------------------------------------------------
 
