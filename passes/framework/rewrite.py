@@ -501,16 +501,20 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     for n in m.created:
         scope.local.add(id(n))
     # consumers first (the anchor is last): a chain dies in one sweep, and a second finds nothing
-    # more; the nodes that die are the same in any order (a node dies once nothing reads it)
+    # more (none is needed once all died); the nodes that die are the same in any order (a node
+    # dies once nothing reads it)
+    outputs = scope.outputs
+    alive = [n for n in m.nodes if id(n) not in dead]
     changed = True
-    while changed:
+    while changed and alive:
         changed = False
-        for n in reversed(m.nodes):
-            if id(n) not in dead and all(not t.outputs and not scope.is_output(t) for t in n.outputs):
+        for n in reversed(alive):
+            if id(n) not in dead and all(not t.outputs and id(t) not in outputs for t in n.outputs):
                 n.inputs.clear()
                 n.outputs.clear()
                 dead.add(id(n))
                 changed = True
+        alive = [n for n in alive if id(n) not in dead]
     return MatchResult.success()
 
 
