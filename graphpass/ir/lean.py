@@ -16,7 +16,7 @@ import logging
 
 from onnx_graphsurgeon.util import misc
 
-__all__ = ["SyncList", "install", "installed"]
+__all__ = ["SyncList", "install", "installed", "members", "release"]
 
 log = logging.getLogger(__name__)
 
@@ -132,3 +132,38 @@ def install() -> bool:
 
 
 install()
+
+
+def members(graphs) -> tuple[list, list]:
+    """The nodes of ``graphs`` and the tensors they read and write, with the graphs' inputs and
+    outputs (a tensor may be listed more than once)."""
+    nodes = [n for g in graphs for n in g.nodes]
+    tensors = [t for n in nodes for t in n.inputs]
+    tensors += [t for n in nodes for t in n.outputs]
+    tensors += [t for g in graphs for t in (*g.inputs, *g.outputs)]
+    return nodes, tensors
+
+
+def release(before: tuple[list, list], graphs) -> int:
+    """Hand the objects of ``before`` (:func:`members` of the graphs earlier) that are no longer in
+    ``graphs`` and are connected to nothing (no producer, reader, input or output) back to
+    reference counting: each gets plain empty lists in place of its two SyncLists, which hold
+    their owner (a node or tensor is a cycle with its own lists, so a removed one waited for a
+    full collection of the whole heap: ~1-2 s after a 100k-node pipeline). Returns how many."""
+    nodes, tensors = members(graphs)
+    live = set(map(id, nodes))
+    live.update(map(id, tensors))
+    del nodes, tensors
+    released = 0
+    for objs in before:
+        for o in objs:  # (all alive while ``before`` holds them: their ids stay their own)
+            if id(o) in live:
+                continue
+            live.add(id(o))  # (listed more than once)
+            d = o.__dict__
+            ins, outs = d.get("inputs"), d.get("outputs")
+            if type(ins) is SyncList and type(outs) is SyncList and not ins and not outs:
+                d["inputs"] = []
+                d["outputs"] = []
+                released += 1
+    return released
