@@ -167,17 +167,18 @@ _KERNEL_COSTS = frozenset({"cube", "vector", "datamove", "gather", "transdata"})
 
 
 class _Item:
-    """One node of a graph and its cost record, as :meth:`AscendCostModel._fuse` sees it."""
+    """One node of a graph and its cost record, as :meth:`AscendCostModel._fuse` sees it: the
+    record's figures as fields (``us``, ``bound``, ``cube``, ``vector``, ``memory``, ``launch``,
+    ``note``; the report's record dict is made from them, when records are kept, by
+    :meth:`AscendCostModel._contributions`). ``kernel``: an AI Core kernel whose memory traffic
+    the fusion model re-prices (its figure above 0 when made); ``elt``: an elementwise op but for
+    its figure (:meth:`eltwise` adds that, as it reads it); ``fused``: taken in by a group."""
 
-    __slots__ = ("node", "rec", "info", "engine", "c16", "in_fmts", "out_fmts", "host")
-
-    def __init__(self, node, rec, info, engine, c16=False, in_fmts=(), out_fmts=(), host=False):
-        self.node, self.rec, self.info, self.engine = node, rec, info, engine
-        self.c16, self.in_fmts, self.out_fmts, self.host = c16, in_fmts, out_fmts, host
+    __slots__ = ("node", "info", "engine", "c16", "in_fmts", "out_fmts", "host", "us", "bound", "cube", "vector",
+                 "memory", "launch", "note", "kernel", "elt", "fused")
 
     def eltwise(self) -> bool:
-        return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
-                and self.info.layout == "agnostic" and self.node.op not in ("Concat", "Split") and self.rec["us"] > 0.0)
+        return self.elt and self.us > 0.0
 
 
 #: graphpass's attention device ops (two MatMuls on the Cube, the softmax on the Vector unit)
@@ -279,26 +280,21 @@ def _op_label(node: gs.Node) -> str:
 
 
 def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
-    """The :class:`_Item` (a fresh record dict) of a node's walk entry (see ``_step``);
-    ``records=False``: only the fields the fusion reads (no name, engine, formats)."""
+    """The :class:`_Item` of a node's walk entry (see ``_step``); ``records`` is not read (the
+    record dict is made by ``_contributions``)."""
     info, engine, compute16, in_fmts, out_fmts, host, r, _, _ = e
-    if engine == "compile-time":
-        if records:
-            rec = {"name": node.name, "op": _op_label(node), "engine": "compile-time", "formats_in": [], "formats_out": [],
-                   "us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-                   "note": r[6]}
-        else:
-            rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-                   "note": r[6], "op": _op_label(node)}
-        return _Item(node, rec, info, "compile-time")
-    if records:
-        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-               "note": r[6], "name": node.name, "op": _op_label(node), "engine": engine, "formats_in": list(in_fmts),
-               "formats_out": list(out_fmts)}
+    it = _Item()
+    it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16, in_fmts,
+                                                                             out_fmts, host)
+    it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
+    it.fused = False
+    if engine == "AICORE" and info is not None:
+        cost = info.cost
+        it.kernel = cost in _KERNEL_COSTS and r[0] > 0.0 and not host
+        it.elt = cost == "vector" and info.layout == "agnostic" and node.op not in ("Concat", "Split")
     else:
-        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-               "note": r[6], "op": _op_label(node)}
-    return _Item(node, rec, info, engine, compute16, in_fmts, out_fmts, host)
+        it.kernel = it.elt = False
+    return it
 
 
 class _Walk:
@@ -572,7 +568,7 @@ class AscendCostModel(CostModel):
                 if key2 not in seen_cross:
                     seen_cross.add(key2)
                     self._cross(t, src, engine, cx, c16)
-            items.append(_item_of(node, e, keep))
+            items.append(_item_of(node, e))
         if cx.fusion:
             groups = self._fuse(items, graph, cx, w.const)
             if capture is not None:
@@ -599,24 +595,40 @@ class AscendCostModel(CostModel):
         """Each costed node's final figure (after fusion and ``[op_scale]``), in node order; the
         report's per-engine/per-op sums and per-node records."""
         scale = self.profile.op_scale
+        keep, costs_out = cx.keep_nodes, cx.costs_out
+        per_engine, per_op = cx.per_engine, cx.per_op
         out = []
         for it in items:
-            rec = it.rec
-            if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
-                rec["us"] *= scale[it.node.op]
-                rec["note"] = (rec["note"] + f"; x{scale[it.node.op]:.3g} (op_scale)").strip("; ")
-            if cx.keep_nodes:
+            node = it.node
+            op = node.op
+            dom = node.domain
+            label = op if dom is None or dom == "" or dom == "ai.onnx" else f"{dom}::{op}"  # (_op_label)
+            if scale and it.us and op in scale:  # measured per-op-type correction (graphpass calibrate)
+                it.us *= scale[op]
+                it.note = (it.note + f"; x{scale[op]:.3g} (op_scale)").strip("; ")
+            us = it.us
+            engine = it.engine
+            if keep:
+                if engine == "compile-time":
+                    rec = {"name": node.name, "op": label, "engine": "compile-time", "formats_in": [],
+                           "formats_out": [], "us": us, "bound": it.bound, "cube_us": it.cube, "vector_us": it.vector,
+                           "memory_us": it.memory, "launch_us": it.launch, "note": it.note}
+                else:
+                    rec = {"us": us, "bound": it.bound, "cube_us": it.cube, "vector_us": it.vector,
+                           "memory_us": it.memory, "launch_us": it.launch, "note": it.note, "name": node.name,
+                           "op": label, "engine": engine, "formats_in": list(it.in_fmts),
+                           "formats_out": list(it.out_fmts)}
                 cx.nodes.append(rec)
-            if it.engine == "compile-time":
+            if engine == "compile-time":
                 continue
-            if cx.costs_out is not None and it.node.outputs:
-                cx.costs_out[it.node.outputs[0].name] = rec["us"]
-            cx.per_engine[it.engine] += rec["us"]
-            cx.per_op[rec["op"]] += rec["us"]
+            if costs_out is not None and node.outputs:
+                costs_out[node.outputs[0].name] = us
+            per_engine[engine] += us
+            per_op[label] += us
             if it.info is not None and it.info.cost == "transdata":
                 cx.explicit_transdata += 1
-                cx.transdata_us.append(rec["us"])
-            out.append(rec["us"])
+                cx.transdata_us.append(us)
+            out.append(us)
         return out
 
     def _step(self, node: gs.Node, w: "_Walk", cx: _Ctx) -> tuple:
@@ -1103,11 +1115,15 @@ class AscendCostModel(CostModel):
         if not items:
             return []
         if outside is None:
-            consumers: dict[int, list[_Item]] = defaultdict(list)
+            consumers: dict[int, list[_Item]] = {}
             for it in items:
                 for t in it.node.inputs:
                     if t.inputs:  # (only a node's output is asked for its readers)
-                        consumers[id(t)].append(it)
+                        lst = consumers.get(id(t))
+                        if lst is None:
+                            consumers[id(t)] = [it]
+                        else:
+                            lst.append(it)
             def readers(t: gs.Tensor, default: Any = None) -> Any:
                 return consumers.get(id(t), default)
         else:
@@ -1117,20 +1133,22 @@ class AscendCostModel(CostModel):
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
         max_ops = p.ub_fusion_max_ops
-        fused: set[int] = set()
         efficiency = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}
+        saves = {}  # cost class -> save_gm / its efficiency
         groups: list[list[_Item]] = []
         bytes_of = self._bytes
         shapes, tcode, bytes_c = cx.shapes, cx.tcode, cx.bytes_of
+        Constant = gs.Constant
+        no_cons: list = []
         for it in items:
-            info = it.info  # an AI Core kernel whose memory traffic the fusion model may re-price?
-            if (id(it) in fused or it.engine != "AICORE" or info is None or info.cost not in _KERNEL_COSTS
-                    or not it.rec.get("us", 0.0) > 0.0 or it.host):
+            # an AI Core kernel whose memory traffic the fusion model may re-price? (its figure read now)
+            if not it.kernel or it.fused or not it.us > 0.0:
                 continue
+            info = it.info
             group = [it]
             groups.append(group)
             # a fusion head: a Conv/MatMul/Gemm, a reduce, an elementwise op, a fixed-layout vector kernel
-            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or it.eltwise()
+            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or (it.elt and it.us > 0.0)
                     or (info.cost == "vector" and info.layout == "fixed")):
                 tail = it
                 while len(group) < max_ops:
@@ -1142,14 +1160,14 @@ class AscendCostModel(CostModel):
                     out = outs[0]
                     if id(out) in graph_io:
                         break
-                    cons = readers(out, [])
+                    cons = readers(out, no_cons)
                     if len(cons) == 1:  # (_chain_step's first case, inline)
                         c = cons[0]
-                        if not c.eltwise() or id(c) in fused or c.host != tail.host:
+                        if not (c.elt and c.us > 0.0) or c.fused or c.host != tail.host:
                             break
                     else:
                         cons = self._chain_step(cons, out, readers)
-                        if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
+                        if not cons or any(c.fused or c.host != tail.host for c in cons):
                             break
                     last = cons[-1].node.outputs[0]
                     if (shapes.get(id(out)) or self._shape(out, cx)) != (shapes.get(id(last)) or self._shape(last, cx)):
@@ -1174,28 +1192,29 @@ class AscendCostModel(CostModel):
                     tail = cons[-1]
                     group.extend(cons)
                     for c in cons:
-                        fused.add(id(c))
-            head = it.rec
+                        c.fused = True
             # the group's figures summed left to right from 0, as sum() adds them
             if len(group) == 1:
                 internal = ()
-                mem, cube, vector = 0 + head["memory_us"], 0 + head["cube_us"], 0 + head["vector_us"]
+                mem, cube, vector = 0 + it.memory, 0 + it.cube, 0 + it.vector
             else:
                 internal = set()
                 mem = cube = vector = 0
                 last = group[-1]
                 for g in group:
-                    rec = g.rec
-                    mem = mem + rec["memory_us"]
-                    cube = cube + rec["cube_us"]
-                    vector = vector + rec["vector_us"]
+                    mem = mem + g.memory
+                    cube = cube + g.cube
+                    vector = vector + g.vector
                     if g is not last:
                         for t in g.node.outputs:
                             if t.name:
                                 internal.add(id(t))
             for g in group:
                 # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
-                save = save_gm / efficiency.get(g.info.cost, 1.0)
+                cost = g.info.cost
+                save = saves.get(cost)
+                if save is None:
+                    save = saves[cost] = save_gm / efficiency.get(cost, 1.0)
                 fmts, c16 = g.out_fmts, g.c16
                 n_fmts = len(fmts)
                 for i, t in enumerate(g.node.outputs):
@@ -1216,7 +1235,7 @@ class AscendCostModel(CostModel):
                 for i, t in enumerate(g.node.inputs):
                     tid = id(t)
                     if (not t.name or tid in const or tid in internal or tid in graph_io
-                            or isinstance(t, gs.Constant)):
+                            or isinstance(t, Constant)):
                         continue
                     f = fmts[i] if i < n_fmts else "ND"
                     code = tcode.get(tid, -1)
@@ -1232,17 +1251,20 @@ class AscendCostModel(CostModel):
                 bound, top = "vector", vector
             if memory > top:
                 bound, top = "memory", memory
-            launch = head["launch_us"]
-            head["cube_us"] = cube
-            head["vector_us"] = vector
-            head["memory_us"] = memory
-            head["us"] = launch + top
-            head["bound"] = bound if top >= launch else ("host" if it.host else "launch")
+            launch = it.launch
+            it.cube = cube
+            it.vector = vector
+            it.memory = memory
+            it.us = launch + top
+            it.bound = bound if top >= launch else ("host" if it.host else "launch")
             if len(group) > 1:
-                head["note"] = (head["note"] + "; UB fusion: " + " + ".join(g.rec["op"] for g in group)).strip("; ")
+                head_op = _op_label(it.node)
+                it.note = (it.note + "; UB fusion: " + " + ".join(_op_label(g.node) for g in group)).strip("; ")
+                note = f"fused into {it.node.name or head_op} (UB fusion)"
                 for g in group[1:]:
-                    g.rec.update(us=0.0, cube_us=0.0, vector_us=0.0, memory_us=0.0, launch_us=0.0, bound="fused",
-                                 note=(f"fused into {group[0].node.name or head['op']} (UB fusion)"))
+                    g.us = g.cube = g.vector = g.memory = g.launch = 0.0
+                    g.bound = "fused"
+                    g.note = note
         return groups
 
     @staticmethod
