@@ -61,7 +61,9 @@ from graphpass.ir.shapes import dim_hint, given_shapes
 
 __all__ = ["AscendCostModel", "Fractal", "groups_per_fractal", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
 
-_PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
+_PLAIN = {"ND", "NCHW"}
+_Constant = gs.Constant
+_META = A._KEY  # where a node's or tensor's annotations live (A.stored_meta, inline in the hot loop)  # same bytes in the same order: converting between them is free
 _F32 = np.dtype("float32")
 _DTYPES: dict[Any, np.dtype] = {}  # a gs dtype (numpy type, dtype or ONNX enum) -> its np.dtype
 _NAMES: dict[np.dtype, str] = {}
@@ -656,7 +658,7 @@ class AscendCostModel(CostModel):
             cx.unknown.setdefault(_op_label(node), None)
         ins = node.inputs
         first = ins[0] if ins else None
-        if (first is not None and first.name and not isinstance(first, gs.Constant) and id(first) not in const
+        if (first is not None and first.name and not isinstance(first, _Constant) and id(first) not in const
                 and op not in ("Shape", "Size", "Constant")):
             pass  # a runtime first input: not folded (the common case of _folded_by_ge, inline)
         else:
@@ -665,17 +667,26 @@ class AscendCostModel(CostModel):
                 const.update(id(t) for t in node.outputs)
                 self._fold_value(node, cx)
                 return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
+        outs = node.outputs
         outs_static = True
-        for t in node.outputs:
-            if t.name and not _static_dims(t.shape):
-                outs_static = False
-                break
+        for t in outs:  # (_static_dims, inline)
+            if t.name:
+                shape = t.shape
+                if shape is None:
+                    outs_static = False
+                    break
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        outs_static = False
+                        break
+                if not outs_static:
+                    break
         if not outs_static:
             self._static_shapes(node, cx)
         # host-scheduled region: data-dependent output shape upstream
         upstream = None
         if region_of:  # most graphs have no dynamic region: skip the lookup entirely
-            for t in node.inputs:
+            for t in ins:
                 upstream = region_of.get(id(t))
                 if upstream is not None:
                     break
@@ -688,7 +699,7 @@ class AscendCostModel(CostModel):
                 cx.dynamic_regions.append(region)
         if region is not None:
             region["nodes"] += 1
-            for t in node.outputs:
+            for t in outs:
                 region_of[id(t)] = region
                 w.dynamic.add(id(t))
         sig = None
@@ -704,56 +715,64 @@ class AscendCostModel(CostModel):
                 sig.engine = _PER_NODE if load_op_limits().reads_values(node) else self._engine(node, info, cx)
             engine_t = sig.engine if sig.engine is not _PER_NODE else self._engine(node, info, cx)
         engine, compute16, eng_note = engine_t
-        meta = A.stored_meta(node)  # (A.get_engine, without the calls for a node of no annotation)
-        ann = meta.get(A.ENGINE) if meta else None
-        if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
-            # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
-            # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
-            compute16 = ann == "AICORE" and self._fp32_without_kernel(node, info)
-            eng_note = f"engine {ann} by annotation"
-            engine = ann
+        meta = node.__dict__.get(_META)  # (A.get_engine, without the calls for a node of no annotation)
+        if meta:
+            ann = meta.get(A.ENGINE)
+            if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
+                # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
+                # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+                compute16 = ann == "AICORE" and self._fp32_without_kernel(node, info)
+                eng_note = f"engine {ann} by annotation"
+                engine = ann
         # formats: what the node takes and gives (per first input's format and inputs GE folds)
         fmts = sig.fmts
         if fmts is not None:
             fkey = (first_fmt, folded)
             f = fmts.get(fkey)
             if f is None:
-                ins, outs = self._formats(node, info, fmt, cx, const)
-                f = fmts[fkey] = (tuple(ins), tuple(outs))
+                fi, fo = self._formats(node, info, fmt, cx, const)
+                f = fmts[fkey] = (tuple(fi), tuple(fo))
             in_fmts, out_fmts = f
         else:
-            ins, outs = self._formats(node, info, fmt, cx, const)
-            in_fmts, out_fmts = tuple(ins), tuple(outs)
-        if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+            fi, fo = self._formats(node, info, fmt, cx, const)
+            in_fmts, out_fmts = tuple(fi), tuple(fo)
+        aicore = engine == "AICORE"
+        if not aicore:  # AI CPU kernels and the host read and write ND
             in_fmts, out_fmts = ("ND",) * len(in_fmts), ("ND",) * len(out_fmts)
-        reads_data = op not in ("Shape", "Size")  # these read only the shape
+        reads_data = op != "Shape" and op != "Size"  # these read only the shape
         # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
         # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
-        casts = engine == "AICORE" and info.cost not in ("view", "none", "control")
+        casts = aicore and info.cost not in ("view", "none", "control")
         cast_numel = 0
         conv = cross = ()  # (tuples: most nodes have neither)
         n_in = len(in_fmts)
-        for i, t in enumerate(node.inputs):
-            tid = id(t)
-            if not t.name or isinstance(t, gs.Constant) or tid in const:
+        i = -1
+        for t in ins:
+            i += 1
+            if not t.name or isinstance(t, _Constant):
                 continue  # weights are converted at compile time: no runtime TransData
+            tid = id(t)
+            if tid in const:
+                continue
             have = fmt.get(tid)
             if have is None:
                 have = A.get_format(t) or "ND"
             want = in_fmts[i] if i < n_in else "ND"
-            if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
+            if have != want and reads_data and not (have in _PLAIN and want in _PLAIN):
                 conv += ((t, have, want),)
             # engine crossings
             src = engine_of.get(tid, "AICORE")
             if src != engine:
                 cross += ((t, src, compute16),)
-            if casts and t.dtype == _F32 and (tid in half) != compute16:
+            if casts and (tid in half) != compute16 and t.dtype == _F32:
                 cast_numel += math.prod(cx.shapes[tid])
         n_out = len(out_fmts)
         to_half = casts and compute16
-        for i, t in enumerate(node.outputs):
+        i = -1
+        for t in outs:
+            i += 1
             tid = id(t)
-            meta = A.stored_meta(t)  # (A.get_format)
+            meta = t.__dict__.get(_META)  # (A.get_format)
             fmt[tid] = (meta.get(A.FORMAT) if meta else None) or (out_fmts[i] if i < n_out else "ND")
             engine_of[tid] = engine
             if to_half and t.dtype == _F32:
@@ -766,7 +785,7 @@ class AscendCostModel(CostModel):
             rec_t = sig.memo[key] = tuple(rec[k] for k in _REC_KEYS)
         if eng_note:
             rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
-        cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
+        cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
         return (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
@@ -782,14 +801,17 @@ class AscendCostModel(CostModel):
         a = node.attrs
         key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
                if a and not _COST_ATTRS.isdisjoint(a) else ()]
+        append = key.append
         first_fmt = None
         folded = 0
         fmt, const = w.fmt, w.const
-        for i, t in enumerate(node.inputs):
+        i = -1
+        for t in node.inputs:
+            i += 1
             if not t.name:  # an omitted optional input
                 if t.dtype is not None or t.shape is not None:  # (read by the op limits: the general path)
                     return None, None, 0
-                key.append(-2)
+                append(-2)
                 continue
             tid = id(t)
             c = tcode.get(tid)
@@ -797,22 +819,37 @@ class AscendCostModel(CostModel):
                 c = self._tcode(t, cx)
             if c < 0:
                 return None, None, 0
-            key.append(c)
-            if not isinstance(t, gs.Constant):
+            append(c)
+            if not isinstance(t, _Constant):
                 if first_fmt is None:
                     first_fmt = fmt.get(tid) or A.get_format(t) or "ND"
                 if tid in const:
                     folded |= 1 << i
-        key.append(-3)
+        append(-3)
+        shapes, codes = cx.shapes, cx.codes
         for t in node.outputs:
-            c = tcode.get(id(t))
+            tid = id(t)
+            c = tcode.get(tid)
             if c is None:
-                # the outputs' shapes are read in their order, after the inputs', as the general
-                # path's memo key reads them (the first read of a symbolic dim writes its assumption)
-                c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
+                if outs_static and t.name and tid not in shapes and not isinstance(t, _Constant):
+                    # (_tcode's first static case, inline: a named output of static shape not read yet)
+                    shape = shapes[tid] = tuple(t.shape)
+                    desc = (shape, t.dtype, False)
+                    try:
+                        c = codes.get(desc)
+                    except TypeError:  # an unhashable dtype
+                        c = -1
+                    else:
+                        if c is None:
+                            c = codes[desc] = len(codes)
+                    tcode[tid] = c
+                else:
+                    # the outputs' shapes are read in their order, after the inputs', as the general
+                    # path's memo key reads them (the first read of a symbolic dim writes its assumption)
+                    c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
             if c < 0:
                 return None, None, 0
-            key.append(c)
+            append(c)
         key = tuple(key)
         sig = cx.sigs.get(key)
         if sig is None:
