@@ -552,12 +552,16 @@ class AscendCostModel(CostModel):
         seen_cross: set[tuple[int, str]] = set()
         items: list[_Item] = []
         capture = cx.capture if top else None
-        keep = cx.keep_nodes
+        step = self._step
         for node in graph.nodes:
-            e = self._step(node, w, cx)
-            info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross = e
+            e = step(node, w, cx)
             if capture is not None:
                 capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
+            items.append(_item_of(node, e))
+            conv, cross = e[7], e[8]
+            if not conv and not cross:
+                continue
+            engine = e[1]
             for t, have, want in conv:
                 key = (id(t), want)
                 if key not in seen_conv:
@@ -570,7 +574,6 @@ class AscendCostModel(CostModel):
                 if key2 not in seen_cross:
                     seen_cross.add(key2)
                     self._cross(t, src, engine, cx, c16)
-            items.append(_item_of(node, e))
         if cx.fusion:
             groups = self._fuse(items, graph, cx, w.const)
             if capture is not None:
@@ -1177,6 +1180,7 @@ class AscendCostModel(CostModel):
         shapes, tcode, bytes_c = cx.shapes, cx.tcode, cx.bytes_of
         Constant = gs.Constant
         no_cons: list = []
+        keep_notes = cx.keep_nodes
         for it in items:
             # an AI Core kernel whose memory traffic the fusion model may re-price? (its figure read now)
             if not it.kernel or it.fused or not it.us > 0.0:
@@ -1271,8 +1275,8 @@ class AscendCostModel(CostModel):
                 n_fmts = len(fmts)
                 for i, t in enumerate(g.node.inputs):
                     tid = id(t)
-                    if (not t.name or tid in const or tid in internal or tid in graph_io
-                            or isinstance(t, Constant)):
+                    if (isinstance(t, Constant) or not t.name or tid in const or tid in internal
+                            or tid in graph_io):
                         continue
                     f = fmts[i] if i < n_fmts else "ND"
                     code = tcode.get(tid, -1)
@@ -1295,9 +1299,10 @@ class AscendCostModel(CostModel):
             it.us = launch + top
             it.bound = bound if top >= launch else ("host" if it.host else "launch")
             if len(group) > 1:
-                head_op = _op_label(it.node)
-                it.note = (it.note + "; UB fusion: " + " + ".join(_op_label(g.node) for g in group)).strip("; ")
-                note = f"fused into {it.node.name or head_op} (UB fusion)"
+                note = None
+                if keep_notes:  # (the notes are read by the per-node records only)
+                    it.note = (it.note + "; UB fusion: " + " + ".join(_op_label(g.node) for g in group)).strip("; ")
+                    note = f"fused into {it.node.name or _op_label(it.node)} (UB fusion)"
                 for g in group[1:]:
                     g.us = g.cube = g.vector = g.memory = g.launch = 0.0
                     g.bound = "fused"
