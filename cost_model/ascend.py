@@ -1314,15 +1314,25 @@ class AscendCostModel(CostModel):
         """The elementwise op(s) a fused kernel can take in after its output ``t``: the one reader
         of ``t``, or a Swish/SiLU diamond ``t -> Sigmoid -> Mul(t, .)`` (ATC's SwishFusionPass makes
         it one Swish op, which then UB-fuses). [] when neither."""
-        if len(cons) == 1:
-            return cons if cons[0].eltwise() else []
-        if len(cons) == 2:
-            if not (cons[0].eltwise() and cons[1].eltwise()):  # (both orders need both)
+        n = len(cons)
+        if n == 1:
+            c = cons[0]
+            return cons if c.elt and c.us > 0.0 else []
+        if n == 2:
+            a, b = cons
+            if not (a.elt and a.us > 0.0 and b.elt and b.us > 0.0):  # (eltwise(); both orders need both)
                 return []
-            for a, b in (cons, cons[::-1]):
-                outs = [o for o in a.node.outputs if o.name]
-                if len(outs) == 1 and readers(outs[0], None) == [b] and any(i is t for i in b.node.inputs):
-                    return [a, b]
+            for a, b in ((a, b), (b, a)):
+                outs = a.node.outputs
+                if len(outs) != 1 or not outs[0].name:
+                    outs = [o for o in outs if o.name]
+                    if len(outs) != 1:
+                        continue
+                r = readers(outs[0], None)
+                if r is not None and len(r) == 1 and r[0] is b:
+                    for i in b.node.inputs:
+                        if i is t:
+                            return [a, b]
         return []
 
     @staticmethod
