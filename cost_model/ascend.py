@@ -1166,8 +1166,10 @@ class AscendCostModel(CostModel):
                             lst.append(it)
             def readers(t: gs.Tensor, default: Any = None) -> Any:
                 return consumers.get(id(t), default)
+            readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
         else:
             readers = outside.readers
+            readers_of = None
         graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
@@ -1201,7 +1203,7 @@ class AscendCostModel(CostModel):
                     out = outs[0]
                     if id(out) in graph_io:
                         break
-                    cons = readers(out, no_cons)
+                    cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
                     if len(cons) == 1:  # (_chain_step's first case, inline)
                         c = cons[0]
                         if not (c.elt and c.us > 0.0) or c.fused or c.host != tail.host:
