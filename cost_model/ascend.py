@@ -61,9 +61,9 @@ from graphpass.ir.shapes import dim_hint, given_shapes
 
 __all__ = ["AscendCostModel", "Fractal", "groups_per_fractal", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
 
-_PLAIN = {"ND", "NCHW"}
+_PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
 _Constant = gs.Constant
-_META = A._KEY  # where a node's or tensor's annotations live (A.stored_meta, inline in the hot loop)  # same bytes in the same order: converting between them is free
+_META = A._KEY  # where a node's or tensor's annotations live (A.stored_meta, inline in the hot loop)
 _F32 = np.dtype("float32")
 _DTYPES: dict[Any, np.dtype] = {}  # a gs dtype (numpy type, dtype or ONNX enum) -> its np.dtype
 _NAMES: dict[np.dtype, str] = {}
@@ -232,6 +232,9 @@ class _Ctx:
         self.codes: dict[tuple, int] = {}  # (shape, dtype, is a gs.Constant) -> its code
         self.tcode: dict[int, int] = {}  # tensor id -> code (-1: irregular, priced the general way)
         self.sigs: dict[tuple, _Sig] = {}
+        # node templates (see AscendCostModel._template_key): a whole walk entry per signature and
+        # state of the inputs (keyed by content, kept by the incremental estimate as the memo is)
+        self.templates: dict[tuple, tuple] = {}
         self.bytes_of: dict[tuple[int, str, bool], int] = {}  # (code, format, computed in fp16) -> bytes
         self.transdata: dict[tuple[int, str, str], float] = {}  # (code, from, to) -> a TransData's us
         self.infos: dict[tuple[str, str | None], OpInfo | None] = {}  # (op, domain) -> op-info row (no modes)
@@ -705,6 +708,26 @@ class AscendCostModel(CostModel):
             for t in outs:
                 region_of[id(t)] = region
                 w.dynamic.add(id(t))
+        tkey = None
+        meta = node.__dict__.get(_META)
+        if region is None and outs_static and info is not None and info.cost != "control" and self._templates:
+            tkey = self._template_key(node, w, cx, meta.get(A.ENGINE) if meta else None)
+            if tkey is not None:
+                tmpl = cx.templates.get(tkey)
+                if tmpl is not None:  # a node of this signature and input state was walked before
+                    e, out_w, conv_i, cross_i, eng = tmpl
+                    engine = e[1]
+                    for t, (f, h) in zip(outs, out_w):
+                        tid = id(t)
+                        fmt[tid] = f
+                        engine_of[tid] = engine
+                        if h:
+                            half.add(tid)
+                    cx.engines[id(node)] = eng
+                    if conv_i or cross_i:
+                        e = (*e[:7], tuple((ins[i], have, want) for i, have, want in conv_i),
+                             tuple((ins[i], src, c16) for i, src, c16 in cross_i))
+                    return e
         sig = None
         if info is not None and info.cost != "control":
             sig, first_fmt, folded = self._signature(node, info, w, cx, outs_static)
@@ -716,10 +739,13 @@ class AscendCostModel(CostModel):
         if engine_t is None or engine_t is _PER_NODE:
             if engine_t is None:  # the first node of its signature
                 sig.engine = _PER_NODE if load_op_limits().reads_values(node) else self._engine(node, info, cx)
-            engine_t = sig.engine if sig.engine is not _PER_NODE else self._engine(node, info, cx)
+            if sig.engine is _PER_NODE:
+                engine_t = self._engine(node, info, cx)
+                tkey = None  # (its engine reads more than the signature)
+            else:
+                engine_t = sig.engine
         engine, compute16, eng_note = engine_t
-        meta = node.__dict__.get(_META)  # (A.get_engine, without the calls for a node of no annotation)
-        if meta:
+        if meta:  # (the node's annotations, read above: A.get_engine without the calls for a node of none)
             ann = meta.get(A.ENGINE)
             if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
                 # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
@@ -739,6 +765,7 @@ class AscendCostModel(CostModel):
         else:
             fi, fo = self._formats(node, info, fmt, cx, const)
             in_fmts, out_fmts = tuple(fi), tuple(fo)
+            tkey = None  # (its formats read more than the signature)
         aicore = engine == "AICORE"
         if not aicore:  # AI CPU kernels and the host read and write ND
             in_fmts, out_fmts = ("ND",) * len(in_fmts), ("ND",) * len(out_fmts)
@@ -747,7 +774,7 @@ class AscendCostModel(CostModel):
         # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
         casts = aicore and info.cost not in ("view", "none", "control")
         cast_numel = 0
-        conv = cross = ()  # (tuples: most nodes have neither)
+        conv = cross = conv_i = cross_i = ()  # (tuples: most nodes have neither)
         n_in = len(in_fmts)
         i = -1
         for t in ins:
@@ -763,10 +790,12 @@ class AscendCostModel(CostModel):
             want = in_fmts[i] if i < n_in else "ND"
             if have != want and reads_data and not (have in _PLAIN and want in _PLAIN):
                 conv += ((t, have, want),)
+                conv_i += ((i, have, want),)
             # engine crossings
             src = engine_of.get(tid, "AICORE")
             if src != engine:
                 cross += ((t, src, compute16),)
+                cross_i += ((i, src, compute16),)
             if casts and (tid in half) != compute16 and t.dtype == _F32:
                 cast_numel += math.prod(cx.shapes[tid])
         n_out = len(out_fmts)
@@ -788,8 +817,77 @@ class AscendCostModel(CostModel):
             rec_t = sig.memo[key] = tuple(rec[k] for k in _REC_KEYS)
         if eng_note:
             rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
-        cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
-        return (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
+        eng = cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
+        e = (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
+        if tkey is not None:
+            out_w = tuple((fmt[id(t)], id(t) in half) for t in outs)
+            cx.templates[tkey] = ((*e[:7], (), ()), out_w, conv_i, cross_i, eng)
+        return e
+
+    #: False: no node templates (every node priced through its signature or the general way)
+    _templates = True
+
+    def _template_key(self, node: gs.Node, w: "_Walk", cx: _Ctx, ann: Any) -> tuple | None:
+        """The key of a node's template: its signature (:meth:`_signature`: op, domain, cost
+        attributes, each input's and output's code) with the walk state of each runtime input
+        (storage format, producer's engine, stored as fp16, folded by GE), the node's engine
+        annotation ``ann`` and each output's format annotation (what :meth:`_step` reads of the
+        annotations). Two nodes of one key get
+        the same walk entry from :meth:`_step` but for their tensors (the demands are kept by input
+        position) and write the same state for their outputs. None (priced through the signature
+        or the general way) for a node with an omitted input or an unnamed output, an input whose
+        format the walk has not set, or a tensor the signature would not code (read like
+        :meth:`_signature` reads it, in the same order: the same codes). Called only for a node
+        with static output shapes, outside host-scheduled regions."""
+        tcode = cx.tcode
+        a = node.attrs
+        key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
+               if a and not _COST_ATTRS.isdisjoint(a) else (), ann]
+        append = key.append
+        fmt, engine_of, half, const = w.fmt, w.engine_of, w.half, w.const
+        for t in node.inputs:
+            if not t.name:
+                return None
+            tid = id(t)
+            c = tcode.get(tid)
+            if c is None:
+                c = self._tcode(t, cx)
+            if c < 0:
+                return None
+            if isinstance(t, _Constant):
+                append(c)
+            else:
+                f = fmt.get(tid)
+                if not f:
+                    return None
+                append((c, f, engine_of.get(tid, "AICORE"), tid in half, tid in const))
+        append(-3)
+        shapes, codes = cx.shapes, cx.codes
+        for t in node.outputs:
+            tid = id(t)
+            if not t.name or isinstance(t, _Constant):
+                return None
+            meta = t.__dict__.get(_META)
+            append(meta.get(A.FORMAT) if meta else None)  # (the format annotation: the output's format)
+            c = tcode.get(tid)
+            if c is None:
+                if tid in shapes:
+                    return None  # (a shape the estimate fixed: _signature codes it)
+                # (_signature's static case, inline: the same code)
+                shape = shapes[tid] = tuple(t.shape)
+                desc = (shape, t.dtype, False)
+                try:
+                    c = codes.get(desc)
+                except TypeError:  # an unhashable dtype
+                    c = -1
+                else:
+                    if c is None:
+                        c = codes[desc] = len(codes)
+                tcode[tid] = c
+            if c < 0:
+                return None
+            append(c)
+        return tuple(key)
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
