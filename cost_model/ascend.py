@@ -176,7 +176,7 @@ class _Item:
     the fusion model re-prices (its figure above 0 when made); ``elt``: an elementwise op but for
     its figure (:meth:`eltwise` adds that, as it reads it); ``fused``: taken in by a group."""
 
-    __slots__ = ("node", "info", "engine", "c16", "in_fmts", "out_fmts", "host", "us", "bound", "cube", "vector",
+    __slots__ = ("node", "e", "info", "engine", "c16", "in_fmts", "out_fmts", "host", "us", "bound", "cube", "vector",
                  "memory", "launch", "note", "kernel", "elt", "fused")
 
     def eltwise(self) -> bool:
@@ -289,6 +289,7 @@ def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
     record dict is made by ``_contributions``)."""
     info, engine, compute16, in_fmts, out_fmts, host, r, _, _ = e
     it = _Item()
+    it.e = e
     it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16, in_fmts,
                                                                              out_fmts, host)
     it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
@@ -1281,6 +1282,7 @@ class AscendCostModel(CostModel):
         Constant = gs.Constant
         no_cons: list = []
         keep_notes = cx.keep_nodes
+        solo: dict[int, tuple] = {}  # id of a walk entry -> the figures of a group of one with it
         for it in items:
             # an AI Core kernel whose memory traffic the fusion model may re-price? (its figure read now)
             if not it.kernel or it.fused or not it.us > 0.0:
@@ -1335,7 +1337,24 @@ class AscendCostModel(CostModel):
                     for c in cons:
                         c.fused = True
             # the group's figures summed left to right from 0, as sum() adds them
+            solo_key = None
             if len(group) == 1:
+                # a kernel of its own whose walk entry is another's (a template's) and which reads and
+                # writes no graph input or output: the figures that node got (the same tensors' codes,
+                # formats and constness: the same sums in the same order)
+                for t in it.node.outputs:
+                    if id(t) in graph_io:
+                        break
+                else:
+                    for t in it.node.inputs:
+                        if id(t) in graph_io:
+                            break
+                    else:
+                        solo_key = id(it.e)
+                        hit = solo.get(solo_key)
+                        if hit is not None:
+                            it.cube, it.vector, it.memory, it.us, it.bound = hit
+                            continue
                 internal = ()
                 mem, cube, vector = 0 + it.memory, 0 + it.cube, 0 + it.vector
             else:
@@ -1398,6 +1417,8 @@ class AscendCostModel(CostModel):
             it.memory = memory
             it.us = launch + top
             it.bound = bound if top >= launch else ("host" if it.host else "launch")
+            if solo_key is not None:
+                solo[solo_key] = (cube, vector, memory, it.us, it.bound)
             if len(group) > 1:
                 note = None
                 if keep_notes:  # (the notes are read by the per-node records only)
