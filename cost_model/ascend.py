@@ -235,6 +235,7 @@ class _Ctx:
         # node templates (see AscendCostModel._template_key): a whole walk entry per signature and
         # state of the inputs (keyed by content, kept by the incremental estimate as the memo is)
         self.templates: dict[tuple, tuple] = {}
+        self.template_entries: set[int] = set()  # ids of the templates' walk entries (kept alive by them)
         self.bytes_of: dict[tuple[int, str, bool], int] = {}  # (code, format, computed in fp16) -> bytes
         self.transdata: dict[tuple[int, str, str], float] = {}  # (code, from, to) -> a TransData's us
         self.infos: dict[tuple[str, str | None], OpInfo | None] = {}  # (op, domain) -> op-info row (no modes)
@@ -726,8 +727,8 @@ class AscendCostModel(CostModel):
                             half.add(tid)
                     cx.engines[id(node)] = eng
                     if conv_i or cross_i:
-                        e = (*e[:7], tuple((ins[i], have, want) for i, have, want in conv_i),
-                             tuple((ins[i], src, c16) for i, src, c16 in cross_i))
+                        e = (*e[:7], tuple([(ins[i], have, want) for i, have, want in conv_i]),
+                             tuple([(ins[i], src, c16) for i, src, c16 in cross_i]))
                     return e
         sig = None
         if info is not None and info.cost != "control":
@@ -822,7 +823,9 @@ class AscendCostModel(CostModel):
         e = (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
         if tkey is not None:
             out_w = tuple((fmt[id(t)], id(t) in half) for t in outs)
-            cx.templates[tkey] = ((*e[:7], (), ()), out_w, conv_i, cross_i, eng)
+            te = (*e[:7], (), ())
+            cx.templates[tkey] = (te, out_w, conv_i, cross_i, eng)
+            cx.template_entries.add(id(te))
         return e
 
     #: False: no node templates (every node priced through its signature or the general way)
@@ -1282,7 +1285,8 @@ class AscendCostModel(CostModel):
         Constant = gs.Constant
         no_cons: list = []
         keep_notes = cx.keep_nodes
-        solo: dict[int, tuple] = {}  # id of a walk entry -> the figures of a group of one with it
+        solo: dict[int, tuple] = {}  # id of a template's walk entry -> the figures of a group of one with it
+        shared = cx.template_entries
         for it in items:
             # an AI Core kernel whose memory traffic the fusion model may re-price? (its figure read now)
             if not it.kernel or it.fused or not it.us > 0.0:
@@ -1339,22 +1343,23 @@ class AscendCostModel(CostModel):
             # the group's figures summed left to right from 0, as sum() adds them
             solo_key = None
             if len(group) == 1:
-                # a kernel of its own whose walk entry is another's (a template's) and which reads and
-                # writes no graph input or output: the figures that node got (the same tensors' codes,
-                # formats and constness: the same sums in the same order)
-                for t in it.node.outputs:
-                    if id(t) in graph_io:
-                        break
-                else:
-                    for t in it.node.inputs:
+                if id(it.e) in shared:
+                    # a kernel of its own whose walk entry is a template's, and which reads and writes no
+                    # graph input or output: the figures another such node got (the same tensors' codes,
+                    # formats and constness: the same sums in the same order)
+                    for t in it.node.outputs:
                         if id(t) in graph_io:
                             break
                     else:
-                        solo_key = id(it.e)
-                        hit = solo.get(solo_key)
-                        if hit is not None:
-                            it.cube, it.vector, it.memory, it.us, it.bound = hit
-                            continue
+                        for t in it.node.inputs:
+                            if id(t) in graph_io:
+                                break
+                        else:
+                            solo_key = id(it.e)
+                            hit = solo.get(solo_key)
+                            if hit is not None:
+                                it.cube, it.vector, it.memory, it.us, it.bound = hit
+                                continue
                 internal = ()
                 mem, cube, vector = 0 + it.memory, 0 + it.cube, 0 + it.vector
             else:

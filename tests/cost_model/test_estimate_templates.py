@@ -128,22 +128,22 @@ def test_incremental_updates_with_templates_equal_a_fresh_estimate():
 
 
 def test_kernels_of_one_template_alone_in_their_group_and_a_graph_output(monkeypatch):
-    # three Sigmoids of one template, each a kernel of its own (c has three readers): the first and
-    # third write a tensor a Transpose reads, the second a graph output (no L2 saving on it): the
-    # third takes the first one's fused figures, the second must not
+    # four Sigmoids of one template, each a kernel of its own (c has four readers): the first makes
+    # the template; the second writes a graph output (no L2 saving on it) and must keep its own
+    # figures; the third and fourth write a tensor a Transpose reads: the fourth takes the third's
     inits = {"w": np.ones((16, 16, 1, 1), np.float16)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
              helper.make_node("Sigmoid", ["c"], ["s1"]), helper.make_node("Sigmoid", ["c"], ["s0"]),
-             helper.make_node("Sigmoid", ["c"], ["s2"]),
-             helper.make_node("Transpose", ["s1"], ["t1"], perm=[0, 2, 3, 1]),
-             helper.make_node("Transpose", ["s2"], ["t2"], perm=[0, 2, 3, 1])]
+             helper.make_node("Sigmoid", ["c"], ["s2"]), helper.make_node("Sigmoid", ["c"], ["s3"])]
+    nodes += [helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], perm=[0, 2, 3, 1]) for k in (1, 2, 3)]
     shape = [1, 8, 8, 16]
     graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])},
-                               {"s0": (F16, [1, 16, 8, 8]), "t1": (F16, shape), "t2": (F16, shape)}, inits)).graph
+                               {"s0": (F16, [1, 16, 8, 8]), **{f"t{k}": (F16, shape) for k in (1, 2, 3)}},
+                               inits)).graph
     model = AscendCostModel()
-    _, report = model.placement(graph, fusion=True)
-    us = {r["name"] or r["op"]: r for r in report.nodes}
+    _, report = model.placement(graph)
     sig = [r for r in report.nodes if r["op"] == "Sigmoid"]
-    assert len(sig) == 3 and sig[0]["memory_us"] == sig[2]["memory_us"] != sig[1]["memory_us"], us
+    assert len(sig) == 4
+    assert sig[0]["memory_us"] == sig[2]["memory_us"] == sig[3]["memory_us"] != sig[1]["memory_us"], sig
     _check(monkeypatch, model, graph)
     assert _templates(model, graph) > 0
