@@ -285,9 +285,9 @@ def _op_label(node: gs.Node) -> str:
     return node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
 
 
-def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
-    """The :class:`_Item` of a node's walk entry (see ``_step``); ``records`` is not read (the
-    record dict is made by ``_contributions``)."""
+def _item_of(node: gs.Node, e: tuple) -> "_Item":
+    """The :class:`_Item` of a node's walk entry (see ``_step``; the record dict, when records are
+    kept, is made from its fields by ``_contributions``)."""
     info, engine, compute16, in_fmts, out_fmts, host, r, _, _ = e
     it = _Item()
     it.e = e
