@@ -62,6 +62,8 @@ from graphpass.ir.shapes import dim_hint, given_shapes
 __all__ = ["AscendCostModel", "Fractal", "groups_per_fractal", "cube_cycles_conv", "cube_cycles_matmul", "vector_cycles", "padded_numel"]
 
 _PLAIN = {"ND", "NCHW"}  # same bytes in the same order: converting between them is free
+_Constant = gs.Constant
+_META = A._KEY  # where a node's or tensor's annotations live (A.stored_meta, inline in the hot loop)
 _F32 = np.dtype("float32")
 _DTYPES: dict[Any, np.dtype] = {}  # a gs dtype (numpy type, dtype or ONNX enum) -> its np.dtype
 _NAMES: dict[np.dtype, str] = {}
@@ -167,17 +169,18 @@ _KERNEL_COSTS = frozenset({"cube", "vector", "datamove", "gather", "transdata"})
 
 
 class _Item:
-    """One node of a graph and its cost record, as :meth:`AscendCostModel._fuse` sees it."""
+    """One node of a graph and its cost record, as :meth:`AscendCostModel._fuse` sees it: the
+    record's figures as fields (``us``, ``bound``, ``cube``, ``vector``, ``memory``, ``launch``,
+    ``note``; the report's record dict is made from them, when records are kept, by
+    :meth:`AscendCostModel._contributions`). ``kernel``: an AI Core kernel whose memory traffic
+    the fusion model re-prices (its figure above 0 when made); ``elt``: an elementwise op but for
+    its figure (:meth:`eltwise` adds that, as it reads it); ``fused``: taken in by a group."""
 
-    __slots__ = ("node", "rec", "info", "engine", "c16", "in_fmts", "out_fmts", "host")
-
-    def __init__(self, node, rec, info, engine, c16=False, in_fmts=(), out_fmts=(), host=False):
-        self.node, self.rec, self.info, self.engine = node, rec, info, engine
-        self.c16, self.in_fmts, self.out_fmts, self.host = c16, in_fmts, out_fmts, host
+    __slots__ = ("node", "e", "info", "engine", "c16", "in_fmts", "out_fmts", "host", "us", "bound", "cube", "vector",
+                 "memory", "launch", "note", "kernel", "elt", "fused")
 
     def eltwise(self) -> bool:
-        return (self.engine == "AICORE" and self.info is not None and self.info.cost == "vector"
-                and self.info.layout == "agnostic" and self.node.op not in ("Concat", "Split") and self.rec["us"] > 0.0)
+        return self.elt and self.us > 0.0
 
 
 #: graphpass's attention device ops (two MatMuls on the Cube, the softmax on the Vector unit)
@@ -229,6 +232,10 @@ class _Ctx:
         self.codes: dict[tuple, int] = {}  # (shape, dtype, is a gs.Constant) -> its code
         self.tcode: dict[int, int] = {}  # tensor id -> code (-1: irregular, priced the general way)
         self.sigs: dict[tuple, _Sig] = {}
+        # node templates (see AscendCostModel._template_key): a whole walk entry per signature and
+        # state of the inputs (keyed by content, kept by the incremental estimate as the memo is)
+        self.templates: dict[tuple, tuple] = {}
+        self.template_entries: set[int] = set()  # ids of the templates' walk entries (kept alive by them)
         self.bytes_of: dict[tuple[int, str, bool], int] = {}  # (code, format, computed in fp16) -> bytes
         self.transdata: dict[tuple[int, str, str], float] = {}  # (code, from, to) -> a TransData's us
         self.infos: dict[tuple[str, str | None], OpInfo | None] = {}  # (op, domain) -> op-info row (no modes)
@@ -278,27 +285,23 @@ def _op_label(node: gs.Node) -> str:
     return node.op if node.domain in (None, "", "ai.onnx") else f"{node.domain}::{node.op}"
 
 
-def _item_of(node: gs.Node, e: tuple, records: bool = True) -> "_Item":
-    """The :class:`_Item` (a fresh record dict) of a node's walk entry (see ``_step``);
-    ``records=False``: only the fields the fusion reads (no name, engine, formats)."""
+def _item_of(node: gs.Node, e: tuple) -> "_Item":
+    """The :class:`_Item` of a node's walk entry (see ``_step``; the record dict, when records are
+    kept, is made from its fields by ``_contributions``)."""
     info, engine, compute16, in_fmts, out_fmts, host, r, _, _ = e
-    if engine == "compile-time":
-        if records:
-            rec = {"name": node.name, "op": _op_label(node), "engine": "compile-time", "formats_in": [], "formats_out": [],
-                   "us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-                   "note": r[6]}
-        else:
-            rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-                   "note": r[6], "op": _op_label(node)}
-        return _Item(node, rec, info, "compile-time")
-    if records:
-        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-               "note": r[6], "name": node.name, "op": _op_label(node), "engine": engine, "formats_in": list(in_fmts),
-               "formats_out": list(out_fmts)}
+    it = _Item()
+    it.e = e
+    it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16, in_fmts,
+                                                                             out_fmts, host)
+    it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
+    it.fused = False
+    if engine == "AICORE" and info is not None:
+        cost = info.cost
+        it.kernel = cost in _KERNEL_COSTS and r[0] > 0.0 and not host
+        it.elt = cost == "vector" and info.layout == "agnostic" and node.op not in ("Concat", "Split")
     else:
-        rec = {"us": r[0], "bound": r[1], "cube_us": r[2], "vector_us": r[3], "memory_us": r[4], "launch_us": r[5],
-               "note": r[6], "op": _op_label(node)}
-    return _Item(node, rec, info, engine, compute16, in_fmts, out_fmts, host)
+        it.kernel = it.elt = False
+    return it
 
 
 class _Walk:
@@ -554,12 +557,16 @@ class AscendCostModel(CostModel):
         seen_cross: set[tuple[int, str]] = set()
         items: list[_Item] = []
         capture = cx.capture if top else None
-        keep = cx.keep_nodes
+        step = self._step
         for node in graph.nodes:
-            e = self._step(node, w, cx)
-            info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross = e
+            e = step(node, w, cx)
             if capture is not None:
                 capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
+            items.append(_item_of(node, e))
+            conv, cross = e[7], e[8]
+            if not conv and not cross:
+                continue
+            engine = e[1]
             for t, have, want in conv:
                 key = (id(t), want)
                 if key not in seen_conv:
@@ -572,7 +579,6 @@ class AscendCostModel(CostModel):
                 if key2 not in seen_cross:
                     seen_cross.add(key2)
                     self._cross(t, src, engine, cx, c16)
-            items.append(_item_of(node, e, keep))
         if cx.fusion:
             groups = self._fuse(items, graph, cx, w.const)
             if capture is not None:
@@ -599,24 +605,40 @@ class AscendCostModel(CostModel):
         """Each costed node's final figure (after fusion and ``[op_scale]``), in node order; the
         report's per-engine/per-op sums and per-node records."""
         scale = self.profile.op_scale
+        keep, costs_out = cx.keep_nodes, cx.costs_out
+        per_engine, per_op = cx.per_engine, cx.per_op
         out = []
         for it in items:
-            rec = it.rec
-            if scale and rec["us"] and it.node.op in scale:  # measured per-op-type correction (graphpass calibrate)
-                rec["us"] *= scale[it.node.op]
-                rec["note"] = (rec["note"] + f"; x{scale[it.node.op]:.3g} (op_scale)").strip("; ")
-            if cx.keep_nodes:
+            node = it.node
+            op = node.op
+            dom = node.domain
+            label = op if dom is None or dom == "" or dom == "ai.onnx" else f"{dom}::{op}"  # (_op_label)
+            if scale and it.us and op in scale:  # measured per-op-type correction (graphpass calibrate)
+                it.us *= scale[op]
+                it.note = (it.note + f"; x{scale[op]:.3g} (op_scale)").strip("; ")
+            us = it.us
+            engine = it.engine
+            if keep:
+                if engine == "compile-time":
+                    rec = {"name": node.name, "op": label, "engine": "compile-time", "formats_in": [],
+                           "formats_out": [], "us": us, "bound": it.bound, "cube_us": it.cube, "vector_us": it.vector,
+                           "memory_us": it.memory, "launch_us": it.launch, "note": it.note}
+                else:
+                    rec = {"us": us, "bound": it.bound, "cube_us": it.cube, "vector_us": it.vector,
+                           "memory_us": it.memory, "launch_us": it.launch, "note": it.note, "name": node.name,
+                           "op": label, "engine": engine, "formats_in": list(it.in_fmts),
+                           "formats_out": list(it.out_fmts)}
                 cx.nodes.append(rec)
-            if it.engine == "compile-time":
+            if engine == "compile-time":
                 continue
-            if cx.costs_out is not None and it.node.outputs:
-                cx.costs_out[it.node.outputs[0].name] = rec["us"]
-            cx.per_engine[it.engine] += rec["us"]
-            cx.per_op[rec["op"]] += rec["us"]
+            if costs_out is not None and node.outputs:
+                costs_out[node.outputs[0].name] = us
+            per_engine[engine] += us
+            per_op[label] += us
             if it.info is not None and it.info.cost == "transdata":
                 cx.explicit_transdata += 1
-                cx.transdata_us.append(rec["us"])
-            out.append(rec["us"])
+                cx.transdata_us.append(us)
+            out.append(us)
         return out
 
     def _step(self, node: gs.Node, w: "_Walk", cx: _Ctx) -> tuple:
@@ -644,7 +666,7 @@ class AscendCostModel(CostModel):
             cx.unknown.setdefault(_op_label(node), None)
         ins = node.inputs
         first = ins[0] if ins else None
-        if (first is not None and first.name and not isinstance(first, gs.Constant) and id(first) not in const
+        if (first is not None and first.name and not isinstance(first, _Constant) and id(first) not in const
                 and op not in ("Shape", "Size", "Constant")):
             pass  # a runtime first input: not folded (the common case of _folded_by_ge, inline)
         else:
@@ -653,17 +675,26 @@ class AscendCostModel(CostModel):
                 const.update(id(t) for t in node.outputs)
                 self._fold_value(node, cx)
                 return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
+        outs = node.outputs
         outs_static = True
-        for t in node.outputs:
-            if t.name and not _static_dims(t.shape):
-                outs_static = False
-                break
+        for t in outs:  # (_static_dims, inline)
+            if t.name:
+                shape = t.shape
+                if shape is None:
+                    outs_static = False
+                    break
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        outs_static = False
+                        break
+                if not outs_static:
+                    break
         if not outs_static:
             self._static_shapes(node, cx)
         # host-scheduled region: data-dependent output shape upstream
         upstream = None
         if region_of:  # most graphs have no dynamic region: skip the lookup entirely
-            for t in node.inputs:
+            for t in ins:
                 upstream = region_of.get(id(t))
                 if upstream is not None:
                     break
@@ -676,9 +707,29 @@ class AscendCostModel(CostModel):
                 cx.dynamic_regions.append(region)
         if region is not None:
             region["nodes"] += 1
-            for t in node.outputs:
+            for t in outs:
                 region_of[id(t)] = region
                 w.dynamic.add(id(t))
+        tkey = None
+        meta = node.__dict__.get(_META)
+        if region is None and outs_static and info is not None and info.cost != "control" and self._templates:
+            tkey = self._template_key(node, w, cx, meta.get(A.ENGINE) if meta else None)
+            if tkey is not None:
+                tmpl = cx.templates.get(tkey)
+                if tmpl is not None:  # a node of this signature and input state was walked before
+                    e, out_w, conv_i, cross_i, eng = tmpl
+                    engine = e[1]
+                    for t, (f, h) in zip(outs, out_w):
+                        tid = id(t)
+                        fmt[tid] = f
+                        engine_of[tid] = engine
+                        if h:
+                            half.add(tid)
+                    cx.engines[id(node)] = eng
+                    if conv_i or cross_i:
+                        e = (*e[:7], tuple([(ins[i], have, want) for i, have, want in conv_i]),
+                             tuple([(ins[i], src, c16) for i, src, c16 in cross_i]))
+                    return e
         sig = None
         if info is not None and info.cost != "control":
             sig, first_fmt, folded = self._signature(node, info, w, cx, outs_static)
@@ -690,58 +741,72 @@ class AscendCostModel(CostModel):
         if engine_t is None or engine_t is _PER_NODE:
             if engine_t is None:  # the first node of its signature
                 sig.engine = _PER_NODE if load_op_limits().reads_values(node) else self._engine(node, info, cx)
-            engine_t = sig.engine if sig.engine is not _PER_NODE else self._engine(node, info, cx)
+            if sig.engine is _PER_NODE:
+                engine_t = self._engine(node, info, cx)
+                tkey = None  # (its engine reads more than the signature)
+            else:
+                engine_t = sig.engine
         engine, compute16, eng_note = engine_t
-        meta = A.stored_meta(node)  # (A.get_engine, without the calls for a node of no annotation)
-        ann = meta.get(A.ENGINE) if meta else None
-        if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
-            # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
-            # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
-            compute16 = ann == "AICORE" and self._fp32_without_kernel(node, info)
-            eng_note = f"engine {ann} by annotation"
-            engine = ann
+        if meta:  # (the node's annotations, read above: A.get_engine without the calls for a node of none)
+            ann = meta.get(A.ENGINE)
+            if ann in ("AICORE", "AICPU", "HOST") and ann != engine:
+                # the annotation decides the engine, and with it the dtype the op computes in: AI CPU
+                # and the host keep the origin dtype; an AI Core kernel without fp32 computes in fp16
+                compute16 = ann == "AICORE" and self._fp32_without_kernel(node, info)
+                eng_note = f"engine {ann} by annotation"
+                engine = ann
         # formats: what the node takes and gives (per first input's format and inputs GE folds)
         fmts = sig.fmts
         if fmts is not None:
             fkey = (first_fmt, folded)
             f = fmts.get(fkey)
             if f is None:
-                ins, outs = self._formats(node, info, fmt, cx, const)
-                f = fmts[fkey] = (tuple(ins), tuple(outs))
+                fi, fo = self._formats(node, info, fmt, cx, const)
+                f = fmts[fkey] = (tuple(fi), tuple(fo))
             in_fmts, out_fmts = f
         else:
-            ins, outs = self._formats(node, info, fmt, cx, const)
-            in_fmts, out_fmts = tuple(ins), tuple(outs)
-        if engine != "AICORE":  # AI CPU kernels and the host read and write ND
+            fi, fo = self._formats(node, info, fmt, cx, const)
+            in_fmts, out_fmts = tuple(fi), tuple(fo)
+            tkey = None  # (its formats read more than the signature)
+        aicore = engine == "AICORE"
+        if not aicore:  # AI CPU kernels and the host read and write ND
             in_fmts, out_fmts = ("ND",) * len(in_fmts), ("ND",) * len(out_fmts)
-        reads_data = op not in ("Shape", "Size")  # these read only the shape
+        reads_data = op != "Shape" and op != "Size"  # these read only the shape
         # fp32 values computed in fp16 are stored in fp16: a cast is due only where a tensor
         # crosses between fp32 and fp16 storage (ATC converts whole regions, not single ops)
-        casts = engine == "AICORE" and info.cost not in ("view", "none", "control")
+        casts = aicore and info.cost not in ("view", "none", "control")
         cast_numel = 0
-        conv = cross = ()  # (tuples: most nodes have neither)
+        conv = cross = conv_i = cross_i = ()  # (tuples: most nodes have neither)
         n_in = len(in_fmts)
-        for i, t in enumerate(node.inputs):
-            tid = id(t)
-            if not t.name or isinstance(t, gs.Constant) or tid in const:
+        i = -1
+        for t in ins:
+            i += 1
+            if not t.name or isinstance(t, _Constant):
                 continue  # weights are converted at compile time: no runtime TransData
+            tid = id(t)
+            if tid in const:
+                continue
             have = fmt.get(tid)
             if have is None:
                 have = A.get_format(t) or "ND"
             want = in_fmts[i] if i < n_in else "ND"
-            if have != want and not (have in _PLAIN and want in _PLAIN) and reads_data:
+            if have != want and reads_data and not (have in _PLAIN and want in _PLAIN):
                 conv += ((t, have, want),)
+                conv_i += ((i, have, want),)
             # engine crossings
             src = engine_of.get(tid, "AICORE")
             if src != engine:
                 cross += ((t, src, compute16),)
-            if casts and t.dtype == _F32 and (tid in half) != compute16:
+                cross_i += ((i, src, compute16),)
+            if casts and (tid in half) != compute16 and t.dtype == _F32:
                 cast_numel += math.prod(cx.shapes[tid])
         n_out = len(out_fmts)
         to_half = casts and compute16
-        for i, t in enumerate(node.outputs):
+        i = -1
+        for t in outs:
+            i += 1
             tid = id(t)
-            meta = A.stored_meta(t)  # (A.get_format)
+            meta = t.__dict__.get(_META)  # (A.get_format)
             fmt[tid] = (meta.get(A.FORMAT) if meta else None) or (out_fmts[i] if i < n_out else "ND")
             engine_of[tid] = engine
             if to_half and t.dtype == _F32:
@@ -754,8 +819,79 @@ class AscendCostModel(CostModel):
             rec_t = sig.memo[key] = tuple(rec[k] for k in _REC_KEYS)
         if eng_note:
             rec_t = (*rec_t[:6], (eng_note + "; " + rec_t[6]).strip("; "))
-        cx.engines[id(node)] = (engine, rec_t[6] if engine != "AICORE" else "")
-        return (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
+        eng = cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
+        e = (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
+        if tkey is not None:
+            out_w = tuple((fmt[id(t)], id(t) in half) for t in outs)
+            te = (*e[:7], (), ())
+            cx.templates[tkey] = (te, out_w, conv_i, cross_i, eng)
+            cx.template_entries.add(id(te))
+        return e
+
+    #: False: no node templates (every node priced through its signature or the general way)
+    _templates = True
+
+    def _template_key(self, node: gs.Node, w: "_Walk", cx: _Ctx, ann: Any) -> tuple | None:
+        """The key of a node's template: its signature (:meth:`_signature`: op, domain, cost
+        attributes, each input's and output's code) with the walk state of each runtime input
+        (storage format, producer's engine, stored as fp16, folded by GE), the node's engine
+        annotation ``ann`` and each output's format annotation (what :meth:`_step` reads of the
+        annotations). Two nodes of one key get
+        the same walk entry from :meth:`_step` but for their tensors (the demands are kept by input
+        position) and write the same state for their outputs. None (priced through the signature
+        or the general way) for a node with an omitted input or an unnamed output, an input whose
+        format the walk has not set, or a tensor the signature would not code (read like
+        :meth:`_signature` reads it, in the same order: the same codes). Called only for a node
+        with static output shapes, outside host-scheduled regions."""
+        tcode = cx.tcode
+        a = node.attrs
+        key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
+               if a and not _COST_ATTRS.isdisjoint(a) else (), ann]
+        append = key.append
+        fmt, engine_of, half, const = w.fmt, w.engine_of, w.half, w.const
+        for t in node.inputs:
+            if not t.name:
+                return None
+            tid = id(t)
+            c = tcode.get(tid)
+            if c is None:
+                c = self._tcode(t, cx)
+            if c < 0:
+                return None
+            if isinstance(t, _Constant):
+                append(c)
+            else:
+                f = fmt.get(tid)
+                if not f:
+                    return None
+                append((c, f, engine_of.get(tid, "AICORE"), tid in half, tid in const))
+        append(-3)
+        shapes, codes = cx.shapes, cx.codes
+        for t in node.outputs:
+            tid = id(t)
+            if not t.name or isinstance(t, _Constant):
+                return None
+            meta = t.__dict__.get(_META)
+            append(meta.get(A.FORMAT) if meta else None)  # (the format annotation: the output's format)
+            c = tcode.get(tid)
+            if c is None:
+                if tid in shapes:
+                    return None  # (a shape the estimate fixed: _signature codes it)
+                # (_signature's static case, inline: the same code)
+                shape = shapes[tid] = tuple(t.shape)
+                desc = (shape, t.dtype, False)
+                try:
+                    c = codes.get(desc)
+                except TypeError:  # an unhashable dtype
+                    c = -1
+                else:
+                    if c is None:
+                        c = codes[desc] = len(codes)
+                tcode[tid] = c
+            if c < 0:
+                return None
+            append(c)
+        return tuple(key)
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
@@ -770,14 +906,17 @@ class AscendCostModel(CostModel):
         a = node.attrs
         key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
                if a and not _COST_ATTRS.isdisjoint(a) else ()]
+        append = key.append
         first_fmt = None
         folded = 0
         fmt, const = w.fmt, w.const
-        for i, t in enumerate(node.inputs):
+        i = -1
+        for t in node.inputs:
+            i += 1
             if not t.name:  # an omitted optional input
                 if t.dtype is not None or t.shape is not None:  # (read by the op limits: the general path)
                     return None, None, 0
-                key.append(-2)
+                append(-2)
                 continue
             tid = id(t)
             c = tcode.get(tid)
@@ -785,22 +924,37 @@ class AscendCostModel(CostModel):
                 c = self._tcode(t, cx)
             if c < 0:
                 return None, None, 0
-            key.append(c)
-            if not isinstance(t, gs.Constant):
+            append(c)
+            if not isinstance(t, _Constant):
                 if first_fmt is None:
                     first_fmt = fmt.get(tid) or A.get_format(t) or "ND"
                 if tid in const:
                     folded |= 1 << i
-        key.append(-3)
+        append(-3)
+        shapes, codes = cx.shapes, cx.codes
         for t in node.outputs:
-            c = tcode.get(id(t))
+            tid = id(t)
+            c = tcode.get(tid)
             if c is None:
-                # the outputs' shapes are read in their order, after the inputs', as the general
-                # path's memo key reads them (the first read of a symbolic dim writes its assumption)
-                c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
+                if outs_static and t.name and tid not in shapes and not isinstance(t, _Constant):
+                    # (_tcode's first static case, inline: a named output of static shape not read yet)
+                    shape = shapes[tid] = tuple(t.shape)
+                    desc = (shape, t.dtype, False)
+                    try:
+                        c = codes.get(desc)
+                    except TypeError:  # an unhashable dtype
+                        c = -1
+                    else:
+                        if c is None:
+                            c = codes[desc] = len(codes)
+                    tcode[tid] = c
+                else:
+                    # the outputs' shapes are read in their order, after the inputs', as the general
+                    # path's memo key reads them (the first read of a symbolic dim writes its assumption)
+                    c = self._tcode(t, cx, outs_static and bool(t.name), read=True)
             if c < 0:
                 return None, None, 0
-            key.append(c)
+            append(c)
         key = tuple(key)
         sig = cx.sigs.get(key)
         if sig is None:
@@ -1103,34 +1257,45 @@ class AscendCostModel(CostModel):
         if not items:
             return []
         if outside is None:
-            consumers: dict[int, list[_Item]] = defaultdict(list)
+            consumers: dict[int, list[_Item]] = {}
             for it in items:
                 for t in it.node.inputs:
                     if t.inputs:  # (only a node's output is asked for its readers)
-                        consumers[id(t)].append(it)
+                        lst = consumers.get(id(t))
+                        if lst is None:
+                            consumers[id(t)] = [it]
+                        else:
+                            lst.append(it)
             def readers(t: gs.Tensor, default: Any = None) -> Any:
                 return consumers.get(id(t), default)
+            readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
         else:
             readers = outside.readers
+            readers_of = None
         graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
         max_ops = p.ub_fusion_max_ops
-        fused: set[int] = set()
         efficiency = {"gather": p.gather_bw_efficiency, "transdata": p.transdata_bw_efficiency}
+        saves = {}  # cost class -> save_gm / its efficiency
         groups: list[list[_Item]] = []
         bytes_of = self._bytes
         shapes, tcode, bytes_c = cx.shapes, cx.tcode, cx.bytes_of
+        Constant = gs.Constant
+        no_cons: list = []
+        keep_notes = cx.keep_nodes
+        solo: dict[int, tuple] = {}  # id of a template's walk entry -> the figures of a group of one with it
+        shared = cx.template_entries
         for it in items:
-            info = it.info  # an AI Core kernel whose memory traffic the fusion model may re-price?
-            if (id(it) in fused or it.engine != "AICORE" or info is None or info.cost not in _KERNEL_COSTS
-                    or not it.rec.get("us", 0.0) > 0.0 or it.host):
+            # an AI Core kernel whose memory traffic the fusion model may re-price? (its figure read now)
+            if not it.kernel or it.fused or not it.us > 0.0:
                 continue
+            info = it.info
             group = [it]
             groups.append(group)
             # a fusion head: a Conv/MatMul/Gemm, a reduce, an elementwise op, a fixed-layout vector kernel
-            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or it.eltwise()
+            if (it.node.op in _FUSION_HEADS or info.layout == "reduce" or (it.elt and it.us > 0.0)
                     or (info.cost == "vector" and info.layout == "fixed")):
                 tail = it
                 while len(group) < max_ops:
@@ -1142,14 +1307,14 @@ class AscendCostModel(CostModel):
                     out = outs[0]
                     if id(out) in graph_io:
                         break
-                    cons = readers(out, [])
+                    cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
                     if len(cons) == 1:  # (_chain_step's first case, inline)
                         c = cons[0]
-                        if not c.eltwise() or id(c) in fused or c.host != tail.host:
+                        if not (c.elt and c.us > 0.0) or c.fused or c.host != tail.host:
                             break
                     else:
                         cons = self._chain_step(cons, out, readers)
-                        if not cons or any(id(c) in fused or c.host != tail.host for c in cons):
+                        if not cons or any(c.fused or c.host != tail.host for c in cons):
                             break
                     last = cons[-1].node.outputs[0]
                     if (shapes.get(id(out)) or self._shape(out, cx)) != (shapes.get(id(last)) or self._shape(last, cx)):
@@ -1174,28 +1339,47 @@ class AscendCostModel(CostModel):
                     tail = cons[-1]
                     group.extend(cons)
                     for c in cons:
-                        fused.add(id(c))
-            head = it.rec
+                        c.fused = True
             # the group's figures summed left to right from 0, as sum() adds them
+            solo_key = None
             if len(group) == 1:
+                if id(it.e) in shared:
+                    # a kernel of its own whose walk entry is a template's, and which reads and writes no
+                    # graph input or output: the figures another such node got (the same tensors' codes,
+                    # formats and constness: the same sums in the same order)
+                    for t in it.node.outputs:
+                        if id(t) in graph_io:
+                            break
+                    else:
+                        for t in it.node.inputs:
+                            if id(t) in graph_io:
+                                break
+                        else:
+                            solo_key = id(it.e)
+                            hit = solo.get(solo_key)
+                            if hit is not None:
+                                it.cube, it.vector, it.memory, it.us, it.bound = hit
+                                continue
                 internal = ()
-                mem, cube, vector = 0 + head["memory_us"], 0 + head["cube_us"], 0 + head["vector_us"]
+                mem, cube, vector = 0 + it.memory, 0 + it.cube, 0 + it.vector
             else:
                 internal = set()
                 mem = cube = vector = 0
                 last = group[-1]
                 for g in group:
-                    rec = g.rec
-                    mem = mem + rec["memory_us"]
-                    cube = cube + rec["cube_us"]
-                    vector = vector + rec["vector_us"]
+                    mem = mem + g.memory
+                    cube = cube + g.cube
+                    vector = vector + g.vector
                     if g is not last:
                         for t in g.node.outputs:
                             if t.name:
                                 internal.add(id(t))
             for g in group:
                 # a Transpose is not re-priced: its cost is short strided bursts (E), which L2 does not remove
-                save = save_gm / efficiency.get(g.info.cost, 1.0)
+                cost = g.info.cost
+                save = saves.get(cost)
+                if save is None:
+                    save = saves[cost] = save_gm / efficiency.get(cost, 1.0)
                 fmts, c16 = g.out_fmts, g.c16
                 n_fmts = len(fmts)
                 for i, t in enumerate(g.node.outputs):
@@ -1215,8 +1399,8 @@ class AscendCostModel(CostModel):
                 n_fmts = len(fmts)
                 for i, t in enumerate(g.node.inputs):
                     tid = id(t)
-                    if (not t.name or tid in const or tid in internal or tid in graph_io
-                            or isinstance(t, gs.Constant)):
+                    if (isinstance(t, Constant) or not t.name or tid in const or tid in internal
+                            or tid in graph_io):
                         continue
                     f = fmts[i] if i < n_fmts else "ND"
                     code = tcode.get(tid, -1)
@@ -1232,17 +1416,23 @@ class AscendCostModel(CostModel):
                 bound, top = "vector", vector
             if memory > top:
                 bound, top = "memory", memory
-            launch = head["launch_us"]
-            head["cube_us"] = cube
-            head["vector_us"] = vector
-            head["memory_us"] = memory
-            head["us"] = launch + top
-            head["bound"] = bound if top >= launch else ("host" if it.host else "launch")
+            launch = it.launch
+            it.cube = cube
+            it.vector = vector
+            it.memory = memory
+            it.us = launch + top
+            it.bound = bound if top >= launch else ("host" if it.host else "launch")
+            if solo_key is not None:
+                solo[solo_key] = (cube, vector, memory, it.us, it.bound)
             if len(group) > 1:
-                head["note"] = (head["note"] + "; UB fusion: " + " + ".join(g.rec["op"] for g in group)).strip("; ")
+                note = None
+                if keep_notes:  # (the notes are read by the per-node records only)
+                    it.note = (it.note + "; UB fusion: " + " + ".join(_op_label(g.node) for g in group)).strip("; ")
+                    note = f"fused into {it.node.name or _op_label(it.node)} (UB fusion)"
                 for g in group[1:]:
-                    g.rec.update(us=0.0, cube_us=0.0, vector_us=0.0, memory_us=0.0, launch_us=0.0, bound="fused",
-                                 note=(f"fused into {group[0].node.name or head['op']} (UB fusion)"))
+                    g.us = g.cube = g.vector = g.memory = g.launch = 0.0
+                    g.bound = "fused"
+                    g.note = note
         return groups
 
     @staticmethod
@@ -1250,15 +1440,25 @@ class AscendCostModel(CostModel):
         """The elementwise op(s) a fused kernel can take in after its output ``t``: the one reader
         of ``t``, or a Swish/SiLU diamond ``t -> Sigmoid -> Mul(t, .)`` (ATC's SwishFusionPass makes
         it one Swish op, which then UB-fuses). [] when neither."""
-        if len(cons) == 1:
-            return cons if cons[0].eltwise() else []
-        if len(cons) == 2:
-            if not (cons[0].eltwise() and cons[1].eltwise()):  # (both orders need both)
+        n = len(cons)
+        if n == 1:
+            c = cons[0]
+            return cons if c.elt and c.us > 0.0 else []
+        if n == 2:
+            a, b = cons
+            if not (a.elt and a.us > 0.0 and b.elt and b.us > 0.0):  # (eltwise(); both orders need both)
                 return []
-            for a, b in (cons, cons[::-1]):
-                outs = [o for o in a.node.outputs if o.name]
-                if len(outs) == 1 and readers(outs[0], None) == [b] and any(i is t for i in b.node.inputs):
-                    return [a, b]
+            for a, b in ((a, b), (b, a)):
+                outs = a.node.outputs
+                if len(outs) != 1 or not outs[0].name:
+                    outs = [o for o in outs if o.name]
+                    if len(outs) != 1:
+                        continue
+                r = readers(outs[0], None)
+                if r is not None and len(r) == 1 and r[0] is b:
+                    for i in b.node.inputs:
+                        if i is t:
+                            return [a, b]
         return []
 
     @staticmethod

@@ -136,7 +136,7 @@ class IncrementalEstimate:
         self.enabled = not cx.dynamic_regions and len(list(iter_graphs(graph))) == 1
         self._io = self._io_key(graph)
         self._order = list(map(id, graph.nodes))
-        self.us_of = {id(it.node): it.rec["us"] for it in cx.top_items if it.engine != "compile-time"}
+        self.us_of = {id(it.node): it.us for it in cx.top_items if it.engine != "compile-time"}
         # the fusion groups: node id -> the head's node id; head id -> the members' node ids
         self.head_of: dict[int, int] = {}
         self.groups: dict[int, tuple[int, ...]] = {}
@@ -659,7 +659,7 @@ class IncrementalEstimate:
         if it.engine == "compile-time":
             self._put(self.us_of, nid, _MISSING)
             return
-        us = it.rec["us"]
+        us = it.us
         scale = self.m.profile.op_scale
         if scale and us and it.node.op in scale:
             us *= scale[it.node.op]

@@ -1,0 +1,149 @@
+"""The estimate's node templates (AscendCostModel._template_key): a node whose signature and
+runtime inputs' walk state (format, producer's engine, fp16 storage, folded by GE) and whose
+engine and output format annotations match a node walked before takes that node's whole walk
+entry. That must give the very report the signature path alone, and the general path, give, to
+the bit (a repr of every per-node record, engine, crossing and implicit TransData)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import graphpass as gp
+from graphpass.cost_model import AscendCostModel
+from graphpass.ir import annotations as A
+from graphpass.testing import make_model
+
+from test_estimate_signature import _both, _dump  # noqa: E402
+
+EXPORTERS = Path(__file__).resolve().parents[1] / "data" / "exporters"
+F16 = TensorProto.FLOAT16
+
+
+def _templates(model: AscendCostModel, graph) -> int:
+    cx_out: list = []
+    model.placement_report(graph, {}, cx_out, {}, False, {})
+    return len(cx_out[0].templates)
+
+
+def _without_templates(monkeypatch, model, graph, **options) -> str:
+    with monkeypatch.context() as m:
+        m.setattr(AscendCostModel, "_templates", False)
+        return _dump(model, graph, **options)
+
+
+def _check(monkeypatch, model, graph, options=({}, {"precision_mode": "force_fp16"}, {"fusion": False})) -> None:
+    for opts in options:
+        fast, general = _both(monkeypatch, model, graph, **opts)
+        assert fast == general, opts
+        assert fast == _without_templates(monkeypatch, model, graph, **opts), opts
+
+
+@pytest.mark.parametrize("name", ["resnet18.torchscript", "mobilenet_v3_small.dynamo", "gpt2.torchscript",
+                                  "shufflenet_v2.torchscript", "llama_static.dynamo", "nms_detector.torchscript",
+                                  "vad_control_flow.torchscript"])
+def test_real_exports_get_the_same_report_with_templates(monkeypatch, name):
+    graph = gp.load(EXPORTERS / f"{name}.onnx").graph
+    model = AscendCostModel()
+    _check(monkeypatch, model, graph)
+    if name not in ("resnet18.torchscript", "mobilenet_v3_small.dynamo"):  # (a symbolic batch: no static outputs)
+        assert _templates(model, graph) > 0  # the templates were taken
+
+
+def test_optimized_graph_with_engine_and_format_annotations(monkeypatch):
+    # what the pipeline leaves: every node's engine annotated, formats on tensors; one annotation
+    # against the engine the signature gives, one output format set by hand
+    graph = gp.optimize(gp.load(EXPORTERS / "shufflenet_v2.torchscript.onnx", input_shapes={"x": [1, 3, 64, 64]})).model.graph
+    assert any(A.get_engine(n) for n in graph.nodes)
+    nodes = [n for n in graph.nodes if n.op != "Constant" and n.outputs and n.outputs[0].name]
+    A.set_engine(nodes[1], "AICPU")
+    A.set_format(nodes[2].outputs[0], "NC1HWC0")
+    model = AscendCostModel("ascend910b2")
+    _check(monkeypatch, model, graph)
+    assert _templates(model, graph) > 0
+
+
+def _twins(ann_engine=None, ann_format=None, second_input_folded=False):
+    """Two Relu -> Add chains of one shape: the second chain's nodes match the first's templates
+    unless an annotation or a folded input sets them apart."""
+    inits = {"w": np.ones((16, 16, 1, 1), np.float16), "k": np.ones((1, 16, 1, 1), np.float16)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Relu", ["c"], ["r0"]), helper.make_node("Add", ["r0", "k"], ["a0"]),
+             helper.make_node("Relu", ["a0"], ["r1"]), helper.make_node("Add", ["r1", "k2" if second_input_folded else "k"], ["a1"]),
+             helper.make_node("Transpose", ["a1"], ["t"], perm=[0, 2, 3, 1])]
+    if second_input_folded:
+        nodes.insert(0, helper.make_node("Identity", ["k"], ["k2"]))
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, {"t": (F16, [1, 8, 8, 16])}, inits)).graph
+    relu1 = next(n for n in graph.nodes if n.outputs[0].name == "r1")
+    if ann_engine:
+        A.set_engine(relu1, ann_engine)
+    if ann_format:
+        A.set_format(relu1.outputs[0], ann_format)
+    return graph
+
+
+@pytest.mark.parametrize("kw", [{}, {"ann_engine": "AICPU"}, {"ann_engine": "AICORE"}, {"ann_format": "ND"},
+                                {"ann_format": "NC1HWC0"}, {"second_input_folded": True}])
+def test_annotations_and_walk_state_set_templates_apart(monkeypatch, kw):
+    graph = _twins(**kw)
+    model = AscendCostModel()
+    _check(monkeypatch, model, graph)
+    assert _templates(model, graph) > 0
+    if not kw:  # the second chain took the first one's templates: fewer templates than nodes walked
+        assert _templates(model, graph) < len(graph.nodes) - 1
+
+
+def test_demands_are_rebuilt_with_the_nodes_own_tensors(monkeypatch):
+    # two Transposes of one signature read a 5HD tensor: each one's implicit TransData names its own input
+    inits = {"w": np.ones((16, 16, 1, 1), np.float16)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c0"]), helper.make_node("Conv", ["x", "w"], ["c1"]),
+             helper.make_node("Transpose", ["c0"], ["t0"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["c1"], ["t1"], perm=[0, 2, 3, 1])]
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, {"t0": (F16, [1, 8, 8, 16]),
+                                                                  "t1": (F16, [1, 8, 8, 16])}, inits)).graph
+    model = AscendCostModel()
+    _, report = model.placement(graph)
+    implicit = {i["tensor"]: i for i in report.transdata["implicit_list"]}
+    assert implicit["c0"]["reason"].startswith("Transpose") and implicit["c1"]["reason"].startswith("Transpose")
+    _check(monkeypatch, model, graph)
+    assert _templates(model, graph) > 0
+
+
+def test_incremental_updates_with_templates_equal_a_fresh_estimate():
+    # the incremental estimate keeps the templates (keyed by content) across updates
+    from graphpass.cost_model.incremental import IncrementalEstimate
+
+    graph = _twins()
+    model = AscendCostModel()
+    inc = IncrementalEstimate(model, graph, full_fraction=None)
+    relu1 = next(n for n in graph.nodes if n.outputs[0].name == "r1")
+    A.set_engine(relu1, "AICPU")
+    report = inc.update(graph, [relu1], [])
+    assert report.total_us == model.estimate(graph).total_us
+    inc.commit()
+    A.set_engine(relu1, "AICORE")
+    report = inc.update(graph, [relu1], [])
+    assert report.total_us == model.estimate(graph).total_us
+
+
+def test_kernels_of_one_template_alone_in_their_group_and_a_graph_output(monkeypatch):
+    # four Sigmoids of one template, each a kernel of its own (c has four readers): the first makes
+    # the template; the second writes a graph output (no L2 saving on it) and must keep its own
+    # figures; the third and fourth write a tensor a Transpose reads: the fourth takes the third's
+    inits = {"w": np.ones((16, 16, 1, 1), np.float16)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Sigmoid", ["c"], ["s1"]), helper.make_node("Sigmoid", ["c"], ["s0"]),
+             helper.make_node("Sigmoid", ["c"], ["s2"]), helper.make_node("Sigmoid", ["c"], ["s3"])]
+    nodes += [helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], perm=[0, 2, 3, 1]) for k in (1, 2, 3)]
+    shape = [1, 8, 8, 16]
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])},
+                               {"s0": (F16, [1, 16, 8, 8]), **{f"t{k}": (F16, shape) for k in (1, 2, 3)}},
+                               inits)).graph
+    model = AscendCostModel()
+    _, report = model.placement(graph)
+    sig = [r for r in report.nodes if r["op"] == "Sigmoid"]
+    assert len(sig) == 4
+    assert sig[0]["memory_us"] == sig[2]["memory_us"] == sig[3]["memory_us"] != sig[1]["memory_us"], sig
+    _check(monkeypatch, model, graph)
+    assert _templates(model, graph) > 0
