@@ -431,15 +431,19 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     src, dst = model.graph, light.graph
     dst.name = src.name
-    for n in src.node:
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
-            copy = dst.node.add()
-            copy.CopyFrom(n)  # subgraph bodies: their declared value_info is dropped too
-            for a in copy.attribute:
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    _drop_inferable_value_info(g)
-        else:
-            dst.node.append(n)
+    with_bodies = [k for k, n in enumerate(src.node)
+                   if len(n.attribute) and any(a.type == _GRAPH or a.type == _GRAPHS for a in n.attribute)]
+    nodes = src.node
+    start = 0
+    for k in with_bodies:  # the nodes between bodies copied in one call each (most models: all of them)
+        dst.node.extend(nodes[start:k])
+        copy = dst.node.add()
+        copy.CopyFrom(nodes[k])  # subgraph bodies: their declared value_info is dropped too
+        for a in copy.attribute:
+            for g in ([a.g] if a.type == _GRAPH else list(a.graphs)):
+                _drop_inferable_value_info(g)
+        start = k + 1
+    dst.node.extend(nodes[start:] if start else nodes)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
     if len(src.value_info):  # most files declare none: no walk of the nodes for their outputs
@@ -447,13 +451,37 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
     dst.sparse_initializer.extend(src.sparse_initializer)
     inputs = {i.name for i in src.input}
+    external = onnx.TensorProto.EXTERNAL
+    small = []
     for t in src.initializer:
-        if _numel(t) * _itemsize(t) > 1024 or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+        elem = t.data_type
+        size = _ITEMSIZES.get(elem)
+        if size is None:
+            size = _ITEMSIZES[elem] = _itemsize(t)
+        if _numel(t) * size > 1024 or t.data_location == external:
             if t.name not in inputs:
-                dst.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+                _add_tensor_value_info(dst.input, t.name, elem, t.dims)
         else:
-            dst.initializer.append(t)
+            small.append(t)
+    dst.initializer.extend(small)
     return light
+
+
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+_ITEMSIZES: dict[int, int] = {}  # ONNX element type -> _itemsize of a tensor of it
+
+
+def _add_tensor_value_info(field, name: str, elem_type: int, dims) -> None:
+    """``field.append(onnx.helper.make_tensor_value_info(name, elem_type, list(dims)))`` for
+    integer ``dims``, written in place (the same message)."""
+    vi = field.add()
+    vi.name = name
+    tt = vi.type.tensor_type
+    tt.elem_type = elem_type
+    tt.shape.SetInParent()  # an empty shape is written (a scalar), as make_tensor_value_info does
+    shape = tt.shape.dim
+    for d in dims:
+        shape.add().dim_value = d
 
 
 def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
