@@ -36,6 +36,7 @@ _A = onnx.AttributeProto
 _SIMPLE = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR, _A.GRAPH, _A.FLOATS, _A.INTS, _A.STRINGS})
 
 _Variable = gs.Variable
+_Node = gs.Node
 _new_object = object.__new__
 _new_list = list.__new__
 _list_extend = list.extend
@@ -204,13 +205,29 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
             else:
                 t = _variable("")
         outputs.append(t)
-    n = object.__new__(gs.Node)
+    n = _new_object(_Node)
     d = n.__dict__
     d["op"] = proto.op_type
     d["name"] = proto.name
     d["attrs"] = attrs
-    d["inputs"] = _filled_list(n, "outputs", inputs)
-    d["outputs"] = _filled_list(n, "inputs", outputs)
+    if misc.SynchronizedList is SyncList:  # _filled_list's lean case, written inline (two a node)
+        lst = _new_list(SyncList)
+        lst.parent_obj = n
+        lst.field_name = "outputs"
+        _list_extend(lst, inputs)
+        for t in inputs:
+            _list_append(t.outputs, n)
+        d["inputs"] = lst
+        lst = _new_list(SyncList)
+        lst.parent_obj = n
+        lst.field_name = "inputs"
+        _list_extend(lst, outputs)
+        for t in outputs:
+            _list_append(t.inputs, n)
+        d["outputs"] = lst
+    else:
+        d["inputs"] = _filled_list(n, "outputs", inputs)
+        d["outputs"] = _filled_list(n, "inputs", outputs)
     d["domain"] = proto.domain if proto.HasField("domain") else None
     return n
 
@@ -253,9 +270,27 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
             t = local[vi.name] = _value_info(vi)
         outputs.append(t)
     nodes = [_node(n, outer, local, opset, import_domains) for n in graph.node]
-    return gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
-                    producer_name=producer_name, producer_version=producer_version, opset=opset,
-                    import_domains=import_domains, functions=functions or [], ir_version=ir_version)
+    return _graph(nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
+                  producer_name=producer_name, producer_version=producer_version, opset=opset,
+                  import_domains=import_domains, functions=functions or [], ir_version=ir_version)
+
+
+def _graph(nodes: list, **fields) -> gs.Graph:
+    """``gs.Graph(nodes=nodes, **fields)``. gs's ``__init__`` gives every body in the graph the
+    graph's list of functions (``_merge_subgraph_functions``) through a generator per node; here
+    the graph is made without nodes and the bodies, found on the few nodes that hold one, get
+    the list after: the same when no body has functions of its own (a body imported here has
+    none; else gs's ``__init__`` does it all)."""
+    holders = [n for n in nodes if n.attrs and any(isinstance(v, gs.Graph) for v in n.attrs.values())]
+    if any(sub.functions for n in holders for sub in n.subgraphs(recursive=True)):
+        return gs.Graph(nodes=nodes, **fields)
+    graph = gs.Graph(nodes=[], **fields)
+    graph.nodes = nodes
+    shared = graph.functions
+    for n in holders:
+        for sub in n.subgraphs(recursive=True):
+            sub._functions = shared
+    return graph
 
 
 def import_onnx(model: onnx.ModelProto) -> gs.Graph:

@@ -48,7 +48,7 @@ from graphpass.ir.external import (
     _read_on_disk,
 )
 from graphpass.ir.files import atomic_output, check_output_path, read_regular_file
-from graphpass.ir.graph import graph_protos, iter_graphs, subgraph_pairs, toposort
+from graphpass.ir.graph import graph_protos, has_subgraph, iter_graphs, subgraph_pairs, toposort
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
@@ -379,11 +379,13 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
-    declared = {vi.name for g in graph_protos(model.graph) for vi in g.value_info}
+    graphs = list(graph_protos(model.graph))  # nothing below adds or removes a body
+    declared = {vi.name for g in graphs for vi in g.value_info}
     if input_shapes or dims:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
         model = model2
+        graphs = list(graph_protos(model.graph))
         given = _apply_input_shapes(model, input_shapes, dims)
     if shape_inference:
         inferred = infer_shapes(model)
@@ -391,10 +393,10 @@ def from_proto(
             _copy_value_info(inferred.graph, model.graph)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
-        return _build(model, defaults, declared, given if (input_shapes or dims) else None)
+        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs)
 
 
-def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) -> gs.Graph:
+def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None) -> gs.Graph:
     try:
         graph = fast_import.import_onnx(model)
     except Exception as e:
@@ -402,7 +404,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) ->
     annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
-    _remember_types(model.graph, graph)
+    _remember_types(model.graph, graph, graphs)
     _remember_raw_attrs(model.graph, graph)
     Model(
         graph,
@@ -491,14 +493,15 @@ def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None) -> None
             g.value_info.extend(keep)
 
 
-def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
+def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph, graphs: list | None = None) -> None:
     """Keep the TypeProto of every non-tensor value (sequence, optional, map, ...) on its gs tensor.
 
     gs cannot export optional/map/opaque types and flattens nested sequence types; the
     exporter puts these types back from what is kept here (see :func:`_restore_types`).
+    ``graphs``: ``list(graph_protos(graph_proto))`` when the caller has it.
     """
     types: dict[str, onnx.TypeProto] = {}
-    for g in graph_protos(graph_proto):
+    for g in graphs if graphs is not None else graph_protos(graph_proto):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 types[vi.name] = vi.type
@@ -526,19 +529,39 @@ def _node_pairs(graph_proto: onnx.GraphProto, graph: gs.Graph):
 
 
 def _remember_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
-    """Keep attributes gs cannot represent (TYPE_PROTO, e.g. Optional's ``type``) on the node."""
-    for proto_node, node in _node_pairs(graph_proto, graph):
-        raw = [a for a in proto_node.attribute if a.type in _RAW_ATTR_TYPES]
+    """Keep attributes gs cannot represent (TYPE_PROTO, e.g. Optional's ``type``) on the node.
+    (:func:`_node_pairs`' walk, written out: a node without attributes holds neither such an
+    attribute nor a body, and is passed over.)"""
+    for proto_node, node in zip(graph_proto.node, graph.nodes):
+        attrs = proto_node.attribute
+        if not len(attrs):
+            continue
+        raw = [a for a in attrs if a.type in _RAW_ATTR_TYPES]
         if raw:
             node.__dict__[_RAW_ATTRS_KEY] = raw
+        for gp, g in subgraph_pairs(proto_node, node):
+            _remember_raw_attrs(gp, g)
 
 
 def _restore_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
-    for proto_node, node in _node_pairs(graph_proto, graph):
+    """Put the kept attributes back on the exported nodes (:func:`_node_pairs`' walk, written
+    out: only the nodes that kept some or hold a body are looked up in the proto)."""
+    protos = graph_proto.node
+    count = len(protos)
+    for i, node in enumerate(graph.nodes):
         raw = node.__dict__.get(_RAW_ATTRS_KEY)
+        body = bool(node.attrs) and has_subgraph(node)
+        if not raw and not body:
+            continue
+        if i >= count:  # the pairs end with the shorter list
+            break
+        proto_node = protos[i]
         if raw:
             have = {a.name for a in proto_node.attribute}
             proto_node.attribute.extend(a for a in raw if a.name not in have)
+        if body:
+            for gp, g in subgraph_pairs(proto_node, node):
+                _restore_raw_attrs(gp, g)
 
 
 class _types_hidden:
@@ -626,7 +649,8 @@ def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_
     return graph
 
 
-def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
+                       ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """Export with every weight over 1 KiB as a data-less header.
 
     gs's exporter copies every initializer twice (make_graph, then make_model); for a model of
@@ -702,7 +726,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with _types_hidden(graph) as types:
-            model = fast_export.export_onnx(graph)
+            model = fast_export.export_onnx(graph, value_infos)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
     finally:
@@ -787,17 +811,21 @@ def _sorted_for_export(graph: gs.Graph):
 
 
 @profiling.timed("export")
-def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
+            ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    """The export of :func:`to_proto`, :func:`save` and :func:`snapshot`. ``value_infos``: see
+    :func:`graphpass.ir.fast_export.export_onnx`."""
     if emit not in EMIT_FORMS:
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
     with gc_paused():  # see gc_paused: every sweep walked the whole graph (100k nodes: ~40% of the export)
-        return _export_paused(graph, emit)
+        return _export_paused(graph, emit, value_infos)
 
 
-def _export_paused(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export_paused(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
+                   ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
         try:
-            model, originals, shared = _export_weightless(graph)
+            model, originals, shared = _export_weightless(graph, value_infos)
         except Exception as e:
             raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
         model = _finish(graph, model, originals)
@@ -933,8 +961,12 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 
 
 def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> None:
-    model, originals = _export(graph, emit)
-    _prune_value_info(model, model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO))
+    declared = model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO)
+    # the value_info the pruning below keeps is all the export writes, unless the portable form
+    # reads the rest first (device ops to inline: their expansions read the declared shapes)
+    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(graph)) else None
+    model, originals = _export(graph, emit, written)
+    _prune_value_info(model, declared)
     main_inits = {init.name for init in model.graph.initializer}
     for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
@@ -954,6 +986,26 @@ def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> 
                                      _data_files_read(model, out))
         else:
             external._write_streaming(model, originals, tmpdir / out.name)
+
+
+def _holds_device_ops(graph: gs.Graph) -> bool:
+    """Some node of ``graph`` or of a graph in any node's attributes is in graphpass's device
+    domain (every attribute looked at: not only where :func:`iter_graphs` looks)."""
+    from graphpass.ir.device_ops import DOMAIN
+
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for n in g.nodes:
+            if n.domain == DOMAIN:
+                return True
+            if n.attrs:
+                for v in n.attrs.values():
+                    if isinstance(v, gs.Graph):
+                        stack.append(v)
+                    elif isinstance(v, (list, tuple)):
+                        stack.extend(x for x in v if isinstance(x, gs.Graph))
+    return False
 
 
 def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:
