@@ -388,9 +388,10 @@ def from_proto(
         graphs = list(graph_protos(model.graph))
         given = _apply_input_shapes(model, input_shapes, dims)
     if shape_inference:
-        inferred = infer_shapes(model)
+        bodies = len(graphs) > 1
+        inferred = infer_shapes(model, bodies=bodies)
         if inferred is not model:
-            _copy_value_info(inferred.graph, model.graph)
+            _copy_value_info(inferred.graph, model.graph, bodies=bodies)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
         return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs)
@@ -445,7 +446,11 @@ def _release_proto(graph: gs.Graph) -> None:
             for n in g.nodes:
                 tensors.extend(n.inputs)
                 tensors.extend(n.outputs)
-                tensors.extend(v for v in n.attrs.values() if isinstance(v, gs.Constant))
+                attrs = n.attrs
+                if attrs:
+                    for v in attrs.values():
+                        if isinstance(v, gs.Constant):
+                            tensors.append(v)
                 raw = n.__dict__.get(_RAW_ATTRS_KEY)
                 if raw:
                     n.__dict__[_RAW_ATTRS_KEY] = [_own(a) for a in raw]
