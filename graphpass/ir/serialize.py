@@ -52,7 +52,7 @@ from graphpass.ir.graph import graph_protos, has_subgraph, iter_graphs, subgraph
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
-from graphpass.ir.validate import _validate_at, parse, validate  # noqa: F401 - validate: re-exported
+from graphpass.ir.validate import _validate_at, parse, validate, validated_graphs  # noqa: F401 - validate: re-exported
 
 __all__ = [
     "MIN_OPSET",
@@ -214,10 +214,15 @@ def load_proto(source: ModelSource, lazy_external: bool = False, *, max_memory: 
     return _load_proto(source, lazy_external, limits.resolve_max_memory(max_memory))[0]
 
 
+#: what :func:`_load_proto` found of the model's graphs (``list(graph_protos(model.graph))``), or None
+_Graphs = "list[onnx.GraphProto] | None"
+
+
 @profiling.timed("read and validate")
-def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int]:
+def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int, _Graphs]:
     """:func:`load_proto`, the bytes graphpass will hold for it (model + external data, sparse
-    tensors made dense) and the bytes of the source itself (model + external data)."""
+    tensors made dense), the bytes of the source itself (model + external data), and its graphs
+    in :func:`graph_protos`' order when validation's walk listed them (else None)."""
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # never mutate the caller's proto
@@ -235,20 +240,22 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[o
         del data
         base_dir = path.resolve().parent
     where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
-    validate(model, where)
+    graphs = validated_graphs(model, where)
     held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
     source_bytes = held
-    held += _densify_sparse(model, where, limit - held)
-    return _upgrade_old_opset(model), held, source_bytes
+    held += _densify_sparse(model, where, limit - held, graphs)
+    upgraded = _upgrade_old_opset(model)
+    return upgraded, held, source_bytes, graphs if upgraded is model else None
 
 
-def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
+def _densify_sparse(model: onnx.ModelProto, where: str, room: int, graphs: _Graphs = None) -> int:
     """Replace every sparse initializer by the dense initializer of the same name, dtype and
     values (onnx-graphsurgeon has no sparse tensors). Returns the bytes added; the dense size
-    is computed from the dims first and refused above ``room``."""
+    is computed from the dims first and refused above ``room``. ``graphs``: the model's graphs
+    when the caller has them."""
     added = 0
-    for g in graph_protos(model.graph):
+    for g in graphs if graphs is not None else graph_protos(model.graph):
         if not len(g.sparse_initializer):
             continue
         for sp in g.sparse_initializer:
@@ -345,10 +352,12 @@ def from_proto(
     shape_inference: bool = True,
     freeze_initializer_inputs: bool = False,
     dims: Mapping[str, int] | None = None,
+    graphs: _Graphs = None,
 ) -> gs.Graph:
     """Import a validated ModelProto into a gs.Graph with annotations and model data attached.
 
-    ``model`` is changed in place (inferred value_info, initializers moved aside).
+    ``model`` is changed in place (inferred value_info, initializers moved aside). ``graphs``:
+    ``list(graph_protos(model.graph))`` when the caller has it (the loader, from validation).
 
     An initializer that is also a main-graph input (IR >= 4) stays a graph input (a gs.Variable)
     unless ``freeze_initializer_inputs``; its initializer is kept aside and written back by the
@@ -379,7 +388,8 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
-    graphs = list(graph_protos(model.graph))  # nothing below adds or removes a body
+    if graphs is None:
+        graphs = list(graph_protos(model.graph))  # nothing below adds or removes a body
     declared = {vi.name for g in graphs for vi in g.value_info}
     if input_shapes or dims:
         model2 = onnx.ModelProto()
@@ -488,10 +498,10 @@ SOURCE_BYTES = "graphpass.source_bytes"
 DECLARED_VALUE_INFO = "graphpass.declared_value_info"
 
 
-def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None) -> None:
+def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None, graphs: _Graphs = None) -> None:
     if declared is None:
         return
-    for g in graph_protos(model.graph):
+    for g in graphs if graphs is not None else graph_protos(model.graph):
         keep = [vi for vi in g.value_info if vi.name in declared or len(vi.metadata_props)]
         if len(keep) != len(g.value_info):
             del g.value_info[:]
@@ -636,10 +646,10 @@ def load(
 
 def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_inputs, dims) -> gs.Graph:
     limit = limits.resolve_max_memory(max_memory)
-    model, held, source_bytes = _load_proto(source, True, limit)
+    model, held, source_bytes, graphs = _load_proto(source, True, limit)
     layout = external.layout_of(model)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
-                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
+                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims, graphs=graphs)
     model_of(graph).budget = limits.Budget(limit, held)
     model_of(graph).meta[SOURCE_BYTES] = source_bytes
     if layout is not None:  # else no tensor of the model is on disk: no walk for one
@@ -971,9 +981,10 @@ def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> 
     # reads the rest first (device ops to inline: their expansions read the declared shapes)
     written = declared if declared is not None and (emit == "device" or not _holds_device_ops(graph)) else None
     model, originals = _export(graph, emit, written)
-    _prune_value_info(model, declared)
+    graphs = list(graph_protos(model.graph))
+    _prune_value_info(model, declared, graphs)
     main_inits = {init.name for init in model.graph.initializer}
-    for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
+    for g in graphs[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
             if init.name in originals and init.name not in main_inits:
                 init.CopyFrom(_as_proto(init.name, originals.pop(init.name), init))

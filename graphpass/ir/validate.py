@@ -45,6 +45,11 @@ def validate(model: onnx.ModelProto, where: str = "model") -> None:
     default-domain op must have the type the op declares; initializer names are unique per
     graph; concrete dims lie in 0..2^31; an initializer's data matches its shape.
     """
+    _validate(model, where, _header(model))
+
+
+def _header(model: onnx.ModelProto) -> int | None:
+    """validate's checks of the IR version and opsets; returns the default-domain opset."""
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"model IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) supports "
@@ -58,9 +63,24 @@ def validate(model: onnx.ModelProto, where: str = "model") -> None:
             raise BadModelError(f"model declares default-domain opset {default}, which does not exist")
         if default > newest:
             raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
-    if _looks_valid(model, default):
-        return  # every check of _check_all would pass
+    return default
+
+
+def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
+    """:func:`validate` after the header; returns ``list(graph_protos(model.graph))`` when the
+    one walk found everything valid (it met every graph, in that order), else None."""
+    graphs: list = []
+    if _looks_valid(model, default, graphs):
+        return graphs  # every check of _check_all would pass
     _check_all(model, where, default)
+    return None
+
+
+def validated_graphs(model: onnx.ModelProto, where: str = "model") -> list | None:
+    """:func:`validate`, returning the model's graphs (``list(graph_protos(model.graph))``)
+    when its one walk found them, None when the checks ran as written (they met no problem)."""
+    default = _header(model)
+    return _validate(model, where, default)
 
 
 def _check_all(model: onnx.ModelProto, where: str, default: int | None) -> None:
@@ -114,15 +134,18 @@ def _tensor_ok(t: onnx.TensorProto) -> None:
         _check_tensor(t, "")
 
 
-def _looks_valid(model: onnx.ModelProto, default_opset: int | None) -> bool:
+def _looks_valid(model: onnx.ModelProto, default_opset: int | None, graphs: list | None = None) -> bool:
     """Whether every check of :func:`validate` after the header passes, found in one walk of
     each graph that reads each node once (the checks' own walks read every node three to five
     times: most of the load of a 10k-node model's validation). It decides nothing itself: True
     only where each of those checks holds, False on anything it does not follow (then the
-    checks run as written and raise the first problem, in their order, with their message)."""
+    checks run as written and raise the first problem, in their order, with their message).
+    ``graphs``: each graph met is appended to it, in :func:`~graphpass.ir.graph.graph_protos`'
+    order (each before the bodies in its nodes, depth first)."""
     try:
         local_functions = {(f.domain, f.name) for f in model.functions}
-        if not _graph_looks_valid(model.graph, frozenset(), default_opset, local_functions):
+        if not _graph_looks_valid(model.graph, frozenset(), default_opset, local_functions,
+                                  graphs if graphs is not None else []):
             return False
         for vi in model.graph.input:
             if not vi.HasField("type") or vi.type.WhichOneof("value") is None:
@@ -133,10 +156,11 @@ def _looks_valid(model: onnx.ModelProto, default_opset: int | None) -> bool:
 
 
 def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int | None,
-                       local_functions: set) -> bool:
+                       local_functions: set, graphs: list) -> bool:
     """:func:`_check_graph`'s and :func:`_check_content`'s checks of ``g`` and its bodies
     (see :func:`_looks_valid`); True when all hold. Name lists are checked as text by joining
     them (``str.join`` refuses the bytes protobuf returns for invalid UTF-8)."""
+    graphs.append(g)
     names: list = []
     defined: set = set(outer)
     for holder in (g.input, g.output, g.initializer, g.value_info):
@@ -219,7 +243,7 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     if bodies:
         scope = frozenset(defined)
         for body in bodies:
-            if not _graph_looks_valid(body, scope, default_opset, local_functions):
+            if not _graph_looks_valid(body, scope, default_opset, local_functions, graphs):
                 return False
     return True
 

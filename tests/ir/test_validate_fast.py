@@ -143,3 +143,36 @@ def test_first_of_several_faults_is_the_checks_first():
     m = _model([helper.make_node("Softmax", ["x"], ["t"], axis=1.5), helper.make_node("Relu", ["nope"], ["y"])])
     with pytest.raises(BadModelError, match="reads 'nope'"):
         V.validate(m, "m")
+
+
+def test_the_graphs_validation_lists_are_graph_protos():
+    """validated_graphs: the graphs of graph_protos, in its order (the loader hands them on to
+    the sparse densifying and the import); None where the checks ran as written."""
+    from graphpass.ir.graph import graph_protos
+
+    nested = 0
+    for path, m in _models():
+        try:
+            graphs = V.validated_graphs(m, "m")
+        except BadModelError:
+            continue
+        expected = list(graph_protos(m.graph))
+        assert graphs is not None, path
+        assert len(graphs) == len(expected) and all(a is b or a == b for a, b in zip(graphs, expected)), path
+        nested += len(graphs) > 1
+    assert nested >= 2
+    # bodies in bodies, two per node: depth first, each graph before its bodies
+    def branch(name, inner=None):
+        nodes = [helper.make_node("If", ["c"], [name + "_o"], then_branch=inner, else_branch=inner)] if inner else \
+            [helper.make_node("Identity", ["x"], [name + "_o"])]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(name + "_o", TensorProto.FLOAT, [2])])
+    deep = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch("a", branch("a1")),
+                                    else_branch=branch("b", branch("b1")))],
+                  inputs=[helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                          helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])
+    graphs = V.validated_graphs(deep, "m")
+    assert [g.name for g in graphs] == [g.name for g in graph_protos(deep.graph)] == \
+        ["g", "b", "b1", "b1", "a", "a1", "a1"]  # make_node sorts attributes: else_branch first
+    broken = _model([helper.make_node("Relu", ["nope"], ["y"])])
+    with pytest.raises(BadModelError):
+        V.validated_graphs(broken, "m")
