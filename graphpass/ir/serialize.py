@@ -415,7 +415,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
     annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
-    _remember_types(model.graph, graph, graphs)
+    kept_types = _remember_types(model.graph, graph, graphs)
     _remember_raw_attrs(model.graph, graph)
     Model(
         graph,
@@ -427,7 +427,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
         input_defaults=defaults,
         meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
-    _release_proto(graph)
+    _release_proto(graph, kept_types)
     toposort(graph)
     return graph
 
@@ -438,13 +438,15 @@ def _own(message):
     return copy
 
 
-def _release_proto(graph: gs.Graph) -> None:
+def _release_proto(graph: gs.Graph, kept_types: bool = True) -> None:
     """Give the imported graph its own copies of the protobuf parts it keeps (weights' headers
     and embedded bytes, opset imports, kept types and attributes): a part of the parsed
     ModelProto keeps the whole parse alive (protobuf allocates a message's parts in one arena),
     nodes and value_info included: about 0.6 KB per node that nothing reads after the import
-    (issue 22)."""
+    (issue 22). ``kept_types=False``: :func:`_remember_types` kept none (no tensor is looked at
+    for one)."""
     model = model_of(graph, attach=False)
+    lazy, tensor_proto = gs.ir.tensor.LazyValues, onnx.TensorProto
     roots = [graph, *(graph.functions or ())]
     done: set[int] = set()
     holder = onnx.GraphProto()  # the weights' copies, in one arena (one per copy costs ~0.5 KB)
@@ -465,19 +467,21 @@ def _release_proto(graph: gs.Graph) -> None:
                 if raw:
                     n.__dict__[_RAW_ATTRS_KEY] = [_own(a) for a in raw]
             for t in tensors:
-                v = t.__dict__.get("_values")
-                if isinstance(v, gs.ir.tensor.LazyValues) and id(v) not in done:
+                d = t.__dict__
+                v = d.get("_values")
+                if v is not None and isinstance(v, lazy) and id(v) not in done:
                     done.add(id(v))
-                    if isinstance(v.tensor, onnx.TensorProto):
+                    if isinstance(v.tensor, tensor_proto):
                         own = holder.initializer.add()
                         own.CopyFrom(v.tensor)
                     else:  # a SparseTensorProto
                         own = _own(v.tensor)
                     v.tensor = own
                     v.shape = own.dims
-                kept = t.__dict__.get(_TYPE_KEY)
-                if kept is not None:
-                    t.__dict__[_TYPE_KEY] = _own(kept)
+                if kept_types:
+                    kept = d.get(_TYPE_KEY)
+                    if kept is not None:
+                        d[_TYPE_KEY] = _own(kept)
     if model is not None and model.input_defaults:
         model.input_defaults = {k: _own(v) for k, v in model.input_defaults.items()}
 
@@ -508,12 +512,13 @@ def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None, graphs:
             g.value_info.extend(keep)
 
 
-def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph, graphs: list | None = None) -> None:
+def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph, graphs: list | None = None) -> bool:
     """Keep the TypeProto of every non-tensor value (sequence, optional, map, ...) on its gs tensor.
 
     gs cannot export optional/map/opaque types and flattens nested sequence types; the
     exporter puts these types back from what is kept here (see :func:`_restore_types`).
-    ``graphs``: ``list(graph_protos(graph_proto))`` when the caller has it.
+    ``graphs``: ``list(graph_protos(graph_proto))`` when the caller has it. Returns whether a
+    value has such a type.
     """
     types: dict[str, onnx.TypeProto] = {}
     for g in graphs if graphs is not None else graph_protos(graph_proto):
@@ -521,12 +526,13 @@ def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph, graphs: list 
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 types[vi.name] = vi.type
     if not types:
-        return
+        return False
     for g in iter_graphs(graph):
         tensors = list(g.inputs) + list(g.outputs) + [t for n in g.nodes for t in list(n.inputs) + list(n.outputs)]
         for t in tensors:
             if t.name in types:
                 t.__dict__[_TYPE_KEY] = types[t.name]
+    return True
 
 
 _RAW_ATTRS_KEY = "_gp_raw_attrs"
