@@ -323,8 +323,9 @@ def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
 def _payload_bytes(model: onnx.ModelProto) -> int:
     total = 0
     for t in _all_tensors(model):
-        total += len(t.raw_data)
-        if not t.raw_data:
+        n = len(t.raw_data)  # (each read of raw_data is a copy of the bytes)
+        total += n
+        if not n:
             total += 8 * _numel(t) if _has_typed_data(t) else 0
     return total
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters import onnx_exporter
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from onnx_graphsurgeon.ir.tensor import SparseValues
 
 from graphpass.ir import annotations
@@ -136,13 +136,35 @@ def export_onnx(graph: gs.Graph, value_infos: "set[str] | None" = None) -> onnx.
     model.ir_version = onnx.IR_VERSION  # as make_model: stored even when the graph sets its own
     _fill_graph(model.graph, graph, value_infos)
     functions = [OnnxExporter.export_function(f) for f in graph.functions]
-    model.opset_import.extend(update_import_domains(graph))
+    model.opset_import.extend(_update_import_domains(graph))
     model.functions.extend(functions)
     model.producer_name = graph.producer_name
     model.producer_version = graph.producer_version
     if graph.ir_version is not None:
         model.ir_version = graph.ir_version
     return model
+
+
+def _update_import_domains(graph: gs.Graph) -> list:
+    """gs's ``update_import_domains(graph)`` (the graph's opset imports, the domains its nodes and
+    bodies use added, on the graph too): the same set built in the same order, the bodies looked
+    for only on the nodes that hold one (gs makes a generator for every node)."""
+    if graph.import_domains is None:
+        graph.import_domains = [onnx.helper.make_opsetid("", graph.opset)]
+    nodes = graph.nodes
+    all_used_domains = {node.domain for node in nodes}
+    for node in nodes:
+        attrs = node.attrs
+        if attrs and any(isinstance(v, gs.Graph) for v in attrs.values()):
+            for subgraph in node.subgraphs(recursive=True):
+                all_used_domains |= {n.domain for n in subgraph.nodes}
+    all_used_domains.discard(None)
+    current_domains = {opsetid.domain for opsetid in graph.import_domains}
+    for used_domain in all_used_domains:
+        if used_domain not in current_domains:
+            graph.import_domains.append(onnx.helper.make_opsetid(used_domain, 1))  # gs's custom opset version
+            current_domains.add(used_domain)
+    return graph.import_domains
 
 
 def _tensor_map(graph: gs.Graph) -> tuple[dict, bool]:

@@ -27,7 +27,7 @@ from onnx_graphsurgeon.util import misc
 
 from graphpass.ir.lean import SyncList
 
-__all__ = ["import_onnx"]
+__all__ = ["import_onnx", "lazy_values"]
 
 _Importer = gi.OnnxImporter
 _TensorProto = onnx.TensorProto
@@ -133,8 +133,8 @@ def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
     return _Importer.import_tensor(vi)  # other value types, unknown dtypes: gs, warning included
 
 
-def _constant(tp: onnx.TensorProto) -> gs.Constant:
-    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+def lazy_values(tp: onnx.TensorProto) -> LazyValues:
+    """``LazyValues(tp)`` without its per-call imports and dtype conversion (the same fields)."""
     known = _itemsizes.get(tp.data_type)
     if known is None:
         dtype = gi.get_onnx_tensor_dtype(tp)
@@ -145,6 +145,12 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     d["shape"] = tp.dims
     d["dtype"] = known[0]
     d["nbytes"] = misc.volume(tp.dims) * known[1]
+    return lazy
+
+
+def _constant(tp: onnx.TensorProto) -> gs.Constant:
+    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+    lazy = lazy_values(tp)
     c = object.__new__(gs.Constant)
     d = c.__dict__
     d["name"] = tp.name

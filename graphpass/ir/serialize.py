@@ -735,7 +735,7 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
                                               data_type=onnx.helper.np_dtype_to_tensor_dtype(values.dtype))
                     arrays.append((t, values))
                     originals[t.name] = values
-                    t._values = gs.ir.tensor.LazyValues(header)
+                    t._values = fast_import.lazy_values(header)
                     continue
                 if isinstance(values, gs.ir.tensor.LazyValues) and values.nbytes > 1024:
                     original = values.tensor
@@ -906,7 +906,7 @@ def restore(snap: tuple[onnx.ModelProto, dict]) -> gs.Graph:
                 if isinstance(original, np.ndarray):
                     t._values = original
                 elif original is not None:
-                    t._values = gs.ir.tensor.LazyValues(original)
+                    t._values = fast_import.lazy_values(original)
                 elif type(t._values) is gs.ir.tensor.LazyValues and _is_on_disk(t._values.tensor):
                     t._values = ExternalValues(t._values.tensor)
     return graph
