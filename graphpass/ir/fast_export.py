@@ -76,6 +76,27 @@ def _add_plain_attribute(field, key: str, val) -> bool:
     return True
 
 
+_tensor_types: dict = {}  # (elem type, *dims) -> the TypeProto written for it
+
+
+def _tensor_type(elem: int, shape: list) -> onnx.TypeProto:
+    """The TypeProto :func:`_add_value_info` writes for a tensor of ``elem`` and ``shape`` (a
+    list of ints, strs and Nones)."""
+    ty = onnx.TypeProto()
+    tt = ty.tensor_type
+    tt.elem_type = elem
+    tt.shape.SetInParent()
+    dims = tt.shape.dim
+    for d in shape:
+        if d is None:
+            dims.add()
+        elif type(d) is int:
+            dims.add().dim_value = d
+        else:
+            dims.add().dim_param = d
+    return ty
+
+
 def _add_value_info(field, tensor: gs.Tensor) -> None:
     """``field.append(OnnxExporter.export_value_info_proto(tensor, False))``, written in place:
     gs's ``make_tensor_value_info`` builds a TypeProto, copies it in, and converts the dtype
@@ -100,6 +121,22 @@ def _add_value_info(field, tensor: gs.Tensor) -> None:
                 elem = None
         if elem is not None:
             shape = tensor.shape
+            if type(shape) is list:
+                for d in shape:
+                    t = type(d)
+                    if t is not int and t is not str and d is not None:
+                        break
+                else:  # a type met before: copied whole (most tensors of a graph share a few)
+                    key = (elem, *shape)
+                    known = _tensor_types.get(key)
+                    if known is None:
+                        if len(_tensor_types) >= 4096:
+                            _tensor_types.clear()
+                        known = _tensor_types[key] = _tensor_type(elem, shape)
+                    vi = field.add()
+                    vi.name = tensor.name
+                    vi.type.CopyFrom(known)
+                    return
             vi = field.add()
             vi.name = tensor.name
             tt = vi.type.tensor_type

@@ -689,9 +689,10 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
     by_name: dict[str, set[int]] = {}
     graphs = list(iter_graphs(graph))
     nested = len(graphs) > 1  # one graph: no weight is read by two (graphs_of and by_name unused)
+    constant = gs.Constant
     for g in graphs:
         for node in g.nodes:
-            for t in node.attrs.values():
+            for t in node.attrs.values() if node.attrs else ():
                 # a Constant node's value (or any tensor attribute) whose values were read: gs
                 # would write the unpacked bytes and the numpy dtype's ONNX type (an int4 value
                 # 'expected 2 bytes, got 4'; a FLOAT8E4M3FNUZ one as FLOAT8E4M3FN)
@@ -704,7 +705,7 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
                         arrays.append((t, t._values))
                         t._values = gs.ir.tensor.LazyValues(proto)
             for t in node.inputs:
-                if not isinstance(t, gs.Constant):
+                if not isinstance(t, constant):
                     continue
                 if nested:
                     graphs_of.setdefault(id(t), set()).add(id(g))
