@@ -62,12 +62,14 @@ class ExternalLayout:
 DEFAULT_LAYOUT = ExternalLayout()
 
 
-def layout_of(model: onnx.ModelProto) -> ExternalLayout | None:
+def layout_of(model: onnx.ModelProto, tensors: list | None = None) -> ExternalLayout | None:
     """The layout of ``model``'s external data (checked by :func:`load_external_data`), or None
     when it has none: one file per tensor when every external tensor has its own file, the
     threshold the smallest external tensor's length (the torch dynamo exporter puts tensors
-    of 864 bytes in its ``.data`` file, ``onnx.save`` those of 1 KiB and more)."""
-    tensors = list(_external_tensors(model))
+    of 864 bytes in its ``.data`` file, ``onnx.save`` those of 1 KiB and more). ``tensors``:
+    ``list(_external_tensors(model))`` when the caller has it."""
+    if tensors is None:
+        tensors = list(_external_tensors(model))
     if not tensors:
         return None
     locations, lengths = set(), []
@@ -155,9 +157,11 @@ def _external_info(t: onnx.TensorProto, where: str) -> tuple[str, int, int | Non
 
 
 def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, where: str, lazy: bool = False,
-                        limit: int | None = None) -> int:
-    """Check (and unless ``lazy`` load) every external tensor; returns the bytes they declare."""
-    tensors = list(_external_tensors(model))
+                        limit: int | None = None, tensors: list | None = None) -> int:
+    """Check (and unless ``lazy`` load) every external tensor; returns the bytes they declare.
+    ``tensors``: ``list(_external_tensors(model))`` when the caller has it."""
+    if tensors is None:
+        tensors = list(_external_tensors(model))
     if not tensors:
         return 0
     if base_dir is None:

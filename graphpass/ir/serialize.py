@@ -219,10 +219,13 @@ _Graphs = "list[onnx.GraphProto] | None"
 
 
 @profiling.timed("read and validate")
-def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int, _Graphs]:
+def _load_proto(source: ModelSource, lazy_external: bool, limit: int
+                ) -> tuple[onnx.ModelProto, int, int, _Graphs, "list[onnx.TensorProto] | None"]:
     """:func:`load_proto`, the bytes graphpass will hold for it (model + external data, sparse
-    tensors made dense), the bytes of the source itself (model + external data), and its graphs
-    in :func:`graph_protos`' order when validation's walk listed them (else None)."""
+    tensors made dense), the bytes of the source itself (model + external data), its graphs
+    in :func:`graph_protos`' order when validation's walk listed them (else None), and its
+    tensors in external data (``list(external._external_tensors(model))``; None when the
+    opset conversion made a new model)."""
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # never mutate the caller's proto
@@ -241,12 +244,15 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[o
         base_dir = path.resolve().parent
     where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
     graphs = validated_graphs(model, where)
-    held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
+    on_disk = list(external._external_tensors(model))
+    held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held, tensors=on_disk)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
     source_bytes = held
     held += _densify_sparse(model, where, limit - held, graphs)
     upgraded = _upgrade_old_opset(model)
-    return upgraded, held, source_bytes, graphs if upgraded is model else None
+    if upgraded is not model:
+        return upgraded, held, source_bytes, None, None
+    return model, held, source_bytes, graphs, on_disk
 
 
 def _densify_sparse(model: onnx.ModelProto, where: str, room: int, graphs: _Graphs = None) -> int:
@@ -652,8 +658,8 @@ def load(
 
 def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_inputs, dims) -> gs.Graph:
     limit = limits.resolve_max_memory(max_memory)
-    model, held, source_bytes, graphs = _load_proto(source, True, limit)
-    layout = external.layout_of(model)
+    model, held, source_bytes, graphs, on_disk = _load_proto(source, True, limit)
+    layout = external.layout_of(model, on_disk)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
                        freeze_initializer_inputs=freeze_initializer_inputs, dims=dims, graphs=graphs)
     model_of(graph).budget = limits.Budget(limit, held)
