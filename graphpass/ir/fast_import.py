@@ -83,8 +83,18 @@ def _variable(name: str, dtype: Any = None, shape: Any = None, type_: str | None
     t = _new_object(_Variable)
     d = t.__dict__
     d["name"] = name
-    d["inputs"] = _empty_list(t, "outputs")
-    d["outputs"] = _empty_list(t, "inputs")
+    if misc.SynchronizedList is SyncList:  # _empty_list's lean case, written inline
+        lst = _new_list(SyncList)
+        lst.parent_obj = t
+        lst.field_name = "outputs"
+        d["inputs"] = lst
+        lst = _new_list(SyncList)
+        lst.parent_obj = t
+        lst.field_name = "inputs"
+        d["outputs"] = lst
+    else:
+        d["inputs"] = _empty_list(t, "outputs")
+        d["outputs"] = _empty_list(t, "inputs")
     d["dtype"] = dtype
     d["shape"] = shape
     d["type"] = type_
