@@ -132,16 +132,22 @@ def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
 
     The exporter writes ``graph.nodes`` in order, so nodes pair up by position.
     """
-    if len(graph_proto.node) != len(graph.nodes):  # pragma: no cover - exporter contract
+    protos = graph_proto.node
+    if len(protos) != len(graph.nodes):  # pragma: no cover - exporter contract
         raise AssertionError("exported graph has a different node count than the IR")
-    for proto_node, node in zip(graph_proto.node, graph.nodes):
+    for i, node in enumerate(graph.nodes):
         d = node.__dict__.get(_KEY)
+        body = bool(node.attrs) and has_subgraph(node)
+        if not d and not body:
+            continue  # its proto node is not looked up
+        proto_node = protos[i]
         if d:
             del proto_node.metadata_props[:]
             for k, v in d.items():
                 proto_node.metadata_props.add(key=k, value=v)
-        for sub_proto, sub in subgraph_pairs(proto_node, node):
-            write_to_proto(sub, sub_proto)
+        if body:
+            for sub_proto, sub in subgraph_pairs(proto_node, node):
+                write_to_proto(sub, sub_proto)
 
     tensors = _graph_tensors(graph)
     # an emptied dict (every key dropped, e.g. by strip_debug_info) still clears its holder: an
@@ -187,7 +193,7 @@ def read_from_proto(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
             d = meta(node)
             for p in props_of_node:
                 d[p.key] = p.value
-        if has_subgraph(node):
+        if node.attrs and has_subgraph(node):  # (a node without attributes holds no body)
             for sub_proto, sub in subgraph_pairs(proto_node, node):
                 read_from_proto(sub_proto, sub)
 

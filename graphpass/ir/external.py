@@ -83,9 +83,46 @@ def layout_of(model: onnx.ModelProto) -> ExternalLayout | None:
 
 
 def _external_tensors(model: onnx.ModelProto):
-    for t in external_data_helper._get_all_tensors(model):
-        if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
-            yield t
+    """An iterator over the tensors of ``model`` stored as external data, in the order of
+    :func:`_all_tensors`."""
+    external = onnx.TensorProto.EXTERNAL
+    return iter([t for t in _all_tensors(model) if t.data_location == external])
+
+
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+
+
+def _all_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """``list(onnx.external_data_helper._get_all_tensors(model))`` (every initializer of every
+    graph, then every tensor of a node attribute, of the graphs and of the local functions, in
+    the same order) from one walk of each graph's nodes, not two, without a generator frame per
+    attribute."""
+    inits: list = []
+    in_attrs: list = []
+
+    def walk(g, inits: list) -> None:
+        if inits is not ignored:
+            inits.extend(g.initializer)
+        for node in g.node:
+            attrs = node.attribute
+            if not len(attrs):
+                continue
+            for a in attrs:
+                if a.HasField("t"):
+                    in_attrs.append(a.t)
+                if len(a.tensors):
+                    in_attrs.extend(a.tensors)
+                if a.type == _GRAPH:
+                    walk(a.g, inits)
+                elif a.type == _GRAPHS:
+                    for sub in a.graphs:
+                        walk(sub, inits)
+
+    ignored: list = []  # a function (no initializers) and the graphs in its nodes: onnx lists none of theirs
+    walk(model.graph, inits)
+    for f in model.functions:
+        walk(f, ignored)
+    return inits + in_attrs
 
 
 _MAX_LOCATION = 4096  # PATH_MAX; a longer location cannot name a file
@@ -285,9 +322,10 @@ def _nbytes(original: "onnx.TensorProto | np.ndarray") -> int:
 
 def _payload_bytes(model: onnx.ModelProto) -> int:
     total = 0
-    for t in external_data_helper._get_all_tensors(model):
-        total += len(t.raw_data)
-        if not t.raw_data:
+    for t in _all_tensors(model):
+        n = len(t.raw_data)  # (each read of raw_data is a copy of the bytes)
+        total += n
+        if not n:
             total += 8 * _numel(t) if _has_typed_data(t) else 0
     return total
 

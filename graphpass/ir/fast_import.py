@@ -27,7 +27,7 @@ from onnx_graphsurgeon.util import misc
 
 from graphpass.ir.lean import SyncList
 
-__all__ = ["import_onnx"]
+__all__ = ["import_onnx", "lazy_values"]
 
 _Importer = gi.OnnxImporter
 _TensorProto = onnx.TensorProto
@@ -36,6 +36,7 @@ _A = onnx.AttributeProto
 _SIMPLE = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR, _A.GRAPH, _A.FLOATS, _A.INTS, _A.STRINGS})
 
 _Variable = gs.Variable
+_Node = gs.Node
 _new_object = object.__new__
 _new_list = list.__new__
 _list_extend = list.extend
@@ -132,8 +133,8 @@ def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
     return _Importer.import_tensor(vi)  # other value types, unknown dtypes: gs, warning included
 
 
-def _constant(tp: onnx.TensorProto) -> gs.Constant:
-    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+def lazy_values(tp: onnx.TensorProto) -> LazyValues:
+    """``LazyValues(tp)`` without its per-call imports and dtype conversion (the same fields)."""
     known = _itemsizes.get(tp.data_type)
     if known is None:
         dtype = gi.get_onnx_tensor_dtype(tp)
@@ -144,6 +145,12 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     d["shape"] = tp.dims
     d["dtype"] = known[0]
     d["nbytes"] = misc.volume(tp.dims) * known[1]
+    return lazy
+
+
+def _constant(tp: onnx.TensorProto) -> gs.Constant:
+    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+    lazy = lazy_values(tp)
     c = object.__new__(gs.Constant)
     d = c.__dict__
     d["name"] = tp.name
@@ -204,13 +211,29 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
             else:
                 t = _variable("")
         outputs.append(t)
-    n = object.__new__(gs.Node)
+    n = _new_object(_Node)
     d = n.__dict__
     d["op"] = proto.op_type
     d["name"] = proto.name
     d["attrs"] = attrs
-    d["inputs"] = _filled_list(n, "outputs", inputs)
-    d["outputs"] = _filled_list(n, "inputs", outputs)
+    if misc.SynchronizedList is SyncList:  # _filled_list's lean case, written inline (two a node)
+        lst = _new_list(SyncList)
+        lst.parent_obj = n
+        lst.field_name = "outputs"
+        _list_extend(lst, inputs)
+        for t in inputs:
+            _list_append(t.outputs, n)
+        d["inputs"] = lst
+        lst = _new_list(SyncList)
+        lst.parent_obj = n
+        lst.field_name = "inputs"
+        _list_extend(lst, outputs)
+        for t in outputs:
+            _list_append(t.inputs, n)
+        d["outputs"] = lst
+    else:
+        d["inputs"] = _filled_list(n, "outputs", inputs)
+        d["outputs"] = _filled_list(n, "inputs", outputs)
     d["domain"] = proto.domain if proto.HasField("domain") else None
     return n
 
@@ -253,9 +276,27 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
             t = local[vi.name] = _value_info(vi)
         outputs.append(t)
     nodes = [_node(n, outer, local, opset, import_domains) for n in graph.node]
-    return gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
-                    producer_name=producer_name, producer_version=producer_version, opset=opset,
-                    import_domains=import_domains, functions=functions or [], ir_version=ir_version)
+    return _graph(nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
+                  producer_name=producer_name, producer_version=producer_version, opset=opset,
+                  import_domains=import_domains, functions=functions or [], ir_version=ir_version)
+
+
+def _graph(nodes: list, **fields) -> gs.Graph:
+    """``gs.Graph(nodes=nodes, **fields)``. gs's ``__init__`` gives every body in the graph the
+    graph's list of functions (``_merge_subgraph_functions``) through a generator per node; here
+    the graph is made without nodes and the bodies, found on the few nodes that hold one, get
+    the list after: the same when no body has functions of its own (a body imported here has
+    none; else gs's ``__init__`` does it all)."""
+    holders = [n for n in nodes if n.attrs and any(isinstance(v, gs.Graph) for v in n.attrs.values())]
+    if any(sub.functions for n in holders for sub in n.subgraphs(recursive=True)):
+        return gs.Graph(nodes=nodes, **fields)
+    graph = gs.Graph(nodes=[], **fields)
+    graph.nodes = nodes
+    shared = graph.functions
+    for n in holders:
+        for sub in n.subgraphs(recursive=True):
+            sub._functions = shared
+    return graph
 
 
 def import_onnx(model: onnx.ModelProto) -> gs.Graph:

@@ -188,7 +188,7 @@ def toposort(graph: gs.Graph, recurse: bool = True) -> None:
             producer_of[id(t)] = i
     if _is_sorted(nodes, producer_of):
         if recurse:
-            for n in nodes:
+            for n in subgraph_holders(graph):  # subgraphs_of is empty for the other nodes
                 for sub in subgraphs_of(n):
                     toposort(sub, recurse=True)
         return
@@ -228,8 +228,9 @@ def toposort(graph: gs.Graph, recurse: bool = True) -> None:
 
 def _is_sorted(nodes: list[gs.Node], producer_of: dict[int, int]) -> bool:
     get = producer_of.get
+    cf, plain = _CONTROL_FLOW, _NO_SUBGRAPHS
     for i, n in enumerate(nodes):
-        deps = node_dependencies(n) if _may_have_subgraph(n) else n.inputs
+        deps = node_dependencies(n) if n.op in cf or n.domain not in plain else n.inputs  # _may_have_subgraph
         for t in deps:
             p = get(id(t))
             if p is not None and p >= i:

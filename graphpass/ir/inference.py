@@ -183,7 +183,7 @@ def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
 
 
 @profiling.timed("shape inference")
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
     """onnx shape inference (with data propagation) on a copy whose big weights are left out.
 
     The copy lists each initializer over 1 KiB as a typed graph input instead (a header, no
@@ -196,7 +196,8 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     again with it. Where onnx stops, graphpass's own rules (:func:`_own_rules`) add what they
     can tell and inference runs again from there (at most :data:`_OWN_RULE_ROUNDS` times, only
     while a rule adds something). Returns the inferred copy; on failure logs a warning and
-    returns ``model`` unchanged.
+    returns ``model`` unchanged. ``bodies=False``: the caller knows no node of ``model`` holds a
+    graph (the inferred copy then holds none either: its graphs are not looked for).
     """
     # onnx serializes what it is given and parses its own copy: given the bytes, the light copy
     # is not held beside them at inference's peak (issue 22); it is parsed again if needed below
@@ -207,7 +208,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
     if not _has_unknown_shapes(first.graph):
-        return _distrust_backward_slices(first)
+        return _distrust_backward_slices(first, bodies)
     light = onnx.load_from_string(blob)
     del blob
     data_prop = _data_prop_safe(model, first.graph)
@@ -230,10 +231,10 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         except Exception as e:  # noqa: BLE001 - keep what inference found without the rules
             log.info("shape inference after graphpass's own rules failed (%s)", str(e).splitlines()[0])
             break
-    return _distrust_backward_slices(result)
+    return _distrust_backward_slices(result, bodies)
 
 
-def _distrust_backward_slices(model: onnx.ModelProto) -> onnx.ModelProto:
+def _distrust_backward_slices(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
     """Forget the inferred length of a backward Slice to an end (or from a start) past int64's
     half range, and every shape inferred downstream of it: onnx's inference (and the spec) makes
     ``x[-1:INT64_MAX:-1]`` empty where onnxruntime returns the whole axis reversed (measured, 1.32),
@@ -241,7 +242,7 @@ def _distrust_backward_slices(model: onnx.ModelProto) -> onnx.ModelProto:
     from graphpass.ir.graph import graph_protos
 
     huge = 2 ** 62
-    for g in graph_protos(model.graph):
+    for g in graph_protos(model.graph) if bodies else (model.graph,):
         slices = [n for n in g.node if n.op_type == "Slice" and n.domain in ("", "ai.onnx") and len(n.input) >= 5]
         if not slices:
             continue  # the constants are read only for a graph with a Slice that has steps
@@ -431,15 +432,19 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     src, dst = model.graph, light.graph
     dst.name = src.name
-    for n in src.node:
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
-            copy = dst.node.add()
-            copy.CopyFrom(n)  # subgraph bodies: their declared value_info is dropped too
-            for a in copy.attribute:
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    _drop_inferable_value_info(g)
-        else:
-            dst.node.append(n)
+    with_bodies = [k for k, n in enumerate(src.node)
+                   if len(n.attribute) and any(a.type == _GRAPH or a.type == _GRAPHS for a in n.attribute)]
+    nodes = src.node
+    start = 0
+    for k in with_bodies:  # the nodes between bodies copied in one call each (most models: all of them)
+        dst.node.extend(nodes[start:k])
+        copy = dst.node.add()
+        copy.CopyFrom(nodes[k])  # subgraph bodies: their declared value_info is dropped too
+        for a in copy.attribute:
+            for g in ([a.g] if a.type == _GRAPH else list(a.graphs)):
+                _drop_inferable_value_info(g)
+        start = k + 1
+    dst.node.extend(nodes[start:] if start else nodes)
     dst.input.extend(src.input)
     dst.output.extend(src.output)
     if len(src.value_info):  # most files declare none: no walk of the nodes for their outputs
@@ -447,13 +452,37 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         dst.value_info.extend(vi for vi in src.value_info if vi.name not in inferable)
     dst.sparse_initializer.extend(src.sparse_initializer)
     inputs = {i.name for i in src.input}
+    external = onnx.TensorProto.EXTERNAL
+    small = []
     for t in src.initializer:
-        if _numel(t) * _itemsize(t) > 1024 or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL):
+        elem = t.data_type
+        size = _ITEMSIZES.get(elem)
+        if size is None:
+            size = _ITEMSIZES[elem] = _itemsize(t)
+        if _numel(t) * size > 1024 or t.data_location == external:
             if t.name not in inputs:
-                dst.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+                _add_tensor_value_info(dst.input, t.name, elem, t.dims)
         else:
-            dst.initializer.append(t)
+            small.append(t)
+    dst.initializer.extend(small)
     return light
+
+
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+_ITEMSIZES: dict[int, int] = {}  # ONNX element type -> _itemsize of a tensor of it
+
+
+def _add_tensor_value_info(field, name: str, elem_type: int, dims) -> None:
+    """``field.append(onnx.helper.make_tensor_value_info(name, elem_type, list(dims)))`` for
+    integer ``dims``, written in place (the same message)."""
+    vi = field.add()
+    vi.name = name
+    tt = vi.type.tensor_type
+    tt.elem_type = elem_type
+    tt.shape.SetInParent()  # an empty shape is written (a scalar), as make_tensor_value_info does
+    shape = tt.shape.dim
+    for d in dims:
+        shape.add().dim_value = d
 
 
 def _drop_inferable_value_info(g: onnx.GraphProto) -> None:
@@ -481,14 +510,16 @@ def inputs_static(graph: onnx.GraphProto) -> bool:
     return True
 
 
-def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: bool | None = None) -> int:
+def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: bool | None = None,
+                     bodies: bool = True) -> int:
     """Put the inferred value_info of ``src`` into ``dst`` (same structure); returns how many of
     dst's own entries contradicted inference (a concrete dim, the rank or the dtype differs) and
     were replaced. A dim inference left unknown keeps dst's name for it; dst's number only when
     ``trust_numbers`` (default: the model's inputs are all static, so the exporter traced the
     only shapes there are). In a model with a dynamic input a declared number inference cannot
     confirm is stale: an exporter that traced at batch 1 writes 1 where the batch is dynamic,
-    and folding Shape to it breaks the model at batch 2."""
+    and folding Shape to it breaks the model at batch 2. ``bodies=False``: the caller knows no
+    node of ``dst`` holds a graph (the nodes are not walked for one)."""
     if trust_numbers is None:
         trust_numbers = inputs_static(dst)
     inferred = {vi.name: vi for vi in src.value_info}
@@ -513,7 +544,7 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
     if first:
         log.warning("value_info of %d tensor(s) contradicted shape inference (first: '%s' declared %s, inferred %s); "
                     "the inferred shapes are used", contradicted, *first)
-    for n_src, n_dst in zip(src.node, dst.node):
+    for n_src, n_dst in zip(src.node, dst.node) if bodies else ():
         for i, a_src in enumerate(n_src.attribute):  # dst's attributes read only beside a body
             if a_src.type == onnx.AttributeProto.GRAPH:
                 if i < len(n_dst.attribute):

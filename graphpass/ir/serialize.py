@@ -48,11 +48,11 @@ from graphpass.ir.external import (
     _read_on_disk,
 )
 from graphpass.ir.files import atomic_output, check_output_path, read_regular_file
-from graphpass.ir.graph import graph_protos, iter_graphs, subgraph_pairs, toposort
+from graphpass.ir.graph import graph_protos, has_subgraph, iter_graphs, subgraph_pairs, toposort
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
-from graphpass.ir.validate import _validate_at, parse, validate  # noqa: F401 - validate: re-exported
+from graphpass.ir.validate import _validate_at, parse, validate, validated_graphs  # noqa: F401 - validate: re-exported
 
 __all__ = [
     "MIN_OPSET",
@@ -214,10 +214,15 @@ def load_proto(source: ModelSource, lazy_external: bool = False, *, max_memory: 
     return _load_proto(source, lazy_external, limits.resolve_max_memory(max_memory))[0]
 
 
+#: what :func:`_load_proto` found of the model's graphs (``list(graph_protos(model.graph))``), or None
+_Graphs = "list[onnx.GraphProto] | None"
+
+
 @profiling.timed("read and validate")
-def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int]:
+def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[onnx.ModelProto, int, int, _Graphs]:
     """:func:`load_proto`, the bytes graphpass will hold for it (model + external data, sparse
-    tensors made dense) and the bytes of the source itself (model + external data)."""
+    tensors made dense), the bytes of the source itself (model + external data), and its graphs
+    in :func:`graph_protos`' order when validation's walk listed them (else None)."""
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # never mutate the caller's proto
@@ -235,20 +240,22 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int) -> tuple[o
         del data
         base_dir = path.resolve().parent
     where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
-    validate(model, where)
+    graphs = validated_graphs(model, where)
     held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
     source_bytes = held
-    held += _densify_sparse(model, where, limit - held)
-    return _upgrade_old_opset(model), held, source_bytes
+    held += _densify_sparse(model, where, limit - held, graphs)
+    upgraded = _upgrade_old_opset(model)
+    return upgraded, held, source_bytes, graphs if upgraded is model else None
 
 
-def _densify_sparse(model: onnx.ModelProto, where: str, room: int) -> int:
+def _densify_sparse(model: onnx.ModelProto, where: str, room: int, graphs: _Graphs = None) -> int:
     """Replace every sparse initializer by the dense initializer of the same name, dtype and
     values (onnx-graphsurgeon has no sparse tensors). Returns the bytes added; the dense size
-    is computed from the dims first and refused above ``room``."""
+    is computed from the dims first and refused above ``room``. ``graphs``: the model's graphs
+    when the caller has them."""
     added = 0
-    for g in graph_protos(model.graph):
+    for g in graphs if graphs is not None else graph_protos(model.graph):
         if not len(g.sparse_initializer):
             continue
         for sp in g.sparse_initializer:
@@ -345,10 +352,12 @@ def from_proto(
     shape_inference: bool = True,
     freeze_initializer_inputs: bool = False,
     dims: Mapping[str, int] | None = None,
+    graphs: _Graphs = None,
 ) -> gs.Graph:
     """Import a validated ModelProto into a gs.Graph with annotations and model data attached.
 
-    ``model`` is changed in place (inferred value_info, initializers moved aside).
+    ``model`` is changed in place (inferred value_info, initializers moved aside). ``graphs``:
+    ``list(graph_protos(model.graph))`` when the caller has it (the loader, from validation).
 
     An initializer that is also a main-graph input (IR >= 4) stays a graph input (a gs.Variable)
     unless ``freeze_initializer_inputs``; its initializer is kept aside and written back by the
@@ -379,22 +388,26 @@ def from_proto(
             keep = [i for i in model.graph.input if i.name not in inits]
             del model.graph.input[:]
             model.graph.input.extend(keep)
-    declared = {vi.name for g in graph_protos(model.graph) for vi in g.value_info}
+    if graphs is None:
+        graphs = list(graph_protos(model.graph))  # nothing below adds or removes a body
+    declared = {vi.name for g in graphs for vi in g.value_info}
     if input_shapes or dims:
         model2 = onnx.ModelProto()
         model2.CopyFrom(model)
         model = model2
+        graphs = list(graph_protos(model.graph))
         given = _apply_input_shapes(model, input_shapes, dims)
     if shape_inference:
-        inferred = infer_shapes(model)
+        bodies = len(graphs) > 1
+        inferred = infer_shapes(model, bodies=bodies)
         if inferred is not model:
-            _copy_value_info(inferred.graph, model.graph)
+            _copy_value_info(inferred.graph, model.graph, bodies=bodies)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
-        return _build(model, defaults, declared, given if (input_shapes or dims) else None)
+        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs)
 
 
-def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) -> gs.Graph:
+def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None) -> gs.Graph:
     try:
         graph = fast_import.import_onnx(model)
     except Exception as e:
@@ -402,7 +415,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) ->
     annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
-    _remember_types(model.graph, graph)
+    kept_types = _remember_types(model.graph, graph, graphs)
     _remember_raw_attrs(model.graph, graph)
     Model(
         graph,
@@ -414,7 +427,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given) ->
         input_defaults=defaults,
         meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
-    _release_proto(graph)
+    _release_proto(graph, kept_types)
     toposort(graph)
     return graph
 
@@ -425,13 +438,15 @@ def _own(message):
     return copy
 
 
-def _release_proto(graph: gs.Graph) -> None:
+def _release_proto(graph: gs.Graph, kept_types: bool = True) -> None:
     """Give the imported graph its own copies of the protobuf parts it keeps (weights' headers
     and embedded bytes, opset imports, kept types and attributes): a part of the parsed
     ModelProto keeps the whole parse alive (protobuf allocates a message's parts in one arena),
     nodes and value_info included: about 0.6 KB per node that nothing reads after the import
-    (issue 22)."""
+    (issue 22). ``kept_types=False``: :func:`_remember_types` kept none (no tensor is looked at
+    for one)."""
     model = model_of(graph, attach=False)
+    lazy, tensor_proto = gs.ir.tensor.LazyValues, onnx.TensorProto
     roots = [graph, *(graph.functions or ())]
     done: set[int] = set()
     holder = onnx.GraphProto()  # the weights' copies, in one arena (one per copy costs ~0.5 KB)
@@ -443,24 +458,30 @@ def _release_proto(graph: gs.Graph) -> None:
             for n in g.nodes:
                 tensors.extend(n.inputs)
                 tensors.extend(n.outputs)
-                tensors.extend(v for v in n.attrs.values() if isinstance(v, gs.Constant))
+                attrs = n.attrs
+                if attrs:
+                    for v in attrs.values():
+                        if isinstance(v, gs.Constant):
+                            tensors.append(v)
                 raw = n.__dict__.get(_RAW_ATTRS_KEY)
                 if raw:
                     n.__dict__[_RAW_ATTRS_KEY] = [_own(a) for a in raw]
             for t in tensors:
-                v = t.__dict__.get("_values")
-                if isinstance(v, gs.ir.tensor.LazyValues) and id(v) not in done:
+                d = t.__dict__
+                v = d.get("_values")
+                if v is not None and isinstance(v, lazy) and id(v) not in done:
                     done.add(id(v))
-                    if isinstance(v.tensor, onnx.TensorProto):
+                    if isinstance(v.tensor, tensor_proto):
                         own = holder.initializer.add()
                         own.CopyFrom(v.tensor)
                     else:  # a SparseTensorProto
                         own = _own(v.tensor)
                     v.tensor = own
                     v.shape = own.dims
-                kept = t.__dict__.get(_TYPE_KEY)
-                if kept is not None:
-                    t.__dict__[_TYPE_KEY] = _own(kept)
+                if kept_types:
+                    kept = d.get(_TYPE_KEY)
+                    if kept is not None:
+                        d[_TYPE_KEY] = _own(kept)
     if model is not None and model.input_defaults:
         model.input_defaults = {k: _own(v) for k, v in model.input_defaults.items()}
 
@@ -481,34 +502,37 @@ SOURCE_BYTES = "graphpass.source_bytes"
 DECLARED_VALUE_INFO = "graphpass.declared_value_info"
 
 
-def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None) -> None:
+def _prune_value_info(model: onnx.ModelProto, declared: set[str] | None, graphs: _Graphs = None) -> None:
     if declared is None:
         return
-    for g in graph_protos(model.graph):
+    for g in graphs if graphs is not None else graph_protos(model.graph):
         keep = [vi for vi in g.value_info if vi.name in declared or len(vi.metadata_props)]
         if len(keep) != len(g.value_info):
             del g.value_info[:]
             g.value_info.extend(keep)
 
 
-def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
+def _remember_types(graph_proto: onnx.GraphProto, graph: gs.Graph, graphs: list | None = None) -> bool:
     """Keep the TypeProto of every non-tensor value (sequence, optional, map, ...) on its gs tensor.
 
     gs cannot export optional/map/opaque types and flattens nested sequence types; the
     exporter puts these types back from what is kept here (see :func:`_restore_types`).
+    ``graphs``: ``list(graph_protos(graph_proto))`` when the caller has it. Returns whether a
+    value has such a type.
     """
     types: dict[str, onnx.TypeProto] = {}
-    for g in graph_protos(graph_proto):
+    for g in graphs if graphs is not None else graph_protos(graph_proto):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 types[vi.name] = vi.type
     if not types:
-        return
+        return False
     for g in iter_graphs(graph):
         tensors = list(g.inputs) + list(g.outputs) + [t for n in g.nodes for t in list(n.inputs) + list(n.outputs)]
         for t in tensors:
             if t.name in types:
                 t.__dict__[_TYPE_KEY] = types[t.name]
+    return True
 
 
 _RAW_ATTRS_KEY = "_gp_raw_attrs"
@@ -526,19 +550,39 @@ def _node_pairs(graph_proto: onnx.GraphProto, graph: gs.Graph):
 
 
 def _remember_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
-    """Keep attributes gs cannot represent (TYPE_PROTO, e.g. Optional's ``type``) on the node."""
-    for proto_node, node in _node_pairs(graph_proto, graph):
-        raw = [a for a in proto_node.attribute if a.type in _RAW_ATTR_TYPES]
+    """Keep attributes gs cannot represent (TYPE_PROTO, e.g. Optional's ``type``) on the node.
+    (:func:`_node_pairs`' walk, written out: a node without attributes holds neither such an
+    attribute nor a body, and is passed over.)"""
+    for proto_node, node in zip(graph_proto.node, graph.nodes):
+        attrs = proto_node.attribute
+        if not len(attrs):
+            continue
+        raw = [a for a in attrs if a.type in _RAW_ATTR_TYPES]
         if raw:
             node.__dict__[_RAW_ATTRS_KEY] = raw
+        for gp, g in subgraph_pairs(proto_node, node):
+            _remember_raw_attrs(gp, g)
 
 
 def _restore_raw_attrs(graph_proto: onnx.GraphProto, graph: gs.Graph) -> None:
-    for proto_node, node in _node_pairs(graph_proto, graph):
+    """Put the kept attributes back on the exported nodes (:func:`_node_pairs`' walk, written
+    out: only the nodes that kept some or hold a body are looked up in the proto)."""
+    protos = graph_proto.node
+    count = len(protos)
+    for i, node in enumerate(graph.nodes):
         raw = node.__dict__.get(_RAW_ATTRS_KEY)
+        body = bool(node.attrs) and has_subgraph(node)
+        if not raw and not body:
+            continue
+        if i >= count:  # the pairs end with the shorter list
+            break
+        proto_node = protos[i]
         if raw:
             have = {a.name for a in proto_node.attribute}
             proto_node.attribute.extend(a for a in raw if a.name not in have)
+        if body:
+            for gp, g in subgraph_pairs(proto_node, node):
+                _restore_raw_attrs(gp, g)
 
 
 class _types_hidden:
@@ -608,10 +652,10 @@ def load(
 
 def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_inputs, dims) -> gs.Graph:
     limit = limits.resolve_max_memory(max_memory)
-    model, held, source_bytes = _load_proto(source, True, limit)
+    model, held, source_bytes, graphs = _load_proto(source, True, limit)
     layout = external.layout_of(model)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
-                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims)
+                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims, graphs=graphs)
     model_of(graph).budget = limits.Budget(limit, held)
     model_of(graph).meta[SOURCE_BYTES] = source_bytes
     if layout is not None:  # else no tensor of the model is on disk: no walk for one
@@ -626,7 +670,8 @@ def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_
     return graph
 
 
-def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
+                       ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """Export with every weight over 1 KiB as a data-less header.
 
     gs's exporter copies every initializer twice (make_graph, then make_model); for a model of
@@ -644,9 +689,10 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
     by_name: dict[str, set[int]] = {}
     graphs = list(iter_graphs(graph))
     nested = len(graphs) > 1  # one graph: no weight is read by two (graphs_of and by_name unused)
+    constant = gs.Constant
     for g in graphs:
         for node in g.nodes:
-            for t in node.attrs.values():
+            for t in node.attrs.values() if node.attrs else ():
                 # a Constant node's value (or any tensor attribute) whose values were read: gs
                 # would write the unpacked bytes and the numpy dtype's ONNX type (an int4 value
                 # 'expected 2 bytes, got 4'; a FLOAT8E4M3FNUZ one as FLOAT8E4M3FN)
@@ -659,7 +705,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                         arrays.append((t, t._values))
                         t._values = gs.ir.tensor.LazyValues(proto)
             for t in node.inputs:
-                if not isinstance(t, gs.Constant):
+                if not isinstance(t, constant):
                     continue
                 if nested:
                     graphs_of.setdefault(id(t), set()).add(id(g))
@@ -690,7 +736,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                                               data_type=onnx.helper.np_dtype_to_tensor_dtype(values.dtype))
                     arrays.append((t, values))
                     originals[t.name] = values
-                    t._values = gs.ir.tensor.LazyValues(header)
+                    t._values = fast_import.lazy_values(header)
                     continue
                 if isinstance(values, gs.ir.tensor.LazyValues) and values.nbytes > 1024:
                     original = values.tensor
@@ -702,7 +748,7 @@ def _export_weightless(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, onnx
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with _types_hidden(graph) as types:
-            model = fast_export.export_onnx(graph)
+            model = fast_export.export_onnx(graph, value_infos)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
     finally:
@@ -787,17 +833,21 @@ def _sorted_for_export(graph: gs.Graph):
 
 
 @profiling.timed("export")
-def _export(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
+            ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    """The export of :func:`to_proto`, :func:`save` and :func:`snapshot`. ``value_infos``: see
+    :func:`graphpass.ir.fast_export.export_onnx`."""
     if emit not in EMIT_FORMS:
         raise UsageError(f"emit must be 'portable' or 'device', got '{emit}'")
     with gc_paused():  # see gc_paused: every sweep walked the whole graph (100k nodes: ~40% of the export)
-        return _export_paused(graph, emit)
+        return _export_paused(graph, emit, value_infos)
 
 
-def _export_paused(graph: gs.Graph, emit: str) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+def _export_paused(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
+                   ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
         try:
-            model, originals, shared = _export_weightless(graph)
+            model, originals, shared = _export_weightless(graph, value_infos)
         except Exception as e:
             raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
         model = _finish(graph, model, originals)
@@ -857,7 +907,7 @@ def restore(snap: tuple[onnx.ModelProto, dict]) -> gs.Graph:
                 if isinstance(original, np.ndarray):
                     t._values = original
                 elif original is not None:
-                    t._values = gs.ir.tensor.LazyValues(original)
+                    t._values = fast_import.lazy_values(original)
                 elif type(t._values) is gs.ir.tensor.LazyValues and _is_on_disk(t._values.tensor):
                     t._values = ExternalValues(t._values.tensor)
     return graph
@@ -933,10 +983,15 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 
 
 def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> None:
-    model, originals = _export(graph, emit)
-    _prune_value_info(model, model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO))
+    declared = model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO)
+    # the value_info the pruning below keeps is all the export writes, unless the portable form
+    # reads the rest first (device ops to inline: their expansions read the declared shapes)
+    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(graph)) else None
+    model, originals = _export(graph, emit, written)
+    graphs = list(graph_protos(model.graph))
+    _prune_value_info(model, declared, graphs)
     main_inits = {init.name for init in model.graph.initializer}
-    for g in list(graph_protos(model.graph))[1:]:  # weights inside subgraphs: put back in place
+    for g in graphs[1:]:  # weights inside subgraphs: put back in place
         for init in g.initializer:
             if init.name in originals and init.name not in main_inits:
                 init.CopyFrom(_as_proto(init.name, originals.pop(init.name), init))
@@ -954,6 +1009,26 @@ def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> 
                                      _data_files_read(model, out))
         else:
             external._write_streaming(model, originals, tmpdir / out.name)
+
+
+def _holds_device_ops(graph: gs.Graph) -> bool:
+    """Some node of ``graph`` or of a graph in any node's attributes is in graphpass's device
+    domain (every attribute looked at: not only where :func:`iter_graphs` looks)."""
+    from graphpass.ir.device_ops import DOMAIN
+
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for n in g.nodes:
+            if n.domain == DOMAIN:
+                return True
+            if n.attrs:
+                for v in n.attrs.values():
+                    if isinstance(v, gs.Graph):
+                        stack.append(v)
+                    elif isinstance(v, (list, tuple)):
+                        stack.extend(x for x in v if isinstance(x, gs.Graph))
+    return False
 
 
 def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:

@@ -45,6 +45,11 @@ def validate(model: onnx.ModelProto, where: str = "model") -> None:
     default-domain op must have the type the op declares; initializer names are unique per
     graph; concrete dims lie in 0..2^31; an initializer's data matches its shape.
     """
+    _validate(model, where, _header(model))
+
+
+def _header(model: onnx.ModelProto) -> int | None:
+    """validate's checks of the IR version and opsets; returns the default-domain opset."""
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"model IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) supports "
@@ -58,11 +63,189 @@ def validate(model: onnx.ModelProto, where: str = "model") -> None:
             raise BadModelError(f"model declares default-domain opset {default}, which does not exist")
         if default > newest:
             raise BadModelError(f"model uses opset {default}, newer than this onnx supports ({newest})")
+    return default
+
+
+def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
+    """:func:`validate` after the header; returns ``list(graph_protos(model.graph))`` when the
+    one walk found everything valid (it met every graph, in that order), else None."""
+    graphs: list = []
+    if _looks_valid(model, default, graphs):
+        return graphs  # every check of _check_all would pass
+    _check_all(model, where, default)
+    return None
+
+
+def validated_graphs(model: onnx.ModelProto, where: str = "model") -> list | None:
+    """:func:`validate`, returning the model's graphs (``list(graph_protos(model.graph))``)
+    when its one walk found them, None when the checks ran as written (they met no problem)."""
+    default = _header(model)
+    return _validate(model, where, default)
+
+
+def _check_all(model: onnx.ModelProto, where: str, default: int | None) -> None:
+    """The checks of :func:`validate` after the header, in their order: the first problem
+    raises, with its message."""
     _check_graph(model.graph, outer=frozenset(), path=model.graph.name or "main")
     for vi in model.graph.input:
         if not vi.HasField("type") or vi.type.WhichOneof("value") is None:
             raise BadModelError(f"{where}: graph input '{vi.name}' has no type")
     _check_content(model, default)
+
+
+_GRAPH, _GRAPHS, _TENSOR = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.TENSOR
+_OP_TYPES_OK: set = set()  # op_type strings found to be identifiers
+#: (op_type, opset) -> {attribute name: declared type} of a default-domain op, None for an unknown op
+_ATTR_TYPES: dict[tuple[str, int], "dict[str, int] | None"] = {}
+
+
+def _attr_types(op: str, opset: int) -> "dict[str, int] | None":
+    key = (op, opset)
+    if key not in _ATTR_TYPES:
+        try:
+            sch = onnx.defs.get_schema(op, opset, "")
+        except Exception:  # noqa: BLE001 - unknown op: its checks are the runtime's
+            _ATTR_TYPES[key] = None
+        else:
+            _ATTR_TYPES[key] = {name: int(a.type) for name, a in sch.attributes.items()}
+    return _ATTR_TYPES[key]
+
+
+#: element type -> whole bytes per element (types with a fractional or no fixed size left out)
+_WHOLE_SIZES: dict[int, int] = {}
+
+
+def _tensor_ok(t: onnx.TensorProto) -> None:
+    """:func:`_check_tensor`, the common case (raw data of a type of whole bytes per element)
+    decided here; anything else goes to it. Raises (BadModelError) where it would."""
+    size = _WHOLE_SIZES.get(t.data_type)
+    if size is None:
+        s = limits.elem_size(t.data_type)
+        if s is None or s != int(s) or s < 1 or not t.HasField("raw_data"):
+            _check_tensor(t, "")
+            return
+        size = _WHOLE_SIZES[t.data_type] = int(s)
+    n = size
+    for d in t.dims:
+        if not 0 <= d <= limits.MAX_DIM:
+            raise BadModelError("dims")
+        n *= d
+    if t.HasField("data_location") or not t.HasField("raw_data") or len(t.raw_data) != n:
+        _check_tensor(t, "")
+
+
+def _looks_valid(model: onnx.ModelProto, default_opset: int | None, graphs: list | None = None) -> bool:
+    """Whether every check of :func:`validate` after the header passes, found in one walk of
+    each graph that reads each node once (the checks' own walks read every node three to five
+    times: most of the load of a 10k-node model's validation). It decides nothing itself: True
+    only where each of those checks holds, False on anything it does not follow (then the
+    checks run as written and raise the first problem, in their order, with their message).
+    ``graphs``: each graph met is appended to it, in :func:`~graphpass.ir.graph.graph_protos`'
+    order (each before the bodies in its nodes, depth first)."""
+    try:
+        local_functions = {(f.domain, f.name) for f in model.functions}
+        if not _graph_looks_valid(model.graph, frozenset(), default_opset, local_functions,
+                                  graphs if graphs is not None else []):
+            return False
+        for vi in model.graph.input:
+            if not vi.HasField("type") or vi.type.WhichOneof("value") is None:
+                return False
+    except Exception:  # noqa: BLE001 - whatever it is, the checks as written say it
+        return False
+    return True
+
+
+def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int | None,
+                       local_functions: set, graphs: list) -> bool:
+    """:func:`_check_graph`'s and :func:`_check_content`'s checks of ``g`` and its bodies
+    (see :func:`_looks_valid`); True when all hold. Name lists are checked as text by joining
+    them (``str.join`` refuses the bytes protobuf returns for invalid UTF-8)."""
+    graphs.append(g)
+    names: list = []
+    defined: set = set(outer)
+    for holder in (g.input, g.output, g.initializer, g.value_info):
+        for t in holder:
+            names.append(t.name)
+    for i in g.input:
+        defined.add(i.name)
+    inits = [t.name for t in g.initializer]
+    if len(set(inits)) != len(inits):
+        return False
+    defined.update(inits)
+    defined.update(i.values.name for i in g.sparse_initializer)
+    for t in g.initializer:
+        _tensor_ok(t)
+    max_dim = limits.MAX_DIM
+    for holder in (g.input, g.output, g.value_info):
+        for vi in holder:
+            ty = vi.type
+            if ty.HasField("tensor_type"):
+                tt = ty.tensor_type
+                if tt.HasField("shape"):
+                    for d in tt.shape.dim:
+                        if d.HasField("dim_value") and not 0 <= d.dim_value <= max_dim:
+                            return False
+    node_names: list = []
+    inputs: list = []
+    outputs: list = []
+    bodies: list = []
+    ops_ok = _OP_TYPES_OK
+    for node in g.node:
+        op = node.op_type
+        if op not in ops_ok:
+            if not isinstance(op, str) or not op.isidentifier():
+                return False
+            ops_ok.add(op)
+        domain = node.domain
+        node_names.append(node.name)
+        inputs.extend(node.input)
+        outputs.extend(node.output)
+        attrs = node.attribute
+        default = domain == "" or domain == "ai.onnx"
+        if default:
+            if default_opset is None and (domain, op) not in local_functions:
+                return False
+            if op == "Constant" and sum(a.name in _VALUE_ATTRS for a in attrs) != 1:
+                return False
+        elif not isinstance(domain, str):
+            return False
+        if not len(attrs):
+            continue
+        declared = _attr_types(op, default_opset or 1) if default else None
+        for a in attrs:
+            names.append(a.name)
+            t = a.type
+            if t == _TENSOR:
+                _tensor_ok(a.t)
+            elif t == _GRAPH:
+                bodies.append(a.g)
+            elif t == _GRAPHS:
+                bodies.extend(a.graphs)
+            if declared is not None and not a.ref_attr_name:
+                d = declared.get(a.name)
+                if d is not None and t != 0 and d != t:
+                    return False
+    "".join(names)  # TypeError on a name that is not text
+    "".join(node_names)
+    "".join(inputs)
+    "".join(outputs)
+    produced = [o for o in outputs if o]
+    if len(set(produced)) != len(produced):
+        return False
+    defined.update(produced)
+    missing = set(inputs).difference(defined)
+    missing.discard("")  # an omitted optional input
+    if missing:
+        return False
+    for out in g.output:
+        if out.name not in defined:
+            return False
+    if bodies:
+        scope = frozenset(defined)
+        for body in bodies:
+            if not _graph_looks_valid(body, scope, default_opset, local_functions, graphs):
+                return False
+    return True
 
 
 _VALUE_ATTRS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints", "value_string",

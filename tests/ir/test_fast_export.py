@@ -155,3 +155,47 @@ def test_attributes_the_same_bytes_for_every_kind_of_value():
                      inputs=[x], outputs=[y], opset=17)
         theirs, ours = _both(g)
         assert ours == theirs, (i, v)
+
+
+def _pruned(model: onnx.ModelProto, keep: set[str], annotated: set[str]) -> bytes:
+    from graphpass.ir.graph import graph_protos
+
+    for g in graph_protos(model.graph):
+        vis = [vi for vi in g.value_info if vi.name in keep or vi.name in annotated]
+        del g.value_info[:]
+        g.value_info.extend(vis)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("path", [p for p in _FILES if "/exporters/" in p and "dynamo" in p], ids=lambda p: Path(p).name)
+def test_value_infos_writes_what_pruning_keeps(path):
+    """export_onnx(graph, value_infos): the full export with value_info kept for the names given
+    and the annotated tensors only (serialize's save prunes to those), in the same order."""
+    from graphpass.ir import annotations
+
+    model = _load(path)
+    graphpass.optimize(model)
+    g = model.graph
+    from graphpass.ir.graph import iter_graphs
+
+    tensors = [t for sub in iter_graphs(g) for t in sub.tensors().values()]
+    keep = set(sorted({t.name for t in tensors})[::3])
+    annotated = {t.name for t in tensors if t.__dict__.get(annotations._KEY) is not None}
+    full = fast_export.export_onnx(g)
+    assert fast_export.export_onnx(g, keep).SerializeToString() == _pruned(full, keep, annotated)
+    assert len(full.graph.value_info) > len(fast_export.export_onnx(g, set()).graph.value_info)
+
+
+def test_value_infos_with_a_shared_name_writes_every_one():
+    """Two distinct tensors of one name: gs's map (with its warning) and every value_info, as
+    gs writes it."""
+    x = gs.Variable("x", dtype="float32", shape=[2])
+    a = gs.Variable("t", dtype="float32", shape=[2])
+    b = gs.Variable("t", dtype="float32", shape=[2])
+    y = gs.Variable("y", dtype="float32", shape=[2])
+    nodes = [gs.Node("Relu", inputs=[x], outputs=[a]), gs.Node("Relu", inputs=[a], outputs=[b]),
+             gs.Node("Relu", inputs=[b], outputs=[y])]
+    graph = gs.Graph(nodes=nodes, inputs=[x], outputs=[y], opset=17)
+    full = fast_export.export_onnx(graph).SerializeToString()
+    assert fast_export.export_onnx(graph, set()).SerializeToString() == full
+    assert full == gs.export_onnx(graph, do_type_check=False).SerializeToString()

@@ -81,8 +81,9 @@ class _Dump:
         head = tuple((k, repr(v)) for k, v in g.__dict__.items()
                      if k not in ("nodes", "inputs", "outputs", "functions", "import_domains"))
         domains = tuple((d.domain, d.version) for d in (g.import_domains or ()))
+        shared = self.ref(g.__dict__["_functions"]) if "_functions" in g.__dict__ else None  # one list for a model's graphs
         return (head, domains, tuple(self.tensor(t) for t in g.inputs), tuple(self.tensor(t) for t in g.outputs),
-                tuple(self.node(n) for n in g.nodes), len(g.functions or ()))
+                tuple(self.node(n) for n in g.nodes), len(g.functions or ()), shared)
 
 
 def _import(fn, model: onnx.ModelProto):
