@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphpass.ir import graph as _graph_mod
 from graphpass.ir.graph import iter_graphs, load_lazy
+from graphpass.ir.lean import SyncList
 
 __all__ = ["Journal", "active", "touch", "all_graphs", "known_graphs", "graphs_made", "flat_graph"]
 
@@ -195,10 +197,16 @@ class _NodeState:
         outputs, the attrs dict's entries."""
         node = self.obj
         d = node.__dict__
-        return not (type(node) is not self.cls or d.keys() - {_META} != self.dict.keys() - {_META}
-                    or any(d[k] is not v for k, v in self.dict.items() if k != _META)
-                    or not _same(d.get("outputs", ()), self.outputs)
-                    or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs)))
+        saved = self.dict
+        if type(node) is not self.cls:
+            return False
+        if d.keys() != saved.keys() and d.keys() - {_META} != saved.keys() - {_META}:  # (sets only then)
+            return False
+        if not (list(d) == list(saved) and all(map(is_, d.values(), saved.values()))):  # (keys in one order: C loops)
+            for k, v in saved.items():  # (in another order, or the annotations dict replaced)
+                if k != _META and d[k] is not v:
+                    return False
+        return _same(d.get("outputs", ()), self.outputs) and (self.attrs is None or _same_dict(d["attrs"], self.attrs))
 
     def changed(self) -> bool:
         node = self.obj
@@ -207,7 +215,7 @@ class _NodeState:
                 or any(d[k] is not v for k, v in self.dict.items())
                 or not _same(d.get("inputs", ()), self.inputs) or not _same(d.get("outputs", ()), self.outputs)
                 or (self.attrs is not None and not _same_dict(d["attrs"], self.attrs))
-                or _copy_meta(node) != self.meta)
+                or d.get(_META) != self.meta)
 
 
 class _TensorState:
@@ -312,10 +320,12 @@ class _ModelState:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def _same_dict(a: dict, b: dict) -> bool:
+    if list(a) == list(b) and all(map(is_, a.values(), b.values())):  # (keys in one order: C loops)
+        return True
     return a.keys() == b.keys() and all(a[k] is v for k, v in b.items())
 
 
@@ -374,7 +384,6 @@ class Journal:
         self._nodes: dict[int, _NodeState] = {}
         self._tensors: dict[int, _TensorState] = {}
         self._graphs: dict[int, _GraphState] = {}
-        self._saved: dict[int, Any] = {}  # id -> the state of every node, tensor, graph saved
         self._loads: dict[int, tuple[gs.Tensor, Any]] = {}  # lazy weights loaded (not edited)
         self._created: dict[int, Any] = {}  # id -> object (kept alive: ids stay unique)
         # id -> state or created object: the one lookup a hook makes (most touches are of an
@@ -399,7 +408,7 @@ class Journal:
         self._used = True
         known = _KNOWN.get(id(self.graph))
         for g in known[1] if known is not None and known[0] is self.graph else all_graphs(self.graph):
-            self._saved[id(g)] = self._seen[id(g)] = self._graphs[id(g)] = _GraphState(g)
+            self._seen[id(g)] = self._graphs[id(g)] = _GraphState(g)
         model = self.graph.__dict__.get(_BACKREF)
         if model is not None:
             self._model = _ModelState(model)
@@ -429,12 +438,12 @@ class Journal:
     def _save(self, obj: Any) -> None:
         """Save ``obj``'s state (the first touch of an object neither saved nor created)."""
         key = id(obj)
-        if isinstance(obj, gs.Node):
-            self._saved[key] = self._seen[key] = self._nodes[key] = _NodeState(obj)
-        elif isinstance(obj, gs.Tensor):
-            self._saved[key] = self._seen[key] = self._tensors[key] = _TensorState(obj)
+        if isinstance(obj, gs.Tensor):  # (the most saved: a node's edit touches its tensors)
+            self._seen[key] = self._tensors[key] = _TensorState(obj)
+        elif isinstance(obj, gs.Node):
+            self._seen[key] = self._nodes[key] = _NodeState(obj)
         elif isinstance(obj, gs.Graph):
-            self._saved[key] = self._seen[key] = self._graphs[key] = _GraphState(obj)
+            self._seen[key] = self._graphs[key] = _GraphState(obj)
 
     def _loaded(self, t: gs.Tensor, lazy: Any, array: Any) -> None:
         """gs's ``values`` getter replaced a lazy weight by its array: not an edit, but the
@@ -496,14 +505,14 @@ class Journal:
             return False
         for st in self._tensors.values():
             t = st.obj
-            if (st.value_changed() or (_copy_meta(t) or {}) != (st.meta or {})
+            if (st.value_changed() or (t.__dict__.get(_META) or {}) != (st.meta or {})
                     or not _same(t.__dict__.get("inputs", ()), st.inputs)):
                 return False
         for st in self._graphs.values():
             d = st.obj.__dict__
             if (d.keys() != st.dict.keys() or any(d[k] is not v for k, v in st.dict.items())
                     or not _same(d.get("nodes", ()), st.nodes) or not _same(d.get("inputs", ()), st.inputs)
-                    or not _same(d.get("outputs", ()), st.outputs) or _copy_meta(st.obj) != st.meta
+                    or not _same(d.get("outputs", ()), st.outputs) or d.get(_META) != st.meta
                     or (st.functions is not None and not _same(d.get("_functions", ()), st.functions))):
                 return False
         model = self._model
@@ -521,7 +530,7 @@ class Journal:
         out = []
         for st in self._nodes.values():
             node = st.obj
-            if not st.same_but_inputs_and_meta() or (_copy_meta(node) or {}) != (st.meta or {}):
+            if not st.same_but_inputs_and_meta() or (node.__dict__.get(_META) or {}) != (st.meta or {}):
                 return None
             now = node.__dict__.get("inputs", ())
             if len(now) != len(st.inputs):
@@ -546,15 +555,16 @@ class Journal:
             node = st.obj
             if not st.same_but_inputs_and_meta() or not _same(node.__dict__.get("inputs", ()), st.inputs):
                 return None
-            now = _copy_meta(node)
+            now = node.__dict__.get(_META)
             if (now or {}) != (st.meta or {}):  # (an empty annotation dict made by a read is none)
-                out.append((node, st.meta, now))
+                out.append((node, st.meta, _copy_meta(node)))
         return out or None
 
     def changed_tensors(self) -> list[gs.Tensor]:
         """The tensors (not created by the pass) whose class, name, shape, dtype, values or
         annotations changed; a tensor only rewired (its producer or readers) is not listed."""
-        return [st.obj for st in self._tensors.values() if st.value_changed() or _copy_meta(st.obj) != st.meta]
+        return [st.obj for st in self._tensors.values()
+                if st.value_changed() or st.obj.__dict__.get(_META) != st.meta]
 
     # -- undo -----------------------------------------------------------------------------
 
@@ -578,14 +588,6 @@ class Journal:
 
 _OWN: dict[tuple[type, str], Any] = {}  # (class, name) -> the class's own attribute (None: inherited)
 _BASE: dict[tuple[type, str], Any] = {}  # (class, name) -> the method the hook calls
-
-
-def _touch_all(*objs: Any) -> None:
-    for j in _ACTIVE:
-        seen = j._seen
-        for o in objs:
-            if id(o) not in seen:
-                j._save(o)
 
 
 def _touch_many(owner: Any, items: Any) -> None:
@@ -658,13 +660,25 @@ def _wrap_init(orig):
 # only, and only when gs's constructor is the one they mirror (its parameters and the names it
 # uses); a constructor returns False to hand a call it does not mirror to gs's.
 
+def _sync_list(owner, field_name, initial):
+    """``misc.SynchronizedList(owner, field_name=field_name, initial=initial)``; an empty one of
+    graphpass's lean class made without its hooked ``extend`` (nothing to touch: its owner is new)."""
+    cls = misc.SynchronizedList
+    if initial or cls is not SyncList:
+        return cls(owner, field_name=field_name, initial=initial if initial is not None else [])
+    lst = list.__new__(SyncList)
+    lst.parent_obj = owner
+    lst.field_name = field_name
+    return lst
+
+
 def _node_init(self, op, name=None, attrs=None, inputs=None, outputs=None, domain=None) -> bool:
     d = self.__dict__
     d["op"] = op
     d["name"] = name if name is not None else ""
     d["attrs"] = attrs if attrs is not None else OrderedDict()
-    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=inputs if inputs is not None else [])
-    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=outputs if outputs is not None else [])
+    d["inputs"] = _sync_list(self, "outputs", inputs)
+    d["outputs"] = _sync_list(self, "inputs", outputs)
     d["domain"] = domain
     return True
 
@@ -673,8 +687,8 @@ def _tensor_dict(self, name) -> dict:
     """A new tensor's name and its empty lists of producers and readers, as gs's Tensor makes them."""
     d = self.__dict__
     d["name"] = name
-    d["inputs"] = misc.SynchronizedList(self, field_name="outputs", initial=[])
-    d["outputs"] = misc.SynchronizedList(self, field_name="inputs", initial=[])
+    d["inputs"] = _sync_list(self, "outputs", None)
+    d["outputs"] = _sync_list(self, "inputs", None)
     return d
 
 
@@ -736,52 +750,97 @@ def _items_at(lst: list, index: Any) -> list:
         return []
 
 
+def _touch_seq(items: Any) -> None:
+    """Save the state of each of ``items`` not saved (nor created) yet, in every active journal."""
+    for j in _ACTIVE:
+        seen = j._seen
+        for o in items:
+            if id(o) not in seen:
+                j._save(o)
+
+
 def _list_hooks() -> dict[str, Any]:
-    L = SynchronizedList
+    """name -> (gs's method -> the hooked method): the list's owner, then the elements whose
+    mirror list changes, are touched before gs's method runs (the hot ones spelled out: a
+    rewrite makes several such edits per node it removes or builds)."""
 
-    def __delitem__(self, index):
-        _touch_many(self.parent_obj, _items_at(self, index))
-        return _BASE[(L, "__delitem__")](self, index)
+    def delitem(base):
+        def __delitem__(self, index):
+            _touch_many(self.parent_obj, _items_at(self, index))
+            return base(self, index)
+        return __delitem__
 
-    def __setitem__(self, index, elem):
-        new = list(elem) if isinstance(index, slice) else [elem]
-        _touch_many(self.parent_obj, _items_at(self, index) + new)
-        return _BASE[(L, "__setitem__")](self, index, elem)
+    def setitem(base):
+        def __setitem__(self, index, elem):
+            if type(index) is int:
+                try:
+                    items = (self.parent_obj, list.__getitem__(self, index), elem)
+                except IndexError:
+                    items = (self.parent_obj, elem)
+            else:
+                new = list(elem) if isinstance(index, slice) else [elem]
+                items = [self.parent_obj, *_items_at(self, index), *new]
+            _touch_seq(items)
+            return base(self, index, elem)
+        return __setitem__
 
-    def append(self, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "append")](self, x)
+    def append(base):
+        def append(self, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, x)
+        return append
 
-    def extend(self, iterable):
-        items = list(iterable)
-        _touch_many(self.parent_obj, items)
-        return _BASE[(L, "extend")](self, items)
+    def extend(base):
+        def extend(self, iterable):
+            items = list(iterable)
+            _touch_many(self.parent_obj, items)
+            return base(self, items)
+        return extend
 
-    def insert(self, i, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "insert")](self, i, x)
+    def insert(base):
+        def insert(self, i, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, i, x)
+        return insert
 
-    def remove(self, x):
-        _touch_all(self.parent_obj, x)
-        return _BASE[(L, "remove")](self, x)
+    def remove(base):
+        def remove(self, x):
+            _touch_seq((self.parent_obj, x))
+            return base(self, x)
+        return remove
 
-    def pop(self, i=-1):
-        _touch_many(self.parent_obj, _items_at(self, i))
-        return _BASE[(L, "pop")](self, i)
+    def pop(base):
+        def pop(self, i=-1):
+            _touch_many(self.parent_obj, _items_at(self, i))
+            return base(self, i)
+        return pop
 
-    def clear(self):
-        _touch_many(self.parent_obj, list(list.__iter__(self)))
-        return _BASE[(L, "clear")](self)
+    def clear(base):
+        def clear(self):
+            owner = self.parent_obj
+            for j in _ACTIVE:
+                seen = j._seen
+                if id(owner) not in seen:
+                    j._save(owner)
+                for o in list.__iter__(self):
+                    if id(o) not in seen:
+                        j._save(o)
+            return base(self)
+        return clear
 
-    def sort(self, *args, **kwargs):
-        _touch_all(self.parent_obj)
-        return _BASE[(L, "sort")](self, *args, **kwargs)
+    def sort(base):
+        def sort(self, *args, **kwargs):
+            _touch_seq((self.parent_obj,))
+            return base(self, *args, **kwargs)
+        return sort
 
-    def reverse(self):
-        _touch_all(self.parent_obj)
-        return _BASE[(L, "reverse")](self)
+    def reverse(base):
+        def reverse(self):
+            _touch_seq((self.parent_obj,))
+            return base(self)
+        return reverse
 
-    return {"__delitem__": __delitem__, "__setitem__": __setitem__, "append": append, "extend": extend,
+    return {"__delitem__": delitem, "__setitem__": setitem, "append": append, "extend": extend,
             "insert": insert, "remove": remove, "pop": pop, "clear": clear, "sort": sort, "reverse": reverse}
 
 
@@ -799,8 +858,8 @@ def _install() -> None:
     for cls in (gs.Node, gs.Variable, gs.Constant, gs.Graph):
         _patch(cls, "__init__", _wrap_init)
     _patch(gs.Constant, "values", _values_property)
-    for name, fn in _list_hooks().items():
-        _patch(SynchronizedList, name, lambda base, fn=fn: fn)
+    for name, make in _list_hooks().items():
+        _patch(SynchronizedList, name, make)
 
 
 def _uninstall() -> None:

@@ -64,6 +64,7 @@ class ShapeAnalysis:
         self.memo: dict[int, tuple[gs.Tensor, Vec]] = {}
         self._roots: dict[tuple[int, int], int | Dim] = {}
         self._ranks: dict[int, int | None] = {}
+        self._consts: dict[int, tuple[gs.Constant, object, Vec | None]] = {}  # id -> (it, its values, its Vec)
         self.refined = 0
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
             for node in g.nodes:  # in order: each tensor's dims are resolved before its readers ask
@@ -103,10 +104,19 @@ class ShapeAnalysis:
         if t is None or not t.name and not isinstance(t, gs.Constant):
             return None
         if isinstance(t, gs.Constant):
+            # a constant's Vec decoded once per analysis (while its values object is the same:
+            # passes replace a Constant's values, never write into them); a Vec is immutable
+            values = t._values
+            hit = self._consts.get(id(t))
+            if hit is not None and hit[0] is t and hit[1] is values:
+                return hit[2]
             shape = t.shape
-            if shape is None or len(shape) > 1 or int(np.prod(shape, dtype=np.int64)) > MAX_ELEMS:
-                return None
-            return from_array(np.asarray(peek_values(t)))
+            if shape is None or len(shape) > 1 or (int(shape[0]) if shape else 1) > MAX_ELEMS:
+                vec = None
+            else:
+                vec = from_array(np.asarray(peek_values(t)))
+            self._consts[id(t)] = (t, values, vec)
+            return vec
         hit = self.memo.get(id(t))
         return hit[1] if hit is not None and hit[0] is t else None
 

@@ -99,8 +99,8 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-#: constants up to this size are keyed by their bytes (not cached); larger ones by a digest
-#: (cached on the constant), then compared byte for byte
+#: constants up to this size are keyed by their bytes; larger ones by a digest, then compared
+#: byte for byte (either key cached on the constant with the values object it was read from)
 _SMALL_KEY_BYTES = 64
 #: constants over this size are first told apart by a sample of their bytes
 _KEY_BYTES = 64 * 1024
@@ -129,7 +129,7 @@ def _stored_bytes(t: gs.Constant) -> tuple[np.dtype, tuple[int, ...], memoryview
     dtype = _RAW_IS_ARRAY.get(tp.data_type)
     if dtype is None or not tp.HasField("raw_data") or tp.HasField("data_location") and tp.data_location != 0:
         return None
-    shape = tuple(int(d) for d in tp.dims)
+    shape = tuple(tp.dims)  # (protobuf's repeated int64: Python ints already)
     raw = tp.raw_data
     if len(raw) != math.prod(shape) * dtype.itemsize:
         return None  # malformed: the decode path says what is wrong
@@ -137,11 +137,13 @@ def _stored_bytes(t: gs.Constant) -> tuple[np.dtype, tuple[int, ...], memoryview
 
 
 def _value_key(t: gs.Constant) -> tuple | None:
-    """(dtype, shape, bytes or sha256 of the bytes, annotations) of ``t``; a digest is cached on
-    ``t`` while its value object is the same (passes replace a Constant's values, never change
-    them in place). None for strings."""
+    """(dtype, shape, bytes or sha256 of the bytes, export dtype, annotations) of ``t``; the
+    first three are cached on ``t`` while its value object is the same (passes replace a
+    Constant's values, never change them in place: the pass runs once per round, and reads
+    each constant once, not once per round). None for strings."""
+    values = t._values
     cached = t.__dict__.get("_gp_digest")
-    if cached is not None and cached[0] is t._values:
+    if cached is not None and cached[0] is values:
         key = cached[1]
     else:
         stored = _stored_bytes(t)
@@ -154,9 +156,9 @@ def _value_key(t: gs.Constant) -> tuple | None:
             dtype, shape, raw = arr.dtype, arr.shape, _raw(arr)
         small = raw.nbytes <= _SMALL_KEY_BYTES
         body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw).digest())
-        key = (_dtype_key(dtype), shape, body, _str_of(getattr(t, "export_dtype", None)))
-        if not small:  # the pass runs once per round: hash each weight once, not once per round
-            t.__dict__["_gp_digest"] = (t._values, key)
+        key = (_dtype_key(dtype), shape, body)
+        t.__dict__["_gp_digest"] = (values, key)
+    key = key + (_str_of(getattr(t, "export_dtype", None)),)
     meta = A.stored_meta(t)  # a read: no empty dict made, nothing for an undo log to save
     return key + (tuple(sorted(meta.items())),) if meta else key
 
@@ -266,12 +268,9 @@ class EliminateCommonSubexpressions(Pass):
             for node in g.nodes:
                 if not node.outputs or not is_pure(node):
                     continue
-                head = (
-                    node.domain or "",
-                    node.op,
-                    tuple(id(canon.get(id(t), t)) if t.name else None for t in node.inputs),
-                    len(node.outputs),
-                )
+                inputs = ([id(canon.get(id(t), t)) if t.name else None for t in node.inputs] if canon
+                          else [id(t) if t.name else None for t in node.inputs])
+                head = (node.domain or "", node.op, tuple(inputs), len(node.outputs))
                 slot = table.get(head)
                 if slot is None:
                     table[head] = [node, None]

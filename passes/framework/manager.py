@@ -24,10 +24,14 @@ from graphpass.passes.framework.context import Explanation, PassContext
 from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, ESTIMATE_EACH_MAX_NODES, PassInstrument
 from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
 from graphpass.passes.framework.registry import get_pass
-from graphpass.ir import model_io
+from graphpass.ir import lean, model_io
 from graphpass.ir.graph import count_nodes, op_types, toposort
 from graphpass.ir.journal import all_graphs, flat_graph, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
+
+#: from this many nodes, what a run removes is released at its end (see apply_to); a smaller
+#: graph's garbage is small (the collector's closing sweep is for 20k nodes and more too)
+_RELEASE_NODES = 20_000
 
 #: the module prefix of graphpass's own passes (trusted under journal.flat_graph)
 _OWN_PASSES = "graphpass.passes."
@@ -112,8 +116,15 @@ class PassManager(Pass):
     def apply_to(self, model: Any, graph: gs.Graph, ctx: PassContext) -> ManagerResult:
         self.requires(model)
         nodes = count_nodes(graph)
-        with model_io.gc_batched(nodes=nodes):
+        # a big graph: the nodes and tensors the run removes and disconnects are handed back to
+        # reference counting at its end (lean.release) instead of one full collection of the
+        # caller's heap (100k CNN: ~2 s; the export's peak 40 MB lower, not higher)
+        before = lean.members(all_graphs(graph)) if nodes >= _RELEASE_NODES and lean.installed() else None
+        with model_io.gc_batched(nodes=0 if before is not None else nodes):
             result = self._loop(model, graph, ctx, nodes)
+            if before is not None:
+                lean.release(before, all_graphs(graph))
+                before = None
         self.ensures(model)
         return result
 

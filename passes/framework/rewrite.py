@@ -80,8 +80,11 @@ def single_reader(t: gs.Tensor, graph: gs.Graph) -> bool:
     return len(t.outputs) == 1 and not any(o is t for o in graph.outputs)
 
 
+_STD_DOMAINS = (None, "", "ai.onnx")
+
+
 def _std(node: gs.Node) -> bool:
-    return node.domain in (None, "", "ai.onnx")
+    return node.domain in _STD_DOMAINS
 
 
 class Scope:
@@ -199,20 +202,28 @@ class Rule:
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         """The chain ``pattern`` ending in ``anchor``, or None."""
-        if not self.pattern or not _std(anchor) or not _is(anchor, self.pattern[-1]):
+        pattern = self.pattern
+        if not pattern or not _std(anchor) or not _is(anchor, pattern[-1]):
             return None
         chain = [anchor]
         node = anchor
-        follow = self.follow or (0,) * (len(self.pattern) - 1)
-        for step in range(len(self.pattern) - 2, -1, -1):
+        follow = self.follow or (0,) * (len(pattern) - 1)
+        local, outputs, exclusive = scope.local, scope.outputs, self.exclusive
+        for step in range(len(pattern) - 2, -1, -1):
             idx = follow[step]
+            want = pattern[step]
+            inputs = node.inputs
             found = None
-            for i in (range(len(node.inputs)) if idx is None else [idx]):
-                if i >= len(node.inputs):
+            for i in (range(len(inputs)) if idx is None else (idx,)):
+                if i >= len(inputs):
                     continue
-                t = node.inputs[i]
-                p = scope.producer(t)
-                if p is not None and _is(p, self.pattern[step]) and (not self.exclusive or scope.single_reader(t)):
+                t = inputs[i]
+                # scope.producer(t) and scope.single_reader(t), spelled out (a call each per step)
+                writers = t.inputs
+                p = writers[0] if len(writers) == 1 else None
+                if (p is not None and id(p) in local and p.domain in _STD_DOMAINS
+                        and (p.op == want if isinstance(want, str) else p.op in want)
+                        and (not exclusive or (len(t.outputs) == 1 and id(t) not in outputs))):
                     found = p
                     break
             if found is None:
@@ -378,20 +389,22 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                         ctx.explain(pass_name, m.anchor, verdict.reason)
                         continue
                     entry["rewritten"] += 1
-                    entry["created"] += len(m.created)
-                    entry["removed"] += sum(id(n) in dead for n in m.nodes)
-                    for k, v in m.counts.items():
-                        entry[k] = entry.get(k, 0) + v
-                    placed.setdefault(id(m.anchor), []).extend(m.created)
-                    if not unsorted:
-                        if pos is None:
-                            pos = {id(n): i for i, n in enumerate(order)}
-                        unsorted = _reads_later(m, pos)
-                    for n in m.created:
-                        A.mark_created(n, pass_name, replaced=m.nodes)
+                    entry["removed"] += sum([id(n) in dead for n in m.nodes])
+                    if m.counts:
+                        for k, v in m.counts.items():
+                            entry[k] = entry.get(k, 0) + v
+                    if m.created:  # (a rewrite that only rewires, x * 1 -> x, places nothing)
+                        entry["created"] += len(m.created)
+                        placed.setdefault(id(m.anchor), []).extend(m.created)
+                        if not unsorted:
+                            if pos is None:
+                                pos = {id(n): i for i, n in enumerate(order)}
+                            unsorted = _reads_later(m, pos)
+                        for n in m.created:
+                            A.mark_created(n, pass_name, replaced=m.nodes)
                     break
         finally:  # also when a rule raises: the graph keeps what was rewritten so far, consistently
-            if dead or placed:
+            if placed:
                 nodes = []
                 for n in order:
                     new = placed.get(id(n))
@@ -402,6 +415,8 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                 g.nodes = nodes
                 if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
                     toposort(g, recurse=False)
+            elif dead:
+                g.nodes = [n for n in order if id(n) not in dead]
     return counts
 
 
@@ -461,30 +476,45 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
         if not made and scope.is_output(old) and not _movable(new, scope, created):
             _discard(m)
             return MatchResult.fail(f"'{old.name}' is a graph output and '{new.name}' cannot take its name")
-    for old, new in pairs:
-        writer = new.inputs[0] if len(new.inputs) == 1 else None
-        if writer is not None and (id(writer) in created or scope.is_output(old)):
-            # the writer of ``new`` writes ``old`` itself: old's name, type and shape stay
-            _detach(old, scope)
+    # the writer of ``new`` writes ``old`` itself (old's name, type and shape stay) when it is a
+    # new node or ``old`` is a graph output; else old's readers read ``new``
+    writers = [new.inputs[0] if len(new.inputs) == 1 else None for _, new in pairs]
+    takes = [w is not None and (id(w) in created or scope.is_output(old)) for w, (old, _) in zip(writers, pairs)]
+    # every output of the anchor gets another writer: the anchor dies, and gives them all up at
+    # once (no fresh tensor to write in their place, as _detach gives a node that stays)
+    cleared = len(pairs) == len(anchor.outputs) and all(takes) and len({id(old) for old, _ in pairs}) == len(pairs)
+    if cleared:
+        anchor.outputs.clear()
+    for (old, new), writer, take in zip(pairs, writers, takes):
+        if take:
+            if not cleared:
+                _detach(old, scope)
             if old.dtype is None:
                 old.dtype = new.dtype
             if new.shape is not None and not _static(old.shape) and _static(new.shape):
                 old.shape = new.shape  # the rewrite knows the shape: keep the more precise one
-            replace_uses(new, old)
+            if new.outputs:  # (a new node's output is mostly read by nothing yet)
+                replace_uses(new, old)
             writer.outputs[writer.outputs.index(new)] = old
         else:
             replace_uses(old, new)
     for n in m.created:
         scope.local.add(id(n))
+    # consumers first (the anchor is last): a chain dies in one sweep, and a second finds nothing
+    # more (none is needed once all died); the nodes that die are the same in any order (a node
+    # dies once nothing reads it)
+    outputs = scope.outputs
+    alive = [n for n in m.nodes if id(n) not in dead]
     changed = True
-    while changed:
+    while changed and alive:
         changed = False
-        for n in m.nodes:
-            if id(n) not in dead and all(not t.outputs and not scope.is_output(t) for t in n.outputs):
+        for n in reversed(alive):
+            if id(n) not in dead and all(not t.outputs and id(t) not in outputs for t in n.outputs):
                 n.inputs.clear()
                 n.outputs.clear()
                 dead.add(id(n))
                 changed = True
+        alive = [n for n in alive if id(n) not in dead]
     return MatchResult.success()
 
 

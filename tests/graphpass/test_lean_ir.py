@@ -120,3 +120,65 @@ def test_unlinking_a_node_finds_it_by_identity_not_by_structure(monkeypatch):
     assert readers[-1] not in list(shared.outputs) and twin not in [n for n in shared.outputs if n is twin]
     assert any(n is readers[0] for n in shared.outputs)  # the equal twin's removal left readers[0] in place
     assert len(shared.outputs) == 199
+
+
+def _identity_chain():
+    from onnx import helper
+
+    from graphpass.testing import make_model
+
+    return make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"]),
+                       helper.make_node("Relu", ["b"], ["y"])], {"x": [4]}, {"y": [4]})
+
+
+def test_a_big_run_hands_what_it_removed_to_reference_counting(monkeypatch):
+    """A pipeline over a big graph frees the nodes and tensors it removed by reference counting
+    (lean.release), not by a full collection of the caller's heap: with the collector off, the
+    removed Identity and its output are gone after the run; the output is the same."""
+    import gc
+    import weakref
+
+    import graphpass as gp
+    from graphpass.passes.framework import PassManager
+    from graphpass.passes.framework import manager as M
+
+    monkeypatch.setattr(M, "_RELEASE_NODES", 0)  # this small graph counts as big
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    model = gp.load(_identity_chain())
+    ident = next(n for n in model.graph.nodes if n.op == "Identity")
+    gone = [weakref.ref(ident), weakref.ref(ident.outputs[0])]
+    del ident
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        result = PassManager(["eliminate_identity"])(model)
+        assert result.modified and [n.op for n in model.graph.nodes] == ["Relu", "Relu"]
+        assert [r() for r in gone] == [None, None]
+        assert calls == []  # no closing full collection
+    finally:
+        if was:
+            gc.enable()
+    relu2 = model.graph.nodes[1]
+    assert relu2.inputs[0].name == "a" and type(relu2.inputs) is lean.SyncList
+
+
+def test_release_leaves_a_removed_object_someone_holds_readable():
+    """An object released (removed from the graph, connected to nothing) keeps working for a
+    reader that still holds it: its inputs and outputs are empty plain lists."""
+    import graphpass as gp
+    from graphpass.ir.journal import all_graphs
+
+    model = gp.load(_identity_chain())
+    graph = model.graph
+    before = lean.members(all_graphs(graph))
+    ident = next(n for n in graph.nodes if n.op == "Identity")
+    kept = graph.nodes[0]  # still in the graph: untouched
+    out = ident.outputs[0]
+    graph.nodes[2].inputs[0] = ident.inputs[0]
+    ident.inputs.clear()
+    ident.outputs.clear()
+    graph.nodes.remove(ident)
+    assert lean.release(before, all_graphs(graph)) == 2  # the Identity and its output
+    assert ident.inputs == [] and ident.outputs == [] and out.inputs == [] and out.outputs == []
+    assert type(kept.inputs) is lean.SyncList and kept.outputs[0].outputs[0] is graph.nodes[1]
