@@ -137,19 +137,35 @@ class FormatOracle:
         ann = A.get_engine(node)
         return ann if ann in ("AICORE", "AICPU", "HOST") else engine
 
-    def role(self, node: gs.Node) -> NodeRole:
-        """The node's :class:`NodeRole` (memoized per op, attributes, shapes, dtypes, constness)."""
+    def role_key(self, node: gs.Node) -> tuple | None:
+        """What :meth:`role` memoizes a node's role by: op, domain, engine annotation, each
+        input's (shape, dtype, runtime), each output's (shape, dtype), attributes (None: an
+        unhashable part, a subgraph or a tensor)."""
+        const, Constant = self.const, gs.Constant  # is_runtime, inlined: a key per node
         try:
             key = (node.op, node.domain, A.get_engine(node),
-                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype, self.is_runtime(t))
-                         for t in node.inputs),
-                   tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs),
-                   tuple(sorted((k, str(v)) for k, v in node.attrs.items())))
-            hit = self._roles.get(key)
-        except TypeError:  # an unhashable attribute (a subgraph, a tensor)
+                   tuple([(tuple(t.shape) if t.shape is not None else None, t.dtype,
+                           bool(t.name) and not (isinstance(t, Constant) or id(t) in const)) for t in node.inputs]),
+                   tuple([(tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.outputs]),
+                   tuple(sorted([(k, str(v)) for k, v in node.attrs.items()])))
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def role(self, node: gs.Node, copy: bool = True, key: tuple | None | bool = False) -> NodeRole:
+        """The node's :class:`NodeRole` (memoized by :meth:`role_key`; ``key``: that key if the
+        caller has it). ``copy=False``: the memoized role itself, shared by every node of the
+        same key, for a caller that only reads it (the layout plan)."""
+        if key is False:
+            key = self.role_key(node)
+        if key is None:
             return self._role(node)
+        hit = self._roles.get(key)
         if hit is None:
             hit = self._roles[key] = self._role(node)
+        if not copy:
+            return hit
         return dataclasses.replace(hit, ins=list(hit.ins), outs=list(hit.outs), ins5=list(hit.ins5), outs5=list(hit.outs5))
 
     def _role(self, node: gs.Node) -> NodeRole:

@@ -845,12 +845,16 @@ def _export(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
 
 def _export_paused(graph: gs.Graph, emit: str, value_infos: set[str] | None = None
                    ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    from graphpass.ir.device_ops import transdata_bypassed
+
     with _sorted_for_export(graph):  # _finish pairs proto nodes with gs nodes by position: inside
-        try:
-            model, originals, shared = _export_weightless(graph, value_infos)
-        except Exception as e:
-            raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-        model = _finish(graph, model, originals)
+        # portable: the TransData calls to_portable drops are left out of the export itself
+        with transdata_bypassed(graph) if emit == "portable" else contextlib.nullcontext():
+            try:
+                model, originals, shared = _export_weightless(graph, value_infos)
+            except Exception as e:
+                raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
+            model = _finish(graph, model, originals)
     _hoist_shared_initializers(model, shared)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable

@@ -14,6 +14,15 @@ Terms: a unary table per variable; ``w * [any x_v = 1]`` and ``w * [any x_v = 0]
 set S. A set of up to ``_DIRECT`` variables becomes one table over S; a larger one gets an
 auxiliary variable z (the same construction as the cut's auxiliary node): ``w * z`` plus, for
 each v in S, an infinite penalty on (x_v = 1, z = 0) — pairwise tables only.
+
+Tables are flat Python lists of floats (index bits in scope order, the first variable the most
+significant, as numpy's C order): nearly every table of a layout energy has one to three
+variables, where a list and Python floats cost a fraction of a small numpy array's overhead;
+steps over one or two variables (nearly all) are written out.
+Each entry is summed in the same order as before (``0.0 + t_f1 + t_f2 + ...`` over a
+variable's factors in the same set order) and minimized and argmin'ed with numpy's rules (NaN
+wins a minimum; argmin takes the first minimum), so the assignment is bit for bit the one the
+numpy version returned (tests/passes/test_layout_elimination.py compares them).
 """
 
 from __future__ import annotations
@@ -26,87 +35,224 @@ import numpy as np
 __all__ = ["eliminate"]
 
 _DIRECT = 4
-_INF = np.inf
+#: Tables over this many variables or more are summed and minimized in numpy (a list of 2^k
+#: Python floats costs more there); the same elementwise operations, the same values.
+_NUMPY_FROM = 6
+_INF = float("inf")
 
 
-def _any_table(k: int, value: int, w: float) -> np.ndarray:
-    t = np.full((2,) * k, w, dtype=np.float64)
-    t[(1 - value,) * k] = 0.0  # no variable takes ``value``: the term is 0
+def _any_table(k: int, value: int, w: float) -> list[float]:
+    t = [w] * (1 << k)
+    t[0 if value == 1 else (1 << k) - 1] = 0.0  # no variable takes ``value``: the term is 0
     return t
+
+
+_PROJ: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+
+
+def _projection(k: int, positions: tuple[int, ...]) -> list[int]:
+    """For each index of a table over ``k`` variables, the index into a factor over the
+    variables at ``positions`` (ascending) of that scope."""
+    key = (k, positions)
+    hit = _PROJ.get(key)
+    if hit is None:
+        shifts = [k - 1 - p for p in positions]
+        m = len(positions)
+        hit = []
+        for i in range(1 << k):
+            j = 0
+            for s in shifts:
+                j = (j << 1) | ((i >> s) & 1)
+            hit.append(j)
+        hit = _PROJ[key] = hit if m < k or positions != tuple(range(k)) else list(range(1 << k))
+    return hit
+
+
+def _min(a: float, b: float) -> float:
+    """numpy's minimum of two floats: a NaN wins (the first one)."""
+    if a <= b:
+        return a
+    if b < a:
+        return b
+    return a if a != a else b
+
+
+def _argmin(a: float, b: float) -> int:
+    """numpy's argmin of [a, b]: the first minimum, or the first NaN."""
+    if a != a:
+        return 0
+    if b != b:
+        return 1
+    return 1 if b < a else 0
+
+
+def _sum_and_min_numpy(fs, scopes, tables, shape_of, k, axis) -> tuple[list[float], list[float]]:
+    """A wide step in numpy: the factors summed in order, then the minimum over ``axis``; both
+    as flat lists (C order, as the lists of the narrow steps)."""
+    total = np.zeros((2,) * k)
+    for f in fs:
+        shape = [1] * k
+        for u in scopes[f]:
+            shape[shape_of[u]] = 2
+        total = total + np.asarray(tables[f], dtype=np.float64).reshape(shape)
+    return total.ravel().tolist(), total.min(axis=axis).ravel().tolist()
 
 
 def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
     """Minimizing assignment of the local energy, or None if it is too wide to eliminate."""
     n = len(unary)
     scopes: list[tuple[int, ...]] = []
-    tables: list[np.ndarray] = []
+    tables: list[list[float]] = []
     n_vars = n
 
-    def add(scope: tuple[int, ...], table: np.ndarray) -> None:
-        scopes.append(scope)
-        tables.append(table)
-
+    # each factor goes into the factor sets of its variables as it is made: every set gets its
+    # factors in increasing number (the order the sets iterate in depends on it)
+    factors_of: list[set[int]] = []
+    neighbours: list[set[int]] = []
     for v, (c0, c1) in enumerate(unary):
-        add((v,), np.array([c0, c1], dtype=np.float64))
+        scopes.append((v,))
+        tables.append([float(c0), float(c1)])
+        factors_of.append({v})
+        neighbours.append(set())
     for value, terms in ((1, any1), (0, any0)):
         for w, vs in terms:
             vs = tuple(sorted(vs))
+            w = float(w)
             if len(vs) <= _DIRECT:
-                add(vs, _any_table(len(vs), value, w))
+                f = len(scopes)
+                scopes.append(vs)
+                tables.append(_any_table(len(vs), value, w))
+                if len(vs) == 2:
+                    a, b = vs
+                    factors_of[a].add(f)
+                    factors_of[b].add(f)
+                    neighbours[a].add(b)
+                    neighbours[b].add(a)
+                else:
+                    for u in vs:
+                        factors_of[u].add(f)
+                    if len(vs) > 1:
+                        for a, b in itertools.permutations(vs, 2):
+                            neighbours[a].add(b)
                 continue
             z = n_vars  # z = 1: some variable in S takes ``value`` (the term is paid)
             n_vars += 1
-            add((z,), np.array([0.0, w]))
-            pair = np.zeros((2, 2))
-            pair[value, 0] = _INF  # x_v == value forces z = 1
+            factors_of.append({len(scopes)})
+            neighbours.append(set())
+            scopes.append((z,))
+            tables.append([0.0, w])
+            pair = [0.0, 0.0, 0.0, 0.0]
+            pair[value * 2] = _INF  # x_v == value forces z = 1
             for v in vs:
-                add((v, z), pair)
-    # factor index per variable, adjacency
-    factors_of: list[set[int]] = [set() for _ in range(n_vars)]
-    for f, scope in enumerate(scopes):
-        for v in scope:
-            factors_of[v].add(f)
-    neighbours: list[set[int]] = [set() for _ in range(n_vars)]
-    for scope in scopes:
-        for a, b in itertools.permutations(scope, 2):
-            neighbours[a].add(b)
-    alive = [True] * len(scopes)
+                f = len(scopes)
+                scopes.append((v, z))
+                tables.append(pair)
+                factors_of[v].add(f)
+                factors_of[z].add(f)
+                neighbours[v].add(z)
+                neighbours[z].add(v)
+    # the factors of a variable not yet eliminated are all alive (eliminating v replaces every
+    # factor over v by one over the rest, in the factor sets of the rest), and its scope is
+    # itself and its neighbours
     heap = [(len(neighbours[v]), v) for v in range(n_vars)]
     heapq.heapify(heap)
     done = [False] * n_vars
-    trail: list[tuple[int, tuple[int, ...], np.ndarray]] = []
+    trail: list[tuple[int, tuple[int, ...], list[float]]] = []
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
-        deg, v = heapq.heappop(heap)
+        deg, v = heappop(heap)
         if done[v] or deg != len(neighbours[v]):
             continue
         if deg > max_width:
             return None
-        fs = [f for f in factors_of[v] if alive[f]]
-        scope = tuple(sorted(set().union(*(scopes[f] for f in fs))))
-        shape_of = {u: i for i, u in enumerate(scope)}
-        total = np.zeros((2,) * len(scope))
-        for f in fs:
-            shape = [1] * len(scope)
-            for u in scopes[f]:
-                shape[shape_of[u]] = 2
-            total = total + tables[f].reshape(shape)
-            alive[f] = False
-        axis = shape_of[v]
+        fs = list(factors_of[v])  # the set's order: the order the factors are summed in
+        if deg == 0:
+            scope = (v,)
+            t0 = t1 = 0.0
+            for f in fs:
+                t = tables[f]
+                t0 += t[0]
+                t1 += t[1]
+            total = [t0, t1]
+            reduced = [_min(t0, t1)]
+        elif deg == 1:
+            (u,) = neighbours[v]
+            scope = (v, u) if v < u else (u, v)
+            a = scope[0]
+            t0 = t1 = t2 = t3 = 0.0
+            for f in fs:
+                t = tables[f]
+                sf = scopes[f]
+                if len(sf) == 2:
+                    t0 += t[0]
+                    t1 += t[1]
+                    t2 += t[2]
+                    t3 += t[3]
+                elif sf[0] == a:  # over the first variable: index bit 1
+                    t0 += t[0]
+                    t1 += t[0]
+                    t2 += t[1]
+                    t3 += t[1]
+                else:
+                    t0 += t[0]
+                    t1 += t[1]
+                    t2 += t[0]
+                    t3 += t[1]
+            total = [t0, t1, t2, t3]
+            reduced = [_min(t0, t2), _min(t1, t3)] if v == a else [_min(t0, t1), _min(t2, t3)]
+        else:
+            scope = tuple(sorted(neighbours[v] | {v}))
+            k = len(scope)
+            shape_of = {u: i for i, u in enumerate(scope)}
+            axis = shape_of[v]
+            if k >= _NUMPY_FROM:
+                total, reduced = _sum_and_min_numpy(fs, scopes, tables, shape_of, k, axis)
+            else:
+                # the sum of the factors, entry by entry in the order numpy added the arrays
+                total = [0.0] * (1 << k)
+                for f in fs:
+                    t = tables[f]
+                    sf = scopes[f]
+                    if sf == scope:
+                        total = [a + b for a, b in zip(total, t)]
+                    else:
+                        proj = _projection(k, tuple(shape_of[u] for u in sf))
+                        total = [a + t[j] for a, j in zip(total, proj)]
+                # minimum over v: v's bit is bit (k - 1 - axis) of an index of ``total``
+                bit = 1 << (k - 1 - axis)
+                low = bit - 1
+                reduced = []
+                for r in range(1 << (k - 1)):
+                    i0 = ((r & ~low) << 1) | (r & low)
+                    reduced.append(_min(total[i0], total[i0 | bit]))
         trail.append((v, scope, total))
-        rest = tuple(u for u in scope if u != v)
         done[v] = True
-        new = len(scopes)
+        new = len(scopes)  # factors keep their numbers (the sets' order depends on them)
+        if deg == 0:
+            scopes.append(())  # a constant nobody reads
+            tables.append(reduced)
+            continue
+        rest = tuple(u for u in scope if u != v)
         scopes.append(rest)
-        tables.append(total.min(axis=axis))
-        alive.append(True)
+        tables.append(reduced)
         for u in rest:
-            factors_of[u].difference_update(fs)
-            factors_of[u].add(new)
-            neighbours[u].discard(v)
-            neighbours[u].update(w for w in rest if w != u)
-            heapq.heappush(heap, (len(neighbours[u]), u))
+            fu = factors_of[u]
+            fu.difference_update(fs)
+            fu.add(new)
+            nu = neighbours[u]
+            nu.discard(v)
+            if deg > 1:
+                nu.update(w for w in rest if w != u)
+            heappush(heap, (len(nu), u))
     x = [0] * n_vars
     for v, scope, total in reversed(trail):
-        index = tuple(slice(None) if u == v else x[u] for u in scope)
-        x[v] = int(np.argmin(total[index]))
+        k = len(scope)
+        i0 = 0
+        bit = 0
+        for p, u in enumerate(scope):
+            if u == v:
+                bit = 1 << (k - 1 - p)
+            elif x[u]:
+                i0 |= 1 << (k - 1 - p)
+        x[v] = _argmin(total[i0], total[i0 | bit])
     return x[:n]

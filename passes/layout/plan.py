@@ -28,7 +28,7 @@ __all__ = ["LayoutPlan", "Conversion", "MODES"]
 MODES = ("optimal", "greedy")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _End:
     fmt: str | None = None  # a constant format
     var: int | None = None  # or the variable of a choice node
@@ -39,7 +39,7 @@ class _End:
         return FIVE_HD if x[self.var] else "ND"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Reader:
     end: _End
     node: gs.Node | None  # None: a graph output
@@ -47,7 +47,7 @@ class _Reader:
     index: int | None = None  # which input of ``node`` (None: every input that is the tensor)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Tensor:
     tensor: gs.Tensor
     producer: _End
@@ -66,7 +66,8 @@ class Conversion:
 
 
 def _signature(node: gs.Node, role) -> tuple | None:
-    """What a node's cost depends on: op, formats, shapes, dtypes, attributes (None: not hashable)."""
+    """What a node's cost depends on: op, formats, shapes, dtypes, attributes (None: not hashable).
+    ``_build`` puts the same tuple together from the oracle's role key when it has one."""
     try:
         key = (node.op, node.domain, tuple(role.ins), tuple(role.ins5), tuple(role.outs5),
                tuple((tuple(t.shape) if t.shape is not None else None, t.dtype) for t in node.inputs),
@@ -91,101 +92,165 @@ class LayoutPlan:
         self.tensors: list[_Tensor] = []
         self.skipped: dict[str, None] = {}  # reasons tensors were left in their origin format
         self._w: dict[tuple[int, str, str], float] = {}
+        self._td: dict[tuple, float] = {}
         self._build()
 
     # -- building ------------------------------------------------------------------------
 
     def _build(self) -> None:
         g, o = self.graph, self.oracle
-        top = {id(n) for n in g.nodes}
+        nodes = g.nodes
+        top = {id(n) for n in nodes}
         memo: dict = {}
-        for node in g.nodes:
-            role = o.role(node)
-            self.roles[id(node)] = role
+        role_of = o.role
+        roles = self.roles
+        var_of = self.var_of
+        energy = self.energy
+        role_key = o.role_key
+        role_lists: dict[int, tuple] = {}
+        for node in nodes:
+            rkey = role_key(node)
+            role = role_of(node, copy=False, key=rkey)  # read only: one role per key, not a copy per node
+            roles[id(node)] = role
             if role.kind == "choice":
-                key = _signature(node, role)
+                lists = role_lists.get(id(role))
+                if lists is None:
+                    lists = role_lists[id(role)] = (tuple(role.ins), tuple(role.ins5), tuple(role.outs5), role)
+                key = _signature(node, role) if rkey is None else (
+                    node.op, node.domain, lists[0], lists[1], lists[2], tuple([(s, d) for s, d, _ in rkey[3]]),
+                    rkey[4], rkey[5])
                 costs = memo.get(key) if key is not None else None
                 if costs is None:
                     costs = (o.node_us(node, role, False), o.node_us(node, role, True))
                     if key is not None:
                         memo[key] = costs
-                v = self.energy.add_var(*costs)
-                self.var_of[id(node)] = v
+                v = energy.add_var(*costs)
+                var_of[id(node)] = v
                 self.var_node.append(node)
+        self._var_end = [_End(var=v) for v in range(energy.n)]
+        self._fmt_end: dict[str | None, _End] = {}
         outputs = {id(t) for t in g.outputs}
+        is_runtime, opaque_reason, in_end = o.is_runtime, o.opaque_reason, self._in_end
+        tensors, skipped, terms = self.tensors, self.skipped, self._terms
+        nd = self._end("ND")
         for t, end in self._produced(g):
-            if not o.is_runtime(t):
+            if not is_runtime(t):
                 continue
-            why = o.opaque_reason(t)
-            if why:
-                self.skipped.setdefault(why, None)
-                continue
+            shape = t.shape
+            # a static shape has no reason to be opaque (the oracle words the reason otherwise)
+            if shape is None or not all(type(d) is int and d >= 0 for d in shape):
+                why = opaque_reason(t)
+                if why:
+                    skipped.setdefault(why, None)
+                    continue
             readers: list[_Reader] = []
             seen: set[int] = set()
             for consumer in t.outputs:
-                if id(consumer) in seen:  # a node reading the tensor twice is listed twice
+                c = id(consumer)
+                if c in seen:  # a node reading the tensor twice is listed twice
                     continue
-                seen.add(id(consumer))
-                if id(consumer) not in top:
-                    readers.append(_Reader(_End("ND"), consumer, "body"))
+                seen.add(c)
+                if c not in top:
+                    readers.append(_Reader(nd, consumer, "body"))
                     continue
-                role = self.roles[id(consumer)]
+                role = roles[c]
                 if role.kind == "free":
                     continue
                 for i, u in enumerate(consumer.inputs):
                     if u is t:
-                        readers.append(_Reader(self._in_end(consumer, role, i), consumer, "node", i))
+                        readers.append(_Reader(in_end(consumer, role, i), consumer, "node", i))
             if id(t) in outputs:
-                readers.append(_Reader(_End("ND"), None, "output"))
+                readers.append(_Reader(nd, None, "output"))
             if readers:
-                self.tensors.append(_Tensor(t, end, readers))
-                self._terms(self.tensors[-1])
+                rec = _Tensor(t, end, readers)
+                tensors.append(rec)
+                terms(rec)
+
+    def _end(self, fmt: str | None) -> _End:
+        """The endpoint of constant format ``fmt`` (one object per format: endpoints are frozen)."""
+        hit = self._fmt_end.get(fmt)
+        if hit is None:
+            hit = self._fmt_end[fmt] = _End(fmt)
+        return hit
 
     def _produced(self, g: gs.Graph) -> Iterable[tuple[gs.Tensor, _End]]:
+        end = self._end
         for t in g.inputs:
-            yield t, _End("ND")
+            yield t, end("ND")
+        roles, var_end, var_of = self.roles, self._var_end, self.var_of
         for node in g.nodes:
-            role = self.roles[id(node)]
-            for j, t in enumerate(node.outputs):
-                if role.kind == "choice" and role.outs[j] != role.outs5[j]:
-                    yield t, _End(var=self.var_of[id(node)])
-                else:
-                    yield t, _End(role.outs[j] if j < len(role.outs) else "ND")
+            role = roles[id(node)]
+            outs = role.outs
+            if role.kind == "choice":
+                outs5 = role.outs5
+                for j, t in enumerate(node.outputs):
+                    if outs[j] != outs5[j]:
+                        yield t, var_end[var_of[id(node)]]
+                    else:
+                        yield t, end(outs[j] if j < len(outs) else "ND")
+            else:
+                for j, t in enumerate(node.outputs):
+                    yield t, end(outs[j] if j < len(outs) else "ND")
 
     def _in_end(self, node: gs.Node, role: NodeRole, i: int) -> _End:
         if role.kind == "choice":
             f0, f1 = role.ins[i], role.ins5[i]
             if f0 != f1:
-                return _End(var=self.var_of[id(node)])
-            return _End(f0 or "ND")
+                return self._var_end[self.var_of[id(node)]]
+            return self._end(f0 or "ND")
         f = role.ins[i] if i < len(role.ins) else "ND"
-        return _End(f or "ND")
+        return self._end(f or "ND")
 
     def w(self, t: gs.Tensor, src: str, dst: str) -> float:
         key = (id(t), src, dst)
         hit = self._w.get(key)
         if hit is None:
-            hit = self._w[key] = self.oracle.transdata_us(t, src, dst)
+            hit = self._w[key] = self._transdata_us(t, src, dst)
         return hit
 
+    def _transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
+        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst)
+        for a variable of static shape: the oracle's own key for it (its shape is the static
+        shape as it is), so the same figure."""
+        shape = t.shape
+        if type(t) is gs.Variable and shape is not None and all(type(d) is int and d >= 0 for d in shape):
+            key = (tuple(shape), t.dtype, src, dst)
+            try:
+                hit = self._td.get(key)
+            except TypeError:  # an unhashable dtype: the oracle decides
+                return self.oracle.transdata_us(t, src, dst)
+            if hit is None:
+                hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
+            return hit
+        return self.oracle.transdata_us(t, src, dst)
+
     def _terms(self, rec: _Tensor) -> None:
-        e, t = self.energy, rec.tensor
-        fixed = {r.end.fmt for r in rec.readers if r.end.var is None}
-        vars_ = sorted({r.end.var for r in rec.readers if r.end.var is not None})
+        e, t, w_of = self.energy, rec.tensor, self.w
+        fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
+        found: set[int] = set()  # the readers' variables
+        for r in rec.readers:
+            end = r.end
+            if end.var is None:
+                fixed.add(end.fmt)
+            else:
+                found.add(end.var)
         p = rec.producer
         if p.var is None:
             src = p.fmt
-            e.constant += sum(self.w(t, src, f) for f in fixed if f != src)
-            for f, val in (("ND", 0), (FIVE_HD, 1)):
-                if f != src and f not in fixed and vars_:
-                    e.add_any(val, self.w(t, src, f), vars_)
+            e.constant += sum(w_of(t, src, f) for f in fixed if f != src)
+            if found:
+                vars_ = sorted(found)
+                for f, val in (("ND", 0), (FIVE_HD, 1)):
+                    if f != src and f not in fixed:
+                        e.add_any(val, w_of(t, src, f), vars_)
             return
         v = p.var
         for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
-            e.unary[v][0] += self.w(t, "ND", f)
-            e.unary[v][1] += self.w(t, FIVE_HD, f)
-        w = self.w(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
-        members = sorted(set(vars_) | {v})
+            e.unary[v][0] += w_of(t, "ND", f)
+            e.unary[v][1] += w_of(t, FIVE_HD, f)
+        w = w_of(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
+        found.add(v)
+        members = sorted(found)
         e.constant -= w
         for f, val in (("ND", 0), (FIVE_HD, 1)):
             if f in fixed:
@@ -237,14 +302,17 @@ class LayoutPlan:
         stored = stored or {}
         out: list[Conversion] = []
         for rec in self.tensors:
-            src = rec.producer.resolve(x)
-            keep = stored.get(id(rec.tensor))
-            if keep is not None and keep != src:
-                out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
-                src = keep
+            p = rec.producer
+            src = p.fmt if p.var is None else (FIVE_HD if x[p.var] else "ND")  # _End.resolve
+            if stored:
+                keep = stored.get(id(rec.tensor))
+                if keep is not None and keep != src:
+                    out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
+                    src = keep
             by_fmt: dict[str, list[_Reader]] = {}
             for r in rec.readers:
-                f = r.end.resolve(x)
+                end = r.end
+                f = end.fmt if end.var is None else (FIVE_HD if x[end.var] else "ND")
                 if f != src:
                     by_fmt.setdefault(f, []).append(r)
             for f, readers in by_fmt.items():

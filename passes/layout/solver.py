@@ -167,10 +167,13 @@ def solve(energy: Energy) -> list[int]:
             c1 = energy.unary[v][1] + sum(w for w, _ in per1[ci])
             x[v] = 1 if c1 < c0 else 0
             continue
-        index = {v: i for i, v in enumerate(comp)}
-        unary = [energy.unary[v] for v in comp]
-        any1 = [(w, tuple(index[v] for v in vs)) for w, vs in per1[ci]]
-        any0 = [(w, tuple(index[v] for v in vs)) for w, vs in per0[ci]]
+        if len(comp) == energy.n:  # one component of every variable (a CNN): numbered as it is
+            unary, any1, any0 = energy.unary, per1[ci], per0[ci]
+        else:
+            index = {v: i for i, v in enumerate(comp)}
+            unary = [energy.unary[v] for v in comp]
+            any1 = [(w, tuple(index[v] for v in vs)) for w, vs in per1[ci]]
+            any0 = [(w, tuple(index[v] for v in vs)) for w, vs in per0[ci]]
         if len(comp) <= BRUTE_FORCE_MAX:
             local = _enumerate(unary, any1, any0)
         else:
