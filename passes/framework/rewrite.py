@@ -484,6 +484,10 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
     cleared = len(pairs) == len(anchor.outputs) and all(takes) and len({id(old) for old, _ in pairs}) == len(pairs)
     if cleared:
+        # the names _detach would have taken, asked first as it asked them (a lazy NameGen is
+        # built before anything moves): the walk's later names stay the same
+        for old, _ in pairs:
+            scope.names(f"{old.name or 'dead'}_old")
         anchor.outputs.clear()
     for (old, new), writer, take in zip(pairs, writers, takes):
         if take:
