@@ -138,9 +138,10 @@ def _stored_bytes(t: gs.Constant) -> tuple[np.dtype, tuple[int, ...], memoryview
 
 def _value_key(t: gs.Constant) -> tuple | None:
     """(dtype, shape, bytes or sha256 of the bytes, export dtype, annotations) of ``t``; the
-    first three are cached on ``t`` while its value object is the same (passes replace a
-    Constant's values, never change them in place: the pass runs once per round, and reads
-    each constant once, not once per round). None for strings."""
+    first three are cached on ``t`` while its value object is the same (graphpass's passes
+    replace a Constant's values, never change them in place: the pass runs once per round, and
+    reads each constant once, not once per round), but for a small key of a writable array
+    (see below). None for strings."""
     values = t._values
     cached = t.__dict__.get("_gp_digest")
     if cached is not None and cached[0] is values:
@@ -157,7 +158,12 @@ def _value_key(t: gs.Constant) -> tuple | None:
         small = raw.nbytes <= _SMALL_KEY_BYTES
         body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw).digest())
         key = (_dtype_key(dtype), shape, body)
-        t.__dict__["_gp_digest"] = (values, key)
+        # a key of the bytes themselves is trusted as they are (no byte compare): not cached
+        # over an array something may still write into (a user's pass: ``c.values[...] = v``);
+        # a digest is (a match is compared byte for byte), as is a key read from the stored
+        # bytes of a weight not loaded yet or from a read-only array
+        if not small or type(values) is not np.ndarray or not values.flags.writeable:
+            t.__dict__["_gp_digest"] = (values, key)
     key = key + (_str_of(getattr(t, "export_dtype", None)),)
     meta = A.stored_meta(t)  # a read: no empty dict made, nothing for an undo log to save
     return key + (tuple(sorted(meta.items())),) if meta else key

@@ -480,12 +480,23 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # new node or ``old`` is a graph output; else old's readers read ``new``
     writers = [new.inputs[0] if len(new.inputs) == 1 else None for _, new in pairs]
     takes = [w is not None and (id(w) in created or scope.is_output(old)) for w, (old, _) in zip(writers, pairs)]
+    # each pair's writer and choice decided before any moves: the same as pair by pair when no
+    # tensor is in two pairs (else one pair's rewiring changes the next one's writer: the same
+    # new tensor for two outputs, an output swapped with another; decided pair by pair below)
+    apart = len({id(t) for pair in pairs for t in pair}) == 2 * len(pairs)
     # every output of the anchor gets another writer: the anchor dies, and gives them all up at
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
-    cleared = len(pairs) == len(anchor.outputs) and all(takes) and len({id(old) for old, _ in pairs}) == len(pairs)
+    cleared = apart and len(pairs) == len(anchor.outputs) and all(takes)
     if cleared:
+        # the names _detach would have taken, asked first as it asked them (a lazy NameGen is
+        # built before anything moves): the walk's later names stay the same
+        for old, _ in pairs:
+            scope.names(f"{old.name or 'dead'}_old")
         anchor.outputs.clear()
     for (old, new), writer, take in zip(pairs, writers, takes):
+        if not apart:
+            writer = new.inputs[0] if len(new.inputs) == 1 else None
+            take = writer is not None and (id(writer) in created or scope.is_output(old))
         if take:
             if not cleared:
                 _detach(old, scope)

@@ -632,3 +632,40 @@ def test_rules_sharing_a_label_share_their_counts():
     counts = apply_rules(graph, twice, PassContext(), "t")
     assert counts["double"]["matched"] == 2 and counts["double"]["rewritten"] == 2 and len(counts) == 1
     assert ops(graph) == ["Abs"] and graph.nodes[0].inputs[0].name == "x"
+
+
+def test_a_graph_output_taken_over_without_new_nodes_names_later_nodes_as_before():
+    """attack14: the anchor that gives all its outputs up at once (rewrite engine, issue 22) must
+    leave the walk's names as the per-output detach did: the lazy NameGen is built at the same
+    moment (a name of the form P__gpN that the rewrite drops is still taken) and each
+    '<output>_old' name is still counted. Before the fix: 't_out__gp1' instead of 't_out__gp2'."""
+    model = make_model([helper.make_node("Relu", ["x"], ["t_out__gp1"], name="r"),
+                        helper.make_node("Mul", ["t_out__gp1", "one"], ["y"], name="m"),
+                        helper.make_node("Neg", ["x"], ["z"], name="n")],
+                       {"x": [4]}, {"y": [4], "z": [4]}, {"one": np.ones(4, np.float32)})
+    graph = gp.load(model).graph
+    times_one = rule(("Mul",), lambda m: m.nodes[0].inputs[0], name="times_one")  # x * 1 -> x: rewires only
+    via_identity = rule(("Neg",), lambda m: m.op("Neg", [m.op("Identity", [m.nodes[0].inputs[0]], name="t")]),
+                        name="via_identity")
+    apply_rules(graph, RuleSet(times_one, via_identity), PassContext(), "t")
+    assert [(n.op, n.name, [t.name for t in n.outputs]) for n in graph.nodes] == [
+        ("Relu", "r", ["y"]), ("Identity", "t", ["t_out__gp2"]), ("Neg", "n_neg__gp1", ["z"])]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_one_existing_tensor_for_two_graph_outputs_of_the_anchor():
+    """attack14: Split(Concat(r, r)) -> (r, r), both halves graph outputs. Each pair's writer is
+    decided after the pairs before it moved (the first takes r's producer; the second then finds
+    r without a writer and its readers read r): the anchor keeps writing y2. Before the fix the
+    writers decided up front made the engine raise ValueError ('r' is not in list)."""
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Concat", ["r", "r"], ["c"], axis=0, name="cat"),
+                        helper.make_node("Split", ["c"], ["y1", "y2"], axis=0, num_outputs=2, name="split")],
+                       {"x": [4]}, {"y1": [4], "y2": [4]}, opset=18)
+    graph = gp.load(model).graph
+    halves = rule(("Concat", "Split"), lambda m: (m.nodes[0].inputs[0], m.nodes[0].inputs[1]), name="halves")
+    counts = apply_rules(graph, RuleSet(halves), PassContext(), "t")
+    assert counts["halves"]["rewritten"] == 1
+    assert [(n.op, [t.name for t in n.inputs], [t.name for t in n.outputs]) for n in graph.nodes] == [
+        ("Relu", ["x"], ["y1"]), ("Concat", ["y1", "y1"], ["c"]), ("Split", ["c"], ["y1_old__gp1", "y2"])]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)

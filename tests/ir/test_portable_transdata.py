@@ -207,3 +207,62 @@ def test_every_call_dropped_records_the_opset_imports_as_before(monkeypatch):
     graph = make()
     gp.to_proto(graph, emit="portable")
     assert [d.domain for d in graph.import_domains] == ["", DOMAIN]
+
+
+def test_an_export_that_raises_midway_leaves_the_graph_as_it_was(monkeypatch):
+    """attack14: the block is left by an exception (the exporter fails): node list, readers'
+    inputs and the tensors' reader/writer lists are put back, and the next export is the one a
+    fresh graph gives."""
+    from graphpass.errors import BadModelError
+    from graphpass.ir import serialize
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"), _td("a", "b"), _td("b", "c", "ND", "NC1HWC0"),
+             helper.make_node("Add", ["c", "b"], ["d"], name="add"), _td("d", "y")]
+    model = _model(nodes, {"x": X}, {"y": X})
+    graph = gp.load(model).graph
+    before = _state(graph)
+    real = serialize._export_weightless
+    seen = []
+
+    def failing(g, *a, **k):
+        seen.append([n.op for n in g.nodes])  # inside the block: the dropped calls are out
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(serialize, "_export_weightless", failing)
+    with pytest.raises(BadModelError, match="disk full"):
+        gp.to_proto(graph, emit="portable")
+    assert seen == [["Relu", "Add", "TransData"]]
+    assert _state(graph) == before
+    monkeypatch.setattr(serialize, "_export_weightless", real)
+    again = gp.to_proto(graph, emit="portable")
+    _same(again, gp.to_proto(gp.load(model).graph, emit="portable"))
+    assert_equivalent(model, again)
+
+
+def test_chain_ending_in_a_graph_output_and_an_output_also_read(monkeypatch):
+    """attack14: a TransData chain whose last call writes a graph output (kept, inlined as an
+    Identity of the chain's source), and a graph output another TransData reads."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"), _td("a", "b"), _td("b", "c", "ND", "NC1HWC0"),
+             _td("c", "y"), helper.make_node("Neg", ["y"], ["n"], name="neg"), _td("n", "z"),
+             helper.make_node("Abs", ["z"], ["w"], name="abs")]
+    model = _model(nodes, {"x": X}, {"y": X, "z": X, "w": X})
+    fast, slow, took = _both(model, monkeypatch)
+    assert took is True
+    _same(fast, slow)
+    assert_equivalent(model, fast)
+
+
+def test_transdata_inside_a_local_function_is_left_to_the_proto_path(monkeypatch):
+    """attack14: a model function whose body calls TransData: only the top graph's calls are
+    the block's; the function's are inlined as before."""
+    body = [helper.make_node("TransData", ["p"], ["q"], domain=DOMAIN, src_format="NC1HWC0", dst_format="ND"),
+            helper.make_node("Relu", ["q"], ["r"])]
+    fn = helper.make_function("user", "F", ["p"], ["r"], body,
+                              [helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, 1)])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"), _td("a", "b"),
+             helper.make_node("F", ["b"], ["y"], domain="user", name="f")]
+    model = make_model(nodes, {"x": X}, {"y": X}, opset=13, functions=[transdata_function(13), fn],
+                       extra_opsets={DOMAIN: 1, "user": 1})
+    fast, slow, took = _both(model, monkeypatch)
+    assert took is True
+    assert fast.SerializeToString(deterministic=True) == slow.SerializeToString(deterministic=True)

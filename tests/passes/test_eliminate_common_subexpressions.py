@@ -285,3 +285,35 @@ def test_a_weight_is_keyed_from_its_stored_bytes_as_from_its_values(arr):
     if typed is not None and arr.dtype != np.float16:
         lazy = gs.Constant("w", gs.ir.tensor.LazyValues(typed))
         assert cse._stored_bytes(lazy) is None and cse._value_key(lazy) == cse._value_key(stored)
+
+
+def test_a_constant_written_in_place_between_two_runs_is_keyed_by_its_bytes_now():
+    """attack14: the value key cached on a constant (issue 22) must not outlive an in-place write
+    into its array (a user's pass may write ``c.values[...] = ...``; the journal docstring asks
+    graphpass's own passes not to). Before the fix the second run read c1's stale small key
+    ([1, 2, 3, 4]), merged a new constant of those values into c1 (now 9s) and changed y."""
+    import onnx_graphsurgeon as gs
+
+    c1 = np.array([1, 2, 3, 4], np.float32)
+    model = make_model([helper.make_node("Add", ["x", "c1"], ["a"]), helper.make_node("Mul", ["x", "c2"], ["b"]),
+                        helper.make_node("Sub", ["a", "b"], ["y"])],
+                       {"x": [4]}, {"y": [4]}, {"c1": c1, "c2": np.array([5, 6, 7, 8], np.float32)})
+    graph = gp.load(model).graph
+    const = {t.name: t for t in graph.tensors().values() if isinstance(t, gs.Constant)}
+    for t in const.values():
+        t.values  # read (as an earlier pass reads them): arrays, no longer lazy
+    assert not eliminate_common_subexpressions(graph).modified  # keys read (and cached) here
+    const["c1"].values[...] = 9.0  # a user's pass writes into the array
+    c3 = gs.Constant("c3", np.array([1, 2, 3, 4], np.float32))  # and reads a new constant of c1's old values
+    sub = graph.nodes[-1]
+    z = gs.Variable("z", dtype=np.float32, shape=[4])
+    graph.nodes.append(gs.Node("Add", inputs=[sub.outputs[0], c3], outputs=[z]))
+    graph.outputs = [z]
+    expected = make_model([helper.make_node("Add", ["x", "c1"], ["a"]), helper.make_node("Mul", ["x", "c2"], ["b"]),
+                           helper.make_node("Sub", ["a", "b"], ["y"]), helper.make_node("Add", ["y", "c3"], ["z"])],
+                          {"x": [4]}, {"z": [4]}, {"c1": np.full(4, 9.0, np.float32),
+                                                   "c2": np.array([5, 6, 7, 8], np.float32), "c3": c1})
+    eliminate_common_subexpressions(graph)
+    assert_equivalent(expected, gp.to_proto(graph), exact=True)
+    add = graph.nodes[-1]
+    assert add.inputs[1] is c3  # nothing equal to it: it stays
