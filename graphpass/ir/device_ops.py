@@ -277,9 +277,9 @@ def transdata_bypassed(graph: gs.Graph):
     # walk of every subgraph only when one is missing: there are no subgraphs here)
     have = graph.import_domains
     if have is None or {n.domain for n in nodes} - {d.domain for d in have} - {None}:
-        from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
+        from graphpass.ir.fast_export import _update_import_domains
 
-        update_import_domains(graph)
+        _update_import_domains(graph)  # (gs's own adds two new domains in its set's order)
     order = list(nodes)
     rewired: list[tuple[list, int, gs.Tensor]] = []
     set_item = list.__setitem__

@@ -184,8 +184,9 @@ def export_onnx(graph: gs.Graph, value_infos: "set[str] | None" = None) -> onnx.
 
 def _update_import_domains(graph: gs.Graph) -> list:
     """gs's ``update_import_domains(graph)`` (the graph's opset imports, the domains its nodes and
-    bodies use added, on the graph too): the same set built in the same order, the bodies looked
-    for only on the nodes that hold one (gs makes a generator for every node)."""
+    bodies use added, on the graph too): the same set, the bodies looked for only on the nodes
+    that hold one (gs makes a generator for every node); the new domains added in sorted order
+    (gs's set order followed the process's string hash seed: two new domains came out in either order)."""
     if graph.import_domains is None:
         graph.import_domains = [onnx.helper.make_opsetid("", graph.opset)]
     nodes = graph.nodes
@@ -197,7 +198,7 @@ def _update_import_domains(graph: gs.Graph) -> list:
                 all_used_domains |= {n.domain for n in subgraph.nodes}
     all_used_domains.discard(None)
     current_domains = {opsetid.domain for opsetid in graph.import_domains}
-    for used_domain in all_used_domains:
+    for used_domain in sorted(all_used_domains):
         if used_domain not in current_domains:
             graph.import_domains.append(onnx.helper.make_opsetid(used_domain, 1))  # gs's custom opset version
             current_domains.add(used_domain)

@@ -199,3 +199,33 @@ def test_value_infos_with_a_shared_name_writes_every_one():
     full = fast_export.export_onnx(graph).SerializeToString()
     assert fast_export.export_onnx(graph, set()).SerializeToString() == full
     assert full == gs.export_onnx(graph, do_type_check=False).SerializeToString()
+
+
+_TWO_NEW_DOMAINS = """
+import sys
+import numpy as np, onnx_graphsurgeon as gs
+from graphpass.ir import fast_export
+x = gs.Variable("x", dtype=np.float32, shape=[2])
+mid, y = gs.Variable("m", dtype=np.float32, shape=[2]), gs.Variable("y", dtype=np.float32, shape=[2])
+nodes = [gs.Node("OpB", inputs=[x], outputs=[mid], domain="zz.second"),
+         gs.Node("OpA", inputs=[mid], outputs=[y], domain="aa.first")]
+graph = gs.Graph(nodes=nodes, inputs=[x], outputs=[y], opset=17)
+sys.stdout.write(fast_export.export_onnx(graph).SerializeToString().hex())
+"""
+
+
+def test_two_new_domains_are_imported_in_the_same_order_whatever_the_hash_seed():
+    # gs's update_import_domains iterates a set of domain names: with string hashing randomized
+    # per process, a model whose nodes use two domains it does not import came out with its
+    # opset_import in either order (different bytes from the same input, run to run)
+    import subprocess
+    import sys
+
+    outs = set()
+    for seed in range(8):
+        done = subprocess.run([sys.executable, "-c", _TWO_NEW_DOMAINS], capture_output=True, text=True,
+                              env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}, check=True)
+        outs.add(done.stdout)
+    assert len(outs) == 1
+    model = onnx.ModelProto.FromString(bytes.fromhex(outs.pop()))
+    assert [o.domain for o in model.opset_import] == ["", "aa.first", "zz.second"]
