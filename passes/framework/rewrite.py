@@ -50,7 +50,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework.context import PassContext
 from graphpass.passes.framework.pass_base import Pass, PassKind, PassResult, Promise
-from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, toposort
+from graphpass.ir.graph import NameGen, iter_graphs, replace_uses, replace_uses_many, toposort
 
 __all__ = ["MatchResult", "Match", "Scope", "Rule", "RuleSet", "RuleCounts", "RulePass", "rule", "rule_pass",
            "apply_rules", "single_reader"]
@@ -487,6 +487,16 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # every output of the anchor gets another writer: the anchor dies, and gives them all up at
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
     cleared = apart and len(pairs) == len(anchor.outputs) and all(takes)
+    if not apart and any(id(new) in {id(o) for o, _ in pairs} for _, new in pairs):
+        # an output replaced by another output that is itself replaced (two outputs swapped): the
+        # readers move all at once, each to what it read before the rewrite asked for (pair by
+        # pair, the second pair moved back the readers the first had just moved: Sub(a, b) became
+        # Sub(a, a)); a tensor that would change writer in such a cycle is refused
+        if any(takes):
+            _discard(m)
+            return MatchResult.fail("the rewrite swaps outputs of which one is a graph output or gets a new writer")
+        replace_uses_many(pairs)
+        pairs = []
     if cleared:
         # the names _detach would have taken, asked first as it asked them (a lazy NameGen is
         # built before anything moves): the walk's later names stay the same

@@ -10,7 +10,7 @@ import graphpass as gp
 from graphpass.passes.framework import PassContext, PassKind
 from graphpass.passes.framework.registry import get_pass, unregister
 from graphpass.passes.framework.rewrite import Match, MatchResult, Rule, RulePass, RuleSet, apply_rules, rule, rule_pass
-from graphpass.testing import assert_equivalent, make_model, ops
+from graphpass.testing import assert_equivalent, make_model, ops, ort_run
 
 F = TensorProto.FLOAT
 SPECIALS = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1.5, 1e-45, 3.4028235e38], np.float32)
@@ -669,3 +669,35 @@ def test_one_existing_tensor_for_two_graph_outputs_of_the_anchor():
     assert [(n.op, [t.name for t in n.inputs], [t.name for t in n.outputs]) for n in graph.nodes] == [
         ("Relu", ["x"], ["y1"]), ("Concat", ["y1", "y1"], ["c"]), ("Split", ["c"], ["y1_old__gp1", "y2"])]
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": SPECIALS[:4]}, exact=True)
+
+
+def test_a_rewrite_that_swaps_two_outputs_of_the_anchor_swaps_their_readers():
+    """attack14 (left on main): a rule whose rewrite gives the anchor's two outputs back swapped
+    (readers of the first read the second, and the other way round). Rewired pair by pair, the
+    second pair moved back the readers the first had just moved: Sub(a, b) became Sub(a, a)."""
+    model = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2, name="split"),
+                        helper.make_node("Sub", ["a", "b"], ["y"], name="sub")],
+                       {"x": [4]}, {"y": [2]}, opset=18)
+    graph = gp.load(model).graph
+    swap = rule(("Split",), lambda m: (m.nodes[0].outputs[1], m.nodes[0].outputs[0]), name="swap")
+    counts = apply_rules(graph, RuleSet(swap), PassContext(), "t")
+    assert counts["swap"]["rewritten"] == 1
+    assert [(n.op, [t.name for t in n.inputs], [t.name for t in n.outputs]) for n in graph.nodes] == [
+        ("Split", ["x"], ["a", "b"]), ("Sub", ["b", "a"], ["y"])]
+    x = np.array([1.0, -0.0, np.nan, np.inf], np.float32)
+    got = ort_run(gp.to_proto(graph), {"x": x})["y"]
+    np.testing.assert_array_equal(got, x[2:] - x[:2])
+
+
+def test_a_swap_of_outputs_one_a_graph_output_is_refused_and_leaves_the_graph():
+    model = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2, name="split"),
+                        helper.make_node("Sub", ["a", "b"], ["y"], name="sub")],
+                       {"x": [4]}, {"y": [2], "a": [2]}, opset=18)
+    graph = gp.load(model).graph
+    swap = rule(("Split",), lambda m: (m.nodes[0].outputs[1], m.nodes[0].outputs[0]), name="swap")
+    counts = apply_rules(graph, RuleSet(swap), PassContext(), "t")
+    assert counts["swap"]["rewritten"] == 0 and counts["swap"]["refused"] == 1
+    assert [(n.op, [t.name for t in n.inputs], [t.name for t in n.outputs]) for n in graph.nodes] == [
+        ("Split", ["x"], ["a", "b"]), ("Sub", ["a", "b"], ["y"])]
+    assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([1.0, -0.0, np.nan, np.inf], np.float32)},
+                      exact=True)
