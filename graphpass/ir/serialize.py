@@ -676,6 +676,21 @@ def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_
     return graph
 
 
+def constant_proto(c: gs.Constant) -> onnx.TensorProto:
+    """``c`` as one TensorProto, written as the export writes it: gs's conversion, but values read
+    into an array numpy has no native type for (int4/uint4, bfloat16, float8, strings: gs writes
+    the unpacked array's bytes, 'expected 2 bytes, got 4') go through onnx's, which packs them."""
+    values = c._values
+    if isinstance(values, np.ndarray) and values.dtype.kind not in "biuf":
+        try:
+            return onnx.numpy_helper.from_array(values, c.name)
+        except Exception as e:  # noqa: BLE001 - let gs's exporter say what it cannot do
+            log.debug("cannot convert '%s' (%s): %s", c.name, values.dtype, e)
+    from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+    return OnnxExporter.export_tensor_proto(c)
+
+
 def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
                        ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """Export with every weight over 1 KiB as a data-less header.

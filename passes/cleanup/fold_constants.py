@@ -36,7 +36,7 @@ from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, 
 from graphpass.ir import model_io
 from graphpass.ir.graph import NameGen, iter_graphs, remove_nodes
 from graphpass.ir.model import model_of
-from graphpass.ir.serialize import SOURCE_BYTES
+from graphpass.ir.serialize import SOURCE_BYTES, constant_proto
 from graphpass.ir.size import bytes_bound, freed_bytes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
@@ -144,7 +144,7 @@ def _evaluate(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets, ir_version:
     node_protos = [OnnxExporter.export_node(n) for n in nodes]
     inits = []
     for c in consts.values():
-        proto = OnnxExporter.export_tensor_proto(c)
+        proto = constant_proto(c)  # (gs's own writes a loaded int4 weight unpacked)
         if model_io._is_on_disk(proto):  # onnxruntime refuses absolute external locations
             proto = model_io._read_on_disk(proto)
         inits.append(proto)

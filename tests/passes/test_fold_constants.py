@@ -611,3 +611,29 @@ def test_the_size_policy_folds_at_zero_growth_and_refuses_one_byte_more():
             assert (stats["folded"], stats["would_grow"]) == ((1, 0) if folds else (0, 1)), (size, src, dst, chain, stats)
             assert ops(m.graph) == (["Add"] if folds else ["Cast", "Neg", "Add"][:chain] + ["Add"]), (size, chain)
             assert_equivalent(model, gp.to_proto(m.graph), exact=True)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.UINT4, TensorProto.INT4])
+def test_a_4bit_weight_whose_values_were_read_folds_packed(elem):
+    """attack14 (left on main): a uint4/int4 weight a user (or a pass) read through ``.values`` is
+    an unpacked array; gs's tensor export wrote its unpacked bytes for onnxruntime ('Raw data size
+    does not match tensor's size. Expected 2 bytes, but got 4'): fold_constants raised."""
+    vals = [1, 2, 3, 7] if elem == TensorProto.INT4 else [1, 2, 3, 15]
+    w = helper.make_tensor("w", elem, [4], vals)
+    graph = helper.make_graph([helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+                               helper.make_node("Add", ["x", "wf"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    loaded = gp.load(model)
+    w_const = next(t for t in loaded.graph.tensors().values() if t.name == "w")
+    assert w_const.values.shape == (4,)  # read: now an unpacked array
+    res = fold_constants(loaded.graph)
+    assert res.modified and ops(loaded.graph) == ["Add"]
+    out = gp.to_proto(loaded.graph)
+    onnx.checker.check_model(out, full_check=True)
+    folded = onnx.numpy_helper.to_array(next(i for i in out.graph.initializer if i.name != "x"))
+    np.testing.assert_array_equal(folded, np.array(vals, np.float32))
+    assert_equivalent(model, out, feeds={"x": np.array([0.5, -0.0, np.nan, np.inf], np.float32)}, exact=True)
