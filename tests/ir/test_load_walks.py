@@ -10,20 +10,14 @@ import os
 import onnx
 from onnx import external_data_helper
 
+from _files import ALL_ONNX_DATA, loaded  # noqa: E402 - tests/ir/_files.py
 from graphpass.ir import external, inference
 
 HERE = os.path.dirname(__file__)
-ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
 
 def _models():
-    paths = sorted(glob.glob(os.path.join(HERE, "..", "data", "**", "*.onnx"), recursive=True))
-    paths += sorted(glob.glob(os.path.join(ONNX_DATA, "**", "*.onnx"), recursive=True))
-    for p in paths:
-        try:
-            yield p, onnx.load(p, load_external_data=False)
-        except Exception:  # noqa: BLE001 - a file onnx itself cannot read
-            continue
+    return loaded(sorted(glob.glob(os.path.join(HERE, "..", "data", "**", "*.onnx"), recursive=True)) + ALL_ONNX_DATA)
 
 
 def _light_copy_node_by_node(model: onnx.ModelProto) -> onnx.ModelProto:

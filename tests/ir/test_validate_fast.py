@@ -18,10 +18,10 @@ from onnx import TensorProto, helper
 from graphpass.errors import BadModelError
 from graphpass.fuzzing import mutate_bytes
 from graphpass.ir import validate as V
+from _files import ALL_ONNX_DATA, ONNX_DATA, loaded  # noqa: E402 - tests/ir/_files.py
 
 HERE = os.path.dirname(__file__)
 DATA = os.path.join(HERE, "..", "data")
-ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
 
 def _default(model: onnx.ModelProto):
@@ -38,13 +38,7 @@ def _slow_ok(model: onnx.ModelProto) -> bool:
 
 
 def _models():
-    paths = sorted(glob.glob(os.path.join(DATA, "exporters", "*.onnx")))
-    paths += sorted(glob.glob(os.path.join(ONNX_DATA, "**", "*.onnx"), recursive=True))
-    for p in paths:
-        try:
-            yield p, onnx.load(p, load_external_data=False)
-        except Exception:  # noqa: BLE001 - a file onnx itself cannot read
-            continue
+    return loaded(sorted(glob.glob(os.path.join(DATA, "exporters", "*.onnx"))) + ALL_ONNX_DATA)
 
 
 def test_valid_models_take_the_one_walk():
@@ -60,7 +54,7 @@ def test_valid_models_take_the_one_walk():
 
 
 def _mutants(n: int):
-    light = os.path.join(ONNX_DATA, "light")
+    light = str(ONNX_DATA / "light")
     seeds = [open(os.path.join(light, f), "rb").read() for f in ("light_squeezenet.onnx", "light_bvlc_alexnet.onnx")]
     seeds += [open(p, "rb").read() for p in sorted(glob.glob(os.path.join(DATA, "exporters", "*.torchscript.onnx")))[:4]]
     rng = random.Random(7)
