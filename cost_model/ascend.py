@@ -322,6 +322,18 @@ class _Walk:
         self.static_graph = static_graph
 
 
+
+def _desc_code(codes: dict, desc: tuple) -> int:
+    """The walk's code of a tensor description (``codes``: description -> code, numbered as first
+    seen); -1 when it cannot be a key (an optional or sequence dtype, an unhashable dim)."""
+    try:
+        code = codes.get(desc)
+    except TypeError:
+        return -1
+    if code is None:
+        code = codes[desc] = len(codes)
+    return code
+
 class AscendCostModel(CostModel):
     """The analytical Ascend model for one hardware profile (see the module docstring)."""
 
@@ -879,15 +891,7 @@ class AscendCostModel(CostModel):
                     return None  # (a shape the estimate fixed: _signature codes it)
                 # (_signature's static case, inline: the same code)
                 shape = shapes[tid] = tuple(t.shape)
-                desc = (shape, t.dtype, False)
-                try:
-                    c = codes.get(desc)
-                except TypeError:  # an unhashable dtype
-                    c = -1
-                else:
-                    if c is None:
-                        c = codes[desc] = len(codes)
-                tcode[tid] = c
+                c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
             if c < 0:
                 return None
             append(c)
@@ -939,15 +943,7 @@ class AscendCostModel(CostModel):
                 if outs_static and t.name and tid not in shapes and not isinstance(t, _Constant):
                     # (_tcode's first static case, inline: a named output of static shape not read yet)
                     shape = shapes[tid] = tuple(t.shape)
-                    desc = (shape, t.dtype, False)
-                    try:
-                        c = codes.get(desc)
-                    except TypeError:  # an unhashable dtype
-                        c = -1
-                    else:
-                        if c is None:
-                            c = codes[desc] = len(codes)
-                    tcode[tid] = c
+                    c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
                 else:
                     # the outputs' shapes are read in their order, after the inputs', as the general
                     # path's memo key reads them (the first read of a symbolic dim writes its assumption)
@@ -995,15 +991,7 @@ class AscendCostModel(CostModel):
                 # the declared shape too: the op limits and a Shape's price read it (int dims or not)
                 desc = (have, t.dtype, False, None, None) if raw is None else (have, t.dtype, False, tuple(raw),
                                                                                tuple(map(type, raw)))
-        codes = cx.codes
-        try:
-            code = codes.get(desc)
-        except TypeError:  # an unhashable dtype (an optional or sequence type) or dim
-            code = -1
-        else:
-            if code is None:
-                code = codes[desc] = len(codes)
-        cx.tcode[tid] = code
+        code = cx.tcode[tid] = _desc_code(cx.codes, desc)
         return code
 
     def _step_general(self, node: gs.Node, info: OpInfo | None, region: dict | None, w: "_Walk", cx: _Ctx) -> tuple:

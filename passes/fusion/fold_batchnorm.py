@@ -83,7 +83,8 @@ class _FoldInto(Rule):
         with np.errstate(all="ignore"):
             try:
                 s, w, new_w, new_b = self.folded(m)
-                if not _fits(self.per_weight(prod, s, w).shape, w.shape):  # what np.broadcast_to accepts
+                pw = self.per_weight(prod, s, w)
+                if not _fits(pw.shape, w.shape):  # what np.broadcast_to accepts
                     raise ValueError("the BN's channels do not broadcast over the weight")
             except ValueError:  # the BN's channel count is not the producer's (onnxruntime refuses it too)
                 var_eps = getattr(m, "bn_var_eps", None)
@@ -101,7 +102,7 @@ class _FoldInto(Rule):
                 return MatchResult.fail("a folded weight or bias overflows float32 (or the BN's parameters hold inf/NaN)")
             zero = new_w == 0  # rare: the full test (two more passes over W) only when some folded weight is 0
             if zero.any():
-                per_weight = np.broadcast_to(self.per_weight(prod, s, w), w.shape)
+                per_weight = np.broadcast_to(pw, w.shape)
                 if ((w != 0) & zero & (per_weight != 0)).any():
                     return MatchResult.fail("W * s rounds a nonzero weight to zero: an inf input would give NaN")
         return MatchResult.success()
