@@ -226,24 +226,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
     d["op"] = proto.op_type
     d["name"] = proto.name
     d["attrs"] = attrs
-    if misc.SynchronizedList is SyncList:  # _filled_list's lean case, written inline (two a node)
-        lst = _new_list(SyncList)
-        lst.parent_obj = n
-        lst.field_name = "outputs"
-        _list_extend(lst, inputs)
-        for t in inputs:
-            _list_append(t.outputs, n)
-        d["inputs"] = lst
-        lst = _new_list(SyncList)
-        lst.parent_obj = n
-        lst.field_name = "inputs"
-        _list_extend(lst, outputs)
-        for t in outputs:
-            _list_append(t.inputs, n)
-        d["outputs"] = lst
-    else:
-        d["inputs"] = _filled_list(n, "outputs", inputs)
-        d["outputs"] = _filled_list(n, "inputs", outputs)
+    d["inputs"] = _filled_list(n, "outputs", inputs)
+    d["outputs"] = _filled_list(n, "inputs", outputs)
     d["domain"] = proto.domain if proto.HasField("domain") else None
     return n
 
