@@ -22,6 +22,7 @@ __all__ = [
     "subgraph_holders",
     "may_have_subgraph",
     "subgraphs_of",
+    "graph_attributes",
     "subgraph_pairs",
     "has_subgraph",
     "captured_tensors",
@@ -60,6 +61,12 @@ def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
     """The subgraph attributes of ``node`` (If branches, Loop/Scan bodies), in attribute order."""
     if not _may_have_subgraph(node):
         return []
+    return graph_attributes(node)
+
+
+def graph_attributes(node: gs.Node) -> list[gs.Graph]:
+    """Every gs.Graph in ``node``'s attributes (one, or in a list), in attribute order, whatever
+    the op (:func:`subgraphs_of` looks only where a subgraph may be)."""
     subs: list[gs.Graph] = []
     for value in node.attrs.values():
         if isinstance(value, gs.Graph):

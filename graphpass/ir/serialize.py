@@ -48,7 +48,7 @@ from graphpass.ir.external import (
     _read_on_disk,
 )
 from graphpass.ir.files import atomic_output, check_output_path, read_regular_file
-from graphpass.ir.graph import graph_protos, has_subgraph, iter_graphs, subgraph_pairs, toposort
+from graphpass.ir.graph import graph_attributes, graph_protos, has_subgraph, iter_graphs, subgraph_pairs, toposort
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
@@ -1048,11 +1048,7 @@ def _holds_device_ops(graph: gs.Graph) -> bool:
             if n.domain == DOMAIN:
                 return True
             if n.attrs:
-                for v in n.attrs.values():
-                    if isinstance(v, gs.Graph):
-                        stack.append(v)
-                    elif isinstance(v, (list, tuple)):
-                        stack.extend(x for x in v if isinstance(x, gs.Graph))
+                stack.extend(graph_attributes(n))
     return False
 
 

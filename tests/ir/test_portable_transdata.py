@@ -266,3 +266,24 @@ def test_transdata_inside_a_local_function_is_left_to_the_proto_path(monkeypatch
     fast, slow, took = _both(model, monkeypatch)
     assert took is True
     assert fast.SerializeToString(deterministic=True) == slow.SerializeToString(deterministic=True)
+
+
+def test_device_ops_are_found_in_any_attribute_holding_a_graph():
+    # save writes only the value_info its pruning keeps unless a device op may read the rest:
+    # one nested in any node's attribute counts (a body of an If, a list of graphs on a node
+    # of another op), not only where iter_graphs looks
+    from graphpass.ir.device_ops import DOMAIN
+    from graphpass.ir.serialize import _holds_device_ops
+
+    def body(domain):
+        a, b = gs.Variable("a", dtype=np.float32, shape=[1]), gs.Variable("b", dtype=np.float32, shape=[1])
+        return gs.Graph(nodes=[gs.Node("TransData", inputs=[a], outputs=[b], domain=domain)], inputs=[a], outputs=[b])
+
+    def graph(attrs):
+        x, y = gs.Variable("x", dtype=np.float32, shape=[1]), gs.Variable("y", dtype=np.float32, shape=[1])
+        return gs.Graph(nodes=[gs.Node("Custom", inputs=[x], outputs=[y], attrs=attrs)], inputs=[x], outputs=[y])
+
+    assert not _holds_device_ops(graph({"k": 1}))
+    assert not _holds_device_ops(graph({"then_branch": body("other.domain")}))
+    assert _holds_device_ops(graph({"then_branch": body(DOMAIN)}))
+    assert _holds_device_ops(graph({"bodies": [body("other.domain"), body(DOMAIN)]}))
