@@ -20,6 +20,7 @@ from typing import Iterable
 
 import onnx_graphsurgeon as gs
 
+from graphpass.ir import annotations as A
 from graphpass.cost_model.formats import FIVE_HD, FormatOracle, NodeRole
 from graphpass.passes.layout.solver import Energy, solve
 
@@ -318,6 +319,16 @@ class LayoutPlan:
             for f, readers in by_fmt.items():
                 out.append(Conversion(rec.tensor, src, f, readers, self.w(rec.tensor, src, f)))
         return out
+
+    def annotations_agree(self, x: list[int]) -> bool:
+        """Whether no planned tensor carries a format annotation other than the one assignment
+        ``x`` gives it (a tensor without one is left to GE, who gives it that format)."""
+        get_format = A.get_format
+        for rec in self.tensors:
+            f = get_format(rec.tensor)
+            if f is not None and f != rec.producer.resolve(x):
+                return False
+        return True
 
     def nodes_us(self, x: list[int]) -> float:
         return sum(self.energy.unary[v][b] for v, b in enumerate(x))

@@ -142,7 +142,12 @@ class PropagateLayout(Pass):
       4. a node fed one ND and one NC1HWC0 input takes the format that is cheaper overall,
          not its first input's (``mode=greedy`` restores the first-input rule);
       5. graph inputs and outputs stay ND; subgraph bodies, symbolic shapes and unknown ops
-         keep their origin format.
+         keep their origin format;
+      6. judged by the cost veto, a plan that is GE's own greedy one (the same formats and
+         conversions, no TransData to replan, no format annotation that says otherwise) is left
+         implicit: GE makes it itself and the estimate already charges it; the pass reports no
+         change (stat ``kept_implicit``), so the veto spends no estimate on it. Run directly,
+         with ``mode=greedy`` or without the veto, the plan is written out as always.
     """
 
     name = "propagate_layout"
@@ -174,23 +179,39 @@ class PropagateLayout(Pass):
         oracle = target.format_oracle(graph, **ctx.cost_options)
         plan = LayoutPlan(graph, oracle)
         x, stored = plan.assign(mode)
-        ge = plan.conversions(*plan.assign("greedy"))
-        convs = plan.conversions(x, stored)
-        created, changed = materialize(graph, plan, x, mode, self.name, convs)
-        if created or stripped:
-            toposort(graph, recurse=False)
+        gx, gstored = (x, stored) if mode == "greedy" else plan.assign("greedy")
+        ge = plan.conversions(gx, gstored)
+        greedy = x == gx and stored == gstored  # then the same conversions too
+        convs = ge if greedy else plan.conversions(x, stored)
         stats = {
             "mode": mode,
-            "transdata": len(created),
+            "transdata": len(convs),
             "transdata_us": round(sum(c.us for c in convs), 3),
             "greedy_transdata": len(ge),
             "greedy_transdata_us": round(sum(c.us for c in ge), 3),
             "nc1hwc0_nodes": sum(x),
             "choice_nodes": len(x),
         }
+        if greedy and not stripped and mode != "greedy" and _judged(ctx) and plan.annotations_agree(x):
+            # case 6: what GE does itself, judged by an estimate that prices it alike either way
+            stats["transdata"] = 0
+            stats["kept_implicit"] = f"the plan is GE's greedy choice ({len(convs)} TransData left to GE)"
+            if plan.skipped:
+                stats["origin_format"] = list(plan.skipped)
+            return PassResult(False, stats)
+        created, changed = materialize(graph, plan, x, mode, self.name, convs)
+        if created or stripped:
+            toposort(graph, recurse=False)
+        stats["transdata"] = len(created)
         if stripped:
             stats["replanned_transdata"] = stripped
         if plan.skipped:
             stats["origin_format"] = list(plan.skipped)
         modified = bool(created or stripped or changed)
         return PassResult(modified, stats)
+
+
+def _judged(ctx) -> bool:
+    """Whether the pass manager's cost veto judges this application: it hands its report of the
+    graph (``ctx.placement``) to scored applications only."""
+    return ctx.placement is not None
