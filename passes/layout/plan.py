@@ -20,8 +20,8 @@ from typing import Iterable
 
 import onnx_graphsurgeon as gs
 
-from graphpass.ir import annotations as A
 from graphpass.cost_model.formats import FIVE_HD, FormatOracle, NodeRole
+from graphpass.ir import annotations as A
 from graphpass.passes.layout.solver import Energy, solve
 
 __all__ = ["LayoutPlan", "Conversion", "MODES"]
@@ -116,7 +116,7 @@ class LayoutPlan:
             role = role_of(node, copy=False, key=rkey)  # read only: one role per key, not a copy per node
             roles[id(node)] = role
             if role.kind == "choice":
-                # one role per role key: its nodes share the signature below, so its costs
+                # the nodes of one role (one role key) have the same signature below: costs looked up once
                 costs = role_costs.get(id(role)) if rkey is not None else None
                 if costs is None:
                     lists = role_lists.get(id(role))
