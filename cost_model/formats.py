@@ -250,6 +250,12 @@ class FormatOracle:
                 return f"Concat of C={'/'.join(str(c) for c in chans)} inputs cannot stay in 5HD (C not a multiple of {c0}: repacking kernel)"
         return f"{self.label(node)} costs less in ND than in NC1HWC0 here (estimate)"
 
+    @property
+    def kernel_launch_us(self) -> float:
+        """What one more kernel costs before it moves a byte (the profile's launch overhead): what
+        a UB fusion saves, which the per-node prices of :meth:`node_us` leave out."""
+        return self.model.pv.kernel_launch_us
+
     def transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
         """Estimate of one explicit ``TransData(src -> dst)`` of ``t``: what the estimate charges it."""
         if plain(src) == plain(dst):

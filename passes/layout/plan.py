@@ -21,11 +21,13 @@ from typing import Iterable
 import onnx_graphsurgeon as gs
 
 from graphpass.cost_model.formats import FIVE_HD, FormatOracle, NodeRole
+from graphpass.ir import annotations as A
 from graphpass.passes.layout.solver import Energy, solve
 
 __all__ = ["LayoutPlan", "Conversion", "MODES"]
 
 MODES = ("optimal", "greedy")
+_PLANNED = frozenset({"ND", FIVE_HD})  # the formats of a variable
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,22 +110,28 @@ class LayoutPlan:
         energy = self.energy
         role_key = o.role_key
         role_lists: dict[int, tuple] = {}
+        role_costs: dict[int, tuple[float, float]] = {}  # id(role) -> its (ND, NC1HWC0) costs
         for node in nodes:
             rkey = role_key(node)
             role = role_of(node, copy=False, key=rkey)  # read only: one role per key, not a copy per node
             roles[id(node)] = role
             if role.kind == "choice":
-                lists = role_lists.get(id(role))
-                if lists is None:
-                    lists = role_lists[id(role)] = (tuple(role.ins), tuple(role.ins5), tuple(role.outs5), role)
-                key = _signature(node, role) if rkey is None else (
-                    node.op, node.domain, lists[0], lists[1], lists[2], tuple([(s, d) for s, d, _ in rkey[3]]),
-                    rkey[4], rkey[5])
-                costs = memo.get(key) if key is not None else None
+                # the nodes of one role (one role key) have the same signature below: costs looked up once
+                costs = role_costs.get(id(role)) if rkey is not None else None
                 if costs is None:
-                    costs = (o.node_us(node, role, False), o.node_us(node, role, True))
-                    if key is not None:
-                        memo[key] = costs
+                    lists = role_lists.get(id(role))
+                    if lists is None:
+                        lists = role_lists[id(role)] = (tuple(role.ins), tuple(role.ins5), tuple(role.outs5), role)
+                    key = _signature(node, role) if rkey is None else (
+                        node.op, node.domain, lists[0], lists[1], lists[2], tuple([(s, d) for s, d, _ in rkey[3]]),
+                        rkey[4], rkey[5])
+                    costs = memo.get(key) if key is not None else None
+                    if costs is None:
+                        costs = (o.node_us(node, role, False), o.node_us(node, role, True))
+                        if key is not None:
+                            memo[key] = costs
+                    if rkey is not None:
+                        role_costs[id(role)] = costs
                 v = energy.add_var(*costs)
                 var_of[id(node)] = v
                 self.var_node.append(node)
@@ -225,7 +233,7 @@ class LayoutPlan:
         return self.oracle.transdata_us(t, src, dst)
 
     def _terms(self, rec: _Tensor) -> None:
-        e, t, w_of = self.energy, rec.tensor, self.w
+        e, t, w_of = self.energy, rec.tensor, self._transdata_us  # (each tensor's prices asked once here)
         fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
         found: set[int] = set()  # the readers' variables
         for r in rec.readers:
@@ -235,28 +243,30 @@ class LayoutPlan:
             else:
                 found.add(end.var)
         p = rec.producer
+        add = e.add_any_sorted
         if p.var is None:
             src = p.fmt
             e.constant += sum(w_of(t, src, f) for f in fixed if f != src)
             if found:
-                vars_ = sorted(found)
+                vars_ = tuple(sorted(found))
                 for f, val in (("ND", 0), (FIVE_HD, 1)):
                     if f != src and f not in fixed:
-                        e.add_any(val, w_of(t, src, f), vars_)
+                        add(val, w_of(t, src, f), vars_)
             return
         v = p.var
-        for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
-            e.unary[v][0] += w_of(t, "ND", f)
-            e.unary[v][1] += w_of(t, FIVE_HD, f)
+        if fixed and not fixed <= _PLANNED:
+            for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
+                e.unary[v][0] += w_of(t, "ND", f)
+                e.unary[v][1] += w_of(t, FIVE_HD, f)
         w = w_of(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
         found.add(v)
-        members = sorted(found)
+        members = tuple(sorted(found))
         e.constant -= w
         for f, val in (("ND", 0), (FIVE_HD, 1)):
             if f in fixed:
                 e.constant += w
             else:
-                e.add_any(val, w, members)
+                add(val, w, members)
 
     # -- assignments ---------------------------------------------------------------------
 
@@ -279,14 +289,19 @@ class LayoutPlan:
         fmt: dict[int, str] = {}
         for t in self.graph.inputs:
             fmt[id(t)] = "ND"
+        roles, var_of, native_5hd = self.roles, self.var_of, self.oracle.native_5hd
+        first_of: dict[int, int] = {}  # role -> the position of its first runtime input
         for node in self.graph.nodes:
-            role = self.roles[id(node)]
+            role = roles[id(node)]
             outs = role.outs
             if role.kind == "choice":
-                v = self.var_of[id(node)]
-                first = next(t for t, f in zip(node.inputs, role.ins) if f is not None)
+                v = var_of[id(node)]
+                k = first_of.get(id(role))
+                if k is None:
+                    k = first_of[id(role)] = next(i for i, f in enumerate(role.ins) if f is not None)
+                first = node.inputs[k]
                 if fmt.get(id(first), "ND") == FIVE_HD:
-                    if self.oracle.native_5hd(node):
+                    if native_5hd(node):
                         x[v], outs = 1, role.outs5
                     elif role.layout == "agnostic":
                         for t, f in zip(node.outputs, role.outs5):
@@ -318,6 +333,16 @@ class LayoutPlan:
             for f, readers in by_fmt.items():
                 out.append(Conversion(rec.tensor, src, f, readers, self.w(rec.tensor, src, f)))
         return out
+
+    def annotations_agree(self, x: list[int]) -> bool:
+        """Whether no planned tensor carries a format annotation other than the one assignment
+        ``x`` gives it (a tensor without one is left to GE, who gives it that format)."""
+        get_format = A.get_format
+        for rec in self.tensors:
+            f = get_format(rec.tensor)
+            if f is not None and f != rec.producer.resolve(x):
+                return False
+        return True
 
     def nodes_us(self, x: list[int]) -> float:
         return sum(self.energy.unary[v][b] for v, b in enumerate(x))

@@ -75,6 +75,17 @@ class Energy:
             return
         (self.any1 if value == 1 else self.any0).append((weight, vs))
 
+    def add_any_sorted(self, value: int, weight: float, vs: tuple[int, ...]) -> None:
+        """:meth:`add_any` for ``vs`` already a sorted tuple of distinct variables."""
+        if weight < 0:
+            raise ValueError("an 'any' term needs a non-negative weight")
+        if not vs or weight == 0:
+            return
+        if len(vs) == 1:
+            self.unary[vs[0]][value] += weight
+            return
+        (self.any1 if value == 1 else self.any0).append((weight, vs))
+
     def value(self, x: Sequence[int]) -> float:
         e = self.constant + sum(u[xv] for u, xv in zip(self.unary, x))
         e += sum(w for w, vs in self.any1 if any(x[v] == 1 for v in vs))
