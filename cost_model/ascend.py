@@ -248,7 +248,7 @@ class _Ctx:
         self.codes: dict[tuple, int] = {}  # (shape, dtype, is a gs.Constant) -> its code
         self.tcode: dict[int, int] = {}  # tensor id -> code (-1: irregular, priced the general way)
         self.sigs: dict[tuple, _Sig] = {}
-        # node templates (see AscendCostModel._template_key): a whole walk entry per signature and
+        # node templates (see AscendCostModel._templates): a whole walk entry per signature and
         # state of the inputs (keyed by content, kept by the incremental estimate as the memo is)
         self.templates: dict[tuple, tuple] = {}
         self.template_entries: set[int] = set()  # ids of the templates' walk entries (kept alive by them)
@@ -592,15 +592,28 @@ class AscendCostModel(CostModel):
         items: list[_Item] = []
         capture = cx.capture if top else None
         step = self._step
+        append = items.append
         for node in graph.nodes:
             e = step(node, w, cx)
             if capture is not None:
                 capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
-            items.append(_item_of(node, e))
-            conv, cross = e[7], e[8]
+            # (_item_of, inline)
+            info, engine, compute16, in_fmts, out_fmts, host, r, conv, cross = e
+            it = _Item()
+            it.e = e
+            it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16,
+                                                                                     in_fmts, out_fmts, host)
+            it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
+            it.fused = False
+            if engine == "AICORE" and info is not None:
+                cost = info.cost
+                it.kernel = cost in _KERNEL_COSTS and r[0] > 0.0 and not host
+                it.elt = cost == "vector" and info.layout == "agnostic" and node.op not in ("Concat", "Split")
+            else:
+                it.kernel = it.elt = False
+            append(it)
             if not conv and not cross:
                 continue
-            engine = e[1]
             for t, have, want in conv:
                 key = (id(t), want)
                 if key not in seen_conv:
@@ -753,15 +766,69 @@ class AscendCostModel(CostModel):
         tkey = None
         meta = node.__dict__.get(_META)
         if region is None and outs_static and info is not None and info.cost != "control" and self._templates:
-            tkey = self._template_key(node, w, cx, meta.get(A.ENGINE) if meta else None)
+            # the template key (see _templates), inline
+            a = node.attrs
+            key = [op, dom, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
+                   if a and not _COST_ATTRS.isdisjoint(a) else (), meta.get(A.ENGINE) if meta else None]
+            append = key.append
+            tcode, sid = cx.tcode, w.sid
+            for t in ins:
+                tid = id(t)
+                s = sid.get(tid)
+                if s is not None:  # a runtime input whose state is numbered (its code read before)
+                    append(s)
+                    continue
+                if not t.name:
+                    break
+                c = tcode.get(tid)
+                if c is None:
+                    c = self._tcode(t, cx)
+                if c < 0:
+                    break
+                if isinstance(t, _Constant):
+                    append(c)
+                    continue
+                f = fmt.get(tid)
+                if not f:
+                    if tid not in const:
+                        break
+                    # a tensor GE folds (its format never set): what the signature path reads of it is
+                    # its format as the first runtime input (_signature, _formats): its annotation or ND
+                    f = A.get_format(t) or "ND"
+                st = (c, f, engine_of.get(tid, "AICORE"), tid in half, tid in const)
+                s = cx.states.get(st)
+                if s is None:
+                    s = cx.states[st] = -4 - len(cx.states)
+                sid[tid] = s
+                append(s)
+            else:
+                append(-3)
+                shapes = cx.shapes
+                for t in outs:
+                    tid = id(t)
+                    if not t.name or isinstance(t, _Constant):
+                        break
+                    tmeta = t.__dict__.get(_META)
+                    append(tmeta.get(A.FORMAT) if tmeta else None)  # (the format annotation: the output's format)
+                    c = tcode.get(tid)
+                    if c is None:
+                        if tid in shapes:
+                            break  # (a shape the estimate fixed: _signature codes it)
+                        # (_signature's static case, inline: the same code)
+                        shape = shapes[tid] = tuple(t.shape)
+                        c = tcode[tid] = _desc_code(cx.codes, (shape, t.dtype, False))
+                    if c < 0:
+                        break
+                    append(c)
+                else:
+                    tkey = tuple(key)
             if tkey is not None:
                 tmpl = cx.templates.get(tkey)
                 if tmpl is not None:  # a node of this signature and input state was walked before
                     e, out_w, conv_i, cross_i, eng = tmpl
                     engine = e[1]
-                    sid = w.sid
-                    for t, (f, h, s) in zip(outs, out_w):
-                        tid = id(t)
+                    for i, (f, h, s) in enumerate(out_w):  # (one per output: the key holds each)
+                        tid = id(outs[i])
                         fmt[tid] = f
                         engine_of[tid] = engine
                         if h:
@@ -873,7 +940,7 @@ class AscendCostModel(CostModel):
         eng = cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
         e = (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
         if tkey is not None:
-            # each output's state as a reader's template key numbers it (_template_key)
+            # each output's state as a reader's template key numbers it (see _templates)
             states = cx.states
             out_w = []
             for t in outs:
@@ -889,75 +956,18 @@ class AscendCostModel(CostModel):
             cx.template_entries.add(id(te))
         return e
 
+    # A node's template key (made inline in :meth:`_step`, the hot loop): its signature (:meth:`_signature`:
+    # op, domain, cost attributes, each input's and output's code) with the walk state of each runtime input
+    # (storage format, producer's engine, stored as fp16, folded by GE), the node's engine annotation
+    # and each output's format annotation (what :meth:`_step` reads of the annotations); a runtime
+    # input's state is one number (``_Walk.sid``). Two nodes of one key get the same walk entry from
+    # :meth:`_step` but for their tensors (the demands are kept by input position) and write the same state
+    # for their outputs. None (priced through the signature or the general way) for a node with an omitted
+    # input or an unnamed output, an input whose format the walk has not set, or a tensor the signature
+    # would not code (read like :meth:`_signature` reads it, in the same order: the same codes). Made only
+    # for a node with static output shapes, outside host-scheduled regions.
     #: False: no node templates (every node priced through its signature or the general way)
     _templates = True
-
-    def _template_key(self, node: gs.Node, w: "_Walk", cx: _Ctx, ann: Any) -> tuple | None:
-        """The key of a node's template: its signature (:meth:`_signature`: op, domain, cost
-        attributes, each input's and output's code) with the walk state of each runtime input
-        (storage format, producer's engine, stored as fp16, folded by GE), the node's engine
-        annotation ``ann`` and each output's format annotation (what :meth:`_step` reads of the
-        annotations). Two nodes of one key get
-        the same walk entry from :meth:`_step` but for their tensors (the demands are kept by input
-        position) and write the same state for their outputs. None (priced through the signature
-        or the general way) for a node with an omitted input or an unnamed output, an input whose
-        format the walk has not set, or a tensor the signature would not code (read like
-        :meth:`_signature` reads it, in the same order: the same codes). Called only for a node
-        with static output shapes, outside host-scheduled regions."""
-        tcode = cx.tcode
-        a = node.attrs
-        key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
-               if a and not _COST_ATTRS.isdisjoint(a) else (), ann]
-        append = key.append
-        sid = w.sid
-        for t in node.inputs:
-            tid = id(t)
-            s = sid.get(tid)
-            if s is not None:  # a runtime input whose state is numbered (its code read before)
-                append(s)
-                continue
-            if not t.name:
-                return None
-            c = tcode.get(tid)
-            if c is None:
-                c = self._tcode(t, cx)
-            if c < 0:
-                return None
-            if isinstance(t, _Constant):
-                append(c)
-            else:
-                f = w.fmt.get(tid)
-                if not f:
-                    if tid not in w.const:
-                        return None
-                    # a tensor GE folds (its format never set): what the signature path reads of it is
-                    # its format as the first runtime input (_signature, _formats): its annotation or ND
-                    f = A.get_format(t) or "ND"
-                st = (c, f, w.engine_of.get(tid, "AICORE"), tid in w.half, tid in w.const)
-                s = cx.states.get(st)
-                if s is None:
-                    s = cx.states[st] = -4 - len(cx.states)
-                sid[tid] = s
-                append(s)
-        append(-3)
-        shapes, codes = cx.shapes, cx.codes
-        for t in node.outputs:
-            tid = id(t)
-            if not t.name or isinstance(t, _Constant):
-                return None
-            meta = t.__dict__.get(_META)
-            append(meta.get(A.FORMAT) if meta else None)  # (the format annotation: the output's format)
-            c = tcode.get(tid)
-            if c is None:
-                if tid in shapes:
-                    return None  # (a shape the estimate fixed: _signature codes it)
-                # (_signature's static case, inline: the same code)
-                shape = shapes[tid] = tuple(t.shape)
-                c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
-            if c < 0:
-                return None
-            append(c)
-        return tuple(key)
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
@@ -1307,19 +1317,35 @@ class AscendCostModel(CostModel):
         p = self.pv
         if not items:
             return []
+        readers_of = None
         if outside is None:
-            consumers: dict[int, list[_Item]] = {}
-            for it in items:
-                for t in it.node.inputs:
-                    if t.inputs:  # (only a node's output is asked for its readers)
-                        lst = consumers.get(id(t))
-                        if lst is None:
-                            consumers[id(t)] = [it]
-                        else:
-                            lst.append(it)
-            def readers(t: gs.Tensor, default: Any = None) -> Any:
-                return consumers.get(id(t), default)
-            readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
+            # a tensor's readers among the items: its readers' list (gs keeps it: one entry per input
+            # that reads it, as node.inputs) filtered to the items' nodes
+            by_node = {id(it.node): it for it in items}
+            if len(by_node) == len(items):
+                item_of = by_node.get
+
+                def readers(t: gs.Tensor, default: Any = None) -> Any:
+                    out = []
+                    for n in t.outputs:
+                        it = item_of(id(n))
+                        if it is not None:
+                            out.append(it)
+                    return out
+            else:  # a node listed twice: read the readers off the items' inputs
+                consumers: dict[int, list[_Item]] = {}
+                for it in items:
+                    for t in it.node.inputs:
+                        if t.inputs:  # (only a node's output is asked for its readers)
+                            lst = consumers.get(id(t))
+                            if lst is None:
+                                consumers[id(t)] = [it]
+                            else:
+                                lst.append(it)
+
+                def readers(t: gs.Tensor, default: Any = None) -> Any:
+                    return consumers.get(id(t), default)
+                readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
         else:
             readers = outside.readers
             readers_of = None

@@ -1,4 +1,4 @@
-"""The estimate's node templates (AscendCostModel._template_key): a node whose signature and
+"""The estimate's node templates (AscendCostModel._templates): a node whose signature and
 runtime inputs' walk state (format, producer's engine, fp16 storage, folded by GE) and whose
 engine and output format annotations match a node walked before takes that node's whole walk
 entry. That must give the very report the signature path alone, and the general path, give, to
