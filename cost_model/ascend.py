@@ -968,6 +968,9 @@ class AscendCostModel(CostModel):
     # for a node with static output shapes, outside host-scheduled regions.
     #: False: no node templates (every node priced through its signature or the general way)
     _templates = True
+    #: False: the fusion chain reads a tensor's readers off a map of every item's inputs (not off
+    #: the tensor's gs readers' list)
+    _gs_readers = True
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
@@ -1322,7 +1325,7 @@ class AscendCostModel(CostModel):
             # a tensor's readers among the items: its readers' list (gs keeps it: one entry per input
             # that reads it, as node.inputs) filtered to the items' nodes
             by_node = {id(it.node): it for it in items}
-            if len(by_node) == len(items):
+            if len(by_node) == len(items) and self._gs_readers:
                 item_of = by_node.get
 
                 def readers(t: gs.Tensor, default: Any = None) -> Any:

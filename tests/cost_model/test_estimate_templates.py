@@ -211,3 +211,42 @@ def test_reduces_take_templates_unless_their_formats_read_an_axes_input(monkeypa
     _, report = model.placement(graph)
     fmts = [tuple(r["formats_out"]) for r in report.nodes if r["op"] == "ReduceMean"]
     assert fmts == [("ND",), ("NC1HWC0",), ("ND",), ("NC1HWC0",)], fmts  # over C, over H and W, twice
+
+
+def _without_gs_readers(monkeypatch, model, graph, **options) -> str:
+    with monkeypatch.context() as m:
+        m.setattr(AscendCostModel, "_gs_readers", False)
+        return _dump(model, graph, **options)
+
+
+@pytest.mark.parametrize("name", ["resnet18.torchscript", "mobilenet_v3_small.dynamo", "efficientnet_b0.dynamo",
+                                  "gpt2.torchscript", "vad_control_flow.torchscript", "nms_detector.torchscript"])
+def test_fusion_reads_readers_off_gs_as_off_the_inputs_map(monkeypatch, name):
+    # the fusion chain's readers of a tensor: its gs readers' list filtered to the walked nodes
+    # gives the report the map of every walked node's inputs gives, to the bit
+    graph = gp.load(EXPORTERS / f"{name}.onnx").graph
+    model = AscendCostModel()
+    for opts in ({}, {"precision_mode": "force_fp16"}):
+        assert _dump(model, graph, **opts) == _without_gs_readers(monkeypatch, model, graph, **opts), opts
+
+
+def test_a_reader_in_a_branch_body_is_not_a_reader_of_the_top_graph(monkeypatch):
+    # c is read by the Relu and, inside an If branch, by a Sigmoid: gs lists both as c's readers;
+    # the top graph's fusion sees one reader (Conv + Relu fuse), as the inputs map does
+    inits = {"w": np.ones((16, 16, 1, 1), np.float16)}
+    then_g = helper.make_graph([helper.make_node("Sigmoid", ["c"], ["s"])], "then", [],
+                               [helper.make_tensor_value_info("s", F16, [1, 16, 8, 8])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["c"], ["n"])], "else", [],
+                               [helper.make_tensor_value_info("n", F16, [1, 16, 8, 8])])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8]), "cond": (TensorProto.BOOL, [])},
+                               {"t": (F16, [1, 8, 8, 16]), "y": (F16, [1, 16, 8, 8])}, inits)).graph
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    assert len(conv.outputs[0].outputs) == 3  # Relu, Sigmoid, Neg
+    model = AscendCostModel()
+    _, report = model.placement(graph)
+    relu = next(r for r in report.nodes if r["op"] == "Relu")
+    assert relu["bound"] == "fused", relu
+    assert _dump(model, graph) == _without_gs_readers(monkeypatch, model, graph)
