@@ -827,8 +827,10 @@ class AscendCostModel(CostModel):
                 if tmpl is not None:  # a node of this signature and input state was walked before
                     e, out_w, conv_i, cross_i, eng = tmpl
                     engine = e[1]
-                    for i, (f, h, s) in enumerate(out_w):  # (one per output: the key holds each)
+                    i = 0
+                    for f, h, s in out_w:  # (one per output: the key holds each)
                         tid = id(outs[i])
+                        i += 1
                         fmt[tid] = f
                         engine_of[tid] = engine
                         if h:
@@ -1320,7 +1322,7 @@ class AscendCostModel(CostModel):
         p = self.pv
         if not items:
             return []
-        readers_of = None
+        readers_of = item_of = None
         if outside is None:
             # a tensor's readers among the items: its readers' list (gs keeps it: one entry per input
             # that reads it, as node.inputs) filtered to the items' nodes
@@ -1387,7 +1389,15 @@ class AscendCostModel(CostModel):
                     out = outs[0]
                     if id(out) in graph_io:
                         break
-                    cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
+                    if item_of is not None:
+                        ons = out.outputs
+                        if len(ons) == 1:  # (one reader: readers(), inline)
+                            c = item_of(id(ons[0]))
+                            cons = [c] if c is not None else no_cons
+                        else:
+                            cons = readers(out)
+                    else:
+                        cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
                     if len(cons) == 1:  # (_chain_step's first case, inline)
                         c = cons[0]
                         if not (c.elt and c.us > 0.0) or c.fused or c.host != tail.host:
