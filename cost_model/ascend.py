@@ -771,7 +771,7 @@ class AscendCostModel(CostModel):
             key = [op, dom, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
                    if a and not _COST_ATTRS.isdisjoint(a) else (), meta.get(A.ENGINE) if meta else None]
             append = key.append
-            tcode, sid = cx.tcode, w.sid
+            tcode, sid, shapes, codes = cx.tcode, w.sid, cx.shapes, cx.codes
             for t in ins:
                 tid = id(t)
                 s = sid.get(tid)
@@ -781,13 +781,21 @@ class AscendCostModel(CostModel):
                 if not t.name:
                     break
                 c = tcode.get(tid)
+                if isinstance(t, _Constant):
+                    if c is None:  # (_tcode's constant case, inline: the same code)
+                        values = t._values
+                        shape = shapes.get(tid)
+                        if shape is None:
+                            shape = shapes[tid] = _values_shape(values)
+                        c = tcode[tid] = _desc_code(codes, (shape, values.dtype, True))
+                    if c < 0:
+                        break
+                    append(c)
+                    continue
                 if c is None:
                     c = self._tcode(t, cx)
                 if c < 0:
                     break
-                if isinstance(t, _Constant):
-                    append(c)
-                    continue
                 f = fmt.get(tid)
                 if not f:
                     if tid not in const:
@@ -803,7 +811,6 @@ class AscendCostModel(CostModel):
                 append(s)
             else:
                 append(-3)
-                shapes = cx.shapes
                 for t in outs:
                     tid = id(t)
                     if not t.name or isinstance(t, _Constant):
@@ -816,7 +823,7 @@ class AscendCostModel(CostModel):
                             break  # (a shape the estimate fixed: _signature codes it)
                         # (_signature's static case, inline: the same code)
                         shape = shapes[tid] = tuple(t.shape)
-                        c = tcode[tid] = _desc_code(cx.codes, (shape, t.dtype, False))
+                        c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
                     if c < 0:
                         break
                     append(c)

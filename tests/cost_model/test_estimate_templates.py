@@ -250,3 +250,25 @@ def test_a_reader_in_a_branch_body_is_not_a_reader_of_the_top_graph(monkeypatch)
     relu = next(r for r in report.nodes if r["op"] == "Relu")
     assert relu["bound"] == "fused", relu
     assert _dump(model, graph) == _without_gs_readers(monkeypatch, model, graph)
+
+
+def test_incremental_rollback_forgets_the_numbered_states():
+    # an update numbers its tensors' states (_Walk.sid) as the walk does; after a rollback the
+    # next update must read the states back as the graph has them, not as the undone update left them
+    from graphpass.cost_model.incremental import IncrementalEstimate
+
+    graph = _twins()
+    model = AscendCostModel()
+    inc = IncrementalEstimate(model, graph, full_fraction=None)
+    fresh = model.estimate(graph).total_us
+    relu1 = next(n for n in graph.nodes if n.outputs[0].name == "r1")
+    A.set_engine(relu1, "AICPU")
+    assert inc.update(graph, [relu1], []).total_us == model.estimate(graph).total_us != fresh
+    A.meta(relu1).pop(A.ENGINE)  # (the graph rolled back)
+    inc.rollback()
+    assert inc.total == fresh
+    A.set_format(relu1.outputs[0], "NC1HWC0")
+    assert inc.update(graph, [relu1], [relu1.outputs[0]]).total_us == model.estimate(graph).total_us
+    inc.commit()
+    A.meta(relu1.outputs[0]).pop(A.FORMAT)
+    assert inc.update(graph, [relu1], [relu1.outputs[0]]).total_us == model.estimate(graph).total_us == fresh
