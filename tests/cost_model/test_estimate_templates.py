@@ -158,8 +158,8 @@ def _folded_readers(ann=None):
         nodes += [helper.make_node("Conv", ["x", "w"], [f"c{i}"]), helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
                   helper.make_node("Mul", [kk, f"r{i}"], [f"m{i}"]),
                   helper.make_node("Transpose", [f"m{i}"], [f"t{i}"], perm=[0, 2, 3, 1])]
-    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, {"t0": (F16, [1, 8, 8, 16]), "t1": (F16, [1, 8, 8, 16])},
-                               inits)).graph
+    outs = {"t0": (F16, [1, 8, 8, 16]), "t1": (F16, [1, 8, 8, 16])}
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, outs, inits)).graph
     if ann:
         kb = next(n for n in graph.nodes if n.outputs[0].name == "kb").outputs[0]
         A.set_format(kb, ann)
@@ -191,7 +191,8 @@ def _reduces(axes_input: bool):
         nodes.append(helper.make_node("Relu", [f"m{k}"], [f"o{k}"]))
         outs[f"o{k}"] = (F16, [1, 1, 8, 8] if axes == [1] else [1, 16, 1, 1])
     nodes += [helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 3, 1]),  # an ND reader: a Softmax in ND
-              helper.make_node("Softmax", ["ct"], ["s0"], axis=-1), helper.make_node("Softmax", ["ct"], ["s1"], axis=-1)]
+              helper.make_node("Softmax", ["ct"], ["s0"], axis=-1),
+              helper.make_node("Softmax", ["ct"], ["s1"], axis=-1)]
     outs.update({"s0": (F16, [1, 8, 8, 16]), "s1": (F16, [1, 8, 8, 16])})
     return gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, outs, inits, opset=18 if axes_input else 17)).graph
 
