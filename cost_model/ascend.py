@@ -45,6 +45,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.cost_model.base import CostModel
@@ -67,6 +68,21 @@ _META = A._KEY  # where a node's or tensor's annotations live (A.stored_meta, in
 _F32 = np.dtype("float32")
 _DTYPES: dict[Any, np.dtype] = {}  # a gs dtype (numpy type, dtype or ONNX enum) -> its np.dtype
 _NAMES: dict[np.dtype, str] = {}
+
+
+#: the type of a TensorProto's ``dims`` (a lazy weight's shape): tuple() of it reads it element by
+#: element through protobuf (~0.4 us); a slice copies it in one call
+_DIMS_TYPE = type(onnx.TensorProto().dims)
+
+
+def _values_shape(values: Any) -> tuple:
+    """A constant's shape as ``_shape_uncached`` reads it (a lazy weight's header: never loaded)."""
+    shape = getattr(values, "shape", None)
+    if shape is None and not hasattr(values, "shape"):
+        return tuple(np.shape(values))
+    if type(shape) is tuple:
+        return shape
+    return tuple(shape[:]) if type(shape) is _DIMS_TYPE else tuple(shape)
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -232,13 +248,16 @@ class _Ctx:
         self.codes: dict[tuple, int] = {}  # (shape, dtype, is a gs.Constant) -> its code
         self.tcode: dict[int, int] = {}  # tensor id -> code (-1: irregular, priced the general way)
         self.sigs: dict[tuple, _Sig] = {}
-        # node templates (see AscendCostModel._template_key): a whole walk entry per signature and
+        # node templates (see AscendCostModel._templates): a whole walk entry per signature and
         # state of the inputs (keyed by content, kept by the incremental estimate as the memo is)
         self.templates: dict[tuple, tuple] = {}
         self.template_entries: set[int] = set()  # ids of the templates' walk entries (kept alive by them)
+        # a runtime input's state in a template key -> its number (below -3: never a code or a marker)
+        self.states: dict[tuple, int] = {}
         self.bytes_of: dict[tuple[int, str, bool], int] = {}  # (code, format, computed in fp16) -> bytes
         self.transdata: dict[tuple[int, str, str], float] = {}  # (code, from, to) -> a TransData's us
         self.infos: dict[tuple[str, str | None], OpInfo | None] = {}  # (op, domain) -> op-info row (no modes)
+        self.infos_op: dict[str, OpInfo | None] = {}  # op of the default domain (None or "") -> its row
         self.mode = precision_mode
         self.loop_trips = loop_trips
         self.defaults = defaults
@@ -308,7 +327,7 @@ class _Walk:
     """The state of a forward walk over one graph, per tensor id: storage format, producer's
     engine, compile-time constant, stored as fp16, host-scheduled region."""
 
-    __slots__ = ("fmt", "engine_of", "const", "half", "region_of", "dynamic", "static_graph")
+    __slots__ = ("fmt", "engine_of", "const", "half", "region_of", "dynamic", "static_graph", "sid")
 
     def __init__(self, static_graph: bool):
         self.fmt: dict[int, str] = {}
@@ -317,6 +336,10 @@ class _Walk:
         self.half: set[int] = set()  # fp32 tensors stored as fp16 (computed under force_fp16 & co.)
         self.region_of: dict[int, dict[str, Any]] = {}
         self.dynamic: set[int] = set()  # tensor ids whose shape depends on data
+        # tensor id -> the number of its state as a template key reads it (code, format, producer's
+        # engine, fp16, folded: interned in _Ctx.states); set by a template's node for its outputs
+        # and on a first read, dropped wherever the walk writes a tensor's state another way
+        self.sid: dict[int, int] = {}
         # ATC compiles a graph whose inputs all have fixed shapes as a static graph: it knows every
         # shape, so shape arithmetic is compile-time work (GE-DYN, P)
         self.static_graph = static_graph
@@ -357,8 +380,7 @@ class AscendCostModel(CostModel):
 
     def _shape_uncached(self, t: gs.Tensor, cx: _Ctx) -> tuple[int, ...]:
         if isinstance(t, gs.Constant):
-            values = t._values  # the header of a lazy weight: never load it just for its shape
-            return tuple(values.shape) if hasattr(values, "shape") else tuple(np.shape(values))
+            return _values_shape(t._values)  # the header of a lazy weight: never load it just for its shape
         shape = t.shape
         if shape is not None and all(type(d) is int and d >= 0 for d in shape):
             return tuple(shape)  # the common, fully static case
@@ -570,15 +592,28 @@ class AscendCostModel(CostModel):
         items: list[_Item] = []
         capture = cx.capture if top else None
         step = self._step
+        append = items.append
         for node in graph.nodes:
             e = step(node, w, cx)
             if capture is not None:
                 capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
-            items.append(_item_of(node, e))
-            conv, cross = e[7], e[8]
+            # (_item_of, inline)
+            info, engine, compute16, in_fmts, out_fmts, host, r, conv, cross = e
+            it = _Item()
+            it.e = e
+            it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16,
+                                                                                     in_fmts, out_fmts, host)
+            it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
+            it.fused = False
+            if engine == "AICORE" and info is not None:
+                cost = info.cost
+                it.kernel = cost in _KERNEL_COSTS and r[0] > 0.0 and not host
+                it.elt = cost == "vector" and info.layout == "agnostic" and node.op not in ("Concat", "Split")
+            else:
+                it.kernel = it.elt = False
+            append(it)
             if not conv and not cross:
                 continue
-            engine = e[1]
             for t, have, want in conv:
                 key = (id(t), want)
                 if key not in seen_conv:
@@ -667,13 +702,16 @@ class AscendCostModel(CostModel):
         signature and walk state; any other node the general way (:meth:`_step_general`)."""
         fmt, engine_of, const, half, region_of = w.fmt, w.engine_of, w.const, w.half, w.region_of
         op = node.op
-        info = cx.infos.get((op, node.domain), _UNLOOKED)
+        dom = node.domain
+        info = cx.infos_op.get(op, _UNLOOKED) if not dom else cx.infos.get((op, dom), _UNLOOKED)
         if info is _UNLOOKED:
-            info = self.ops.lookup(op, node.domain)
+            info = self.ops.lookup(op, dom)
             if info is not None and info.modes:
                 info = info.for_mode(node.attrs.get("mode"))  # one row per mode: never kept per op
+            elif not dom:  # (the lookup reads None and "" alike)
+                cx.infos_op[op] = info
             else:
-                cx.infos[(op, node.domain)] = info
+                cx.infos[(op, dom)] = info
         if info is None:
             cx.unknown.setdefault(_op_label(node), None)
         ins = node.inputs
@@ -685,6 +723,9 @@ class AscendCostModel(CostModel):
             static_here = w.static_graph and not (region_of and any(id(t) in region_of for t in ins))
             if self._folded_by_ge(node, info, const, static_here):
                 const.update(id(t) for t in node.outputs)
+                if w.sid:
+                    for t in node.outputs:
+                        w.sid.pop(id(t), None)
                 self._fold_value(node, cx)
                 return (info, "compile-time", False, (), (), False, _FOLDED_REC, (), ())
         outs = node.outputs
@@ -725,18 +766,86 @@ class AscendCostModel(CostModel):
         tkey = None
         meta = node.__dict__.get(_META)
         if region is None and outs_static and info is not None and info.cost != "control" and self._templates:
-            tkey = self._template_key(node, w, cx, meta.get(A.ENGINE) if meta else None)
+            # the template key (see _templates), inline
+            a = node.attrs
+            key = [op, dom, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
+                   if a and not _COST_ATTRS.isdisjoint(a) else (), meta.get(A.ENGINE) if meta else None]
+            append = key.append
+            tcode, sid, shapes, codes = cx.tcode, w.sid, cx.shapes, cx.codes
+            for t in ins:
+                tid = id(t)
+                s = sid.get(tid)
+                if s is not None:  # a runtime input whose state is numbered (its code read before)
+                    append(s)
+                    continue
+                if not t.name:
+                    break
+                c = tcode.get(tid)
+                if isinstance(t, _Constant):
+                    if c is None:  # (_tcode's constant case, inline: the same code)
+                        values = t._values
+                        shape = shapes.get(tid)
+                        if shape is None:
+                            shape = shapes[tid] = _values_shape(values)
+                        c = tcode[tid] = _desc_code(codes, (shape, values.dtype, True))
+                    if c < 0:
+                        break
+                    append(c)
+                    continue
+                if c is None:
+                    c = self._tcode(t, cx)
+                if c < 0:
+                    break
+                f = fmt.get(tid)
+                if not f:
+                    if tid not in const:
+                        break
+                    # a tensor GE folds (its format never set): what the signature path reads of it is
+                    # its format as the first runtime input (_signature, _formats): its annotation or ND
+                    f = A.get_format(t) or "ND"
+                st = (c, f, engine_of.get(tid, "AICORE"), tid in half, tid in const)
+                s = cx.states.get(st)
+                if s is None:
+                    s = cx.states[st] = -4 - len(cx.states)
+                sid[tid] = s
+                append(s)
+            else:
+                append(-3)
+                for t in outs:
+                    tid = id(t)
+                    if not t.name or isinstance(t, _Constant):
+                        break
+                    tmeta = t.__dict__.get(_META)
+                    append(tmeta.get(A.FORMAT) if tmeta else None)  # (the format annotation: the output's format)
+                    c = tcode.get(tid)
+                    if c is None:
+                        if tid in shapes:
+                            break  # (a shape the estimate fixed: _signature codes it)
+                        # (_signature's static case, inline: the same code)
+                        shape = shapes[tid] = tuple(t.shape)
+                        c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
+                    if c < 0:
+                        break
+                    append(c)
+                else:
+                    tkey = tuple(key)
             if tkey is not None:
                 tmpl = cx.templates.get(tkey)
                 if tmpl is not None:  # a node of this signature and input state was walked before
                     e, out_w, conv_i, cross_i, eng = tmpl
                     engine = e[1]
-                    for t, (f, h) in zip(outs, out_w):
-                        tid = id(t)
+                    i = 0
+                    for f, h, s in out_w:  # (one per output: the key holds each)
+                        tid = id(outs[i])
+                        i += 1
                         fmt[tid] = f
                         engine_of[tid] = engine
                         if h:
                             half.add(tid)
+                        if tid in const:  # (never for a tensor of one producer)
+                            sid.pop(tid, None)
+                        else:
+                            sid[tid] = s
                     cx.engines[id(node)] = eng
                     if conv_i or cross_i:
                         e = (*e[:7], tuple([(ins[i], have, want) for i, have, want in conv_i]),
@@ -779,7 +888,10 @@ class AscendCostModel(CostModel):
         else:
             fi, fo = self._formats(node, info, fmt, cx, const)
             in_fmts, out_fmts = tuple(fi), tuple(fo)
-            tkey = None  # (its formats read more than the signature)
+            if first_fmt == "NC1HWC0" and len(ins) > 1 and isinstance(ins[1], _Constant):
+                tkey = None  # (its formats may read its axes input's values)
+            # (else a reduce's formats read only what its template key holds: the first runtime
+            # input's format, its attributes, whether input 1 is a constant, its outputs' ranks)
         aicore = engine == "AICORE"
         if not aicore:  # AI CPU kernels and the host read and write ND
             in_fmts, out_fmts = ("ND",) * len(in_fmts), ("ND",) * len(out_fmts)
@@ -814,6 +926,7 @@ class AscendCostModel(CostModel):
                 cast_numel += math.prod(cx.shapes[tid])
         n_out = len(out_fmts)
         to_half = casts and compute16
+        sid = w.sid
         i = -1
         for t in outs:
             i += 1
@@ -823,6 +936,8 @@ class AscendCostModel(CostModel):
             engine_of[tid] = engine
             if to_half and t.dtype == _F32:
                 half.add(tid)
+            if sid:
+                sid.pop(tid, None)  # (numbered again by its first reader's template key)
         host = region is not None
         key = (engine, compute16, host, cast_numel, in_fmts, out_fmts)
         rec_t = sig.memo.get(key)
@@ -834,68 +949,37 @@ class AscendCostModel(CostModel):
         eng = cx.engines[id(node)] = (engine, "" if aicore else rec_t[6])
         e = (info, engine, compute16, in_fmts, out_fmts, host, rec_t, conv, cross)
         if tkey is not None:
-            out_w = tuple((fmt[id(t)], id(t) in half) for t in outs)
+            # each output's state as a reader's template key numbers it (see _templates)
+            states = cx.states
+            out_w = []
+            for t in outs:
+                tid = id(t)
+                st = (cx.tcode[tid], fmt[tid], engine, tid in half, False)  # (a hit's output in const: not numbered)
+                n = states.get(st)
+                if n is None:
+                    n = states[st] = -4 - len(states)
+                out_w.append((fmt[tid], tid in half, n))
+            out_w = tuple(out_w)
             te = (*e[:7], (), ())
             cx.templates[tkey] = (te, out_w, conv_i, cross_i, eng)
             cx.template_entries.add(id(te))
         return e
 
+    # A node's template key (made inline in :meth:`_step`, the hot loop): its signature (:meth:`_signature`:
+    # op, domain, cost attributes, each input's and output's code) with the walk state of each runtime input
+    # (storage format, producer's engine, stored as fp16, folded by GE), the node's engine annotation
+    # and each output's format annotation (what :meth:`_step` reads of the annotations); a runtime
+    # input's state is one number (``_Walk.sid``). Two nodes of one key get the same walk entry from
+    # :meth:`_step` but for their tensors (the demands are kept by input position) and write the same state
+    # for their outputs. None (priced through the signature or the general way) for a node with an omitted
+    # input or an unnamed output, an input whose format the walk has not set, or a tensor the signature
+    # would not code (read like :meth:`_signature` reads it, in the same order: the same codes). Made only
+    # for a node with static output shapes, outside host-scheduled regions.
     #: False: no node templates (every node priced through its signature or the general way)
     _templates = True
-
-    def _template_key(self, node: gs.Node, w: "_Walk", cx: _Ctx, ann: Any) -> tuple | None:
-        """The key of a node's template: its signature (:meth:`_signature`: op, domain, cost
-        attributes, each input's and output's code) with the walk state of each runtime input
-        (storage format, producer's engine, stored as fp16, folded by GE), the node's engine
-        annotation ``ann`` and each output's format annotation (what :meth:`_step` reads of the
-        annotations). Two nodes of one key get
-        the same walk entry from :meth:`_step` but for their tensors (the demands are kept by input
-        position) and write the same state for their outputs. None (priced through the signature
-        or the general way) for a node with an omitted input or an unnamed output, an input whose
-        format the walk has not set, or a tensor the signature would not code (read like
-        :meth:`_signature` reads it, in the same order: the same codes). Called only for a node
-        with static output shapes, outside host-scheduled regions."""
-        tcode = cx.tcode
-        a = node.attrs
-        key = [node.op, node.domain, tuple(sorted((k, str(v)) for k, v in a.items() if k in _COST_ATTRS))
-               if a and not _COST_ATTRS.isdisjoint(a) else (), ann]
-        append = key.append
-        fmt, engine_of, half, const = w.fmt, w.engine_of, w.half, w.const
-        for t in node.inputs:
-            if not t.name:
-                return None
-            tid = id(t)
-            c = tcode.get(tid)
-            if c is None:
-                c = self._tcode(t, cx)
-            if c < 0:
-                return None
-            if isinstance(t, _Constant):
-                append(c)
-            else:
-                f = fmt.get(tid)
-                if not f:
-                    return None
-                append((c, f, engine_of.get(tid, "AICORE"), tid in half, tid in const))
-        append(-3)
-        shapes, codes = cx.shapes, cx.codes
-        for t in node.outputs:
-            tid = id(t)
-            if not t.name or isinstance(t, _Constant):
-                return None
-            meta = t.__dict__.get(_META)
-            append(meta.get(A.FORMAT) if meta else None)  # (the format annotation: the output's format)
-            c = tcode.get(tid)
-            if c is None:
-                if tid in shapes:
-                    return None  # (a shape the estimate fixed: _signature codes it)
-                # (_signature's static case, inline: the same code)
-                shape = shapes[tid] = tuple(t.shape)
-                c = tcode[tid] = _desc_code(codes, (shape, t.dtype, False))
-            if c < 0:
-                return None
-            append(c)
-        return tuple(key)
+    #: False: the fusion chain reads a tensor's readers off a map of every item's inputs (not off
+    #: the tensor's gs readers' list)
+    _gs_readers = True
 
     def _signature(self, node: gs.Node, info: OpInfo, w: "_Walk", cx: _Ctx, outs_static: bool) -> tuple:
         """``(sig, first format, folded)``: the :class:`_Sig` of ``node`` (its op, domain, cost
@@ -969,7 +1053,7 @@ class AscendCostModel(CostModel):
             values = t._values  # (its dtype and shape: a lazy weight's header, never loaded)
             shape = cx.shapes.get(tid)
             if shape is None:  # as _shape_uncached reads a constant's (no assumption)
-                shape = cx.shapes[tid] = tuple(values.shape) if hasattr(values, "shape") else tuple(np.shape(values))
+                shape = cx.shapes[tid] = _values_shape(values)
             desc = (shape, values.dtype, True)
         else:
             raw = t.shape
@@ -1023,6 +1107,7 @@ class AscendCostModel(CostModel):
         for i, t in enumerate(node.outputs):
             fmt[id(t)] = A.get_format(t) or (out_fmts[i] if i < len(out_fmts) else "ND")
             engine_of[id(t)] = engine
+            w.sid.pop(id(t), None)
         cast_numel = 0
         if engine == "AICORE" and info is not None and info.cost not in ("view", "none", "control"):
             for t in node.inputs:
@@ -1244,19 +1329,35 @@ class AscendCostModel(CostModel):
         p = self.pv
         if not items:
             return []
+        readers_of = item_of = None
         if outside is None:
-            consumers: dict[int, list[_Item]] = {}
-            for it in items:
-                for t in it.node.inputs:
-                    if t.inputs:  # (only a node's output is asked for its readers)
-                        lst = consumers.get(id(t))
-                        if lst is None:
-                            consumers[id(t)] = [it]
-                        else:
-                            lst.append(it)
-            def readers(t: gs.Tensor, default: Any = None) -> Any:
-                return consumers.get(id(t), default)
-            readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
+            # a tensor's readers among the items: its readers' list (gs keeps it: one entry per input
+            # that reads it, as node.inputs) filtered to the items' nodes
+            by_node = {id(it.node): it for it in items}
+            if len(by_node) == len(items) and self._gs_readers:
+                item_of = by_node.get
+
+                def readers(t: gs.Tensor, default: Any = None) -> Any:
+                    out = []
+                    for n in t.outputs:
+                        it = item_of(id(n))
+                        if it is not None:
+                            out.append(it)
+                    return out
+            else:  # a node listed twice: read the readers off the items' inputs
+                consumers: dict[int, list[_Item]] = {}
+                for it in items:
+                    for t in it.node.inputs:
+                        if t.inputs:  # (only a node's output is asked for its readers)
+                            lst = consumers.get(id(t))
+                            if lst is None:
+                                consumers[id(t)] = [it]
+                            else:
+                                lst.append(it)
+
+                def readers(t: gs.Tensor, default: Any = None) -> Any:
+                    return consumers.get(id(t), default)
+                readers_of = consumers.get  # (by tensor id: readers() without the call, in the chain loop)
         else:
             readers = outside.readers
             readers_of = None
@@ -1295,7 +1396,15 @@ class AscendCostModel(CostModel):
                     out = outs[0]
                     if id(out) in graph_io:
                         break
-                    cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
+                    if item_of is not None:
+                        ons = out.outputs
+                        if len(ons) == 1:  # (one reader: readers(), inline)
+                            c = item_of(id(ons[0]))
+                            cons = [c] if c is not None else no_cons
+                        else:
+                            cons = readers(out)
+                    else:
+                        cons = readers_of(id(out), no_cons) if readers_of is not None else readers(out, no_cons)
                     if len(cons) == 1:  # (_chain_step's first case, inline)
                         c = cons[0]
                         if not (c.elt and c.us > 0.0) or c.fused or c.host != tail.host:

@@ -148,6 +148,7 @@ class IncrementalEstimate:
         cx.fusion_groups = []
         cx.bytes = {}  # (kept small: see _update)
         cx.tcode = {}  # (tensor ids: coded again by each update's walk)
+        self.w.sid = {}  # (as the codes)
         cx.nodes = []
         cx.implicit, cx.crossings = [], []
         # demands: (tensor id, want) -> {demander id: (tensor, have)}; (tensor id, engine) -> {id: (tensor, src, fp16)}
@@ -278,6 +279,7 @@ class IncrementalEstimate:
         w, cx = self.w, self.cx
         cx.shapes.pop(tid, None)
         cx.tcode.pop(tid, None)
+        w.sid.pop(tid, None)
         if not lazy_only:
             cx.values.pop(tid, None)
             w.fmt.pop(tid, None)
@@ -325,6 +327,7 @@ class IncrementalEstimate:
         self.report, self.total, self._step_us, self._io, self._order, self.enabled, self.fresh = self._kept
         self._undo = self._saved = None
         self.cx.tcode = {}  # codes by tensor id of the undone walk (the next update codes its tensors again)
+        self.w.sid = {}
 
     # -- the update -----------------------------------------------------------------------
 
@@ -397,6 +400,7 @@ class IncrementalEstimate:
         m, cx, w = self.m, self.cx, self.w
         cx.bytes = {}  # a cache of shape and dtype: only what this update reads is computed again
         cx.tcode = {}  # the tensors' signature codes, by id: as the bytes (the codes themselves are kept)
+        w.sid = {}  # (the numbers of the tensors' states in template keys, by id: as the codes)
         nodes = graph.nodes
         order = list(map(id, nodes))
         pos = {nid: i for i, nid in enumerate(order)}
@@ -452,7 +456,7 @@ class IncrementalEstimate:
         for t in changed:
             if id(t) in graph_inputs:  # its state as the walk starts it (its readers are walked again)
                 self._purge_tensor(id(t))
-                w.fmt[id(t)] = A.get_format(t) or "ND"
+                w.fmt[id(t)] = A.get_format(t) or "ND"  # (its state's number purged with it)
                 w.engine_of[id(t)] = "AICORE"
             elif not t.inputs:
                 self._purge_tensor(id(t), lazy_only=True)
