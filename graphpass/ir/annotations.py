@@ -75,11 +75,17 @@ def get(obj: Any, key: str, default: str | None = None) -> str | None:
     return default if d is None else d.get(key, default)
 
 
-def set(obj: Any, key: str, value: str) -> None:  # noqa: A001 - mirrors dict.set semantics
+def set(obj: Any, key: str, value: str | None) -> None:  # noqa: A001 - mirrors dict.set semantics
+    """Annotate ``obj``; ``None`` removes the annotation (it is not stored as the string "None")."""
+    if value is None:
+        d = obj.__dict__.get(_KEY)
+        if d is not None and key in d:
+            del meta(obj)[key]  # meta(): the undo log saves the dict first
+        return
     meta(obj)[key] = str(value)
 
 
-def set_format(tensor: gs.Tensor, fmt: str) -> None:
+def set_format(tensor: gs.Tensor, fmt: str | None) -> None:
     set(tensor, FORMAT, fmt)
 
 
