@@ -950,7 +950,25 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 # review in git (graphpass.gitint): textconv, diff as git's diff tool, install-git, hooks, PR comment
 
 
+class LazyHelp(str):
+    """An option's help text made only when help is printed (``make()``): the ``--cann-version``
+    help lists the CANN releases, which reads two data files (~25 ms) every run would pay for."""
+
+    def __new__(cls, make):
+        self = super().__new__(cls, "(computed when shown)")
+        self.make = make
+        return self
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help.make() if isinstance(action.help, LazyHelp) else action.help
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, formatter_class=_HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
     def error(self, message: str):  # one line, exit 2
         self.exit(2, f"graphpass: error: {message} (see '{self.prog} --help')\n")
 
@@ -1171,7 +1189,7 @@ def reference_markdown() -> str:
     option, its default and its help): ``python tools/cli_reference.py --write`` puts it between
     the README's ``cli-reference`` markers; a test fails when the two differ."""
     parser = build_parser()
-    formatter = argparse.HelpFormatter("graphpass", width=10_000)
+    formatter = _HelpFormatter("graphpass", width=10_000)
 
     def cell(text) -> str:
         return " ".join(str(text).split()).replace("|", "\\|")
