@@ -52,3 +52,32 @@ def test_optimize_with_atc_still_checks_the_release(tmp_path, capsys):
                "--cann-version", "1.0"])
     assert rc == 2 and not (tmp_path / "o.onnx").exists()
     assert "1.0" in capsys.readouterr().err
+
+
+_IMPORT = """
+import gc, sys
+before = sys.argv[1]
+if before == "disabled":
+    gc.disable()
+if before == "frozen":
+    keep = [[] for _ in range(100)]
+    gc.freeze()
+frozen = gc.get_freeze_count()
+runs = []
+# from the first module graphpass imports on (compiling its own __init__ without a .pyc may collect)
+gc.callbacks.append(lambda phase, info: runs.append(1) if phase == "start" and "graphpass._compat" in sys.modules else None)
+import graphpass
+still_frozen = gc.get_freeze_count() > 0 and not any(o is keep for o in gc.get_objects()) if frozen else None
+print(len(runs), gc.isenabled(), gc.get_freeze_count() == 0 if not frozen else still_frozen)
+"""
+
+
+def test_import_pauses_the_collector_and_puts_it_back():
+    """``import graphpass`` runs no collection (its ~65k objects all stay alive) and leaves the
+    collector as it found it: on, off, or with the caller's objects frozen (then what the import
+    made stays young: one young collection at most, once the collector is back on)."""
+    for before, runs, enabled in (("enabled", "0", "True"), ("disabled", "0", "False"), ("frozen", "1", "True")):
+        p = subprocess.run([sys.executable, "-c", _IMPORT, before], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        out = p.stdout.split()
+        assert int(out[0]) <= int(runs) and out[1:] == [enabled, "True"], (before, p.stdout)
