@@ -37,6 +37,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, ResourceLimitError, UsageError
 from graphpass.ir import annotations, external, fast_export, fast_import, limits, profiling
+from graphpass.ir import device_ops_attention as _attention
 from graphpass.ir.external import (
     ExternalValues,
     _as_proto,
@@ -1017,8 +1018,11 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> None:
     declared = model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO)
     # the value_info the pruning below keeps is all the export writes, unless the portable form
-    # reads the rest first (device ops to inline: their expansions read the declared shapes)
-    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(graph)) else None
+    # reads the rest first: an attention call's expansion reads the declared shapes
+    # (device_ops_attention._static_shapes); the other device ops' inlining and the TransData
+    # bypass only drop entries, which the pruning drops anyway
+    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(
+        graph, _SHAPE_READING_DEVICE_OPS)) else None
     model, originals = _export(graph, emit, written)
     graphs = list(graph_protos(model.graph))
     _prune_value_info(model, declared, graphs)
@@ -1043,20 +1047,25 @@ def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> 
             external._write_streaming(model, originals, tmpdir / out.name)
 
 
-def _holds_device_ops(graph: gs.Graph) -> bool:
+def _holds_device_ops(graph: gs.Graph, ops: "frozenset[str] | None" = None) -> bool:
     """Some node of ``graph`` or of a graph in any node's attributes is in graphpass's device
-    domain (every attribute looked at: not only where :func:`iter_graphs` looks)."""
+    domain (every attribute looked at: not only where :func:`iter_graphs` looks); with ``ops``,
+    one of those op types."""
     from graphpass.ir.device_ops import DOMAIN
 
     stack = [graph]
     while stack:
         g = stack.pop()
         for n in g.nodes:
-            if n.domain == DOMAIN:
+            if n.domain == DOMAIN and (ops is None or n.op in ops):
                 return True
             if n.attrs:
                 stack.extend(graph_attributes(n))
     return False
+
+
+#: The device ops whose portable form reads the declared value_info (their shapes).
+_SHAPE_READING_DEVICE_OPS = frozenset(_attention.OPS.values())
 
 
 def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:
