@@ -14,22 +14,40 @@ an ``onnx.ModelProto`` or a :class:`Model`, coerced by :func:`as_model`; the one
 read a model never change it.
 """
 
-from graphpass import _compat
+import gc as _gc
 
-_compat.install()  # old import paths (graphpass.infra, graphpass.verify, ...) keep working
+# Importing graphpass (onnx, numpy, the passes, the cost model) makes ~65k objects that all stay
+# alive: with the collector on, ~90 young collections walked them to find nothing (~15 ms of a
+# run's start). Paused for the import; what it made then goes to the oldest generation without a
+# sweep (freeze then unfreeze, as serialize.gc_paused does after a load), unless anything is
+# frozen (a caller's own freeze: unfreeze would release it).
+_collecting = _gc.isenabled()
+_gc.disable()
+try:
+    from graphpass import _compat
 
-from graphpass.api import OptimizeResult, estimate, load, optimize, save, to_proto  # noqa: E402
-from graphpass.cost_model.target import Target  # noqa: E402
-from graphpass.errors import (
-    BadModelError,
-    GraphpassError,
-    PassError,
-    UnsupportedError,
-    UsageError,
-    VerificationError,
-)
-from graphpass.passes.framework import Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass, register
-from graphpass.ir.model import Model, as_model
+    _compat.install()  # old import paths (graphpass.infra, graphpass.verify, ...) keep working
+
+    from graphpass.api import OptimizeResult, estimate, load, optimize, save, to_proto
+    from graphpass.cost_model.target import Target
+    from graphpass.errors import (
+        BadModelError,
+        GraphpassError,
+        PassError,
+        UnsupportedError,
+        UsageError,
+        VerificationError,
+    )
+    from graphpass.passes.framework import (Pass, PassContext, PassKind, PassManager, PassResult, all_passes, get_pass,
+                                            register)
+    from graphpass.ir.model import Model, as_model
+finally:
+    if _gc.get_freeze_count() == 0:
+        _gc.freeze()
+        _gc.unfreeze()
+    if _collecting:
+        _gc.enable()
+del _gc, _collecting
 
 __version__ = "0.1.0"
 

@@ -201,7 +201,7 @@ def infer_shapes(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto
     """
     # onnx serializes what it is given and parses its own copy: given the bytes, the light copy
     # is not held beside them at inference's peak (issue 22); it is parsed again if needed below
-    blob = _light_copy(model).SerializeToString()
+    blob = _light_copy(model, bodies).SerializeToString()
     try:
         first = onnx.shape_inference.infer_shapes(blob, check_type=False, strict_mode=False, data_prop=False)
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
@@ -426,14 +426,16 @@ def _data_prop_safe(model: onnx.ModelProto, inferred: onnx.GraphProto) -> bool:
     return True
 
 
-def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def _light_copy(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
+    """``bodies=False``: the caller knows no node holds a graph (the nodes are not looked at)."""
     light = onnx.ModelProto(ir_version=max(model.ir_version, 4), producer_name=model.producer_name)
     light.opset_import.extend(model.opset_import)
     light.functions.extend(model.functions)
     src, dst = model.graph, light.graph
     dst.name = src.name
     with_bodies = [k for k, n in enumerate(src.node)
-                   if len(n.attribute) and any(a.type == _GRAPH or a.type == _GRAPHS for a in n.attribute)]
+                   if len(n.attribute) and any(a.type == _GRAPH or a.type == _GRAPHS for a in n.attribute)
+                   ] if bodies else []
     nodes = src.node
     start = 0
     for k in with_bodies:  # the nodes between bodies copied in one call each (most models: all of them)

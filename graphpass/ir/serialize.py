@@ -37,6 +37,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError, ResourceLimitError, UsageError
 from graphpass.ir import annotations, external, fast_export, fast_import, limits, profiling
+from graphpass.ir import device_ops_attention as _attention
 from graphpass.ir.external import (
     ExternalValues,
     _as_proto,
@@ -52,7 +53,7 @@ from graphpass.ir.graph import graph_attributes, graph_protos, has_subgraph, ite
 from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
-from graphpass.ir.validate import _validate_at, parse, validate, validated_graphs  # noqa: F401 - validate: re-exported
+from graphpass.ir.validate import GraphList, _validate_at, parse, validate, validated_graphs  # noqa: F401 - validate: re-exported
 
 __all__ = [
     "MIN_OPSET",
@@ -373,9 +374,14 @@ def from_proto(
     bodies graphpass does not write, move to their own domain first (calls too): graphpass's
     device ops are never confused with them.
     """
-    from graphpass.ir.device_ops import free_reserved_domain
+    from graphpass.ir.device_ops import DOMAIN, free_reserved_domain
 
-    free_reserved_domain(model)
+    # what validation's walk saw of the nodes (the loader's graphs): without a function, a node
+    # in graphpass's domain or a TYPE_PROTO attribute, the walks looking for them find nothing
+    seen = graphs if isinstance(graphs, GraphList) else None
+    if seen is None or len(model.functions) or DOMAIN in seen.node_domains:
+        free_reserved_domain(model)
+    raw_attrs = seen is None or not seen.attr_types.isdisjoint(_RAW_ATTR_TYPES)
     defaults: dict[str, onnx.TensorProto] = {}
     if not freeze_initializer_inputs and model.ir_version >= 4:
         inputs = {i.name for i in model.graph.input}
@@ -410,10 +416,11 @@ def from_proto(
             _copy_value_info(inferred.graph, model.graph, bodies=bodies)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
-        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs)
+        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs, raw_attrs)
 
 
-def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None) -> gs.Graph:
+def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None,
+           raw_attrs: bool = True) -> gs.Graph:
     try:
         graph = fast_import.import_onnx(model)
     except Exception as e:
@@ -422,7 +429,8 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
     if given is not None:
         record_given(graph, *given)
     kept_types = _remember_types(model.graph, graph, graphs)
-    _remember_raw_attrs(model.graph, graph)
+    if raw_attrs:  # else no node has a TYPE_PROTO(S) attribute (validation's walk saw every one)
+        _remember_raw_attrs(model.graph, graph)
     Model(
         graph,
         opset_imports={o.domain: o.version for o in model.opset_import},
@@ -1010,8 +1018,11 @@ def save(graph: "gs.Graph | Model", path: str | os.PathLike, external_data: bool
 def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> None:
     declared = model_of(graph, attach=False).meta.get(DECLARED_VALUE_INFO)
     # the value_info the pruning below keeps is all the export writes, unless the portable form
-    # reads the rest first (device ops to inline: their expansions read the declared shapes)
-    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(graph)) else None
+    # reads the rest first: an attention call's expansion reads the declared shapes
+    # (device_ops_attention._static_shapes); the other device ops' inlining and the TransData
+    # bypass only drop entries, which the pruning drops anyway
+    written = declared if declared is not None and (emit == "device" or not _holds_device_ops(
+        graph, _SHAPE_READING_DEVICE_OPS)) else None
     model, originals = _export(graph, emit, written)
     graphs = list(graph_protos(model.graph))
     _prune_value_info(model, declared, graphs)
@@ -1036,20 +1047,25 @@ def _save(graph: gs.Graph, out: Path, external_data: bool | None, emit: str) -> 
             external._write_streaming(model, originals, tmpdir / out.name)
 
 
-def _holds_device_ops(graph: gs.Graph) -> bool:
+def _holds_device_ops(graph: gs.Graph, ops: "frozenset[str] | None" = None) -> bool:
     """Some node of ``graph`` or of a graph in any node's attributes is in graphpass's device
-    domain (every attribute looked at: not only where :func:`iter_graphs` looks)."""
+    domain (every attribute looked at: not only where :func:`iter_graphs` looks); with ``ops``,
+    one of those op types."""
     from graphpass.ir.device_ops import DOMAIN
 
     stack = [graph]
     while stack:
         g = stack.pop()
         for n in g.nodes:
-            if n.domain == DOMAIN:
+            if n.domain == DOMAIN and (ops is None or n.op in ops):
                 return True
             if n.attrs:
                 stack.extend(graph_attributes(n))
     return False
+
+
+#: The device ops whose portable form reads the declared value_info (their shapes).
+_SHAPE_READING_DEVICE_OPS = frozenset(_attention.OPS.values())
 
 
 def _data_files_read(model: onnx.ModelProto, out: Path) -> frozenset[str]:

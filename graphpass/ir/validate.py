@@ -66,10 +66,25 @@ def _header(model: onnx.ModelProto) -> int | None:
     return default
 
 
+class GraphList(list):
+    """The graphs validation's one walk met (``list(graph_protos(model.graph))``), with what it
+    saw of their nodes on the way: ``node_domains``, the domains of the nodes outside the
+    default one, and ``attr_types``, the type of every attribute (the loader skips walks these
+    say have nothing to find: graphpass.ir.serialize.from_proto)."""
+
+    __slots__ = ("node_domains", "attr_types")
+
+    def __init__(self):
+        super().__init__()
+        self.node_domains: set = set()
+        self.attr_types: set = set()
+
+
 def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
-    """:func:`validate` after the header; returns ``list(graph_protos(model.graph))`` when the
-    one walk found everything valid (it met every graph, in that order), else None."""
-    graphs: list = []
+    """:func:`validate` after the header; returns ``list(graph_protos(model.graph))`` (a
+    :class:`GraphList`) when the one walk found everything valid (it met every graph, in that
+    order), else None."""
+    graphs = GraphList()
     if _looks_valid(model, default, graphs):
         return graphs  # every check of _check_all would pass
     _check_all(model, where, default)
@@ -161,6 +176,8 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     (see :func:`_looks_valid`); True when all hold. Name lists are checked as text by joining
     them (``str.join`` refuses the bytes protobuf returns for invalid UTF-8)."""
     graphs.append(g)
+    seen = graphs if type(graphs) is GraphList else GraphList()
+    domains_seen, attr_types_seen = seen.node_domains, seen.attr_types
     names: list = []
     defined: set = set(outer)
     for holder in (g.input, g.output, g.initializer, g.value_info):
@@ -209,12 +226,15 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
                 return False
         elif not isinstance(domain, str):
             return False
+        else:
+            domains_seen.add(domain)
         if not len(attrs):
             continue
         declared = _attr_types(op, default_opset or 1) if default else None
         for a in attrs:
             names.append(a.name)
             t = a.type
+            attr_types_seen.add(t)
             if t == _TENSOR:
                 _tensor_ok(a.t)
             elif t == _GRAPH:

@@ -90,8 +90,12 @@ def test_all_tensors_is_onnxs_list():
 def test_light_copy_is_the_node_by_node_copy():
     seen = with_bodies = 0
     for path, m in _models():
-        assert inference._light_copy(m).SerializeToString() == _light_copy_node_by_node(m).SerializeToString(), path
+        expected = _light_copy_node_by_node(m).SerializeToString()
+        assert inference._light_copy(m).SerializeToString() == expected, path
+        holds = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                    for n in m.graph.node for a in n.attribute)
+        if not holds:  # what from_proto passes when its graph list has no body: the nodes are not looked at
+            assert inference._light_copy(m, bodies=False).SerializeToString() == expected, path
         seen += 1
-        with_bodies += any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                           for n in m.graph.node for a in n.attribute)
+        with_bodies += holds
     assert seen > 150 and with_bodies > 0

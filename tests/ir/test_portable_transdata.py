@@ -3,6 +3,8 @@ instead of writing them and bypassing them in the proto: the bytes are the same 
 path's, the graph is left exactly as it was, and graphs the fast path does not handle
 (subgraphs, a TransData of a constant, ...) take the proto path."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -287,3 +289,29 @@ def test_device_ops_are_found_in_any_attribute_holding_a_graph():
     assert not _holds_device_ops(graph({"then_branch": body("other.domain")}))
     assert _holds_device_ops(graph({"then_branch": body(DOMAIN)}))
     assert _holds_device_ops(graph({"bodies": [body("other.domain"), body(DOMAIN)]}))
+
+
+def test_save_writes_only_the_kept_value_info_where_no_expansion_reads_it(tmp_path, monkeypatch):
+    """save writes value_info only for what its pruning keeps unless a device op whose portable
+    form reads declared shapes (attention) is in the graph: the other device ops (fused convs,
+    TransData) give the same bytes as writing every value_info and pruning after."""
+    from graphpass.ir import serialize
+    from graphpass.ir.graph import iter_graphs
+
+    data = Path(__file__).resolve().parents[1] / "data" / "exporters"
+    reads = serialize._SHAPE_READING_DEVICE_OPS
+    kinds = set()
+    for name, target in (("resnet18.dynamo.onnx", "ascend910a"), ("mobilenet_v3_small.torchscript.onnx", "ascend910a"),
+                         ("vad_control_flow.dynamo.onnx", "ascend910a"), ("llama_static.dynamo.onnx", "ascend910b2"),
+                         ("gpt2.dynamo.onnx", "ascend910b2")):
+        m = gp.optimize(gp.load(str(data / name)), target=target).model
+        ops = {n.op for g in iter_graphs(m.graph) for n in g.nodes if n.domain == DOMAIN}
+        kinds.add("attention" if ops & reads else "device" if ops else "none")
+        outs = []
+        for reading in (reads, None):  # None: every device op reads (as before)
+            monkeypatch.setattr(serialize, "_SHAPE_READING_DEVICE_OPS", reading)
+            out = tmp_path / f"{name}.{reading is None}.onnx"
+            gp.save(m, out, external_data=False)
+            outs.append(out.read_bytes())
+        assert outs[0] == outs[1], name
+    assert {"device", "attention"} <= kinds

@@ -170,3 +170,45 @@ def test_the_graphs_validation_lists_are_graph_protos():
     broken = _model([helper.make_node("Relu", ["nope"], ["y"])])
     with pytest.raises(BadModelError):
         V.validated_graphs(broken, "m")
+
+
+def test_what_the_walk_saw_is_every_node_domain_and_attribute_type():
+    """GraphList.node_domains / attr_types (what the loader skips walks on: a device-domain node,
+    a TYPE_PROTO attribute) are those of every node of every graph graph_protos lists."""
+    from graphpass.ir.graph import graph_protos
+
+    seen = with_domains = 0
+    for path, m in _models():
+        try:
+            graphs = V.validated_graphs(m, "m")
+        except BadModelError:
+            continue
+        nodes = [n for g in graph_protos(m.graph) for n in g.node]
+        assert isinstance(graphs, V.GraphList), path
+        assert graphs.node_domains == {n.domain for n in nodes if n.domain not in ("", "ai.onnx")}, path
+        assert graphs.attr_types == {a.type for n in nodes for a in n.attribute}, path
+        seen += 1
+        with_domains += bool(graphs.node_domains)
+    assert seen > 150 and with_domains > 0
+
+
+def test_a_type_attribute_in_a_body_is_kept_through_load_and_save():
+    """The loader remembers TYPE_PROTO attributes (gs cannot hold them) only where validation's
+    walk saw one: one inside an If body is seen and kept."""
+    import graphpass as gp
+    from graphpass.ir import serialize
+
+    opt = helper.make_node("Optional", [], ["o"], type=helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    has = helper.make_node("OptionalHasElement", ["o"], ["h"])
+    body = helper.make_graph([opt, has], "then", [], [helper.make_tensor_value_info("h", TensorProto.BOOL, [])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)],
+                   inputs=[helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                   outputs=[helper.make_tensor_value_info("y", TensorProto.BOOL, [])], opset=18)
+    graphs = V.validated_graphs(model, "m")
+    assert onnx.AttributeProto.TYPE_PROTO in graphs.attr_types
+    m = gp.load(model.SerializeToString())
+    inner = m.graph.nodes[0].attrs["then_branch"].nodes[0]
+    assert [a.name for a in inner.__dict__[serialize._RAW_ATTRS_KEY]] == ["type"]
+    back = gp.to_proto(m, emit="device")
+    attr = back.graph.node[0].attribute
+    assert [a.type for b in attr for n in b.g.node for a in n.attribute] == [onnx.AttributeProto.TYPE_PROTO] * 2
