@@ -252,7 +252,10 @@ def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | 
     left = [{"node": n.name, "tensor": n.inputs[0].name if n.inputs else "", "src": str(n.attrs.get("src_format", "")),
              "dst": str(n.attrs.get("dst_format", "")), "reason": A.get(n, A.REASON) or ""}
             for n in graph.nodes if is_transdata(n)]
+    # the plan written out, else one left implicit under the cost veto (GE makes it itself)
     plan = next((r for r in records if r.name == "propagate_layout" and r.modified), None)
+    if plan is None:
+        plan = next((r for r in reversed(records) if r.name == "propagate_layout" and "kept_implicit" in r.stats), None)
     if plan is None and not left:
         return None
 
@@ -266,6 +269,8 @@ def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | 
     if plan is not None:
         out["mode"] = plan.stats.get("mode")
         out["greedy"] = {"count": plan.stats.get("greedy_transdata"), "us": plan.stats.get("greedy_transdata_us")}
+        if "kept_implicit" in plan.stats and not plan.modified:
+            out["kept_implicit"] = plan.stats["kept_implicit"]
         if plan.stats.get("origin_format"):
             out["origin_format"] = plan.stats["origin_format"]
     return out

@@ -88,6 +88,9 @@ class OptimizeReport(Report):
         if lay.get("greedy") and lay.get("mode") == "optimal":
             head += f"; GE's greedy first-input rule would need {fmt(lay['greedy'])}"
         lines = [head]
+        if lay.get("kept_implicit"):
+            lines[0] += "; the plan left to GE (implicit)"
+            lines.append(f"  plan left implicit: {lay['kept_implicit']}")
         for why in lay.get("origin_format", []):
             lines.append(f"  kept in origin format: {why}")
         return lines
@@ -155,7 +158,7 @@ class OptimizeReport(Report):
         summary, the estimated cost, the passes that changed something with their key counts,
         one line per kind of warning. ``to_table`` (-v) and the report files hold the rest."""
         top = [self._head()] + [x for x in (self._cost_line(),) if x]
-        lay = self._layout_lines()[:1]
+        lay = [clip(x, width) for x in self._layout_lines()[:1]]
         tail = [clip(w, width) for w in self.warnings()]
         if self.skipped:
             tail.append(clip(f"disabled: {', '.join(self.skipped)}", width))

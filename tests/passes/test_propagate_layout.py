@@ -386,6 +386,13 @@ def test_light_resnet50_transdata_only_at_input_output_and_before_gemm(light_pat
     rec = next(r for r in result.report.passes if r.name == "propagate_layout")
     assert not rec.modified and not rec.rolled_back and "GE's greedy choice (4 TransData" in rec.stats["kept_implicit"]
     assert not _tds(result.graph)
+    # the report says so: the layout section names the implicit plan and its TransData estimates
+    lay = result.report.layout
+    assert lay["kept_implicit"] == rec.stats["kept_implicit"] and lay["transdata"] == []
+    assert lay["after"]["count"] == 4 and lay["greedy"]["count"] == 4
+    assert "the plan left to GE (implicit)" in result.report.to_summary()
+    assert "plan left implicit: the plan is GE's greedy choice (4 TransData" in result.report.to_table(verbose=2)
+    assert "- plan left implicit: the plan is GE's greedy choice (4 TransData" in result.report.to_markdown()
     implicit = sorted((i["from"], i["to"]) for i in CM.estimate(result.graph).transdata["implicit_list"])
     # run directly (no veto), the same plan is written out
     names = [n for n in pipelines.get_pipeline("default") if n not in ("propagate_layout", "eliminate_transdata")]
