@@ -183,7 +183,11 @@ class NarrowInt64(Pass):
         # 1. the groups that may run in int32, and the seeds: those the target runs on AI CPU
         candidates: dict[tuple[int, str], _Group] = {}
         seeds: list[_Group] = []
-        found = [(node, groups) for node in graph.nodes if (groups := _groups(node, opset))]
+        # a seed is a node of an op the target runs on AI CPU for its int64 data: with none in the
+        # graph no part is chosen, and step 1 (the schemas of every node, the range analysis)
+        # would find candidates for nothing (most CNNs: no int64 arithmetic at all)
+        seeding = any(node.op in limits.int64 and limits.int64_reason(node, target) for node in graph.nodes)
+        found = [(node, groups) for node in graph.nodes if (groups := _groups(node, opset))] if seeding else []
         if found:  # the analyses only when some node computes in int64 (none in most CNNs)
             ranges = IntRanges(graph, limits.max_tensor_bytes(target))
             top = {id(n) for n in graph.nodes}
