@@ -164,7 +164,9 @@ class Match:
 
         outs = self.op(node.op, list(node.inputs) if inputs is None else inputs, {**node.attrs, **(attrs or {})},
                        domain=node.domain, name=node.name, outputs=[bool(t.name) for t in node.outputs] or 1)
-        A.meta(self.created[-1]).update(A.meta(node))
+        old = A.stored_meta(node)  # a read of ``node`` (A.meta would save it in an undo log and give it a dict)
+        if old:
+            A.meta(self.created[-1]).update(old)
         return outs if isinstance(outs, gs.Tensor) else outs[0]
 
     def count(self, key: str, n: int = 1) -> None:
