@@ -5,7 +5,9 @@
     op(c1, c2, ...) with every input constant      =>  constant (computed by onnxruntime)
 
 Every foldable node of a graph is evaluated in one onnxruntime session (one export of the
-foldable subgraph, not one per node), so the pass is linear in the graph size. Only the
+foldable subgraph, not one per node), so the pass is linear in the graph size; a set that is
+only float32/float64 Add, Sub, Mul and Div with no NaN read or made is computed with numpy
+instead (the same IEEE-rounded bits, without onnxruntime's import and session). Only the
 boundary tensors (read by a node that stays, or by a subgraph) are materialized, and they replace
 their subgraph only when the bytes stored do not grow (the size policy of ``_fold_size``: the
 folded tensors' bytes are at most the bytes of the constants only that subgraph read, plus 64
