@@ -485,7 +485,7 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # each pair's writer and choice decided before any moves: the same as pair by pair when no
     # tensor is in two pairs (else one pair's rewiring changes the next one's writer: the same
     # new tensor for two outputs, an output swapped with another; decided pair by pair below)
-    apart = len({id(t) for pair in pairs for t in pair}) == 2 * len(pairs)
+    apart = len(pairs) == 1 or len({id(t) for pair in pairs for t in pair}) == 2 * len(pairs)  # (one: old is not new)
     # every output of the anchor gets another writer: the anchor dies, and gives them all up at
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
     cleared = apart and len(pairs) == len(anchor.outputs) and all(takes)
@@ -533,8 +533,9 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
         changed = False
         for n in reversed(alive):
             if id(n) not in dead and all(not t.outputs and id(t) not in outputs for t in n.outputs):
-                n.inputs.clear()
-                n.outputs.clear()
+                n.inputs.clear()  # (an undo log saves the node here, whatever its lists hold)
+                if n.outputs:  # (none left when the anchor gave them all up)
+                    n.outputs.clear()
                 dead.add(id(n))
                 changed = True
         alive = [n for n in alive if id(n) not in dead]
