@@ -94,9 +94,19 @@ class Scope:
         self.graph = graph
         self.root = root
         self.names = names
-        self.local: set[int] = {id(n) for n in graph.nodes}
+        self._local: set[int] | None = None
         self.outputs: set[int] = {id(t) for t in graph.outputs}
         self.inputs: set[int] = {id(t) for t in graph.inputs}
+
+    @property
+    def local(self) -> set[int]:
+        """The ids of this graph's nodes (and of the nodes rewrites placed in it so far), made
+        when first asked: a walk whose rules look at no producer (Identity, x * 1: one op) and
+        places nothing never needs it (~10k ids at 10k nodes, per walk). The graph's node list
+        stays as it was until the walk ends, and a rewrite that places nodes asks it first."""
+        if self._local is None:
+            self._local = set(map(id, self.graph.nodes))
+        return self._local
 
     def producer(self, t: gs.Tensor, *ops: str) -> gs.Node | None:
         """The default-domain node of this graph that writes ``t`` (if it is one of ``ops``, when given)."""
@@ -207,6 +217,8 @@ class Rule:
         pattern = self.pattern
         if not pattern or not _std(anchor) or not _is(anchor, pattern[-1]):
             return None
+        if len(pattern) == 1:
+            return scope.match((anchor,))
         chain = [anchor]
         node = anchor
         follow = self.follow or (0,) * (len(pattern) - 1)
