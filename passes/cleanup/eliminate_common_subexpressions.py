@@ -164,7 +164,11 @@ def _value_key(t: gs.Constant) -> tuple | None:
         # bytes of a weight not loaded yet or from a read-only array
         if not small or type(values) is not np.ndarray or not values.flags.writeable:
             t.__dict__["_gp_digest"] = (values, key)
-    key = key + (_str_of(getattr(t, "export_dtype", None)),)
+    if type(t) is gs.Constant:  # gs's export_dtype property without its two property calls
+        export = t.__dict__.get("_export_dtype")
+        key = key + (_str_of(export if export is not None else values.dtype),)
+    else:
+        key = key + (_str_of(getattr(t, "export_dtype", None)),)
     meta = A.stored_meta(t)  # a read: no empty dict made, nothing for an undo log to save
     return key + (tuple(sorted(meta.items())),) if meta else key
 
@@ -183,6 +187,9 @@ def _sample_key(t: gs.Constant) -> bytes:
 
 def _header_key(t: gs.Constant) -> tuple | None:
     try:
+        if type(t) is gs.Constant:  # gs's dtype and shape properties read their values object's
+            values = t._values
+            return (_dtype_key(values.dtype), tuple(map(int, values.shape)))
         return (_dtype_key(t.dtype), tuple(map(int, t.shape)))
     except TypeError:
         return None
