@@ -173,7 +173,10 @@ def _evaluate_numpy(nodes: list[gs.Node], wanted: list[gs.Tensor], opsets) -> di
                 args.append(v)
             if args[0].dtype != args[1].dtype:
                 return None
-            out = np.asarray(f(args[0], args[1]))
+            try:
+                out = np.asarray(f(args[0], args[1]))
+            except ValueError:  # shapes that do not broadcast: onnxruntime's error and the retry path
+                return None
             o = n.outputs[0]
             if not o.name or named.setdefault(o.name, id(o)) != id(o) or np.isnan(out).any():
                 return None

@@ -724,9 +724,10 @@ def test_numpy_arithmetic_leaves_to_onnxruntime_what_it_does_not_mirror():
     mixed = ([gs.Node("Add", inputs=[gs.Constant("m1", f32), gs.Constant("m2", f32.astype(np.float64))],
                       outputs=[gs.Variable("my")])], None)
     mixed = (mixed[0], mixed[0][0].outputs)
+    unbroadcastable = _arith_nodes(f32, np.ones(3, np.float32), ("Add",))
     exported = _arith_nodes(f32, f32, ("Mul",))
     exported[0][0].inputs[0]._export_dtype = np.float16  # written (and read by onnxruntime) as float16
-    for nodes, wanted in (nan_in, nan_made, ints, halfs, relu, mixed, exported):
+    for nodes, wanted in (nan_in, nan_made, ints, halfs, relu, mixed, unbroadcastable, exported):
         assert _fc._evaluate_numpy(nodes, wanted, opset17) is None
     # opset 6: Add had no numpy broadcasting
     nodes, wanted = _arith_nodes(f32, f32, ("Add",))
