@@ -103,13 +103,14 @@ def get_engine(node: gs.Node) -> str | None:
 
 def mark_created(node: gs.Node, pass_name: str, replaced: Iterable[gs.Node] = ()) -> None:
     """Record that ``pass_name`` created ``node`` in place of ``replaced`` (provenance)."""
-    set(node, PASS, pass_name)
+    d = meta(node)  # (once: the rewrite engine marks every node it places)
+    d[PASS] = str(pass_name)
     names: list[str] = []
     for old in replaced:
-        inherited = fused_from(old)
-        names.extend(inherited if inherited else [old.name])
+        raw = get(old, FUSED_FROM)
+        names.extend(json.loads(raw) or [old.name] if raw else [old.name])
     if names:
-        set(node, FUSED_FROM, json.dumps([n for n in names if n]))
+        d[FUSED_FROM] = json.dumps([n for n in names if n])
 
 
 def fused_from(node: gs.Node) -> list[str]:

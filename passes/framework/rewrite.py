@@ -94,9 +94,19 @@ class Scope:
         self.graph = graph
         self.root = root
         self.names = names
-        self.local: set[int] = {id(n) for n in graph.nodes}
+        self._local: set[int] | None = None
         self.outputs: set[int] = {id(t) for t in graph.outputs}
         self.inputs: set[int] = {id(t) for t in graph.inputs}
+
+    @property
+    def local(self) -> set[int]:
+        """The ids of this graph's nodes (and of the nodes rewrites placed in it so far), made
+        when first asked: a walk whose rules look at no producer (Identity, x * 1: one op) and
+        places nothing never needs it (~10k ids at 10k nodes, per walk). The graph's node list
+        stays as it was until the walk ends, and a rewrite that places nodes asks it first."""
+        if self._local is None:
+            self._local = set(map(id, self.graph.nodes))
+        return self._local
 
     def producer(self, t: gs.Tensor, *ops: str) -> gs.Node | None:
         """The default-domain node of this graph that writes ``t`` (if it is one of ``ops``, when given)."""
@@ -164,7 +174,9 @@ class Match:
 
         outs = self.op(node.op, list(node.inputs) if inputs is None else inputs, {**node.attrs, **(attrs or {})},
                        domain=node.domain, name=node.name, outputs=[bool(t.name) for t in node.outputs] or 1)
-        A.meta(self.created[-1]).update(A.meta(node))
+        old = A.stored_meta(node)  # a read of ``node`` (A.meta would save it in an undo log and give it a dict)
+        if old:
+            A.meta(self.created[-1]).update(old)
         return outs if isinstance(outs, gs.Tensor) else outs[0]
 
     def count(self, key: str, n: int = 1) -> None:
@@ -205,6 +217,8 @@ class Rule:
         pattern = self.pattern
         if not pattern or not _std(anchor) or not _is(anchor, pattern[-1]):
             return None
+        if len(pattern) == 1:
+            return scope.match((anchor,))
         chain = [anchor]
         node = anchor
         follow = self.follow or (0,) * (len(pattern) - 1)
@@ -483,7 +497,7 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # each pair's writer and choice decided before any moves: the same as pair by pair when no
     # tensor is in two pairs (else one pair's rewiring changes the next one's writer: the same
     # new tensor for two outputs, an output swapped with another; decided pair by pair below)
-    apart = len({id(t) for pair in pairs for t in pair}) == 2 * len(pairs)
+    apart = len(pairs) == 1 or len({id(t) for pair in pairs for t in pair}) == 2 * len(pairs)  # (one: old is not new)
     # every output of the anchor gets another writer: the anchor dies, and gives them all up at
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
     cleared = apart and len(pairs) == len(anchor.outputs) and all(takes)
@@ -531,8 +545,9 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
         changed = False
         for n in reversed(alive):
             if id(n) not in dead and all(not t.outputs and id(t) not in outputs for t in n.outputs):
-                n.inputs.clear()
-                n.outputs.clear()
+                n.inputs.clear()  # (an undo log saves the node here, whatever its lists hold)
+                if n.outputs:  # (none left when the anchor gave them all up)
+                    n.outputs.clear()
                 dead.add(id(n))
                 changed = True
         alive = [n for n in alive if id(n) not in dead]

@@ -17,12 +17,18 @@ def constant_param(t: gs.Tensor) -> np.ndarray | None:
     return np.asarray(t.values) if isinstance(t, gs.Constant) else None
 
 
+_FLOAT32 = np.dtype(np.float32)
+
+
 def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: tuple[str, ...] = ()) -> MatchResult:
     """Every tensor constant and float32; those in ``exclusive`` read by ``owner`` alone."""
     for label, t in tensors.items():
         if not isinstance(t, gs.Constant):
             return MatchResult.fail(f"{label} '{t.name}' is not a constant")
-        elem = elem_type(t.dtype)
+        dtype = t.dtype
+        if dtype is _FLOAT32:  # (numpy's float32 dtype is one object: the common case without the enum lookup)
+            continue
+        elem = elem_type(dtype)
         if elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
             name = TensorProto.DataType.Name(elem).lower()
             return MatchResult.fail(f"{label} '{t.name}' is {name}: folding in {name} would round the weights")

@@ -17,6 +17,7 @@ The fused node keeps the BN's output tensor, so names downstream do not change.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import MatchResult, PassKind, register
@@ -33,6 +34,31 @@ def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     if len(shape) > len(target):
         return False
     return all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target)))
+
+
+_LAZY = gs.ir.tensor.LazyValues
+
+
+def _bn_params(tensors) -> np.ndarray:
+    """The BN's scale, bias, mean and var (four vectors of one length, as check found them) in
+    float64, one row each. Held as raw float32 bytes (an exporter's weights not read yet), the
+    four are joined and converted at once (~3 us; ~10 us one by one, ~13k folds at 100k nodes):
+    the same float64 values, element for element."""
+    raws = []
+    for t in tensors:
+        v = t._values
+        if type(v) is not _LAZY:
+            break
+        tp = v.tensor
+        if (tp.data_type != onnx.TensorProto.FLOAT or tp.data_location == onnx.TensorProto.EXTERNAL
+                or not tp.HasField("raw_data") or len(tp.dims) != 1 or len(tp.raw_data) != 4 * tp.dims[0]):
+            break
+        raws.append(tp.raw_data)
+    else:
+        if len({len(r) for r in raws}) == 1:
+            return np.frombuffer(b"".join(raws), dtype="<f4").astype(np.float64).reshape(len(raws), -1)
+    # read-only views of the stored bytes: nothing here writes into them (float64 copies once)
+    return [np.asarray(read_values(t), dtype=np.float64) for t in tensors]
 
 
 class _FoldInto(Rule):
@@ -60,29 +86,28 @@ class _FoldInto(Rule):
         """(s, the producer's weight, the folded weight and bias in float32); computed once per
         match (check and rewrite both need it, and each read of a lazy weight decodes it again)."""
         done = getattr(m, "bn_folded", None)
-        if done is not None:
-            return done
-        m.bn_folded = self._folded(m)
-        return m.bn_folded
+        if done is None:
+            with np.errstate(all="ignore"):
+                done = m.bn_folded = self._folded(m)
+        return done
 
     def _folded(self, m: Match) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(under np.errstate(all="ignore"), which the caller sets)"""
         prod, bn = m.nodes
-        # read-only views of the stored bytes: nothing here writes into them (float64 copies once)
-        scale, beta, mean, var = (np.asarray(read_values(t), dtype=np.float64) for t in bn.inputs[1:5])
+        scale, beta, mean, var = _bn_params(bn.inputs[1:5])
         m.bn_var_eps = var_eps = var + float(bn.attrs.get("epsilon", 1e-5))  # check_values reads it too
         s = scale / np.sqrt(var_eps)
         w = np.asarray(read_values(prod.inputs[1]), dtype=np.float64)
         old_b = np.asarray(read_values(prod.inputs[2]), dtype=np.float64) if len(prod.inputs) > 2 and prod.inputs[2].name else 0.0
-        with np.errstate(all="ignore"):
-            new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
-            return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
+        new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
+        return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
 
     def check_values(self, m: Match) -> MatchResult:
         """Folding keeps inf and NaN where the BN puts them (see the module docstring)."""
         prod, bn = m.nodes
         with np.errstate(all="ignore"):
             try:
-                s, w, new_w, new_b = self.folded(m)
+                s, w, new_w, new_b = m.bn_folded = self._folded(m)  # (folded(m) without a second errstate)
                 pw = self.per_weight(prod, s, w)
                 if not _fits(pw.shape, w.shape):  # what np.broadcast_to accepts
                     raise ValueError("the BN's channels do not broadcast over the weight")

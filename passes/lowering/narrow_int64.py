@@ -120,6 +120,19 @@ def _schema(op: str, opset: int):
     return ins, outs, allowed
 
 
+_F32, _F16, _F64 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)
+
+
+def _may_be_int64(node: gs.Node) -> bool:
+    """False when ``int64_data(node)`` is: its first named output is a float (the common case, told
+    without int64_data's dtype conversions: ~8 us a node, for every Add/Mul/... of a CNN)."""
+    for t in node.outputs:
+        if t.name:
+            dtype = t.dtype  # (numpy's dtypes of these are one object each: compared by identity)
+            return not (dtype is _F32 or dtype is _F16 or dtype is _F64)
+    return False
+
+
 def _groups(node: gs.Node, opset: int) -> list[_Group]:
     """The int64 type-variable groups of ``node`` by its schema at ``opset``."""
     if node.domain not in (None, "", "ai.onnx") or not (
@@ -183,7 +196,12 @@ class NarrowInt64(Pass):
         # 1. the groups that may run in int32, and the seeds: those the target runs on AI CPU
         candidates: dict[tuple[int, str], _Group] = {}
         seeds: list[_Group] = []
-        found = [(node, groups) for node in graph.nodes if (groups := _groups(node, opset))]
+        # a seed is a node of an op the target runs on AI CPU for its int64 data: with none in the
+        # graph no part is chosen, and step 1 (the schemas of every node, the range analysis)
+        # would find candidates for nothing (most CNNs: no int64 arithmetic at all)
+        seeding = any(node.op in limits.int64 and _may_be_int64(node) and limits.int64_reason(node, target)
+                      for node in graph.nodes)
+        found = [(node, groups) for node in graph.nodes if (groups := _groups(node, opset))] if seeding else []
         if found:  # the analyses only when some node computes in int64 (none in most CNNs)
             ranges = IntRanges(graph, limits.max_tensor_bytes(target))
             top = {id(n) for n in graph.nodes}
@@ -210,7 +228,7 @@ class NarrowInt64(Pass):
                 chosen.extend(part)
         in_region = {id(g.node) for g in chosen}
         for node in graph.nodes:
-            if (node.op in limits.int64 and id(node) not in in_region and int64_data(node)
+            if (node.op in limits.int64 and id(node) not in in_region and _may_be_int64(node) and int64_data(node)
                     and not limits.int64_reason(node, target)):
                 ctx.explain(self.name, node, f"int64 {node.op} runs on AI Core on {target}: nothing to gain")
         if not chosen:

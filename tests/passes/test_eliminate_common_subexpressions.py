@@ -317,3 +317,19 @@ def test_a_constant_written_in_place_between_two_runs_is_keyed_by_its_bytes_now(
     assert_equivalent(expected, gp.to_proto(graph), exact=True)
     add = graph.nodes[-1]
     assert add.inputs[1] is c3  # nothing equal to it: it stays
+
+
+def test_a_small_writable_constant_s_key_is_reused_only_while_its_bytes_dtype_and_shape_hold():
+    import onnx_graphsurgeon as gs
+    from graphpass.passes.cleanup import eliminate_common_subexpressions as cse
+
+    arr = np.array([1.0, -0.0, 3.0, 4.0], np.float32)  # writable, 16 bytes: keyed by its bytes
+    c = gs.Constant("c", arr)
+    first = cse._value_key(c)
+    assert c.__dict__["_gp_small"][0] is arr and "_gp_digest" not in c.__dict__
+    assert cse._value_key(c) == first  # (the bytes compared, the key reused)
+    arr[1] = 0.0  # -0.0 -> +0.0 in place: other bytes, another key
+    assert cse._value_key(c) != first and cse._value_key(c)[2] == np.array([1, 0, 3, 4], np.float32).tobytes()
+    arr.shape = (2, 2)  # the same bytes, another shape
+    assert cse._value_key(c)[1] == (2, 2)
+    assert cse._value_key(c) == cse._value_key(gs.Constant("d", np.array([[1, 0], [3, 4]], np.float32)))

@@ -637,3 +637,135 @@ def test_a_4bit_weight_whose_values_were_read_folds_packed(elem):
     folded = onnx.numpy_helper.to_array(next(i for i in out.graph.initializer if i.name != "x"))
     np.testing.assert_array_equal(folded, np.array(vals, np.float32))
     assert_equivalent(model, out, feeds={"x": np.array([0.5, -0.0, np.nan, np.inf], np.float32)}, exact=True)
+
+
+# -- float arithmetic folded with numpy (no onnxruntime session): the same bits -----------------
+
+from graphpass.passes.cleanup import fold_constants as _fc  # noqa: E402
+
+_EDGE32 = np.array([0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, np.finfo(np.float32).max, -np.finfo(np.float32).max,
+                    np.finfo(np.float32).tiny, np.float32(1e-45), -np.float32(1e-45), 3.4e-39, 7.0, 1e-8],
+                   np.float32)
+
+
+def _arith_nodes(a: np.ndarray, b: np.ndarray, op_types: tuple[str, ...]) -> tuple[list[gs.Node], list[gs.Tensor]]:
+    """A chain ``((a op0 b) op1 b) ...`` of gs nodes over two constants; every output wanted."""
+    ca, cb = gs.Constant("a", a), gs.Constant("b", b)
+    nodes, wanted, x = [], [], ca
+    for k, op in enumerate(op_types):
+        y = gs.Variable(f"y{k}", dtype=a.dtype)
+        nodes.append(gs.Node(op, f"n{k}", inputs=[x, cb], outputs=[y]))
+        wanted.append(y)
+        x = y
+    return nodes, wanted
+
+
+def _by_onnxruntime(nodes, wanted, opset=17):
+    opsets = [helper.make_opsetid("", opset)]
+    real = _fc._evaluate_numpy
+    try:
+        _fc._evaluate_numpy = lambda *args: None
+        return _fc._evaluate(nodes, wanted, opsets, 8)
+    finally:
+        _fc._evaluate_numpy = real
+
+
+def _bits(v: np.ndarray) -> bytes:
+    return np.ascontiguousarray(v).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_numpy_arithmetic_gives_onnxruntime_s_bits(op, dtype):
+    # every pair of edge values (signed zeros, infinities, dtype max, subnormals) that makes no NaN,
+    # in both operand orders, then a chain of all four ops, and broadcasting a [1] operand
+    edge = _EDGE32.astype(dtype)
+    a, b = np.repeat(edge, edge.size), np.tile(edge, edge.size)
+    with np.errstate(all="ignore"):
+        keep = ~np.isnan(getattr(np, {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}[op])(a, b))
+    a, b = a[keep], b[keep]
+    compared = 0
+    for nodes, wanted in (_arith_nodes(a, b, (op,)), _arith_nodes(b, a, (op,)),
+                          _arith_nodes(a[:1].reshape(1, 1), a.reshape(-1, 1)[: a.size].T, (op,))):
+        mine = _fc._evaluate_numpy(nodes, wanted, [helper.make_opsetid("", 17)])
+        if mine is None:  # the chain made a NaN somewhere (inf - inf): onnxruntime's, by design
+            continue
+        ort = _by_onnxruntime(nodes, wanted)
+        assert mine.keys() == ort.keys()
+        for k in mine:
+            assert mine[k].dtype == ort[k].dtype and mine[k].shape == ort[k].shape
+            assert _bits(mine[k]) == _bits(ort[k]), (op, k)
+        compared += 1
+    assert compared >= 2  # both operand orders (no NaN made: the pairs were chosen so)
+    nodes, wanted = _arith_nodes(np.array([1.5, -0.0, 3e-39], dtype), np.array([2.0, 7.0, 0.5], dtype),
+                                 ("Add", "Mul", "Sub", "Div"))
+    mine, ort = _fc._evaluate_numpy(nodes, wanted, [helper.make_opsetid("", 17)]), _by_onnxruntime(nodes, wanted)
+    assert mine is not None and all(_bits(mine[k]) == _bits(ort[k]) and mine[k].dtype == ort[k].dtype for k in ort)
+
+
+def test_numpy_arithmetic_of_empty_and_rank_0_tensors_is_onnxruntime_s():
+    for a, b in ((np.zeros((0, 3), np.float32), np.ones((1, 3), np.float32)),
+                 (np.array(2.5, np.float32), np.array(-0.0, np.float32))):
+        nodes, wanted = _arith_nodes(a, b, ("Mul",))
+        mine, ort = _fc._evaluate_numpy(nodes, wanted, [helper.make_opsetid("", 17)]), _by_onnxruntime(nodes, wanted)
+        assert isinstance(mine["y0"], np.ndarray) and mine["y0"].shape == ort["y0"].shape
+        assert _bits(mine["y0"]) == _bits(ort["y0"])
+
+
+def test_numpy_arithmetic_leaves_to_onnxruntime_what_it_does_not_mirror():
+    f32 = np.array([1.0, 2.0], np.float32)
+    opset17 = [helper.make_opsetid("", 17)]
+    nan_in = _arith_nodes(np.array([np.nan, 1.0], np.float32), f32, ("Add",))
+    nan_made = _arith_nodes(np.array([np.inf], np.float32), np.array([np.inf], np.float32), ("Sub",))
+    ints = _arith_nodes(np.array([7, -7], np.int64), np.array([2, 2], np.int64), ("Div",))
+    halfs = _arith_nodes(f32.astype(np.float16), f32.astype(np.float16), ("Add",))
+    relu = ([gs.Node("Relu", inputs=[gs.Constant("r", f32)], outputs=[gs.Variable("ry", np.float32)])], None)
+    relu = (relu[0], relu[0][0].outputs)
+    mixed = ([gs.Node("Add", inputs=[gs.Constant("m1", f32), gs.Constant("m2", f32.astype(np.float64))],
+                      outputs=[gs.Variable("my")])], None)
+    mixed = (mixed[0], mixed[0][0].outputs)
+    unbroadcastable = _arith_nodes(f32, np.ones(3, np.float32), ("Add",))
+    exported = _arith_nodes(f32, f32, ("Mul",))
+    exported[0][0].inputs[0]._export_dtype = np.float16  # written (and read by onnxruntime) as float16
+    for nodes, wanted in (nan_in, nan_made, ints, halfs, relu, mixed, unbroadcastable, exported):
+        assert _fc._evaluate_numpy(nodes, wanted, opset17) is None
+    # opset 6: Add had no numpy broadcasting
+    nodes, wanted = _arith_nodes(f32, f32, ("Add",))
+    assert _fc._evaluate_numpy(nodes, wanted, [helper.make_opsetid("", 6)]) is None
+    assert _fc._evaluate_numpy(nodes, wanted, opset17) is not None
+
+
+def test_a_cnn_s_bias_adds_fold_without_an_onnxruntime_session(monkeypatch):
+    # fired: the float Adds of constants fold with numpy (a session would raise here), the result
+    # is onnxruntime's bit for bit, -0.0 and a subnormal included
+    nodes = [_const("c1", [1.0, -0.0, 1e-45]), _const("c2", [2.0, -0.0, 1e-45]), _const("c3", [0.5, 3.0, 2.0]),
+             helper.make_node("Add", ["c1", "c2"], ["a"]), helper.make_node("Mul", ["a", "c3"], ["b"]),
+             helper.make_node("Add", ["x", "b"], ["y"])]
+    model = make_model(nodes, {"x": [3]}, {"y": [3]})
+    graph = gp.load(model).graph
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("an onnxruntime session was made")
+
+    monkeypatch.setattr(_fc._verify, "session", no_session)
+    result = fold_constants(graph)
+    assert result.stats["folded"] == 1 and result.stats["failed"] == 0
+    assert ops(graph) == ["Add"]
+    b = graph.nodes[0].inputs[1]
+    assert b.name == "b" and b.dtype == np.float32
+    expected = np.array([1.5, -0.0, 0.0], np.float32)
+    expected[2] = np.float32(1e-45) * np.float32(4)  # (1 + 1 subnormal steps) * 2: exact
+    assert _bits(b.values) == _bits(expected)
+    monkeypatch.undo()
+    proto = gp.to_proto(graph)
+    onnx.checker.check_model(proto, full_check=True)
+    assert_equivalent(model, proto, exact=True)
+    # did not fire: a NaN constant is folded by onnxruntime (its NaN, bit for bit)
+    nodes[0] = _const("c1", [np.nan, 1.0, 1.0])
+    model = make_model(nodes, {"x": [3]}, {"y": [3]})
+    graph = gp.load(model).graph
+    calls = []
+    real = _fc._verify.session
+    monkeypatch.setattr(_fc._verify, "session", lambda m: calls.append(1) or real(m))
+    assert fold_constants(graph).stats["folded"] == 1 and calls == [1]
+    assert_equivalent(model, gp.to_proto(graph), exact=True)
