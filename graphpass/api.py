@@ -255,7 +255,8 @@ def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | 
     # the plan written out, else one left implicit under the cost veto (GE makes it itself)
     plan = next((r for r in records if r.name == "propagate_layout" and r.modified), None)
     if plan is None:
-        plan = next((r for r in reversed(records) if r.name == "propagate_layout" and "kept_implicit" in r.stats), None)
+        plan = next((r for r in reversed(records) if r.name == "propagate_layout" and "kept_implicit" in r.stats
+                     and (r.stats.get("choice_nodes") or r.stats.get("greedy_transdata"))), None)
     if plan is None and not left:
         return None
 

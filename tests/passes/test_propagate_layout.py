@@ -662,3 +662,18 @@ def test_zoo_cnns_through_the_default_pipeline_keep_the_layout_implicit(light_pa
     assert not _tds(result.graph)
     assert not any(A.get_format(t) for n in result.graph.nodes for t in n.outputs)
     onnx.checker.check_model(gp.to_proto(result.graph), full_check=True)
+
+
+def test_the_report_names_a_plan_left_implicit_and_stays_silent_when_nothing_was_planned():
+    result = gp.optimize(_tail(8))
+    rec = next(r for r in result.report.passes if r.name == "propagate_layout")
+    assert "kept_implicit" in rec.stats and rec.stats["choice_nodes"] == 3
+    assert result.report.layout["kept_implicit"] == rec.stats["kept_implicit"]
+    # every tensor of symbolic shape: no plan to speak of, no layout section (as before the plan was left implicit)
+    model = _tail(8)
+    for vi in (model.graph.input[0], model.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    result = gp.optimize(model)
+    rec = next(r for r in result.report.passes if r.name == "propagate_layout")
+    assert "kept_implicit" in rec.stats and rec.stats["choice_nodes"] == 0 and rec.stats["greedy_transdata"] == 0
+    assert result.report.layout is None
