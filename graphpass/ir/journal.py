@@ -503,11 +503,8 @@ class Journal:
         tensors only their lists of readers (what rewiring a node's inputs changes)."""
         if self._created:
             return False
-        for st in self._tensors.values():
-            t = st.obj
-            if (st.value_changed() or (t.__dict__.get(_META) or {}) != (st.meta or {})
-                    or not _same(t.__dict__.get("inputs", ()), st.inputs)):
-                return False
+        # the graphs and the model first: a pass that added or removed nodes is told at once,
+        # before the walk over every tensor it touched
         for st in self._graphs.values():
             d = st.obj.__dict__
             if (d.keys() != st.dict.keys() or any(d[k] is not v for k, v in st.dict.items())
@@ -516,9 +513,16 @@ class Journal:
                     or (st.functions is not None and not _same(d.get("_functions", ()), st.functions))):
                 return False
         model = self._model
-        return model is None or not (model.obj.__dict__.keys() != model.dict.keys()
-                                     or any(model.obj.__dict__[k] is not v for k, v in model.dict.items())
-                                     or any(model.dict[k] != saved for k, saved in model.dicts.items()))
+        if model is not None and (model.obj.__dict__.keys() != model.dict.keys()
+                                  or any(model.obj.__dict__[k] is not v for k, v in model.dict.items())
+                                  or any(model.dict[k] != saved for k, saved in model.dicts.items())):
+            return False
+        for st in self._tensors.values():
+            t = st.obj
+            if (st.value_changed() or (t.__dict__.get(_META) or {}) != (st.meta or {})
+                    or not _same(t.__dict__.get("inputs", ()), st.inputs)):
+                return False
+        return True
 
     def constant_swaps(self) -> list[tuple[gs.Node, int, gs.Constant, gs.Constant]] | None:
         """When the pass changed nothing but which Constant some node inputs read (a Constant
