@@ -191,3 +191,55 @@ def test_exporter_corpus_with_its_example_shapes(file, shapes):
     origin format: nothing to write out)."""
     path = str(EXPORTERS / file)
     _check(lambda: gp.optimize(onnx.load(path), passes=[], input_shapes=shapes).graph)
+
+
+# -- the incremental estimate -------------------------------------------------------------------
+
+def _conv_relu():
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    return gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, {"y": (F16, [1, 32, 8, 8])},
+                              {"w": rng.standard_normal((32, 16, 1, 1)).astype(np.float16)})).graph
+
+
+def test_incremental_updates_follow_the_twin_and_the_converted_input():
+    """Edits that make the graph output stop being a 5HD twin (its producer to AI CPU: ND) and the
+    graph input stop being read through a conversion (stored 5HD): the update equals a fresh
+    estimate, to the bit, both ways and after a rollback."""
+    from graphpass.cost_model.incremental import IncrementalEstimate
+
+    model = CM
+    graph = _conv_relu()
+    inc = IncrementalEstimate(model, graph, full_fraction=None)
+    fresh0 = model.estimate(graph).total_us
+    relu = next(n for n in graph.nodes if n.op == "Relu")
+    A.set_engine(relu, "AICPU")
+    report = inc.update(graph, [relu], [])
+    assert report.total_us == model.estimate(graph).total_us != fresh0
+    assert inc.stats()["incremental"] == 1
+    inc.rollback()
+    A.set_engine(relu, None)
+    assert inc.update(graph, [relu], []).total_us == fresh0
+    inc.commit()
+    x = graph.inputs[0]
+    A.set_format(x, "NC1HWC0")  # stored in 5HD: the Conv reads it directly, in GM
+    report = inc.update(graph, [], [x])
+    fresh = model.estimate(graph)
+    assert report.total_us == fresh.total_us and not any(i["tensor"] == "x" for i in fresh.transdata["implicit_list"])
+    inc.commit()
+    A.set_format(x, None)
+    assert inc.update(graph, [], [x]).total_us == model.estimate(graph).total_us == fresh0
+
+
+def test_the_per_estimate_cache_tells_a_graph_input_from_an_intermediate_of_its_shape():
+    """x (a graph input) and t (Reshape's output, the same shape, dtype and formats) both go ND ->
+    5HD: one code, but x's TransData reads GM and t's reads L2 (cx.transdata is keyed by both)."""
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((16, 16, 1, 1)).astype(np.float16), "s": np.array([1, 16, 8, 8], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"]), helper.make_node("Reshape", ["c1", "s"], ["t"]),
+             helper.make_node("Conv", ["t", "w"], ["y"])]
+    model = make_model(nodes, {"x": (F16, [1, 16, 8, 8])}, {"y": (F16, [1, 16, 8, 8])}, inits)
+    imp, _ = _check(lambda: gp.load(model).graph)
+    figs = {i["tensor"]: i["us"] for i in imp.transdata["implicit_list"] if i["to"] == "NC1HWC0"}
+    assert figs["x"] == pytest.approx(_by_hand(2048, 2048, False), rel=1e-12)
+    assert figs["t"] == pytest.approx(_by_hand(2048, 2048, True), rel=1e-12) and figs["t"] < figs["x"]
