@@ -593,7 +593,7 @@ class AscendCostModel(CostModel):
         capture = cx.capture if top else None
         step = self._step
         append = items.append
-        io = None  # (ids of the graph's inputs, ids of its outputs): made at the first implicit TransData
+        io = None  # (ids of the graph's inputs, ids of its outputs, top): made at the first implicit TransData
         for node in graph.nodes:
             e = step(node, w, cx)
             if capture is not None:
@@ -620,7 +620,7 @@ class AscendCostModel(CostModel):
                 if key not in seen_conv:
                     seen_conv.add(key)
                     if io is None:
-                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs})
+                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs}, top)
                     us = self._transdata_us(t, have, want, cx, self._transdata_l2(t, have, want, *io))
                     cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
                                         "reason": f"{_op_label(node)} '{node.name}' takes {want}, its input comes in {have}"})
@@ -642,7 +642,7 @@ class AscendCostModel(CostModel):
                 if have not in _PLAIN and (id(t), "ND") not in seen_conv:
                     seen_conv.add((id(t), "ND"))
                     if io is None:
-                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs})
+                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs}, top)
                     us = self._transdata_us(t, have, "ND", cx, self._transdata_l2(t, have, "ND", *io))
                     cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
                 if w.engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
@@ -1696,21 +1696,23 @@ class AscendCostModel(CostModel):
     # -- costs ----------------------------------------------------------------------------
 
     @staticmethod
-    def _transdata_l2(t: gs.Tensor, src: str, dst: str, inputs: Any, outputs: Any) -> tuple[bool, bool]:
+    def _transdata_l2(t: gs.Tensor, src: str, dst: str, inputs: Any, outputs: Any,
+                      top: bool = True) -> tuple[bool, bool]:
         """Where the explicit TransData at the place of an implicit one of ``t`` (``src`` ->
         ``dst``) would read and write (``inputs``, ``outputs``: the ids of the graph's inputs and
         outputs; how layout plans are written out, ``passes/layout/propagate_layout.materialize``):
         (its input may stay in L2, its output may stay in L2), the bytes aside. It reads ``t``
-        itself, a graph input or output kept by ``_fuse`` out of L2, except when ``t`` is a graph
-        output stored in a device format: then its producer writes a twin (an intermediate) that
-        every conversion of ``t`` reads. It writes a new intermediate, except the conversion of
-        such a graph output back to ND, which writes the graph output."""
+        itself, a graph input or output kept by ``_fuse`` out of L2, except when ``t`` is an output
+        of the top graph (``top``) stored in a device format: then its producer writes a twin (an
+        intermediate) that every conversion of ``t`` reads. It writes a new intermediate, except
+        the conversion of such a graph output back to ND, which writes the graph output (the
+        twins of :meth:`_io_in_l2`)."""
         tid = id(t)
         if tid in inputs:
-            return False, not (tid in outputs and dst == "ND")
-        if tid in outputs:
-            return src not in _PLAIN, dst != "ND"
-        return True, True
+            return False, not (top and tid in outputs and dst == "ND" and src not in _PLAIN)
+        if tid in outputs and top and src not in _PLAIN:
+            return True, dst != "ND"
+        return tid not in outputs, True
 
     def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx,
                       l2: tuple[bool, bool] = (False, False)) -> float:

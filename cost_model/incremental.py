@@ -206,7 +206,7 @@ class IncrementalEstimate:
             self._put(self.conv_us, key, _MISSING)
             return
         t, have = self._first(dem, pos)
-        l2 = self.m._transdata_l2(t, have, key[1], *self._io_ids)  # (as the fresh walk: where it reads and writes)
+        l2 = self.m._transdata_l2(t, have, key[1], *self._io_ids, True)  # (as the fresh walk; the top graph)
         self._put(self.conv_us, key, self.m._transdata_us(t, have, key[1], self.cx, l2))
 
     def _price_cross(self, key: tuple[int, str], pos: dict[int, int]) -> None:

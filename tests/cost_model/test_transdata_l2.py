@@ -243,3 +243,18 @@ def test_the_per_estimate_cache_tells_a_graph_input_from_an_intermediate_of_its_
     figs = {i["tensor"]: i["us"] for i in imp.transdata["implicit_list"] if i["to"] == "NC1HWC0"}
     assert figs["x"] == pytest.approx(_by_hand(2048, 2048, False), rel=1e-12)
     assert figs["t"] == pytest.approx(_by_hand(2048, 2048, True), rel=1e-12) and figs["t"] < figs["x"]
+
+
+def test_where_an_implicit_transdata_reads_and_writes():
+    """(reads an intermediate, writes an intermediate) as propagate_layout.materialize writes it."""
+    import onnx_graphsurgeon as gs
+
+    l2 = type(CM)._transdata_l2
+    t = gs.Variable("t")
+    ids = {id(t)}
+    assert l2(t, "ND", "NC1HWC0", set(), set()) == (True, True)  # between two kernels
+    assert l2(t, "ND", "NC1HWC0", ids, set()) == (False, True)  # a graph input, read in GM
+    assert l2(t, "NC1HWC0", "ND", set(), ids) == (True, False)  # the top output back to ND: reads its twin
+    assert l2(t, "NC1HWC0", "FRACTAL_NZ", set(), ids) == (True, True)  # another reader's, from the twin
+    assert l2(t, "ND", "NC1HWC0", set(), ids) == (False, True)  # an ND output read by a Conv: t itself
+    assert l2(t, "NC1HWC0", "ND", set(), ids, top=False) == (False, True)  # a body's output: no twin
