@@ -593,6 +593,7 @@ class AscendCostModel(CostModel):
         capture = cx.capture if top else None
         step = self._step
         append = items.append
+        io = None  # (ids of the graph's inputs, ids of its outputs, top): made at the first implicit TransData
         for node in graph.nodes:
             e = step(node, w, cx)
             if capture is not None:
@@ -618,7 +619,9 @@ class AscendCostModel(CostModel):
                 key = (id(t), want)
                 if key not in seen_conv:
                     seen_conv.add(key)
-                    us = self._transdata_us(t, have, want, cx)
+                    if io is None:
+                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs}, top)
+                    us = self._transdata_us(t, have, want, cx, self._transdata_l2(t, have, want, *io))
                     cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
                                         "reason": f"{_op_label(node)} '{node.name}' takes {want}, its input comes in {have}"})
             for t, src, c16 in cross:
@@ -627,7 +630,7 @@ class AscendCostModel(CostModel):
                     seen_cross.add(key2)
                     self._cross(t, src, engine, cx, c16)
         if cx.fusion:
-            groups = self._fuse(items, graph, cx, w.const)
+            groups = self._fuse(items, graph, cx, w.const, fmt=w.fmt, top_graph=top)
             if capture is not None:
                 cx.fusion_groups = [(id(g[0].node), tuple(id(x.node) for x in g)) for g in groups]
         contrib = self._contributions(items, cx)
@@ -638,7 +641,9 @@ class AscendCostModel(CostModel):
                 have = w.fmt.get(id(t), "ND")
                 if have not in _PLAIN and (id(t), "ND") not in seen_conv:
                     seen_conv.add((id(t), "ND"))
-                    us = self._transdata_us(t, have, "ND", cx)
+                    if io is None:
+                        io = ({id(x) for x in graph.inputs}, {id(x) for x in graph.outputs}, top)
+                    us = self._transdata_us(t, have, "ND", cx, self._transdata_l2(t, have, "ND", *io))
                     cx.implicit.append({"tensor": t.name, "from": have, "to": "ND", "us": us, "reason": "graph output in its origin format"})
                 if w.engine_of.get(id(t)) == "HOST" and (id(t), "AICORE") not in seen_cross:
                     seen_cross.add((id(t), "AICORE"))  # back to device memory for the step's D2H
@@ -1304,7 +1309,7 @@ class AscendCostModel(CostModel):
                 pass
 
     def _fuse(self, items: "list[_Item]", graph: gs.Graph, cx: _Ctx, const: set[int],
-              outside: Any = None) -> "list[list[_Item]]":
+              outside: Any = None, fmt: dict[int, str] | None = None, top_graph: bool = False) -> "list[list[_Item]]":
         """What ATC does before the kernels run, applied to the per-node records:
 
         1. UB fusion (ATC-FSF, P): a Conv/MatMul/Gemm, a pooling or reduce kernel, or an
@@ -1318,6 +1323,12 @@ class AscendCostModel(CostModel):
            ``l2_resident_fraction`` of L2, moves at the L2 rate instead of the GM rate. As the batch
            grows the activations outgrow L2: this is the knee of the batch curve (fps rises while
            launches and weights are shared by more images, then flattens where the traffic goes to GM).
+           A graph input or output stays in GM, but not the intermediates GE's implicit TransData
+           put next to one (as an explicit TransData's are, see :meth:`_io_in_l2`): a kernel that
+           reads a graph input or output through a conversion reads the converted tensor, and a
+           graph output stored in a device format (``fmt``: the walk's formats; ``top_graph``: the top
+           graph, whose outputs leave in ND) is a twin its producer writes and its readers in that
+           format read.
 
         Cost of a kernel: launch + max(cube, vector, memory) of its ops together.
 
@@ -1362,6 +1373,7 @@ class AscendCostModel(CostModel):
             readers = outside.readers
             readers_of = None
         graph_io = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
+        io_in_l2 = self._io_in_l2
         l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
         gm, l2 = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
         save_gm = (1.0 / gm - 1.0 / l2) if l2 > gm else 0.0  # per byte that stays in L2
@@ -1490,16 +1502,17 @@ class AscendCostModel(CostModel):
                         b = bytes_of(t, f, cx, c16)
                     if tid in internal:
                         mem -= 2 * b / gm
-                    elif b <= l2_cap and tid not in graph_io:
+                    elif b <= l2_cap and (tid not in graph_io or io_in_l2(t, None, graph, fmt, top_graph)):
                         mem -= b * save
                 fmts = g.in_fmts
                 n_fmts = len(fmts)
                 for i, t in enumerate(g.node.inputs):
                     tid = id(t)
-                    if (isinstance(t, Constant) or not t.name or tid in const or tid in internal
-                            or tid in graph_io):
+                    if isinstance(t, Constant) or not t.name or tid in const or tid in internal:
                         continue
                     f = fmts[i] if i < n_fmts else "ND"
+                    if tid in graph_io and not io_in_l2(t, f, graph, fmt, top_graph):
+                        continue
                     code = tcode.get(tid, -1)
                     b = bytes_c.get((code, f, c16)) if code >= 0 else None
                     if b is None:
@@ -1531,6 +1544,27 @@ class AscendCostModel(CostModel):
                     g.bound = "fused"
                     g.note = note
         return groups
+
+    @staticmethod
+    def _io_in_l2(t: gs.Tensor, f: str | None, graph: gs.Graph, fmt: dict[int, str] | None, top: bool) -> bool:
+        """Whether a kernel's access to graph input or output ``t`` is to an intermediate (an
+        explicit TransData's, or the one GE's implicit TransData makes; how layout plans are
+        written out, ``passes/layout/propagate_layout.materialize``): ``f`` None, a write of ``t``
+        by its producer; else a read of ``t`` in format ``f``. A read through a conversion reads the
+        converted tensor, which is the graph output itself only for the top graph output's
+        conversion back to ND; a graph output of the top graph stored in a device format is
+        written, and read in that format, as a twin. See :meth:`_transdata_l2` for the TransData's
+        own read and write."""
+        stored = fmt.get(id(t)) if fmt is not None else None
+        if stored is None:
+            stored = A.get_format(t) or "ND"
+        twin = top and stored not in _PLAIN and any(x is t for x in graph.outputs) \
+            and not any(x is t for x in graph.inputs)
+        if f is None:
+            return twin
+        if f != stored and not (f in _PLAIN and stored in _PLAIN):  # through a conversion
+            return not (twin and f == "ND")
+        return twin
 
     @staticmethod
     def _chain_step(cons: "list[_Item]", t: gs.Tensor, readers: Any) -> "list[_Item]":
@@ -1661,23 +1695,77 @@ class AscendCostModel(CostModel):
 
     # -- costs ----------------------------------------------------------------------------
 
-    def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx) -> float:
-        """One TransData of ``t``, implicit or explicit alike: what a TransData node would cost
-        (a coded tensor's: once per estimate for its shape, dtype and formats)."""
+    @staticmethod
+    def _transdata_l2(t: gs.Tensor, src: str, dst: str, inputs: Any, outputs: Any,
+                      top: bool = True) -> tuple[bool, bool]:
+        """Where the explicit TransData at the place of an implicit one of ``t`` (``src`` ->
+        ``dst``) would read and write (``inputs``, ``outputs``: the ids of the graph's inputs and
+        outputs; how layout plans are written out, ``passes/layout/propagate_layout.materialize``):
+        (its input may stay in L2, its output may stay in L2), the bytes aside. It reads ``t``
+        itself, a graph input or output kept by ``_fuse`` out of L2, except when ``t`` is an output
+        of the top graph (``top``) stored in a device format: then its producer writes a twin (an
+        intermediate) that every conversion of ``t`` reads. It writes a new intermediate, except
+        the conversion of such a graph output back to ND, which writes the graph output (the
+        twins of :meth:`_io_in_l2`)."""
+        tid = id(t)
+        if tid in inputs:
+            return False, not (top and tid in outputs and dst == "ND" and src not in _PLAIN)
+        if tid in outputs and top and src not in _PLAIN:
+            return True, dst != "ND"
+        return tid not in outputs, True
+
+    def _transdata_us(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx,
+                      l2: tuple[bool, bool] = (False, False)) -> float:
+        """One TransData of ``t``, implicit or explicit alike: what a TransData node at that place
+        would cost after ``_fuse`` (its L2 residency: ``l2`` from :meth:`_transdata_l2`), a coded
+        tensor's once per estimate for its shape, dtype, formats and ``l2``."""
         code = cx.tcode.get(id(t), -1)
         if code >= 0:
-            key = (code, src, dst)
+            key = (code, src, dst, l2)
             hit = cx.transdata.get(key)
             if hit is None:
-                hit = cx.transdata[key] = self._transdata_us_uncached(t, src, dst, cx)
+                hit = cx.transdata[key] = self._transdata_us_uncached(t, src, dst, cx, l2)
             return hit
-        return self._transdata_us_uncached(t, src, dst, cx)
+        return self._transdata_us_uncached(t, src, dst, cx, l2)
 
-    def _transdata_us_uncached(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx) -> float:
+    def _transdata_us_uncached(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx,
+                               l2: tuple[bool, bool] = (False, False)) -> float:
+        """The figure of a ``graphpass.ascend::TransData`` node from ``t`` in ``src`` to a tensor
+        like ``t`` in ``dst``, as the walk prices it, re-priced as ``_fuse`` re-prices a kernel of
+        its own (a TransData never heads a fusion group nor joins one): its read (if ``l2[0]``)
+        and its write (if ``l2[1]``) at the L2 rate when the tensor fits ``l2_resident_fraction``
+        of L2, the same sums in the same order; then ``[op_scale]`` as ``_contributions`` applies it."""
         info = self.ops.lookup("TransData", "graphpass.ascend")
         fake = SimpleNamespace(op="TransData", domain="graphpass.ascend", inputs=[t], outputs=[t], attrs={})
         engine, compute16, _ = self._engine(fake, info, cx)
-        return self._node_cost(fake, info, engine, compute16, [src], [dst], False, cx)["us"]
+        rec = self._node_cost(fake, info, engine, compute16, [src], [dst], False, cx)
+        us = rec["us"]
+        if (l2[0] or l2[1]) and cx.fusion and engine == "AICORE" and info is not None and us > 0.0:
+            p = self.pv
+            l2_cap = p.l2_mib * 1048576 * p.l2_resident_fraction
+            gm, l2_rate = p.gm_bytes_per_us, p.l2_bandwidth_gbps * 1e3
+            save_gm = (1.0 / gm - 1.0 / l2_rate) if l2_rate > gm else 0.0
+            save = save_gm / (p.transdata_bw_efficiency if info.cost == "transdata" else 1.0)
+            mem = 0 + rec["memory_us"]
+            if l2[1]:  # (outputs first, then inputs: _fuse's order)
+                b = self._bytes(t, dst, cx, compute16)
+                if b <= l2_cap:
+                    mem -= b * save
+            if l2[0]:
+                b = self._bytes(t, src, cx, compute16)
+                if b <= l2_cap:
+                    mem -= b * save
+            memory = max(0.0, mem)
+            top = 0 + rec["cube_us"]
+            if rec["vector_us"] > top:
+                top = rec["vector_us"]
+            if memory > top:
+                top = memory
+            us = rec["launch_us"] + top
+        scale = self.profile.op_scale
+        if scale and us and "TransData" in scale:
+            us *= scale["TransData"]
+        return us
 
     def _cross(self, t: gs.Tensor, src: str, dst: str, cx: _Ctx, compute16: bool) -> None:
         cx.crossings.append(self._crossing(t, src, dst, cx, compute16))

@@ -135,6 +135,7 @@ class IncrementalEstimate:
         # (local functions do not enter the estimate: a function-call node is priced by its op)
         self.enabled = not cx.dynamic_regions and len(list(iter_graphs(graph))) == 1
         self._io = self._io_key(graph)
+        self._io_ids = ({id(t) for t in graph.inputs}, {id(t) for t in graph.outputs})  # (fixed while _io is)
         self._order = list(map(id, graph.nodes))
         self.us_of = {id(it.node): it.us for it in cx.top_items if it.engine != "compile-time"}
         # the fusion groups: node id -> the head's node id; head id -> the members' node ids
@@ -205,7 +206,8 @@ class IncrementalEstimate:
             self._put(self.conv_us, key, _MISSING)
             return
         t, have = self._first(dem, pos)
-        self._put(self.conv_us, key, self.m._transdata_us(t, have, key[1], self.cx))
+        l2 = self.m._transdata_l2(t, have, key[1], *self._io_ids, True)  # (as the fresh walk; the top graph)
+        self._put(self.conv_us, key, self.m._transdata_us(t, have, key[1], self.cx, l2))
 
     def _price_cross(self, key: tuple[int, str], pos: dict[int, int]) -> None:
         dem = self.cross.get(key)
@@ -615,7 +617,7 @@ class IncrementalEstimate:
                 self._put(self.head_of, nid, _MISSING)
             self._put(self.groups, h, _MISSING)
         outside = _Outside(by_id, pos, self.entries)
-        groups = m._fuse(items, graph, cx, self.w.const, outside=outside)
+        groups = m._fuse(items, graph, cx, self.w.const, outside=outside, fmt=self.w.fmt, top_graph=True)
         if outside.reached:
             return self._refuse_all(graph, nodes, pos, "a chain reached a group not formed again")
         for group in groups:
@@ -650,7 +652,7 @@ class IncrementalEstimate:
         for table in (self.head_of, self.groups):
             for key in list(table):
                 self._put(table, key, _MISSING)
-        for group in self.m._fuse(items, graph, self.cx, self.w.const):
+        for group in self.m._fuse(items, graph, self.cx, self.w.const, fmt=self.w.fmt, top_graph=True):
             ids = tuple(id(it.node) for it in group)
             self._put(self.groups, ids[0], ids)
             for nid in ids:

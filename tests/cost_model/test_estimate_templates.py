@@ -127,19 +127,21 @@ def test_incremental_updates_with_templates_equal_a_fresh_estimate():
     assert report.total_us == model.estimate(graph).total_us
 
 
-def test_kernels_of_one_template_alone_in_their_group_and_a_graph_output(monkeypatch):
-    # four Sigmoids of one template, each a kernel of its own (c has four readers): the first makes
-    # the template; the second writes a graph output (no L2 saving on it) and must keep its own
-    # figures; the third and fourth write a tensor a Transpose reads: the fourth takes the third's
+def test_kernels_of_one_template_alone_in_their_group_and_a_graph_input(monkeypatch):
+    # four Sigmoids of one template, each a kernel of its own (c has three readers): the first makes
+    # the template; the second reads a graph input stored in 5HD (no L2 saving on it: a graph
+    # output stored in 5HD would not do, its producer writes a twin GE's TransData reads, which L2
+    # keeps) and must keep its own figures; the third and fourth write a tensor a Transpose reads:
+    # the fourth takes the third's
     inits = {"w": np.ones((16, 16, 1, 1), np.float16)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
-             helper.make_node("Sigmoid", ["c"], ["s1"]), helper.make_node("Sigmoid", ["c"], ["s0"]),
+             helper.make_node("Sigmoid", ["c"], ["s1"]), helper.make_node("Sigmoid", ["y"], ["s0"]),
              helper.make_node("Sigmoid", ["c"], ["s2"]), helper.make_node("Sigmoid", ["c"], ["s3"])]
-    nodes += [helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], perm=[0, 2, 3, 1]) for k in (1, 2, 3)]
+    nodes += [helper.make_node("Transpose", [f"s{k}"], [f"t{k}"], perm=[0, 2, 3, 1]) for k in (0, 1, 2, 3)]
     shape = [1, 8, 8, 16]
-    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8])},
-                               {"s0": (F16, [1, 16, 8, 8]), **{f"t{k}": (F16, shape) for k in (1, 2, 3)}},
-                               inits)).graph
+    graph = gp.load(make_model(nodes, {"x": (F16, [1, 16, 8, 8]), "y": (F16, [1, 16, 8, 8])},
+                               {f"t{k}": (F16, shape) for k in (0, 1, 2, 3)}, inits)).graph
+    A.set_format(graph.inputs[1], "NC1HWC0")
     model = AscendCostModel()
     _, report = model.placement(graph)
     sig = [r for r in report.nodes if r["op"] == "Sigmoid"]
