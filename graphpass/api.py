@@ -255,8 +255,11 @@ def layout_summary(graph: gs.Graph, records, before, after) -> dict[str, Any] | 
     # the plan written out, else one left implicit under the cost veto (GE makes it itself)
     plan = next((r for r in records if r.name == "propagate_layout" and r.modified), None)
     if plan is None:
+        # (a plan that chose nothing still says which tensors kept their origin format, as written
+        # out it did; not when every tensor kept it: written out, such a plan changed nothing)
         plan = next((r for r in reversed(records) if r.name == "propagate_layout" and "kept_implicit" in r.stats
-                     and (r.stats.get("choice_nodes") or r.stats.get("greedy_transdata"))), None)
+                     and (r.stats.get("choice_nodes") or r.stats.get("greedy_transdata")
+                          or (r.stats.get("origin_format") and not r.stats.get("nothing_planned")))), None)
     if plan is None and not left:
         return None
 

@@ -1322,15 +1322,19 @@ def exit_now(code: int) -> None:
     a 10k-node optimize, a third of onnxruntime's whole run. Everything that teardown does that a
     reader can see is done here first, in the interpreter's order: the threads it waits for (if
     any other runs, the ordinary exit is taken; so under ``-i``, a profiler or a tracer such as
-    coverage, which write their results at exit), the ``atexit`` functions (logging's flush,
+    coverage, which write their results at exit, and after a plugin or an entry point's module was
+    imported: user code may leave work to the teardown, an unclosed file's buffer, a temporary file
+    removed when finalized), the ``atexit`` functions (logging's flush,
     temporary folders' finalizers, multiprocessing's joins, a plugin's own), then Python's and
     C's standard streams are flushed; a flush that fails (a closed pipe) takes the ordinary exit,
     which reports it as it always did. The files graphpass writes are closed before they are
     moved into place (graphpass.outputs), so nothing is left in a buffer."""
     import threading
 
+    registry = sys.modules.get("graphpass.passes.framework.registry")
     if (sys.flags.inspect or sys.getprofile() is not None or sys.gettrace() is not None  # -i, cProfile, coverage
-            or any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate())):
+            or any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate())
+            or (registry is not None and registry.USER_CODE)):  # a plugin's teardown: its files, its temporaries
         sys.exit(code)
     import atexit
 

@@ -33,6 +33,9 @@ ENTRY_POINT_GROUP = "graphpass.passes"
 _REGISTRY: dict[str, type[Pass]] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _LOADED = False
+#: the user code a run imported (plugin files or modules, entry points): it may leave work to the
+#: interpreter's teardown (graphpass.cli.exit_now then takes the ordinary exit)
+USER_CODE: list[str] = []
 
 
 def register(cls: type[Pass]) -> type[Pass]:
@@ -122,6 +125,7 @@ def load_plugin(spec: str) -> list[str]:
     _ensure_loaded()
     path = Path(spec)
     before = set(_REGISTRY)
+    USER_CODE.append(spec)
     try:
         if spec.endswith(".py") or path.is_file():
             if not path.is_file():
@@ -161,6 +165,7 @@ def load_entry_points() -> list[str]:
     added: list[str] = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         before = set(_REGISTRY)
+        USER_CODE.append(f"{ep.name} ({ep.value})")
         try:
             _register_found(ep.load(), f"entry point '{ep.name}' ({ep.value})")
         except Exception as e:  # noqa: BLE001

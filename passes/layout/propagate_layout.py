@@ -200,6 +200,8 @@ class PropagateLayout(Pass):
             stats["kept_implicit"] = why
             if plan.skipped:
                 stats["origin_format"] = list(plan.skipped)
+                if not plan.tensors:  # every tensor kept its origin format: written out, nothing would change
+                    stats["nothing_planned"] = True
             return PassResult(False, stats)
         created, changed = materialize(graph, plan, x, mode, self.name, convs)
         if created or stripped:

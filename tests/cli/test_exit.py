@@ -42,6 +42,11 @@ _keep = _Teardown()
 '''
 
 ORDINARY = "import sys; from graphpass.cli import main; sys.exit(main())"
+#: the plugin's code run in __main__ before the entry point, not as a --plugin (a loaded plugin
+#: takes the ordinary exit: test_a_plugin_s_teardown_still_runs)
+_PRELUDE = "import sys; exec(open(sys.argv.pop(1)).read()); "
+FAST = _PRELUDE + "from graphpass.cli import run; run()"
+ORDINARY_AFTER_PRELUDE = _PRELUDE + ORDINARY
 
 
 def _python_text(out: str) -> str:
@@ -55,20 +60,23 @@ def _model(path: Path) -> None:
     onnx.save(make_model(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 4, 8, 8]}, {"w": w}), path)
 
 
-def _run(tmp_path: Path, head: list[str], out: str, *extra: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, head: list[str], out: str, *extra: str, prelude: bool = False) -> subprocess.CompletedProcess:
+    """``head`` run on a small model with the plugin's code: as a --plugin, or (``prelude``) run
+    in __main__ first, its path the first argument (FAST, ORDINARY_AFTER_PRELUDE)."""
     src = tmp_path / "m.onnx"
     if not src.exists():
         _model(src)
     (tmp_path / "plug.py").write_text(PLUGIN.format(mark=str(tmp_path / f"{out}.atexit")))
-    cmd = [*head, "optimize", str(src), "-o", str(tmp_path / f"{out}.onnx"), "--report", str(tmp_path / f"{out}.json"),
-           "--plugin", str(tmp_path / "plug.py"), *extra]
+    plugin = [str(tmp_path / "plug.py")] if prelude else []
+    cmd = [*head, *plugin, "optimize", str(src), "-o", str(tmp_path / f"{out}.onnx"), "--report",
+           str(tmp_path / f"{out}.json"), *([] if prelude else ["--plugin", str(tmp_path / "plug.py")]), *extra]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as for a user
     return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
 def test_fast_exit_leaves_every_output_complete(tmp_path):
-    fast = _run(tmp_path, ["-m", "graphpass"], "fast")
-    ordinary = _run(tmp_path, ["-c", ORDINARY], "ordinary")
+    fast = _run(tmp_path, ["-c", FAST], "fast", prelude=True)
+    ordinary = _run(tmp_path, ["-c", ORDINARY_AFTER_PRELUDE], "ordinary", prelude=True)
     assert fast.returncode == ordinary.returncode == 0, fast.stderr[-2000:]
     # the teardown ran in the ordinary exit and not in the fast one (the fast path was taken)
     assert "teardown ran" in ordinary.stderr and "teardown ran" not in fast.stderr
@@ -110,3 +118,30 @@ def test_a_reader_that_goes_away(tmp_path):
     p.stdout.close()
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0 and err == b""
+
+
+TEARDOWN_PLUGIN = '''
+import tempfile
+
+_log = open({log!r}, "w")  # never closed: the interpreter's teardown flushes and closes it
+_log.write("written by the plugin, flushed at exit")
+_tmp = tempfile.NamedTemporaryFile(dir={tmp!r})  # removed when finalized at exit
+'''
+
+
+def test_a_plugin_s_teardown_still_runs(tmp_path):
+    """A user's plugin may leave work to the interpreter's teardown (an unclosed file's buffer, a
+    NamedTemporaryFile removed when finalized): with a plugin loaded, the process takes the
+    ordinary exit, or that data is lost and the temporary file left behind (main before the
+    fast exit wrote and removed them)."""
+    _model(tmp_path / "m.onnx")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    log = tmp_path / "plugin.log"
+    (tmp_path / "tear.py").write_text(TEARDOWN_PLUGIN.format(log=str(log), tmp=str(tmp)))
+    p = subprocess.run([sys.executable, "-m", "graphpass", "optimize", str(tmp_path / "m.onnx"), "-o",
+                        str(tmp_path / "o.onnx"), "-q", "--plugin", str(tmp_path / "tear.py")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert log.read_text() == "written by the plugin, flushed at exit"
+    assert os.listdir(tmp) == []
