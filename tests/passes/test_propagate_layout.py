@@ -679,17 +679,20 @@ def test_the_report_names_a_plan_left_implicit_and_stays_silent_when_nothing_was
     assert result.report.layout is None
 
 
-@pytest.mark.xfail(strict=True, reason="attack15: the estimate with UB fusion (the cost veto's) prices a written-out "
-                   "plan's TransData below the same conversions left to GE (VGG-19: 41.98 vs 45.62 us), so rule 6's "
-                   "'the estimate already charges it' and 'gains less than a launch' drop plans the veto kept "
-                   "(cost_model/ascend.py, left to the TransData-pricing work)")
-@pytest.mark.parametrize("name", ["light_squeezenet.onnx", "light_vgg19.onnx", "light_zfnet512.onnx",
-                                  "light_densenet121.onnx"])
+@pytest.mark.parametrize("name", [
+    pytest.param("light_squeezenet.onnx", marks=pytest.mark.xfail(strict=True, reason=(
+        "written out, 0.002 us cheaper (352.512 vs 352.514 us): not L2 but the differences "
+        "tests/cost_model/test_transdata_l2.py xfails (who pays the fp16 cast of an fp32 tensor GE converts: its "
+        "reader when implicit, the explicit TransData when written out; an unaligned Concat)"))),
+    "light_vgg19.onnx", "light_zfnet512.onnx", "light_densenet121.onnx"])
 def test_a_plan_left_implicit_is_estimated_no_dearer_than_written_out(light_path, name):
     """Rule 6 leaves a plan implicit because writing it out cannot lower the estimate (GE's greedy
     plan: the same conversions; or a gain under one launch). Main before the rule wrote these
     plans out and the veto kept them: squeezenet 355.440 -> 352.512 us (its plan gains 0.000 us
-    over greedy), VGG-19 778.240 -> 774.604, ZFNet-512 487.491 -> 484.388, DenseNet-121 -1.857."""
+    over greedy), VGG-19 778.240 -> 774.604, ZFNet-512 487.491 -> 484.388, DenseNet-121 -1.857:
+    the explicit TransData were priced with L2 residency and the implicit ones not (attack15).
+    With both priced alike (tests/cost_model/test_transdata_l2.py) the written-out plan is no
+    cheaper, so leaving it to GE loses nothing the estimate can see."""
     result = gp.optimize(onnx.load(light_path(name)))
     rec = next(r for r in result.report.passes if r.name == "propagate_layout")
     assert "kept_implicit" in rec.stats  # did not fire: left to GE
