@@ -16,7 +16,6 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.errors import BadModelError
-from graphpass.ir.lean import SyncList as _SyncList
 
 __all__ = [
     "iter_graphs",
@@ -124,7 +123,6 @@ def has_subgraph(node: gs.Node) -> bool:
 #: without walking its nodes (``journal.flat_graph`` registers a graph, only while a log records).
 _FLAT: dict[int, tuple[gs.Graph, int]] = {}
 _graphs_made = None  # graphpass.ir.journal.graphs_made (set there: that module imports this one)
-_touch_many = None  # graphpass.ir.journal's: the undo logs save an owner and items (None while none records)
 
 
 def iter_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
@@ -286,22 +284,8 @@ def replace_uses_many(pairs: Iterable[tuple[gs.Tensor, gs.Tensor]], graph: gs.Gr
     for old, _ in pairs:
         for consumer in old.outputs:
             consumers.setdefault(id(consumer), consumer)
-    lean = _SyncList
     for consumer in consumers.values():
         inputs = consumer.inputs
-        if type(inputs) is lean and inputs.field_name == "outputs":
-            # the edits ``inputs[i] = new`` make, all at once: the undo logs (if any) save the node
-            # and the tensors whose readers change first (the hooked ``__setitem__`` saves the same
-            # objects), then each input is set and the readers' lists follow, as SyncList does
-            # (~2 us less per edit: 7,321 in the 10k CNN's first common-subexpression sweep)
-            edits = [(i, t, new) for i, t in enumerate(inputs) if (new := mapping.get(id(t))) is not None]
-            if _touch_many is not None:
-                _touch_many(consumer, [x for _, t, new in edits for x in (t, new)])
-            for i, old, new in edits:
-                lean._remove_from_elem(inputs, old)
-                list.__setitem__(inputs, i, new)
-                list.append(new.outputs, consumer)
-            continue
         for i, t in enumerate(list(inputs)):
             new = mapping.get(id(t))
             if new is not None:

@@ -864,7 +864,6 @@ def _install() -> None:
     _patch(gs.Constant, "values", _values_property)
     for name, make in _list_hooks().items():
         _patch(SynchronizedList, name, make)
-    _graph_mod._touch_many = _touch_many  # (graph.replace_uses_many edits the lists in bulk: it saves first)
 
 
 def _uninstall() -> None:
@@ -875,4 +874,3 @@ def _uninstall() -> None:
             setattr(cls, name, own)
     _OWN.clear()
     _BASE.clear()
-    _graph_mod._touch_many = None

@@ -136,15 +136,6 @@ def _stored_bytes(t: gs.Constant) -> tuple[np.dtype, tuple[int, ...], memoryview
     return np.dtype(dtype.type), shape, memoryview(raw)
 
 
-def _raw_bytes(t: gs.Constant) -> np.ndarray:
-    """``_raw(_bytes_of(t))``: a weight not read yet that stores raw bytes of a plain numeric type
-    gives those bytes as they are (no decoded copy; the same bytes, see :func:`_stored_bytes`)."""
-    stored = _stored_bytes(t)
-    if stored is not None:
-        return np.frombuffer(stored[2], dtype=np.uint8)
-    return _raw(_bytes_of(t))
-
-
 def _value_key(t: gs.Constant) -> tuple | None:
     """(dtype, shape, bytes or sha256 of the bytes, export dtype, annotations) of ``t``; the
     first three are cached on ``t`` while its value object is the same (graphpass's passes
@@ -173,8 +164,7 @@ def _value_key(t: gs.Constant) -> tuple | None:
             dtype, shape, raw = arr.dtype, arr.shape, _raw(arr)
         small = raw.nbytes <= _SMALL_KEY_BYTES
         body = raw.tobytes() if small else ("sha256", hashlib.sha256(raw).digest())
-        hit = _DTYPE_KEYS.get(id(dtype))  # (_dtype_key, its hit inline)
-        key = (hit[1] if hit is not None and hit[0] is dtype else _dtype_key(dtype), shape, body)
+        key = (_dtype_key(dtype), shape, body)
         # a key of the bytes themselves is trusted as they are (no byte compare): not cached
         # over an array something may still write into (a user's pass: ``c.values[...] = v``);
         # a digest is (a match is compared byte for byte), as is a key read from the stored
@@ -185,13 +175,10 @@ def _value_key(t: gs.Constant) -> tuple | None:
             t.__dict__["_gp_small"] = (values, values.dtype, key)
     if type(t) is gs.Constant:  # gs's export_dtype property without its two property calls
         export = t.__dict__.get("_export_dtype")
-        if export is None:
-            export = values.dtype
+        key = key + (_str_of(export if export is not None else values.dtype),)
     else:
-        export = getattr(t, "export_dtype", None)
-    hit = _STRS.get(id(export))  # (_str_of, its hit inline)
-    key = key + (hit[1] if hit is not None and hit[0] is export else _str_of(export),)
-    meta = t.__dict__.get(A._KEY)  # A.stored_meta: a read, no empty dict made, nothing for an undo log to save
+        key = key + (_str_of(getattr(t, "export_dtype", None)),)
+    meta = A.stored_meta(t)  # a read: no empty dict made, nothing for an undo log to save
     return key + (tuple(sorted(meta.items())),) if meta else key
 
 
@@ -211,9 +198,7 @@ def _header_key(t: gs.Constant) -> tuple | None:
     try:
         if type(t) is gs.Constant:  # gs's dtype and shape properties read their values object's
             values = t._values
-            dtype = values.dtype
-            hit = _DTYPE_KEYS.get(id(dtype))  # (_dtype_key, its hit inline)
-            return (hit[1] if hit is not None and hit[0] is dtype else _dtype_key(dtype), tuple(map(int, values.shape)))
+            return (_dtype_key(values.dtype), tuple(map(int, values.shape)))
         return (_dtype_key(t.dtype), tuple(map(int, t.shape)))
     except TypeError:
         return None
@@ -262,7 +247,7 @@ def _dedupe_constants(graph: gs.Graph, graphs: list[gs.Graph] | None = None) -> 
             if isinstance(key[2], bytes):  # keyed by the bytes themselves: equal keys, equal bytes
                 same = firsts[0] if firsts else None
             else:  # a digest: compare the bytes (one weight in memory at a time besides the first)
-                same = next((f for f in firsts if np.array_equal(_raw_bytes(f), _raw_bytes(t))), None)
+                same = next((f for f in firsts if np.array_equal(_raw(_bytes_of(f)), _raw(_bytes_of(t)))), None)
             if same is None:
                 firsts.append(t)
             else:

@@ -582,11 +582,10 @@ def test_a_graph_with_local_functions_but_no_subgraph_is_not_walked():
     assert _CountsWalks.walks == []
 
 
-def test_replace_uses_many_rewires_in_bulk_as_setitem_does_and_rolls_back():
-    """graph.replace_uses_many edits a node's inputs in bulk (the undo log saves the node and the
-    tensors first): the wiring is the one ``inputs[i] = new`` gives, edit by edit (a node reading
-    the old tensor twice, two olds in one node, an old replaced by a tensor others read), and
-    the undo log puts it all back."""
+def test_replace_uses_many_rewires_as_setitem_does_and_rolls_back():
+    """graph.replace_uses_many under an undo log: the wiring is the one ``inputs[i] = new`` gives,
+    edit by edit (a node reading the old tensor twice, two olds in one node, an old replaced by a
+    tensor others read), readers' lists included, and the undo log puts it all back."""
     from graphpass.ir.graph import replace_uses_many
 
     def build():
