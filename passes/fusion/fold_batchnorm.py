@@ -12,6 +12,10 @@ var + eps <= 0 (the BN divides by zero: ±inf, or NaN, where folded weights woul
 everywhere), a folded weight or bias that overflows float32, or a nonzero weight that W * s
 rounds to zero (an inf input times it would be NaN, where the original gives ±inf).
 The fused node keeps the BN's output tensor, so names downstream do not change.
+
+Conv -> BN folds of float32 weights of one shape are computed together before the walk (the
+same float64 operations element for element, so the same bits; see ``_prefetch``): at 10k nodes
+one fold alone was ~25 small numpy calls, most of the pass's check time.
 """
 
 from __future__ import annotations
@@ -330,8 +334,10 @@ class FoldBatchNorm(RulePass):
     promise = REASSOCIATION
     ascend_name = "ConvBatchnormFusionPass"
     rules = (_IntoConv(), _IntoConvTranspose(), _IntoGemm())
+    anchor_ops = frozenset({"BatchNormalization"})  # every rule's anchor (run is its own: RulePass asks this)
 
     def run(self, graph, ctx):
+        """The rules' walk, with the Conv -> BN folds of one weight shape computed first (:func:`_prefetch`)."""
         global _PREFETCHED
         outer, _PREFETCHED = _PREFETCHED, _prefetch(graph)
         try:
@@ -339,5 +345,3 @@ class FoldBatchNorm(RulePass):
         finally:
             _PREFETCHED = outer
 
-    def can_act(self, ops, ctx) -> bool:
-        return "BatchNormalization" in ops  # every rule anchors there (RulePass asks its rules; run is its own here)

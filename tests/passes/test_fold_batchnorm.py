@@ -321,3 +321,14 @@ def test_a_prefetched_fold_whose_tensors_changed_is_computed_again():
     assert all(a is b for a, b in zip(pre[id(bn)][0], key))
     bn.inputs[1].values = np.asarray(bn.inputs[1].values).copy()  # another values object: not the same key
     assert not all(a is b for a, b in zip(pre[id(bn)][0], F._key(bn)))
+
+
+def test_the_pass_is_skipped_only_where_no_rule_can_anchor():
+    """fold_batchnorm runs its own walk (the folds computed first), so the manager asks its
+    anchor_ops, not its rules: the two must name the same ops."""
+    from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
+
+    anchors = frozenset().union(*(r.anchors() for r in FoldBatchNorm.rules))
+    assert FoldBatchNorm.anchor_ops == anchors
+    assert not FoldBatchNorm().can_act(frozenset({"Conv", "Relu"}), PassContext())
+    assert FoldBatchNorm().can_act(frozenset({"Conv", "BatchNormalization"}), PassContext())
