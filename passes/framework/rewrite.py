@@ -65,6 +65,10 @@ class MatchResult:
 
     @classmethod
     def success(cls) -> "MatchResult":
+        # one shared instance (frozen: nothing can change it); a frozen dataclass's __init__
+        # costs ~1 us, asked several times per match (check, its helpers, the engine's commit)
+        if cls is MatchResult:
+            return _SUCCESS
         return cls(True)
 
     @classmethod
@@ -73,6 +77,9 @@ class MatchResult:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+_SUCCESS = MatchResult(True)
 
 
 def single_reader(t: gs.Tensor, graph: gs.Graph) -> bool:

@@ -45,6 +45,21 @@ def _conv_type(conv: gs.Node) -> int | None:
     return None
 
 
+#: (element type, channels) -> the -0.0 bias array as onnx makes it (make_tensor then to_array:
+#: ~40 us a call, once per fusion without a bias); each fusion gets its own copy
+_ZERO_BIAS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _zero_bias(elem: int, cout: int) -> np.ndarray:
+    key = (elem, cout)
+    arr = _ZERO_BIAS.get(key)
+    if arr is None:
+        if len(_ZERO_BIAS) >= 256:
+            _ZERO_BIAS.clear()
+        arr = _ZERO_BIAS[key] = onnx.numpy_helper.to_array(onnx.helper.make_tensor("b", elem, [cout], [-0.0] * cout))
+    return arr.copy()
+
+
 class _ConvAct(Rule):
     activation: str
 
@@ -86,8 +101,7 @@ class _ConvAct(Rule):
             if cout is None or not isinstance(cout, int):
                 raise AssertionError("checked: weight shape known")
             # -0.0: the additive identity (+0.0 would turn a -0.0 Conv output into +0.0)
-            bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"),
-                               onnx.numpy_helper.to_array(onnx.helper.make_tensor("b", elem, [cout], [-0.0] * cout)))
+            bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"), _zero_bias(elem, cout))
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
         attrs.update(self.activation_attrs(act))
         return m.op(op, [conv.inputs[0], conv.inputs[1], bias], attrs, domain=DOMAIN,

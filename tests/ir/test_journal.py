@@ -580,3 +580,46 @@ def test_a_graph_with_local_functions_but_no_subgraph_is_not_walked():
     _CountsWalks.walks = []
     PassManager([_CountsWalks], instruments=[CostVeto()])(graph, PassContext(target="none"))
     assert _CountsWalks.walks == []
+
+
+def test_replace_uses_many_rewires_as_setitem_does_and_rolls_back():
+    """graph.replace_uses_many under an undo log: the wiring is the one ``inputs[i] = new`` gives,
+    edit by edit (a node reading the old tensor twice, two olds in one node, an old replaced by a
+    tensor others read), readers' lists included, and the undo log puts it all back."""
+    from graphpass.ir.graph import replace_uses_many
+
+    def build():
+        x = gs.Variable("x", np.float32, [2])
+        a, b, c = (gs.Constant(n, np.full(2, v, np.float32)) for n, v in (("a", 1.0), ("b", 2.0), ("c", 3.0)))
+        outs = [gs.Variable(f"o{i}", np.float32, [2]) for i in range(4)]
+        nodes = [gs.Node("Add", "n0", inputs=[a, a], outputs=[outs[0]]),
+                 gs.Node("Sum", "n1", inputs=[x, a, b, a, c], outputs=[outs[1]]),
+                 gs.Node("Mul", "n2", inputs=[c, b], outputs=[outs[2]]),
+                 gs.Node("Relu", "n3", inputs=[x], outputs=[outs[3]])]
+        g = gs.Graph(nodes=nodes, inputs=[x], outputs=outs, opset=17)
+        return g, {t.name: t for n in nodes for t in n.inputs}
+
+    def by_setitem(pairs):  # what the bulk edit must equal
+        mapping = {id(o): n for o, n in pairs}
+        for consumer in {id(r): r for o, _ in pairs for r in o.outputs}.values():
+            for i, t in enumerate(list(consumer.inputs)):
+                if id(t) in mapping:
+                    consumer.inputs[i] = mapping[id(t)]
+
+    def names(g):
+        return [(n.name, [t.name for t in n.inputs]) for n in g.nodes] + [
+            (t.name, [n.name for n in t.outputs]) for t in {id(t): t for n in g.nodes for t in n.inputs}.values()]
+
+    g1, t1 = build()
+    g2, t2 = build()
+    before = _wiring(g1)
+    with Journal(g1) as j:
+        replace_uses_many([(t1["a"], t1["c"]), (t1["b"], t1["x"])])
+    by_setitem([(t2["a"], t2["c"]), (t2["b"], t2["x"])])
+    assert names(g1) == names(g2)
+    assert [n.name for n in t1["c"].outputs] == ["n1", "n2", "n0", "n0", "n1", "n1"]
+    assert not t1["a"].outputs and not t1["b"].outputs
+    j.rollback()
+    assert _wiring(g1) == before
+    replace_uses_many([(t1["a"], t1["c"]), (t1["b"], t1["x"])])  # no undo log recording: the same edits
+    assert names(g1) == names(g2)

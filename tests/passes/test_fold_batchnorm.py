@@ -234,3 +234,101 @@ def test_spatial_0_parameters_of_other_lengths_and_other_channel_counts_are_refu
                        {"x": [2, 8, 6, 6]}, {"y": (TensorProto.FLOAT, None)},
                        initializers={"w": RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), **_bn_params(4)})
     assert _refusal(model) == ("BatchNormalization has 4 channels, which do not fit Conv 'conv' (weight [8, 8, 3, 3])")
+
+
+def _many_conv_bn(specials):
+    """A chain of Conv(4 -> 4, 3x3) -> BN blocks, every other Conv with a bias; ``specials``: block
+    -> the BN parameters (or the weight, "w") to set, for the cases a fold refuses or checks
+    twice. Enough blocks of one weight shape that fold_batchnorm computes them together."""
+    nodes, inits, x = [], {}, "x"
+    for i in range(12):
+        w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+        p = {k.replace("bn", f"bn{i}"): v for k, v in _bn_params(4).items()}
+        for k, v in specials.get(i, {}).items():
+            if k == "w":
+                w = np.asarray(v, np.float32)
+            else:
+                p[f"bn{i}_{k}"] = np.asarray(v, np.float32)
+        inits[f"w{i}"] = w
+        inits.update(p)
+        conv_in = [x, f"w{i}"]
+        if i % 2:
+            inits[f"b{i}"] = RNG.standard_normal(4).astype(np.float32)
+            conv_in.append(f"b{i}")
+        nodes += [helper.make_node("Conv", conv_in, [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  _bn(f"c{i}", f"y{i}", prefix=f"bn{i}")]
+        x = f"y{i}"
+    return make_model(nodes, {"x": [1, 4, 5, 5]}, {x: [1, 4, 5, 5]}, initializers=inits)
+
+
+def test_folds_computed_together_are_the_folds_one_by_one(monkeypatch):
+    """Same-shape folds are computed before the walk, many per numpy call (fold_batchnorm's
+    _prefetch): the model, the stats and every refusal's reason are the ones of the folds
+    computed one by one, for folds with and without a Conv bias, folds refused (var + eps <= 0,
+    an overflow, a weight rounded to zero) and a weight that is zero already (checked again)."""
+    from graphpass.passes.fusion import fold_batchnorm as F
+
+    neg = np.full(4, 0.5, np.float32)
+    neg[1] = -1e-3
+    big = np.full(4, 1.0, np.float32)
+    big[0] = 3e38
+    tiny = np.full(4, 1.0, np.float32)
+    tiny[2] = 1e-45
+    zero_w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    zero_w[0, 0, 0, 0] = 0.0
+    model = _many_conv_bn({2: {"v": neg}, 5: {"s": big}, 7: {"s": tiny}, 8: {"w": zero_w}, 9: {"m": [-0.0] * 4}})
+
+    def run():
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        result = fold_batchnorm(graph, ctx)
+        return gp.to_proto(graph).SerializeToString(), result.stats, [(e.node, e.reason) for e in ctx.explanations]
+
+    used = []
+    real = F._prefetch
+
+    def counting(graph):
+        out = real(graph)
+        used.append(len(out))
+        return out
+
+    monkeypatch.setattr(F, "_prefetch", counting)
+    together = run()
+    assert used == [8]  # 12 folds, 3 refused and the zero weight's computed again one by one
+    monkeypatch.setattr(F, "_prefetch", lambda graph: {})
+    one_by_one = run()
+    assert together == one_by_one
+    stats, reasons = together[1], dict(together[2])
+    assert stats["fired"] == 9 and stats["refused"] == 3
+    assert reasons["bn2"].startswith("var + eps is") and "overflows" in reasons["bn5"]
+    assert "rounds a nonzero weight to zero" in reasons["bn7"]
+    folded = gp.load(together[0]).graph
+    assert ops(folded).count("BatchNormalization") == 3
+    onnx.checker.check_model(gp.to_proto(folded), full_check=True)
+    assert_equivalent(model, gp.to_proto(folded), rtol=1e-4, atol=1e-4)
+
+
+def test_a_prefetched_fold_whose_tensors_changed_is_computed_again():
+    """A fold computed before the walk is used only for the same Conv, weight, bias, BN vectors
+    (the same objects and values objects) and epsilon; anything else is computed again."""
+    from graphpass.passes.fusion import fold_batchnorm as F
+
+    graph = gp.load(_many_conv_bn({})).graph
+    pre = F._prefetch(graph)
+    assert len(pre) == 12
+    bn = next(n for n in graph.nodes if n.op == "BatchNormalization")
+    key = F._key(bn)
+    assert all(a is b for a, b in zip(pre[id(bn)][0], key))
+    bn.inputs[1].values = np.asarray(bn.inputs[1].values).copy()  # another values object: not the same key
+    assert not all(a is b for a, b in zip(pre[id(bn)][0], F._key(bn)))
+
+
+def test_the_pass_is_skipped_only_where_no_rule_can_anchor():
+    """fold_batchnorm runs its own walk (the folds computed first), so the manager asks its
+    anchor_ops, not its rules: the two must name the same ops."""
+    from graphpass.passes.fusion.fold_batchnorm import FoldBatchNorm
+
+    anchors = frozenset().union(*(r.anchors() for r in FoldBatchNorm.rules))
+    assert FoldBatchNorm.anchor_ops == anchors
+    assert not FoldBatchNorm().can_act(frozenset({"Conv", "Relu"}), PassContext())
+    assert FoldBatchNorm().can_act(frozenset({"Conv", "BatchNormalization"}), PassContext())

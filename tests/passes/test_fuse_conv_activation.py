@@ -263,3 +263,29 @@ def test_a_conv_without_bias_on_an_input_of_unknown_rank_is_fused():
     assert bias.shape == (4,) and np.all(bias == 0) and np.all(np.signbit(bias))
     feeds = {"flat": np.array([np.nan, -np.inf, -0.0, 1e-45] * 48, np.float32), "s": np.array([2, 3, 4, 8], np.int64)}
     assert_equivalent(model, gp.to_proto(graph, emit="device"), feeds=feeds, exact=True)
+
+
+def test_bias_less_convs_each_get_their_own_negative_zero_bias_of_the_conv_type():
+    """The -0.0 bias is made once per element type and channel count and copied per fusion: each
+    fused op has its own array (a write into one changes no other), with the bytes onnx's
+    make_tensor gives, for every float type the fusion takes."""
+    from onnx import TensorProto
+    from graphpass.passes.fusion.fuse_conv_activation import _zero_bias
+
+    for elem in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE):
+        want = onnx.numpy_helper.to_array(helper.make_tensor("b", elem, [4], [-0.0] * 4))
+        a, b = _zero_bias(elem, 4), _zero_bias(elem, 4)
+        assert a is not b and not np.shares_memory(a, b)
+        assert a.dtype == want.dtype and a.shape == want.shape and a.tobytes() == want.tobytes()
+    nodes, x = [], "x"
+    for i in range(2):
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    model = make_model(nodes, {"x": [1, 4, 5, 5]}, {x: [1, 4, 5, 5]},
+                       initializers={f"w{i}": RNG.standard_normal((4, 4, 3, 3)).astype(np.float32) for i in range(2)})
+    graph = gp.load(model).graph
+    assert fuse_conv_activation(graph).stats["fired"] == 2
+    b0, b1 = (n.inputs[2].values for n in graph.nodes)
+    assert b0 is not b1 and not np.shares_memory(b0, b1) and np.all(np.signbit(b0)) and np.all(b1 == 0)
+    assert_equivalent(model, gp.to_proto(graph, emit="device"), exact=True)
