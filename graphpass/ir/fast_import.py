@@ -27,7 +27,7 @@ from onnx_graphsurgeon.util import misc
 
 from graphpass.ir.lean import SyncList
 
-__all__ = ["import_onnx", "lazy_values"]
+__all__ = ["Made", "import_onnx", "lazy_values"]
 
 _Importer = gi.OnnxImporter
 _TensorProto = onnx.TensorProto
@@ -46,6 +46,21 @@ _itemsizes: dict[int, tuple[Any, int]] = {}
 #: a serialized tensor TypeProto -> (gs's dtype, its shape as a tuple) for the ones built here
 _types: dict[bytes, tuple[Any, tuple | None]] = {}
 _TYPES_KEPT = 4096  # initializer data type -> (gs's dtype, itemsize)
+
+
+class Made(list):
+    """What an import made, for the loader (:func:`graphpass.ir.serialize._release_proto`): the
+    Constants with lazy values it built itself, in the order built, each once, and, in
+    ``attributes``, the ids of those it built for a node's attribute (always in the graph).
+    ``complete`` is False once any part was handed to gs's importer (a function, a sparse
+    initializer, a node's attributes): gs's Constants are not listed."""
+
+    __slots__ = ("attributes", "complete")
+
+    def __init__(self):
+        super().__init__()
+        self.attributes: set[int] = set()
+        self.complete = True
 
 
 def _empty_list(owner: Any, field_name: str) -> list:
@@ -158,8 +173,8 @@ def lazy_values(tp: onnx.TensorProto) -> LazyValues:
     return lazy
 
 
-def _constant(tp: onnx.TensorProto) -> gs.Constant:
-    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+def _constant(tp: onnx.TensorProto, made: "Made | None" = None) -> gs.Constant:
+    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values (listed in ``made``)."""
     lazy = lazy_values(tp)
     c = object.__new__(gs.Constant)
     d = c.__dict__
@@ -169,14 +184,18 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     d["_values"] = lazy
     d["data_location"] = int(tp.data_location) if tp.HasField("data_location") else None
     d["_export_dtype"] = None
+    if made is not None:
+        made.append(c)
     return c
 
 
-def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> dict:
+def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains, made: "Made | None" = None) -> dict:
     attrs: dict = {}
     for a in node.attribute:
         t = a.type
         if t not in _SIMPLE or a.ref_attr_name:
+            if made is not None:
+                made.complete = False
             return _Importer.import_attributes(node.attribute, outer, local, opset, domains)
         if t == _A.INT:
             attrs[a.name] = a.i
@@ -191,16 +210,63 @@ def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) 
         elif t == _A.STRINGS:
             attrs[a.name] = [p.decode() for p in a.strings]
         elif t == _A.TENSOR:
-            attrs[a.name] = _constant(a.t)
+            c = attrs[a.name] = _constant(a.t, made)
+            if made is not None:
+                made.attributes.add(id(c))
         else:  # GRAPH
-            attrs[a.name] = import_graph(a.g, misc.combine_dicts(outer, local), opset=opset, import_domains=domains)
+            attrs[a.name] = import_graph(a.g, misc.combine_dicts(outer, local), opset=opset, import_domains=domains,
+                                         made=made)
     return attrs
 
 
-def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs.Node:
+def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made: "Made | None" = None) -> gs.Node:
     """gs's ``import_node``: the attributes first (a body sees the tensors imported before the
-    node), then the inputs and outputs."""
-    attrs = _attributes(proto, outer, local, opset, domains) if len(proto.attribute) else {}
+    node), then the inputs and outputs. For the lean list (:mod:`graphpass.ir.lean`) the
+    node's two lists are filled as the tensors are found, each tensor's own list wired on the
+    way (_filled_list's work without the lists in between: the same lists, in the same order)."""
+    attrs = _attributes(proto, outer, local, opset, domains, made) if len(proto.attribute) else {}
+    if misc.SynchronizedList is not SyncList:
+        return _node_generic(proto, outer, local, attrs)
+    n = _new_object(_Node)
+    append = _list_append
+    inputs = _new_list(SyncList)
+    inputs.parent_obj = n
+    inputs.field_name = "outputs"
+    for name in proto.input:
+        t = local.get(name)
+        if t is None:
+            t = outer.get(name)
+            if t is None:
+                if name:
+                    t = local[name] = _variable(name)
+                else:
+                    t = _variable("")
+        append(inputs, t)
+        append(t.outputs, n)
+    outputs = _new_list(SyncList)
+    outputs.parent_obj = n
+    outputs.field_name = "inputs"
+    for name in proto.output:
+        t = local.get(name)
+        if t is None:
+            if name:
+                t = local[name] = _variable(name)
+            else:
+                t = _variable("")
+        append(outputs, t)
+        append(t.inputs, n)
+    d = n.__dict__
+    d["op"] = proto.op_type
+    d["name"] = proto.name
+    d["attrs"] = attrs
+    d["inputs"] = inputs
+    d["outputs"] = outputs
+    d["domain"] = proto.domain if proto.HasField("domain") else None
+    return n
+
+
+def _node_generic(proto: onnx.NodeProto, outer: dict, local: dict, attrs: dict) -> gs.Node:
+    """:func:`_node` after the attributes, for any SynchronizedList."""
     inputs = []
     for name in proto.input:
         t = local.get(name)
@@ -234,16 +300,19 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
 
 def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=None, import_domains=None,
                  producer_name: str | None = None, producer_version: str | None = None,
-                 functions: list | None = None, ir_version: int | None = None) -> gs.Graph:
-    """gs's ``OnnxImporter.import_graph``."""
+                 functions: list | None = None, ir_version: int | None = None, made: "Made | None" = None
+                 ) -> gs.Graph:
+    """gs's ``OnnxImporter.import_graph``; ``made``: see :class:`Made`."""
     outer = dict(tensor_map) if tensor_map else {}
     local: dict[str, gs.Tensor] = {}
     for tp in graph.initializer:
         if tp.name not in local and tp.name not in outer:
-            local[tp.name] = _constant(tp)
+            local[tp.name] = _constant(tp, made)
     for sp in graph.sparse_initializer:
         name = sp.values.name
         if name not in local and name not in outer:
+            if made is not None:
+                made.complete = False
             local[name] = _Importer.import_tensor(sp)
     for vi in graph.value_info:
         have = local.get(vi.name)
@@ -269,7 +338,7 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
         if t is None:
             t = local[vi.name] = _value_info(vi)
         outputs.append(t)
-    nodes = [_node(n, outer, local, opset, import_domains) for n in graph.node]
+    nodes = [_node(n, outer, local, opset, import_domains, made) for n in graph.node]
     return _graph(nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
                   producer_name=producer_name, producer_version=producer_version, opset=opset,
                   import_domains=import_domains, functions=functions or [], ir_version=ir_version)
@@ -293,11 +362,14 @@ def _graph(nodes: list, **fields) -> gs.Graph:
     return graph
 
 
-def import_onnx(model: onnx.ModelProto) -> gs.Graph:
-    """``gs.import_onnx(model)``, faster (see the module docstring)."""
+def import_onnx(model: onnx.ModelProto, made: "Made | None" = None) -> gs.Graph:
+    """``gs.import_onnx(model)``, faster (see the module docstring); ``made``: see :class:`Made`."""
+    if made is not None and len(model.functions):
+        made.complete = False
     opset = _Importer.get_opset(model)
     domains = _Importer.get_import_domains(model)
     functions = [_Importer.import_function(f, model_opset=opset, model_import_domains=domains)
                  for f in model.functions]
     return import_graph(model.graph, opset=opset, import_domains=domains, producer_name=model.producer_name,
-                        producer_version=model.producer_version, functions=functions, ir_version=model.ir_version)
+                        producer_version=model.producer_version, functions=functions, ir_version=model.ir_version,
+                        made=made)

@@ -70,14 +70,16 @@ class GraphList(list):
     """The graphs validation's one walk met (``list(graph_protos(model.graph))``), with what it
     saw of their nodes on the way: ``node_domains``, the domains of the nodes outside the
     default one, and ``attr_types``, the type of every attribute (the loader skips walks these
-    say have nothing to find: graphpass.ir.serialize.from_proto)."""
+    say have nothing to find: graphpass.ir.serialize.from_proto), and ``outputs``, the output
+    names of the first graph's nodes, in node order (shape inference's check of them)."""
 
-    __slots__ = ("node_domains", "attr_types")
+    __slots__ = ("node_domains", "attr_types", "outputs")
 
     def __init__(self):
         super().__init__()
         self.node_domains: set = set()
         self.attr_types: set = set()
+        self.outputs: list | None = None
 
 
 def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
@@ -252,6 +254,8 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     produced = [o for o in outputs if o]
     if len(set(produced)) != len(produced):
         return False
+    if seen is graphs and len(graphs) == 1:  # the main graph (the first one met)
+        seen.outputs = outputs
     defined.update(produced)
     missing = set(inputs).difference(defined)
     missing.discard("")  # an omitted optional input
