@@ -733,7 +733,7 @@ def constant_proto(c: gs.Constant) -> onnx.TensorProto:
     return OnnxExporter.export_tensor_proto(c)
 
 
-def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
+def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None, maps: dict | None = None
                        ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """Export with every weight over 1 KiB as a data-less header.
 
@@ -743,6 +743,8 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
     model and, by name, the original TensorProto (or, for a weight a pass computed, the numpy
     array) of each weight left out. Weights still on disk (:class:`ExternalValues`) are exported
     as their external reference; :func:`to_proto` reads them in, :func:`save` copies them over.
+    ``maps``: filled with the export's maps of each graph's tensors (see
+    :func:`graphpass.ir.fast_export.export_onnx`).
     """
     originals: dict[str, onnx.TensorProto | np.ndarray] = {}
     swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
@@ -811,7 +813,7 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with _types_hidden(graph) as types:
-            model = fast_export.export_onnx(graph, value_infos)
+            model = fast_export.export_onnx(graph, value_infos, maps)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
     finally:
@@ -849,9 +851,10 @@ def _hoist_shared_initializers(model: onnx.ModelProto, shared: set[str]) -> None
         g.initializer.extend(keep)
 
 
-def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
+def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None,
+            maps: dict | None = None) -> onnx.ModelProto:
     facts = model_of(graph, attach=False)  # exporting never changes the graph
-    annotations.write_to_proto(graph, model.graph)
+    annotations.write_to_proto(graph, model.graph, maps)
     for k, v in facts.metadata_props.items():
         model.metadata_props.add(key=k, value=v)
     model.doc_string = facts.doc_string or ""
@@ -914,10 +917,12 @@ def _export_paused(graph: gs.Graph, emit: str, value_infos: set[str] | None = No
         # portable: the TransData calls to_portable drops are left out of the export itself
         with transdata_bypassed(graph) if emit == "portable" else contextlib.nullcontext():
             try:
-                model, originals, shared = _export_weightless(graph, value_infos)
+                maps: dict = {}  # the export's maps of each graph's tensors, for the annotations
+                model, originals, shared = _export_weightless(graph, value_infos, maps)
             except Exception as e:
                 raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-            model = _finish(graph, model, originals)
+            model = _finish(graph, model, originals, maps)
+            del maps
     _hoist_shared_initializers(model, shared)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable

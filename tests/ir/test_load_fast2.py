@@ -173,3 +173,48 @@ def test_batched_records_are_the_bytes_of_one_at_a_time(tmp_path, monkeypatch):
     assert [t.name for t in back.graph.initializer] == [t.name for t in inits]
     for t, b in zip(inits, back.graph.initializer):
         assert np.array_equal(onnx.numpy_helper.to_array(t), onnx.numpy_helper.to_array(b))
+
+
+def _annotated_models():
+    import graphpass as gp
+    from graphpass.ir import annotations
+
+    for path in sorted(glob.glob(os.path.join(HERE, "..", "data", "exporters", "*.torchscript.onnx")))[:6]:
+        m = gp.load(path)
+        g = m.graph
+        tensors = [t for n in g.nodes for t in list(n.inputs) + list(n.outputs)]
+        for k, t in enumerate(tensors[::7]):
+            annotations.set(t, annotations.FORMAT, "NC1HWC0" if k % 2 else "ND")
+        annotations.set(g.inputs[0], annotations.FORMAT, "NCHW")
+        annotations.set(g.outputs[0], annotations.FORMAT, "ND")
+        yield path, m
+
+
+def test_annotations_written_from_the_exports_maps_are_the_walks(monkeypatch):
+    """The same bytes whether write_to_proto reads the export's map of the tensors or walks the
+    nodes for it (graph inputs, intermediates, weights and outputs annotated)."""
+    from graphpass.ir import annotations
+
+    seen = 0
+    for path, m in _annotated_models():
+        ours = serialize.to_proto(m.graph, emit="device").SerializeToString()
+        real = annotations.write_to_proto
+        monkeypatch.setattr(annotations, "write_to_proto", lambda g, p, maps=None: real(g, p, None))
+        theirs = serialize.to_proto(m.graph, emit="device").SerializeToString()
+        monkeypatch.setattr(annotations, "write_to_proto", real)
+        assert ours == theirs, path
+        assert b"NC1HWC0" in ours
+        seen += 1
+    assert seen >= 3
+
+
+def test_the_export_maps_every_graph_without_clashing_names():
+    from graphpass.ir import annotations, fast_export
+
+    graph = fast_import.import_onnx(_nested())
+    maps: dict = {}
+    fast_export.export_onnx(graph, None, maps)
+    assert len(maps) == 3  # the main graph and both branches
+    for g in iter_graphs(graph):
+        assert maps[id(g)][0] is g and maps[id(g)][1] == annotations._graph_tensors(g)
+        assert list(maps[id(g)][1]) == list(annotations._graph_tensors(g))
