@@ -460,14 +460,28 @@ def _light_copy(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
     inputs = {i.name for i in src.input}
     external = onnx.TensorProto.EXTERNAL
     small = []
+    templates: dict[tuple, onnx.ValueInfoProto] = {}  # (elem, *dims) -> the value info without a name
+    add = dst.input.add
     for t in src.initializer:
         elem = t.data_type
         size = _ITEMSIZES.get(elem)
         if size is None:
             size = _ITEMSIZES[elem] = _itemsize(t)
-        if _numel(t) * size > 1024 or t.data_location == external:
-            if t.name not in inputs:
-                _add_tensor_value_info(dst.input, t.name, elem, t.dims)
+        dims = t.dims
+        n = size
+        for d in dims:
+            n *= d
+        if n > 1024 or t.data_location == external:
+            name = t.name
+            if name not in inputs:  # _add_tensor_value_info(dst.input, name, elem, dims), each type made once
+                key = (elem, *dims)
+                template = templates.get(key)
+                if template is None:
+                    template = templates[key] = onnx.ValueInfoProto()
+                    _add_tensor_value_info_to(template, elem, dims)
+                vi = add()
+                vi.CopyFrom(template)
+                vi.name = name
         else:
             small.append(t)
     dst.initializer.extend(small)
@@ -483,6 +497,11 @@ def _add_tensor_value_info(field, name: str, elem_type: int, dims) -> None:
     integer ``dims``, written in place (the same message)."""
     vi = field.add()
     vi.name = name
+    _add_tensor_value_info_to(vi, elem_type, dims)
+
+
+def _add_tensor_value_info_to(vi: onnx.ValueInfoProto, elem_type: int, dims) -> None:
+    """The type of :func:`_add_tensor_value_info`, written into ``vi``."""
     tt = vi.type.tensor_type
     tt.elem_type = elem_type
     tt.shape.SetInParent()  # an empty shape is written (a scalar), as make_tensor_value_info does
