@@ -49,18 +49,28 @@ _TYPES_KEPT = 4096  # initializer data type -> (gs's dtype, itemsize)
 
 
 class Made(list):
-    """What an import made, for the loader (:func:`graphpass.ir.serialize._release_proto`): the
-    Constants with lazy values it built itself, in the order built, each once, and, in
-    ``attributes``, the ids of those it built for a node's attribute (always in the graph).
-    ``complete`` is False once any part was handed to gs's importer (a function, a sparse
-    initializer, a node's attributes): gs's Constants are not listed."""
+    """What an import made, for the loader (:mod:`graphpass.ir.serialize`): the Constants with
+    lazy values it built itself, in the order built, each once, and, in ``attributes``, the ids
+    of those it built for a node's attribute (always in the graph). ``complete`` is False once
+    any part was handed to gs's importer (a function, a sparse initializer, a node's
+    attributes): gs's Constants are not listed, gs's value types not looked at.
+    ``other_types``: some value info of a graph it imported (input, output or value_info, read
+    or not) has a type other than a tensor type (or one it does not tell: an empty oneof with
+    other fields)."""
 
-    __slots__ = ("attributes", "complete")
+    __slots__ = ("attributes", "complete", "other_types")
 
     def __init__(self):
         super().__init__()
         self.attributes: set[int] = set()
         self.complete = True
+        self.other_types = False
+
+
+def _note_type(vi: onnx.ValueInfoProto, made: "Made | None") -> None:
+    """For a value info the import passes over: whether its type is another than a tensor's."""
+    if made is not None and vi.type.WhichOneof("value") not in (None, "tensor_type"):
+        made.other_types = True
 
 
 def _empty_list(owner: Any, field_name: str) -> list:
@@ -126,8 +136,8 @@ def _elem_dtype(elem: int) -> Any:
     return dtype
 
 
-def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
-    """gs's ``import_tensor`` of a ValueInfoProto."""
+def _value_info(vi: onnx.ValueInfoProto, made: "Made | None" = None) -> gs.Tensor:
+    """gs's ``import_tensor`` of a ValueInfoProto (a type other than a tensor's noted in ``made``)."""
     ty = vi.type
     key = ty.SerializeToString()  # most values share a few types: each read once
     known = _types.get(key)
@@ -155,6 +165,8 @@ def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
             return _variable(vi.name, dtype, shape)
     elif ty.ByteSize() == 0:
         return _variable(vi.name)
+    elif made is not None:  # (a oneof left empty beside other fields counts too: the loader then looks)
+        made.other_types = True
     return _Importer.import_tensor(vi)  # other value types, unknown dtypes: gs, warning included
 
 
@@ -318,11 +330,15 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
         have = local.get(vi.name)
         if have is None:
             if vi.name not in outer:
-                local[vi.name] = _value_info(vi)
+                local[vi.name] = _value_info(vi, made)
+            else:
+                _note_type(vi, made)
         elif isinstance(have, gs.Variable):  # gs's overwrite: keep what is known, fill what is not
-            new = _value_info(vi)
+            new = _value_info(vi, made)
             have.dtype = have.dtype or new.dtype
             have.shape = have.shape or new.shape
+        else:
+            _note_type(vi, made)
     initializers = {t.name for t in graph.initializer}
     initializers.update(t.values.name for t in graph.sparse_initializer)
     inputs = []
@@ -330,13 +346,19 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
         if vi.name not in initializers:
             t = local.get(vi.name)
             if t is None:
-                t = local[vi.name] = _value_info(vi)
+                t = local[vi.name] = _value_info(vi, made)
+            else:
+                _note_type(vi, made)
             inputs.append(t)
+        else:
+            _note_type(vi, made)
     outputs = []
     for vi in graph.output:
         t = local.get(vi.name)
         if t is None:
-            t = local[vi.name] = _value_info(vi)
+            t = local[vi.name] = _value_info(vi, made)
+        else:
+            _note_type(vi, made)
         outputs.append(t)
     nodes = [_node(n, outer, local, opset, import_domains, made) for n in graph.node]
     return _graph(nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,

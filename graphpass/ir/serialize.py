@@ -431,7 +431,8 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
     annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
-    kept_types = _remember_types(model.graph, graph, graphs)
+    # the import looked at every value info's type: without one other than a tensor's, none to keep
+    kept_types = _remember_types(model.graph, graph, graphs) if not made.complete or made.other_types else False
     if raw_attrs:  # else no node has a TYPE_PROTO(S) attribute (validation's walk saw every one)
         _remember_raw_attrs(model.graph, graph)
     Model(
