@@ -245,7 +245,9 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int
         base_dir = path.resolve().parent
     where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
     graphs = validated_graphs(model, where)
-    on_disk = list(external._external_tensors(model))
+    # validation's walk met every tensor of the graphs (not the functions'): none external, none to list
+    skip = graphs is not None and not graphs.external and not len(model.functions)
+    on_disk = [] if skip else list(external._external_tensors(model))
     held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held, tensors=on_disk)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
     source_bytes = held

@@ -264,3 +264,34 @@ def test_the_import_notes_every_type_remember_types_keeps():
             noted += 1
         seen += 1
     assert seen > 150 and noted == 6
+
+
+def _stray_tensor() -> onnx.ModelProto:
+    """An INT attribute that also holds a tensor with external data (onnx lists it)."""
+    g = h.make_graph([h.make_node("Flatten", ["x"], ["y"], axis=1)], "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    t = g.node[0].attribute[0].t
+    t.name, t.data_type = "w", T.FLOAT
+    t.data_location = T.EXTERNAL
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_validation_tells_a_model_without_external_tensors():
+    """Where validation's walk says no tensor may be external, the loader's list of external
+    tensors is empty without its walk; every model with external data is flagged."""
+    seen = flagged = 0
+    for path, m in list(loaded(FILES)) + [("stray", _stray_tensor())]:
+        try:
+            graphs = validate.validated_graphs(m, path)
+        except Exception:  # noqa: BLE001 - a model validation refuses
+            continue
+        if graphs is None or len(m.functions):
+            continue
+        on_disk = list(external._external_tensors(m))
+        if not graphs.external:
+            assert not on_disk, path
+        if on_disk:
+            assert graphs.external, path
+            flagged += 1
+        seen += 1
+    assert seen > 100 and flagged > 10
