@@ -134,10 +134,13 @@ def _graph_tensors(graph: gs.Graph) -> dict[str, gs.Tensor]:
     return tensors
 
 
-def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
+def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto, maps: "dict | None" = None) -> None:
     """Write the annotations of ``graph`` (exported as ``graph_proto``) into the proto, recursively.
 
-    The exporter writes ``graph.nodes`` in order, so nodes pair up by position.
+    The exporter writes ``graph.nodes`` in order, so nodes pair up by position. ``maps``: the
+    export's maps of each graph's named tensors (graphpass.ir.fast_export.export_onnx's), read
+    in place of :func:`_graph_tensors` where they are the same map (no clashing names, no
+    graph input or output without a name).
     """
     protos = graph_proto.node
     if len(protos) != len(graph.nodes):  # pragma: no cover - exporter contract
@@ -154,9 +157,14 @@ def write_to_proto(graph: gs.Graph, graph_proto: onnx.GraphProto) -> None:
                 proto_node.metadata_props.add(key=k, value=v)
         if body:
             for sub_proto, sub in subgraph_pairs(proto_node, node):
-                write_to_proto(sub, sub_proto)
+                write_to_proto(sub, sub_proto, maps)
 
-    tensors = _graph_tensors(graph)
+    known = maps.get(id(graph)) if maps else None
+    if known is not None and known[0] is graph and all(t.name for t in graph.inputs) \
+            and all(t.name for t in graph.outputs):
+        tensors = known[1]
+    else:
+        tensors = _graph_tensors(graph)
     # an emptied dict (every key dropped, e.g. by strip_debug_info) still clears its holder: an
     # initializer's header is exported with the metadata it was loaded with
     annotated = {name: t.__dict__[_KEY] for name, t in tensors.items() if t.__dict__.get(_KEY) is not None}

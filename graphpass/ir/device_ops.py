@@ -305,14 +305,17 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     """Inline every ``graphpass.ascend`` op through its body (TransData is dropped where it can
     be: it is Identity on the value); keep the calls' annotations."""
     _bypass_transdata(model)
-    _expand_attention(model)
-    if not any(n.domain == DOMAIN for g in graph_protos(model.graph) for n in g.node):
+    graphs = list(graph_protos(model.graph))
+    if _expand_attention(model, graphs):
+        graphs = list(graph_protos(model.graph))  # node lists rebuilt: the bodies are new messages
+    if not any(n.domain == DOMAIN for g in graphs for n in g.node):
         return _drop_device_domain(model)
     ids = [(f.domain, f.name) for f in model.functions if f.domain == DOMAIN]
     if not ids:
         return model
     fns = {f.name: f for f in model.functions if f.domain == DOMAIN}
-    graphs = list(graph_protos(model.graph))
+    # per body node: whether it has an attribute reference (the call's attributes replace them)
+    refs = {name: [any(a.ref_attr_name for a in b.attribute) for b in f.node] for name, f in fns.items()}
     taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
                                          *(o.name for o in g.output), *(o for n in g.node for o in n.output)] if x}
     # bodies before the graphs holding them: rebuilding a graph's node list copies its nodes
@@ -327,7 +330,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
             if f is None:
                 nodes.append(n)
                 continue
-            for b in _expand_call(n, f, taken):
+            for b in _expand_call(n, f, taken, refs[f.name]):
                 if b.op_type == "Constant" and b.domain in ("", "ai.onnx"):
                     body_constants.append(len(nodes))
                 nodes.append(b)
@@ -338,17 +341,25 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     return _drop_device_domain(model)
 
 
-def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str]) -> list[onnx.NodeProto]:
+def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str],
+                 refs: "list[bool] | None" = None) -> list[onnx.NodeProto]:
     """The nodes of ``fn``'s body for the call ``call``, in place of it (what onnx's inliner does,
     without copying the model: a big graph's portable export holds one copy). Formal inputs and
     outputs become the call's tensors, the body's own values get names of their own, attribute
     references take the call's values (an attribute the call does not set is left out), and
-    each node the call's name (``call/j_Op``) and annotations."""
-    mapping = {formal: actual for formal, actual in zip(fn.input, call.input)}
-    mapping.update({formal: "" for formal in fn.input[len(call.input):]})  # an optional input left out
-    mapping.update(zip(fn.output, call.output))
-    base = call.output[0] if call.output and call.output[0] else (call.name or fn.name)
+    each node the call's name (``call/j_Op``) and annotations. ``refs``: per body node, whether
+    it has an attribute reference (a node without one keeps its attributes as they are)."""
+    call_inputs = call.input
+    fn_inputs = fn.input
+    mapping = dict(zip(fn_inputs, call_inputs))
+    if len(fn_inputs) > len(call_inputs):
+        mapping.update({formal: "" for formal in fn_inputs[len(call_inputs):]})  # an optional input left out
+    call_outputs = call.output
+    mapping.update(zip(fn.output, call_outputs))
+    base = call_outputs[0] if call_outputs and call_outputs[0] else (call.name or fn.name)
     attrs = {a.name: a for a in call.attribute}
+    meta = call.metadata_props
+    prefix = call.name or base
 
     def rename(v: str) -> str:
         if not v:
@@ -366,41 +377,47 @@ def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str]) 
     for j, b in enumerate(fn.node):
         n = onnx.NodeProto()
         n.CopyFrom(b)
-        n.input[:] = [rename(v) for v in n.input]
-        n.output[:] = [rename(v) for v in n.output]
-        kept = []
-        for a in n.attribute:
-            if a.ref_attr_name:
-                given = attrs.get(a.ref_attr_name)
-                if given is None:
-                    continue
-                a2 = onnx.AttributeProto()
-                a2.CopyFrom(given)
-                a2.name = a.name
-                kept.append(a2)
-            else:
-                kept.append(a)
-        del n.attribute[:]
-        n.attribute.extend(kept)
-        n.name = f"{call.name}/{j}_{n.op_type}" if call.name else f"{base}/{j}_{n.op_type}"
-        del n.metadata_props[:]
-        n.metadata_props.extend(call.metadata_props)
+        n.input[:] = [rename(v) for v in b.input]
+        n.output[:] = [rename(v) for v in b.output]
+        if refs is None or refs[j]:  # else no attribute refers to the call's: kept as they are
+            kept = []
+            for a in n.attribute:
+                if a.ref_attr_name:
+                    given = attrs.get(a.ref_attr_name)
+                    if given is None:
+                        continue
+                    a2 = onnx.AttributeProto()
+                    a2.CopyFrom(given)
+                    a2.name = a.name
+                    kept.append(a2)
+                else:
+                    kept.append(a)
+            del n.attribute[:]
+            n.attribute.extend(kept)
+        n.name = f"{prefix}/{j}_{b.op_type}"
+        if len(b.metadata_props):
+            del n.metadata_props[:]
+        if meta:
+            n.metadata_props.extend(meta)
         out.append(n)
     return out
 
 
-def _expand_attention(model: onnx.ModelProto) -> None:
+def _expand_attention(model: onnx.ModelProto, graphs: "list[onnx.GraphProto] | None" = None) -> bool:
     """Each attention call as the plain ops it stands for (device_ops_attention.expand: the
-    export's decomposition, not the generic body with its identity slots), in place."""
+    export's decomposition, not the generic body with its identity slots), in place.
+    ``graphs``: ``list(graph_protos(model.graph))`` when the caller has it. Returns whether a
+    call was found (node lists were rebuilt)."""
     from graphpass.ir import device_ops_attention as att
 
     unread: set[str] = set()  # the -0.0 "no mask" constants the expansions do not read
-    graphs = list(graph_protos(model.graph))
+    if graphs is None:
+        graphs = list(graph_protos(model.graph))
     ops = set(att.OPS.values())
     # bodies first: rebuilding a parent's node list copies its bodies
     holding = [g for g in reversed(graphs) if any(n.domain == DOMAIN and n.op_type in ops for n in g.node)]
     if not holding:
-        return  # no attention: the model's names are not collected (a 100k-node export: ~0.2 s)
+        return False  # no attention: the model's names are not collected (a 100k-node export: ~0.2 s)
     taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
                                          *(o for n in g.node for o in n.output), *(n.name for n in g.node)] if x}
     for g in holding:
@@ -424,6 +441,7 @@ def _expand_attention(model: onnx.ModelProto) -> None:
             if len(keep) != len(g.initializer):
                 del g.initializer[:]
                 g.initializer.extend(keep)
+    return True
 
 
 def _constants_to_initializers(g: onnx.GraphProto, positions: list[int]) -> None:

@@ -160,7 +160,8 @@ def _add_value_info(field, tensor: gs.Tensor) -> None:
     field.append(OnnxExporter.export_value_info_proto(tensor, False))
 
 
-def export_onnx(graph: gs.Graph, value_infos: "set[str] | None" = None) -> onnx.ModelProto:
+def export_onnx(graph: gs.Graph, value_infos: "set[str] | None" = None, maps: "dict | None" = None
+                ) -> onnx.ModelProto:
     """What ``gs.export_onnx(graph, do_type_check=False)`` returns, built without the copies.
 
     Args:
@@ -168,10 +169,14 @@ def export_onnx(graph: gs.Graph, value_infos: "set[str] | None" = None) -> onnx.
             for annotated tensors (:mod:`graphpass.ir.annotations`), in every graph whose tensors
             have distinct names (the rest as gs writes it): what a caller that prunes value_info
             to those (serialize's save) would keep, without making the others first.
+        maps: when given, each exported graph whose named tensors have distinct names gets an
+            entry ``id(graph) -> (graph, {name: tensor})``: its named tensors (inputs, each node's
+            inputs and outputs, outputs) by first appearance, the map annotations.write_to_proto
+            makes (it reads it instead of walking the nodes again).
     """
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION  # as make_model: stored even when the graph sets its own
-    _fill_graph(model.graph, graph, value_infos)
+    _fill_graph(model.graph, graph, value_infos, maps)
     functions = [OnnxExporter.export_function(f) for f in graph.functions]
     model.opset_import.extend(_update_import_domains(graph))
     model.functions.extend(functions)
@@ -226,9 +231,10 @@ def _tensor_map(graph: gs.Graph) -> tuple[dict, bool]:
     return tensors, False
 
 
-def _fill_graph(out: onnx.GraphProto, graph: gs.Graph, value_infos: "set[str] | None" = None) -> None:
+def _fill_graph(out: onnx.GraphProto, graph: gs.Graph, value_infos: "set[str] | None" = None,
+                maps: "dict | None" = None) -> None:
     """``OnnxExporter.export_graph(graph, do_type_check=False)``, written into ``out`` (with
-    ``value_infos``: see :func:`export_onnx`)."""
+    ``value_infos`` and ``maps``: see :func:`export_onnx`)."""
     export_attributes = OnnxExporter.export_attributes
     for node in graph.nodes:
         n = out.node.add()
@@ -245,7 +251,7 @@ def _fill_graph(out: onnx.GraphProto, graph: gs.Graph, value_infos: "set[str] | 
                 if isinstance(val, gs.Graph):  # a body: written into its attribute, not copied in
                     a = n.attribute.add()
                     a.name = key
-                    _fill_graph(a.g, val, value_infos)
+                    _fill_graph(a.g, val, value_infos, maps)
                     a.type = _GRAPH
                 elif not _add_plain_attribute(n.attribute, key, val):
                     n.attribute.extend(export_attributes({key: val}))
@@ -255,6 +261,8 @@ def _fill_graph(out: onnx.GraphProto, graph: gs.Graph, value_infos: "set[str] | 
     for t in graph.outputs:
         _add_value_info(out.output, t)
     tensor_map, clash = _tensor_map(graph)
+    if maps is not None and not clash:
+        maps[id(graph)] = (graph, dict(tensor_map))
     for t in tensor_map.values():
         if isinstance(t, gs.Constant) and not isinstance(t._values, SparseValues):
             out.initializer.append(OnnxExporter.export_tensor_proto(t))

@@ -27,7 +27,7 @@ from onnx_graphsurgeon.util import misc
 
 from graphpass.ir.lean import SyncList
 
-__all__ = ["import_onnx", "lazy_values"]
+__all__ = ["Made", "import_onnx", "lazy_values"]
 
 _Importer = gi.OnnxImporter
 _TensorProto = onnx.TensorProto
@@ -46,6 +46,31 @@ _itemsizes: dict[int, tuple[Any, int]] = {}
 #: a serialized tensor TypeProto -> (gs's dtype, its shape as a tuple) for the ones built here
 _types: dict[bytes, tuple[Any, tuple | None]] = {}
 _TYPES_KEPT = 4096  # initializer data type -> (gs's dtype, itemsize)
+
+
+class Made(list):
+    """What an import made, for the loader (:mod:`graphpass.ir.serialize`): the Constants with
+    lazy values it built itself, in the order built, each once, and, in ``attributes``, the ids
+    of those it built for a node's attribute (always in the graph). ``complete`` is False once
+    any part was handed to gs's importer (a function, a sparse initializer, a node's
+    attributes): gs's Constants are not listed, gs's value types not looked at.
+    ``other_types``: some value info of a graph it imported (input, output or value_info, read
+    or not) has a type other than a tensor type (or one it does not tell: an empty oneof with
+    other fields)."""
+
+    __slots__ = ("attributes", "complete", "other_types")
+
+    def __init__(self):
+        super().__init__()
+        self.attributes: set[int] = set()
+        self.complete = True
+        self.other_types = False
+
+
+def _note_type(vi: onnx.ValueInfoProto, made: "Made | None") -> None:
+    """For a value info the import passes over: whether its type is another than a tensor's."""
+    if made is not None and vi.type.WhichOneof("value") not in (None, "tensor_type"):
+        made.other_types = True
 
 
 def _empty_list(owner: Any, field_name: str) -> list:
@@ -111,8 +136,8 @@ def _elem_dtype(elem: int) -> Any:
     return dtype
 
 
-def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
-    """gs's ``import_tensor`` of a ValueInfoProto."""
+def _value_info(vi: onnx.ValueInfoProto, made: "Made | None" = None) -> gs.Tensor:
+    """gs's ``import_tensor`` of a ValueInfoProto (a type other than a tensor's noted in ``made``)."""
     ty = vi.type
     key = ty.SerializeToString()  # most values share a few types: each read once
     known = _types.get(key)
@@ -140,6 +165,8 @@ def _value_info(vi: onnx.ValueInfoProto) -> gs.Tensor:
             return _variable(vi.name, dtype, shape)
     elif ty.ByteSize() == 0:
         return _variable(vi.name)
+    elif made is not None:  # (a oneof left empty beside other fields counts too: the loader then looks)
+        made.other_types = True
     return _Importer.import_tensor(vi)  # other value types, unknown dtypes: gs, warning included
 
 
@@ -158,8 +185,8 @@ def lazy_values(tp: onnx.TensorProto) -> LazyValues:
     return lazy
 
 
-def _constant(tp: onnx.TensorProto) -> gs.Constant:
-    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values."""
+def _constant(tp: onnx.TensorProto, made: "Made | None" = None) -> gs.Constant:
+    """gs's ``import_tensor`` of a TensorProto: a Constant with lazy values (listed in ``made``)."""
     lazy = lazy_values(tp)
     c = object.__new__(gs.Constant)
     d = c.__dict__
@@ -169,14 +196,18 @@ def _constant(tp: onnx.TensorProto) -> gs.Constant:
     d["_values"] = lazy
     d["data_location"] = int(tp.data_location) if tp.HasField("data_location") else None
     d["_export_dtype"] = None
+    if made is not None:
+        made.append(c)
     return c
 
 
-def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> dict:
+def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains, made: "Made | None" = None) -> dict:
     attrs: dict = {}
     for a in node.attribute:
         t = a.type
         if t not in _SIMPLE or a.ref_attr_name:
+            if made is not None:
+                made.complete = False
             return _Importer.import_attributes(node.attribute, outer, local, opset, domains)
         if t == _A.INT:
             attrs[a.name] = a.i
@@ -191,16 +222,63 @@ def _attributes(node: onnx.NodeProto, outer: dict, local: dict, opset, domains) 
         elif t == _A.STRINGS:
             attrs[a.name] = [p.decode() for p in a.strings]
         elif t == _A.TENSOR:
-            attrs[a.name] = _constant(a.t)
+            c = attrs[a.name] = _constant(a.t, made)
+            if made is not None:
+                made.attributes.add(id(c))
         else:  # GRAPH
-            attrs[a.name] = import_graph(a.g, misc.combine_dicts(outer, local), opset=opset, import_domains=domains)
+            attrs[a.name] = import_graph(a.g, misc.combine_dicts(outer, local), opset=opset, import_domains=domains,
+                                         made=made)
     return attrs
 
 
-def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs.Node:
+def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made: "Made | None" = None) -> gs.Node:
     """gs's ``import_node``: the attributes first (a body sees the tensors imported before the
-    node), then the inputs and outputs."""
-    attrs = _attributes(proto, outer, local, opset, domains) if len(proto.attribute) else {}
+    node), then the inputs and outputs. For the lean list (:mod:`graphpass.ir.lean`) the
+    node's two lists are filled as the tensors are found, each tensor's own list wired on the
+    way (_filled_list's work without the lists in between: the same lists, in the same order)."""
+    attrs = _attributes(proto, outer, local, opset, domains, made) if len(proto.attribute) else {}
+    if misc.SynchronizedList is not SyncList:
+        return _node_generic(proto, outer, local, attrs)
+    n = _new_object(_Node)
+    append = _list_append
+    inputs = _new_list(SyncList)
+    inputs.parent_obj = n
+    inputs.field_name = "outputs"
+    for name in proto.input:
+        t = local.get(name)
+        if t is None:
+            t = outer.get(name)
+            if t is None:
+                if name:
+                    t = local[name] = _variable(name)
+                else:
+                    t = _variable("")
+        append(inputs, t)
+        append(t.outputs, n)
+    outputs = _new_list(SyncList)
+    outputs.parent_obj = n
+    outputs.field_name = "inputs"
+    for name in proto.output:
+        t = local.get(name)
+        if t is None:
+            if name:
+                t = local[name] = _variable(name)
+            else:
+                t = _variable("")
+        append(outputs, t)
+        append(t.inputs, n)
+    d = n.__dict__
+    d["op"] = proto.op_type
+    d["name"] = proto.name
+    d["attrs"] = attrs
+    d["inputs"] = inputs
+    d["outputs"] = outputs
+    d["domain"] = proto.domain if proto.HasField("domain") else None
+    return n
+
+
+def _node_generic(proto: onnx.NodeProto, outer: dict, local: dict, attrs: dict) -> gs.Node:
+    """:func:`_node` after the attributes, for any SynchronizedList."""
     inputs = []
     for name in proto.input:
         t = local.get(name)
@@ -234,26 +312,33 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains) -> gs
 
 def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=None, import_domains=None,
                  producer_name: str | None = None, producer_version: str | None = None,
-                 functions: list | None = None, ir_version: int | None = None) -> gs.Graph:
-    """gs's ``OnnxImporter.import_graph``."""
+                 functions: list | None = None, ir_version: int | None = None, made: "Made | None" = None
+                 ) -> gs.Graph:
+    """gs's ``OnnxImporter.import_graph``; ``made``: see :class:`Made`."""
     outer = dict(tensor_map) if tensor_map else {}
     local: dict[str, gs.Tensor] = {}
     for tp in graph.initializer:
         if tp.name not in local and tp.name not in outer:
-            local[tp.name] = _constant(tp)
+            local[tp.name] = _constant(tp, made)
     for sp in graph.sparse_initializer:
         name = sp.values.name
         if name not in local and name not in outer:
+            if made is not None:
+                made.complete = False
             local[name] = _Importer.import_tensor(sp)
     for vi in graph.value_info:
         have = local.get(vi.name)
         if have is None:
             if vi.name not in outer:
-                local[vi.name] = _value_info(vi)
+                local[vi.name] = _value_info(vi, made)
+            else:
+                _note_type(vi, made)
         elif isinstance(have, gs.Variable):  # gs's overwrite: keep what is known, fill what is not
-            new = _value_info(vi)
+            new = _value_info(vi, made)
             have.dtype = have.dtype or new.dtype
             have.shape = have.shape or new.shape
+        else:
+            _note_type(vi, made)
     initializers = {t.name for t in graph.initializer}
     initializers.update(t.values.name for t in graph.sparse_initializer)
     inputs = []
@@ -261,15 +346,21 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
         if vi.name not in initializers:
             t = local.get(vi.name)
             if t is None:
-                t = local[vi.name] = _value_info(vi)
+                t = local[vi.name] = _value_info(vi, made)
+            else:
+                _note_type(vi, made)
             inputs.append(t)
+        else:
+            _note_type(vi, made)
     outputs = []
     for vi in graph.output:
         t = local.get(vi.name)
         if t is None:
-            t = local[vi.name] = _value_info(vi)
+            t = local[vi.name] = _value_info(vi, made)
+        else:
+            _note_type(vi, made)
         outputs.append(t)
-    nodes = [_node(n, outer, local, opset, import_domains) for n in graph.node]
+    nodes = [_node(n, outer, local, opset, import_domains, made) for n in graph.node]
     return _graph(nodes, inputs=inputs, outputs=outputs, name=graph.name, doc_string=graph.doc_string,
                   producer_name=producer_name, producer_version=producer_version, opset=opset,
                   import_domains=import_domains, functions=functions or [], ir_version=ir_version)
@@ -293,11 +384,14 @@ def _graph(nodes: list, **fields) -> gs.Graph:
     return graph
 
 
-def import_onnx(model: onnx.ModelProto) -> gs.Graph:
-    """``gs.import_onnx(model)``, faster (see the module docstring)."""
+def import_onnx(model: onnx.ModelProto, made: "Made | None" = None) -> gs.Graph:
+    """``gs.import_onnx(model)``, faster (see the module docstring); ``made``: see :class:`Made`."""
+    if made is not None and len(model.functions):
+        made.complete = False
     opset = _Importer.get_opset(model)
     domains = _Importer.get_import_domains(model)
     functions = [_Importer.import_function(f, model_opset=opset, model_import_domains=domains)
                  for f in model.functions]
     return import_graph(model.graph, opset=opset, import_domains=domains, producer_name=model.producer_name,
-                        producer_version=model.producer_version, functions=functions, ir_version=model.ir_version)
+                        producer_version=model.producer_version, functions=functions, ir_version=model.ir_version,
+                        made=made)

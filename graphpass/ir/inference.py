@@ -183,7 +183,7 @@ def _substitute(vi: onnx.ValueInfoProto, fixed: Mapping[str, int]) -> None:
 
 
 @profiling.timed("shape inference")
-def infer_shapes(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto, bodies: bool = True, outputs: "list[str] | None" = None) -> onnx.ModelProto:
     """onnx shape inference (with data propagation) on a copy whose big weights are left out.
 
     The copy lists each initializer over 1 KiB as a typed graph input instead (a header, no
@@ -198,6 +198,8 @@ def infer_shapes(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto
     while a rule adds something). Returns the inferred copy; on failure logs a warning and
     returns ``model`` unchanged. ``bodies=False``: the caller knows no node of ``model`` holds a
     graph (the inferred copy then holds none either: its graphs are not looked for).
+    ``outputs``: the output names of the main graph's nodes, in order, when the caller has them
+    (the loader, from validation's walk): the nodes are not read again for them.
     """
     # onnx serializes what it is given and parses its own copy: given the bytes, the light copy
     # is not held beside them at inference's peak (issue 22); it is parsed again if needed below
@@ -207,7 +209,7 @@ def infer_shapes(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto
     except Exception as e:  # inference is advisory: passes fall back to unknown shapes
         log.warning("shape inference failed, continuing without inferred shapes: %s", str(e).splitlines()[0])
         return model
-    if not _has_unknown_shapes(first.graph):
+    if not _has_unknown_shapes(first.graph, outputs):
         return _distrust_backward_slices(first, bodies)
     light = onnx.load_from_string(blob)
     del blob
@@ -343,10 +345,11 @@ def _own_rules(light: onnx.ModelProto, inferred: onnx.GraphProto) -> list[onnx.V
     return extra
 
 
-def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
+def _has_unknown_shapes(graph: onnx.GraphProto, outputs: "list[str] | None" = None) -> bool:
     """Some node output of the main graph has no shape, a dim with neither value nor name, or a
     dim named by a symbol no graph input carries (unbound: e.g. the ``N`` a declared output kept
-    after ``--input-shape`` fixed the input's ``N`` to 1)."""
+    after ``--input-shape`` fixed the input's ``N`` to 1). ``outputs``: the names of the node
+    outputs (``[o for n in graph.node for o in n.output]``) when the caller has them."""
     bound = {d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
              for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
     known: dict[str, bool] = {}  # name -> its (last) value info leaves it unknown
@@ -359,10 +362,11 @@ def _has_unknown_shapes(graph: onnx.GraphProto) -> bool:
             if unknown is None:
                 unknown = by_type[key] = _unknown_shape(ty, bound)
             known[vi.name] = unknown
-    for n in graph.node:
-        for o in n.output:
-            if o and known.get(o, True):
-                return True
+    if outputs is None:
+        outputs = [o for n in graph.node for o in n.output]
+    for o in outputs:
+        if o and known.get(o, True):
+            return True
     return False
 
 
@@ -456,14 +460,28 @@ def _light_copy(model: onnx.ModelProto, bodies: bool = True) -> onnx.ModelProto:
     inputs = {i.name for i in src.input}
     external = onnx.TensorProto.EXTERNAL
     small = []
+    templates: dict[tuple, onnx.ValueInfoProto] = {}  # (elem, *dims) -> the value info without a name
+    add = dst.input.add
     for t in src.initializer:
         elem = t.data_type
         size = _ITEMSIZES.get(elem)
         if size is None:
             size = _ITEMSIZES[elem] = _itemsize(t)
-        if _numel(t) * size > 1024 or t.data_location == external:
-            if t.name not in inputs:
-                _add_tensor_value_info(dst.input, t.name, elem, t.dims)
+        dims = t.dims
+        n = size
+        for d in dims:
+            n *= d
+        if n > 1024 or t.data_location == external:
+            name = t.name
+            if name not in inputs:  # _add_tensor_value_info(dst.input, name, elem, dims), each type made once
+                key = (elem, *dims)
+                template = templates.get(key)
+                if template is None:
+                    template = templates[key] = onnx.ValueInfoProto()
+                    _add_tensor_value_info_to(template, elem, dims)
+                vi = add()
+                vi.CopyFrom(template)
+                vi.name = name
         else:
             small.append(t)
     dst.initializer.extend(small)
@@ -479,6 +497,11 @@ def _add_tensor_value_info(field, name: str, elem_type: int, dims) -> None:
     integer ``dims``, written in place (the same message)."""
     vi = field.add()
     vi.name = name
+    _add_tensor_value_info_to(vi, elem_type, dims)
+
+
+def _add_tensor_value_info_to(vi: onnx.ValueInfoProto, elem_type: int, dims) -> None:
+    """The type of :func:`_add_tensor_value_info`, written into ``vi``."""
     tt = vi.type.tensor_type
     tt.elem_type = elem_type
     tt.shape.SetInParent()  # an empty shape is written (a scalar), as make_tensor_value_info does
@@ -522,8 +545,6 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
     confirm is stale: an exporter that traced at batch 1 writes 1 where the batch is dynamic,
     and folding Shape to it breaks the model at batch 2. ``bodies=False``: the caller knows no
     node of ``dst`` holds a graph (the nodes are not walked for one)."""
-    if trust_numbers is None:
-        trust_numbers = inputs_static(dst)
     inferred = {vi.name: vi for vi in src.value_info}
     contradicted = 0
     first = None
@@ -531,6 +552,8 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
         new = inferred.pop(vi.name, None)
         if new is None or new == vi:
             continue
+        if trust_numbers is None:  # asked of the inputs only when a declared entry is merged
+            trust_numbers = inputs_static(dst)
         merged, conflict = _merge_value_info(vi, new, trust_numbers)
         if conflict:
             contradicted += 1
@@ -550,8 +573,12 @@ def _copy_value_info(src: onnx.GraphProto, dst: onnx.GraphProto, trust_numbers: 
         for i, a_src in enumerate(n_src.attribute):  # dst's attributes read only beside a body
             if a_src.type == onnx.AttributeProto.GRAPH:
                 if i < len(n_dst.attribute):
+                    if trust_numbers is None:
+                        trust_numbers = inputs_static(dst)
                     contradicted += _copy_value_info(a_src.g, n_dst.attribute[i].g, trust_numbers)
             elif a_src.type == onnx.AttributeProto.GRAPHS:
+                if trust_numbers is None:
+                    trust_numbers = inputs_static(dst)
                 if i < len(n_dst.attribute):
                     for g_src, g_dst in zip(a_src.graphs, n_dst.attribute[i].graphs):
                         contradicted += _copy_value_info(g_src, g_dst, trust_numbers)

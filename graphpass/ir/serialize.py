@@ -245,7 +245,9 @@ def _load_proto(source: ModelSource, lazy_external: bool, limit: int
         base_dir = path.resolve().parent
     where = str(source) if not isinstance(source, (bytes, bytearray, onnx.ModelProto)) else "<model>"
     graphs = validated_graphs(model, where)
-    on_disk = list(external._external_tensors(model))
+    # validation's walk met every tensor of the graphs (not the functions'): none external, none to list
+    skip = graphs is not None and not graphs.external and not len(model.functions)
+    on_disk = [] if skip else list(external._external_tensors(model))
     held += _load_external_data(model, base_dir, where, lazy=lazy_external, limit=limit - held, tensors=on_disk)
     limits.Budget(limit).require(held, f"{where}: the model and its external data")
     source_bytes = held
@@ -379,8 +381,10 @@ def from_proto(
     # what validation's walk saw of the nodes (the loader's graphs): without a function, a node
     # in graphpass's domain or a TYPE_PROTO attribute, the walks looking for them find nothing
     seen = graphs if isinstance(graphs, GraphList) else None
+    outputs = seen.outputs if seen is not None else None  # the main graph's node outputs, validated
     if seen is None or len(model.functions) or DOMAIN in seen.node_domains:
         free_reserved_domain(model)
+        outputs = None
     raw_attrs = seen is None or not seen.attr_types.isdisjoint(_RAW_ATTR_TYPES)
     defaults: dict[str, onnx.TensorProto] = {}
     if not freeze_initializer_inputs and model.ir_version >= 4:
@@ -411,7 +415,7 @@ def from_proto(
         given = _apply_input_shapes(model, input_shapes, dims)
     if shape_inference:
         bodies = len(graphs) > 1
-        inferred = infer_shapes(model, bodies=bodies)
+        inferred = infer_shapes(model, bodies=bodies, outputs=outputs)
         if inferred is not model:
             _copy_value_info(inferred.graph, model.graph, bodies=bodies)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
@@ -421,14 +425,16 @@ def from_proto(
 
 def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None,
            raw_attrs: bool = True) -> gs.Graph:
+    made = fast_import.Made()
     try:
-        graph = fast_import.import_onnx(model)
+        graph = fast_import.import_onnx(model, made)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
     annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
-    kept_types = _remember_types(model.graph, graph, graphs)
+    # the import looked at every value info's type: without one other than a tensor's, none to keep
+    kept_types = _remember_types(model.graph, graph, graphs) if not made.complete or made.other_types else False
     if raw_attrs:  # else no node has a TYPE_PROTO(S) attribute (validation's walk saw every one)
         _remember_raw_attrs(model.graph, graph)
     Model(
@@ -441,7 +447,7 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
         input_defaults=defaults,
         meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
-    _release_proto(graph, kept_types)
+    _release_proto(graph, kept_types, made if not raw_attrs else None, graphs is None or len(graphs) > 1)
     toposort(graph)
     return graph
 
@@ -452,18 +458,51 @@ def _own(message):
     return copy
 
 
-def _release_proto(graph: gs.Graph, kept_types: bool = True) -> None:
+def _release_proto(graph: gs.Graph, kept_types: bool = True, made: "fast_import.Made | None" = None,
+                   bodies: bool = True) -> None:
     """Give the imported graph its own copies of the protobuf parts it keeps (weights' headers
     and embedded bytes, opset imports, kept types and attributes): a part of the parsed
     ModelProto keeps the whole parse alive (protobuf allocates a message's parts in one arena),
     nodes and value_info included: about 0.6 KB per node that nothing reads after the import
     (issue 22). ``kept_types=False``: :func:`_remember_types` kept none (no tensor is looked at
-    for one)."""
+    for one). ``made``: what the import made (:class:`~graphpass.ir.fast_import.Made`), given
+    when no node keeps raw attributes: when it lists every Constant and no type was kept, the
+    weights are found in it, not by a walk of every node's tensors. ``bodies=False``: the
+    caller knows no node holds a graph."""
     model = model_of(graph, attach=False)
+    holder = onnx.GraphProto()  # the weights' copies, in one arena (one per copy costs ~0.5 KB)
+    if made is not None and made.complete and not kept_types:
+        _release_made(graph, made, holder, bodies)
+    else:
+        _release_walk(graph, kept_types, holder)
+    if model is not None and model.input_defaults:
+        model.input_defaults = {k: _own(v) for k, v in model.input_defaults.items()}
+
+
+def _release_made(graph: gs.Graph, made: "fast_import.Made", holder: onnx.GraphProto, bodies: bool) -> None:
+    """:func:`_release_walk` for an import that listed its Constants: the same copies. The walk
+    meets a Constant a node reads, one a graph outputs, or one a node holds as an attribute;
+    one the model has but nothing reads (an unused initializer) is left to go with the parse."""
+    graphs = list(iter_graphs(graph)) if bodies else [graph]
+    outputs = {id(t) for g in graphs for t in g.outputs}
+    in_attrs = made.attributes
+    for g in graphs:
+        if g.import_domains is not None:
+            g.import_domains = [_own(o) for o in g.import_domains]
+    add = holder.initializer.add
+    for c in made:
+        if c.outputs or id(c) in outputs or id(c) in in_attrs:
+            v = c._values
+            own = add()
+            own.CopyFrom(v.tensor)
+            v.tensor = own
+            v.shape = own.dims
+
+
+def _release_walk(graph: gs.Graph, kept_types: bool, holder: onnx.GraphProto) -> None:
     lazy, tensor_proto = gs.ir.tensor.LazyValues, onnx.TensorProto
     roots = [graph, *(graph.functions or ())]
     done: set[int] = set()
-    holder = onnx.GraphProto()  # the weights' copies, in one arena (one per copy costs ~0.5 KB)
     for root in roots:
         for g in iter_graphs(root):
             if g.import_domains is not None:
@@ -496,8 +535,6 @@ def _release_proto(graph: gs.Graph, kept_types: bool = True) -> None:
                     kept = d.get(_TYPE_KEY)
                     if kept is not None:
                         d[_TYPE_KEY] = _own(kept)
-    if model is not None and model.input_defaults:
-        model.input_defaults = {k: _own(v) for k, v in model.input_defaults.items()}
 
 
 _TYPE_KEY = "_gp_type"
@@ -699,7 +736,7 @@ def constant_proto(c: gs.Constant) -> onnx.TensorProto:
     return OnnxExporter.export_tensor_proto(c)
 
 
-def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
+def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None, maps: dict | None = None
                        ) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """Export with every weight over 1 KiB as a data-less header.
 
@@ -709,6 +746,8 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
     model and, by name, the original TensorProto (or, for a weight a pass computed, the numpy
     array) of each weight left out. Weights still on disk (:class:`ExternalValues`) are exported
     as their external reference; :func:`to_proto` reads them in, :func:`save` copies them over.
+    ``maps``: filled with the export's maps of each graph's tensors (see
+    :func:`graphpass.ir.fast_export.export_onnx`).
     """
     originals: dict[str, onnx.TensorProto | np.ndarray] = {}
     swapped: list[tuple[gs.ir.tensor.LazyValues, onnx.TensorProto]] = []
@@ -777,7 +816,7 @@ def _export_weightless(graph: gs.Graph, value_infos: set[str] | None = None
                     values.tensor.name = t.name  # a renamed weight (concat's prefix) keeps its new name
     try:
         with _types_hidden(graph) as types:
-            model = fast_export.export_onnx(graph, value_infos)
+            model = fast_export.export_onnx(graph, value_infos, maps)
         _restore_types(model, types)
         _restore_raw_attrs(model.graph, graph)
     finally:
@@ -815,9 +854,10 @@ def _hoist_shared_initializers(model: onnx.ModelProto, shared: set[str]) -> None
         g.initializer.extend(keep)
 
 
-def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None) -> onnx.ModelProto:
+def _finish(graph: gs.Graph, model: onnx.ModelProto, originals: dict | None = None,
+            maps: dict | None = None) -> onnx.ModelProto:
     facts = model_of(graph, attach=False)  # exporting never changes the graph
-    annotations.write_to_proto(graph, model.graph)
+    annotations.write_to_proto(graph, model.graph, maps)
     for k, v in facts.metadata_props.items():
         model.metadata_props.add(key=k, value=v)
     model.doc_string = facts.doc_string or ""
@@ -880,10 +920,12 @@ def _export_paused(graph: gs.Graph, emit: str, value_infos: set[str] | None = No
         # portable: the TransData calls to_portable drops are left out of the export itself
         with transdata_bypassed(graph) if emit == "portable" else contextlib.nullcontext():
             try:
-                model, originals, shared = _export_weightless(graph, value_infos)
+                maps: dict = {}  # the export's maps of each graph's tensors, for the annotations
+                model, originals, shared = _export_weightless(graph, value_infos, maps)
             except Exception as e:
                 raise BadModelError(f"cannot export the graph: {type(e).__name__}: {e}") from e
-            model = _finish(graph, model, originals)
+            model = _finish(graph, model, originals, maps)
+            del maps
     _hoist_shared_initializers(model, shared)
     if emit == "portable":
         from graphpass.ir.device_ops import to_portable

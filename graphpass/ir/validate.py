@@ -70,14 +70,20 @@ class GraphList(list):
     """The graphs validation's one walk met (``list(graph_protos(model.graph))``), with what it
     saw of their nodes on the way: ``node_domains``, the domains of the nodes outside the
     default one, and ``attr_types``, the type of every attribute (the loader skips walks these
-    say have nothing to find: graphpass.ir.serialize.from_proto)."""
+    say have nothing to find: graphpass.ir.serialize.from_proto), and ``outputs``, the output
+    names of the first graph's nodes, in node order (shape inference's check of them), and
+    ``external``: whether some tensor the walk met may be stored as external data (an
+    initializer or an attribute's tensor with a ``data_location``, or an attribute holding a
+    tensor the walk does not look at: a list of tensors, a tensor beside another type)."""
 
-    __slots__ = ("node_domains", "attr_types")
+    __slots__ = ("node_domains", "attr_types", "outputs", "external")
 
     def __init__(self):
         super().__init__()
         self.node_domains: set = set()
         self.attr_types: set = set()
+        self.outputs: list | None = None
+        self.external = False
 
 
 def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
@@ -192,6 +198,8 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     defined.update(i.values.name for i in g.sparse_initializer)
     for t in g.initializer:
         _tensor_ok(t)
+        if t.HasField("data_location"):
+            seen.external = True
     max_dim = limits.MAX_DIM
     for holder in (g.input, g.output, g.value_info):
         for vi in holder:
@@ -237,6 +245,10 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
             attr_types_seen.add(t)
             if t == _TENSOR:
                 _tensor_ok(a.t)
+                if a.t.HasField("data_location") or len(a.tensors):
+                    seen.external = True
+            elif len(a.tensors) or a.HasField("t"):
+                seen.external = True
             elif t == _GRAPH:
                 bodies.append(a.g)
             elif t == _GRAPHS:
@@ -252,6 +264,8 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     produced = [o for o in outputs if o]
     if len(set(produced)) != len(produced):
         return False
+    if seen is graphs and len(graphs) == 1:  # the main graph (the first one met)
+        seen.outputs = outputs
     defined.update(produced)
     missing = set(inputs).difference(defined)
     missing.discard("")  # an omitted optional input
