@@ -74,6 +74,10 @@ _STD = (None, "", "ai.onnx")
 _BATCH_BYTES = 1 << 22
 #: weights of more elements are folded one by one (numpy's per-call overhead is small beside them)
 _BATCH_MAX_WEIGHT = 1 << 14
+#: at most this many bytes of weights (float64 and the folded float32 together) held by the folds
+#: computed ahead; the rest are folded one by one in the walk (a 1M-node CNN would otherwise hold
+#: every fold's weights at once)
+_PREFETCH_MAX_BYTES = 1 << 26
 
 #: the folds of the running application computed before its walk (see :func:`_prefetch`):
 #: id(BatchNormalization) -> (what it was computed from, (s, w, new_w, new_b, var + eps))
@@ -158,6 +162,7 @@ def _prefetch(graph) -> dict[int, tuple[tuple, tuple]]:
                 if src is not None:
                     groups.setdefault(src[:2], []).append((bn, src))
     out: dict[int, tuple[tuple, tuple]] = {}
+    held = 0
     for (shape, has_bias), members in groups.items():
         if len(members) < 2:
             continue  # (one by one in the walk, as before)
@@ -165,6 +170,9 @@ def _prefetch(graph) -> dict[int, tuple[tuple, tuple]]:
         step = max(1, _BATCH_BYTES // (8 * size))
         for at in range(0, len(members), step):
             chunk = members[at:at + step]
+            held += 12 * size * len(chunk)  # the float64 weights the folds view, their float32 copies
+            if held > _PREFETCH_MAX_BYTES:
+                return out
             n, c = len(chunk), shape[0]
             vecs = 5 if has_bias else 4
             with np.errstate(all="ignore"):

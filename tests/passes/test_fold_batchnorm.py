@@ -323,6 +323,24 @@ def test_a_prefetched_fold_whose_tensors_changed_is_computed_again():
     assert not all(a is b for a, b in zip(pre[id(bn)][0], F._key(bn)))
 
 
+def test_the_folds_computed_ahead_hold_at_most_their_byte_cap(monkeypatch):
+    """At most _PREFETCH_MAX_BYTES of weights are held by folds computed ahead (a 1M-node CNN would
+    hold every fold's at once); the folds past the cap are folded one by one, to the same bytes."""
+    from graphpass.passes.fusion import fold_batchnorm as F
+
+    model = _many_conv_bn({})
+    per_fold = 12 * 4 * 4 * 3 * 3  # the float64 weight and its float32 copy, as _prefetch counts them
+    monkeypatch.setattr(F, "_BATCH_BYTES", 8 * 4 * 4 * 3 * 3 * 3)  # chunks of 3 folds
+    monkeypatch.setattr(F, "_PREFETCH_MAX_BYTES", 7 * per_fold)
+    assert len(F._prefetch(gp.load(model).graph)) == 6  # two chunks of 3; the third would pass the cap
+    graph = gp.load(model).graph
+    capped = fold_batchnorm(graph, PassContext())
+    monkeypatch.setattr(F, "_PREFETCH_MAX_BYTES", 1 << 26)
+    full = gp.load(model).graph
+    assert fold_batchnorm(full, PassContext()).stats == capped.stats and capped.stats["fired"] == 12
+    assert gp.to_proto(graph).SerializeToString() == gp.to_proto(full).SerializeToString()
+
+
 def test_the_pass_is_skipped_only_where_no_rule_can_anchor():
     """fold_batchnorm runs its own walk (the folds computed first), so the manager asks its
     anchor_ops, not its rules: the two must name the same ops."""
