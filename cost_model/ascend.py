@@ -593,26 +593,14 @@ class AscendCostModel(CostModel):
         capture = cx.capture if top else None
         step = self._step
         append = items.append
+        item_of = _item_of
         io = None  # (ids of the graph's inputs, ids of its outputs, top): made at the first implicit TransData
         for node in graph.nodes:
             e = step(node, w, cx)
             if capture is not None:
                 capture[id(node)] = (node, e, tuple(node.inputs), tuple(node.outputs))
-            # (_item_of, inline)
-            info, engine, compute16, in_fmts, out_fmts, host, r, conv, cross = e
-            it = _Item()
-            it.e = e
-            it.node, it.info, it.engine, it.c16, it.in_fmts, it.out_fmts, it.host = (node, info, engine, compute16,
-                                                                                     in_fmts, out_fmts, host)
-            it.us, it.bound, it.cube, it.vector, it.memory, it.launch, it.note = r
-            it.fused = False
-            if engine == "AICORE" and info is not None:
-                cost = info.cost
-                it.kernel = cost in _KERNEL_COSTS and r[0] > 0.0 and not host
-                it.elt = cost == "vector" and info.layout == "agnostic" and node.op not in ("Concat", "Split")
-            else:
-                it.kernel = it.elt = False
-            append(it)
+            append(item_of(node, e))
+            conv, cross = e[7], e[8]
             if not conv and not cross:
                 continue
             for t, have, want in conv:
@@ -624,6 +612,7 @@ class AscendCostModel(CostModel):
                     us = self._transdata_us(t, have, want, cx, self._transdata_l2(t, have, want, *io))
                     cx.implicit.append({"tensor": t.name, "from": have, "to": want, "us": us,
                                         "reason": f"{_op_label(node)} '{node.name}' takes {want}, its input comes in {have}"})
+            engine = e[1]
             for t, src, c16 in cross:
                 key2 = (id(t), engine)
                 if key2 not in seen_cross:
