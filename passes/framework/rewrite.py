@@ -147,6 +147,10 @@ class Match:
     created: list[gs.Node] = dataclasses.field(default_factory=list)
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     graph_outputs: set[int] | None = dataclasses.field(default=None, repr=False)
+    #: id -> (node, its new inputs, its new attrs) of the matched nodes ``copy(..., reuse=True)`` edits
+    #: in place instead of copying (None: none)
+    reused: dict[int, tuple[gs.Node, list[gs.Tensor], dict[str, Any]]] | None = dataclasses.field(default=None,
+                                                                                                  repr=False)
 
     @property
     def anchor(self) -> gs.Node:
@@ -174,17 +178,55 @@ class Match:
         return outs[0] if len(outs) == 1 else outs
 
     def copy(self, node: gs.Node, inputs: Sequence[gs.Tensor] | None = None,
-             attrs: dict[str, Any] | None = None) -> gs.Variable:
+             attrs: dict[str, Any] | None = None, *, reuse: bool = False) -> gs.Variable:
         """A new node like ``node`` (op, domain, name, attributes, annotations, which optional
-        outputs exist) with other ``inputs`` and ``attrs`` updated; returns its first output."""
+        outputs exist) with other ``inputs`` and ``attrs`` updated; returns its first output.
+
+        ``reuse=True``: when ``node`` is a matched node (not the anchor) with one output read by
+        nothing but the anchor, whose one output the returned tensor is to replace (``return
+        m.copy(conv, ..., reuse=True)``), the engine edits ``node`` itself when the rewrite is
+        applied (its inputs and attributes; it then writes the anchor's output and takes the
+        copy's place in the node list) instead of building a copy and dropping ``node``: the same
+        graph, counts, annotations and later names, with two objects and several undo records
+        fewer. Otherwise (another node, the copy's output used elsewhere) a copy as without it;
+        a rewrite that then uses the output otherwise than as the anchor's one value is a rule bug
+        (TypeError when it is applied)."""
         from graphpass.ir import annotations as A
 
+        if reuse and self._reusable(node):
+            # the one name the copy would ask (its output's; the copy keeps the node's own name):
+            # the walk's later names stay the same
+            label = node.name or f"{self.anchor.name or node.op.lower()}_{node.op.lower()}"
+            self.names(f"{label}_out")
+            if self.reused is None:
+                self.reused = {}
+            self.reused[id(node)] = (node, list(node.inputs) if inputs is None else list(inputs),
+                                     {**node.attrs, **(attrs or {})})
+            self.created.append(node)  # placed where the copy would be, marked as it would be
+            return node.outputs[0]
         outs = self.op(node.op, list(node.inputs) if inputs is None else inputs, {**node.attrs, **(attrs or {})},
                        domain=node.domain, name=node.name, outputs=[bool(t.name) for t in node.outputs] or 1)
         old = A.stored_meta(node)  # a read of ``node`` (A.meta would save it in an undo log and give it a dict)
         if old:
             A.meta(self.created[-1]).update(old)
         return outs if isinstance(outs, gs.Tensor) else outs[0]
+
+    def _reusable(self, node: gs.Node) -> bool:
+        """Whether ``copy(node, reuse=True)`` may edit ``node`` (see :meth:`copy`): a matched node
+        other than the anchor, of gs's own class, one named output that only the anchor reads
+        (not a graph output), and an anchor of one output (it dies once that one is given up,
+        and ``node`` with it, as the copy's original would)."""
+        anchor = self.anchor
+        if node is anchor or type(node) is not gs.Node or len(node.outputs) != 1 or len(anchor.outputs) != 1:
+            return False
+        if not any(n is node for n in self.nodes) or (self.reused is not None and id(node) in self.reused):
+            return False
+        t = node.outputs[0]
+        if not t.name or not all(r is anchor for r in t.outputs):
+            return False
+        if self.graph_outputs is None:
+            self.graph_outputs = {id(o) for o in self.graph.outputs}
+        return id(t) not in self.graph_outputs
 
     def count(self, key: str, n: int = 1) -> None:
         """Add ``n`` to the pass stat ``key`` (kept only if the rewrite is applied)."""
@@ -382,11 +424,12 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
         scope = Scope(g, graph, names)
         pos: dict[int, int] | None = None  # id(node) -> index in order, built at the first rewrite
         dead: set[int] = set()
+        moved: set[int] = set()  # nodes a rewrite edited in place (copy(reuse=True)): placed at its anchor now
         placed: dict[int, list[gs.Node]] = {}
         unsorted = False
         try:
             for node in (reversed(offered) if reverse else offered):
-                if id(node) in dead:
+                if id(node) in dead or (moved and id(node) in moved):  # (a copy is not offered either)
                     continue
                 candidates = by_op.get(node.op, [])
                 if anywhere:
@@ -411,6 +454,9 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                         continue
                     entry["rewritten"] += 1
                     entry["removed"] += sum([id(n) in dead for n in m.nodes])
+                    if m.reused:  # (each counted as the copy's original would be: removed, and created)
+                        entry["removed"] += len(m.reused)
+                        moved.update(m.reused)
                     if m.counts:
                         for k, v in m.counts.items():
                             entry[k] = entry.get(k, 0) + v
@@ -431,7 +477,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                     new = placed.get(id(n))
                     if new is not None:
                         nodes.extend(c for c in new if id(c) not in dead)  # a new node may die too
-                    if id(n) not in dead:
+                    if id(n) not in dead and not (moved and id(n) in moved):
                         nodes.append(n)
                 g.nodes = nodes
                 if unsorted:  # a rewrite read a tensor written after its anchor: re-sort this graph
@@ -508,6 +554,16 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # every output of the anchor gets another writer: the anchor dies, and gives them all up at
     # once (no fresh tensor to write in their place, as _detach gives a node that stays)
     cleared = apart and len(pairs) == len(anchor.outputs) and all(takes)
+    reused = m.reused
+    if reused:
+        # copy(reuse=True): the edited node's output must be the anchor's one new value, read by
+        # nothing but the anchor (then the node is dropped where its copy would be)
+        for node, _, _ in reused.values():
+            t = node.outputs[0]
+            if not (cleared and len(pairs) == 1 and pairs[0][1] is t and all(r is anchor for r in t.outputs)):
+                _discard(m)
+                raise TypeError(f"a rewrite used the output of '{node.name}', copied with reuse=True, otherwise "
+                                "than as the anchor's one new value")
     if not apart and any(id(new) in {id(o) for o, _ in pairs} for _, new in pairs):
         # an output replaced by another output that is itself replaced (two outputs swapped): the
         # readers move all at once, each to what it read before the rewrite asked for (pair by
@@ -529,6 +585,18 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
             writer = new.inputs[0] if len(new.inputs) == 1 else None
             take = writer is not None and (id(writer) in created or scope.is_output(old))
         if take:
+            if reused and id(writer) in reused:
+                # the copy's work done on the original: it reads the new inputs (left its old
+                # ones' readers, joined the new ones' at their end, as the copy did), gets the
+                # copy's attributes dict and writes ``old`` (its own output left unwritten, as the
+                # dropped original's was); the copy's output had no dtype, shape or reader to hand on
+                _, new_inputs, new_attrs = reused[id(writer)]
+                ins = writer.inputs
+                ins.clear()
+                ins.extend(new_inputs)
+                writer.attrs = new_attrs
+                writer.outputs[0] = old
+                continue
             if not cleared:
                 _detach(old, scope)
             if old.dtype is None:
@@ -546,7 +614,7 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     # more (none is needed once all died); the nodes that die are the same in any order (a node
     # dies once nothing reads it)
     outputs = scope.outputs
-    alive = [n for n in m.nodes if id(n) not in dead]
+    alive = [n for n in m.nodes if id(n) not in dead and not (reused and id(n) in reused)]
     changed = True
     while changed and alive:
         changed = False
@@ -566,11 +634,16 @@ def _static(shape) -> bool:
 
 
 def _discard(m: Match) -> None:
-    """Disconnect the nodes a rewrite built (gs registers a new node as a reader of its inputs)."""
+    """Disconnect the nodes a rewrite built (gs registers a new node as a reader of its inputs);
+    a node ``copy(reuse=True)`` would edit is left as it is (nothing was done to it yet)."""
+    reused = m.reused or ()
     for n in m.created:
+        if id(n) in reused:
+            continue
         n.inputs.clear()
         n.outputs.clear()
     m.created.clear()
+    m.reused = None
 
 
 def _detach(t: gs.Tensor, scope: Scope) -> None:

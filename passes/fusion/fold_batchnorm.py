@@ -268,8 +268,10 @@ class _FoldInto(Rule):
         _, _, new_w, new_b = self.folded(m)
         w = gs.Constant(m.names(prod.inputs[1].name + "_bnfold"), new_w)
         b = gs.Constant(m.names(f"{prod.name or prod.op}_bias_bnfold"), new_b)
-        # Gemm: the old beta * C is in the folded bias
-        return m.copy(prod, inputs=[prod.inputs[0], w, b], attrs={"beta": 1.0} if prod.op == "Gemm" else None)
+        # Gemm: the old beta * C is in the folded bias; the producer edited in place when it can be
+        # (it is dropped with the BN otherwise: the same graph, without a copy)
+        return m.copy(prod, inputs=[prod.inputs[0], w, b], attrs={"beta": 1.0} if prod.op == "Gemm" else None,
+                      reuse=True)
 
 
 class _IntoConv(_FoldInto):

@@ -701,3 +701,93 @@ def test_a_swap_of_outputs_one_a_graph_output_is_refused_and_leaves_the_graph():
         ("Split", ["x"], ["a", "b"]), ("Sub", ["a", "b"], ["y"])]
     assert_equivalent(model, gp.to_proto(graph), feeds={"x": np.array([1.0, -0.0, np.nan, np.inf], np.float32)},
                       exact=True)
+
+
+def _reuse_model():
+    """x -> Sub(x, c) 's' -> t -> LeakyRelu 'lr' -> y; Abs 'u' (also reading x, placed between s and
+    lr) -> z; the Sub annotated: a copy of s, with its inputs swapped, takes lr's place."""
+    model = make_model([helper.make_node("Sub", ["x", "c"], ["t"], name="s"), helper.make_node("Abs", ["x"], ["z"], name="u"),
+                        helper.make_node("LeakyRelu", ["t"], ["y"], name="lr", alpha=0.5),
+                        helper.make_node("Neg", ["x"], ["w"], name="v")],
+                       {"x": [4]}, {"y": [4], "z": [4], "w": [4]}, {"c": np.arange(4, dtype=np.float32)})
+    graph = gp.load(model).graph
+    from graphpass.ir import annotations as A
+
+    A.meta(graph.nodes[0])["note"] = "kept"
+    return graph
+
+
+def _swap_copy(reuse: bool) -> Rule:
+    return rule(("Sub", "LeakyRelu"), lambda m: m.copy(m.nodes[0], inputs=m.nodes[0].inputs[::-1], reuse=reuse),
+                name="swap")
+
+
+def _layout(graph: gs.Graph) -> list:
+    """Every node's op, name, attributes, annotations and wiring by tensor name, and each tensor's
+    readers and writers by node name, in order (the undo log and later passes see the order)."""
+    from graphpass.ir import annotations as A
+
+    out = []
+    for n in graph.nodes:
+        out.append((n.op, n.name, dict(n.attrs), A.stored_meta(n), [t.name for t in n.inputs], [t.name for t in n.outputs]))
+        for t in [*n.inputs, *n.outputs]:
+            out.append((t.name, [p.name for p in t.inputs], [r.name for r in t.outputs]))
+    return out
+
+
+def test_a_copy_with_reuse_edits_the_matched_node_to_the_graph_a_copy_makes():
+    """copy(node, reuse=True): the engine edits the Sub itself (its inputs, its attributes dict; it
+    writes the anchor's output and moves to the anchor's place) instead of building a copy and
+    dropping it: the same exported bytes, node order, readers' order, annotations, counts and
+    later names as the copy."""
+    graphs, counts = [], []
+    for reuse in (False, True):
+        graph = _reuse_model()
+        sub = graph.nodes[0]
+        counts.append(apply_rules(graph, RuleSet(_swap_copy(reuse), rule(("Neg",), lambda m: m.op("Neg", [
+            m.nodes[0].inputs[0]]), name="neg")), PassContext(), "t"))
+        assert ops(graph) == ["Abs", "Sub", "Neg"] and (graph.nodes[1] is sub) == reuse
+        graphs.append(graph)
+    assert gp.to_proto(graphs[0]).SerializeToString() == gp.to_proto(graphs[1]).SerializeToString()
+    assert _layout(graphs[0]) == _layout(graphs[1]) and counts[0] == counts[1]
+    assert counts[1]["swap"] == {"matched": 1, "refused": 0, "rewritten": 1, "removed": 2, "created": 1}
+    assert graphs[1].nodes[1].inputs[0].name == "c" and graphs[1].nodes[1].outputs[0].name == "y"
+    assert graphs[1].nodes[2].name == "v_neg__gp1"  # the names the copy asked are asked: later names as before
+
+
+def test_a_copy_with_reuse_rolls_back_exactly():
+    from graphpass.ir import model_io
+    from graphpass.ir.journal import Journal
+
+    graph = _reuse_model()
+    before = model_io.to_proto(graph, emit="device").SerializeToString()
+    wiring = _layout(graph)
+    ids = [(id(n), [id(t) for t in n.inputs], [id(t) for t in n.outputs]) for n in graph.nodes]
+    with Journal(graph) as j:
+        apply_rules(graph, [_swap_copy(True)], PassContext(), "t")
+    assert ops(graph) == ["Abs", "Sub", "Neg"]
+    j.rollback()
+    assert model_io.to_proto(graph, emit="device").SerializeToString() == before and _layout(graph) == wiring
+    assert [(id(n), [id(t) for t in n.inputs], [id(t) for t in n.outputs]) for n in graph.nodes] == ids
+
+
+def test_a_copy_with_reuse_of_a_node_read_elsewhere_is_a_copy():
+    """The Sub's output also read by another node (a match that is not exclusive): the Sub stays
+    for that reader, so a copy is built, as without reuse."""
+    graph = _reuse_model()
+    sub, t = graph.nodes[0], graph.nodes[0].outputs[0]
+    graph.nodes[1].inputs[0] = t  # Abs reads the Sub's output too
+    rules = [rule(("Sub", "LeakyRelu"), lambda m: m.copy(m.nodes[0], inputs=m.nodes[0].inputs[::-1], reuse=True),
+                  exclusive=False)]
+    counts = apply_rules(graph, rules, PassContext(), "t")
+    assert counts.total("rewritten") == 1 and ops(graph) == ["Sub", "Abs", "Sub", "Neg"]
+    assert graph.nodes[0] is sub and sub.outputs[0] is t and graph.nodes[2] is not sub
+
+
+def test_a_copy_with_reuse_whose_output_is_used_otherwise_is_a_rule_bug_and_leaves_the_graph():
+    graph = _reuse_model()
+    before = gp.to_proto(graph).SerializeToString()
+    bad = rule(("Sub", "LeakyRelu"), lambda m: m.op("Neg", [m.copy(m.nodes[0], reuse=True)]), name="bad")
+    with pytest.raises(TypeError, match="reuse=True"):
+        apply_rules(graph, [bad], PassContext(), "t")
+    assert gp.to_proto(graph).SerializeToString() == before

@@ -350,3 +350,42 @@ def test_the_pass_is_skipped_only_where_no_rule_can_anchor():
     assert FoldBatchNorm.anchor_ops == anchors
     assert not FoldBatchNorm().can_act(frozenset({"Conv", "Relu"}), PassContext())
     assert FoldBatchNorm().can_act(frozenset({"Conv", "BatchNormalization"}), PassContext())
+
+
+def test_the_producer_is_edited_in_place_to_the_graph_a_copy_makes(monkeypatch):
+    """The fused Conv/Gemm is the matched producer edited in place (Match.copy(reuse=True): its
+    weight and bias inputs, Gemm's beta, the BN's output), not a copy: the same bytes, node order
+    (a node between the Conv and its BN stays before it), readers' order, annotations and stats
+    as the copy, for Conv with and without a bias, a refused fold and a Gemm; a BN with its
+    running statistics named but unused (more than one output) is folded into a copy."""
+    from graphpass.passes.framework.rewrite import Match
+
+    gemm = make_model([helper.make_node("Gemm", ["x", "w", "cc"], ["g"], name="gemm", transB=1, beta=0.5),
+                       helper.make_node("Relu", ["x"], ["side"], name="side"), _bn("g", "y")],
+                      {"x": [2, 8]}, {"y": [2, 8], "side": [2, 8]},
+                      initializers={"w": RNG.standard_normal((8, 8)).astype(np.float32),
+                                    "cc": RNG.standard_normal(8).astype(np.float32), **_bn_params(8)})
+    stats_out = _conv_bn()
+    stats_out.graph.node[1].output.extend(["rm", "rv"])
+    for model in (_many_conv_bn({2: {"v": [-1.0] * 4}}), gemm, _conv_bn(bias=False), stats_out):
+        runs = []
+        for reuse in (True, False):
+            if not reuse:
+                monkeypatch.setattr(Match, "_reusable", lambda self, node: False)
+            graph = gp.load(model).graph
+            producers = {id(n) for n in graph.nodes if n.op in ("Conv", "Gemm")}
+            ctx = PassContext()
+            result = fold_batchnorm(graph, ctx)
+            kept = sum(id(n) in producers for n in graph.nodes)
+            runs.append((gp.to_proto(graph).SerializeToString(), result.stats, [(e.node, e.reason) for e in ctx.explanations],
+                         [(n.name, A.stored_meta(n), [[r.name for r in t.outputs] for t in n.inputs]) for n in graph.nodes]))
+            if reuse:
+                assert result.stats["fired"] and kept == len(producers) - (model is stats_out)
+            else:
+                assert kept == len(producers) - result.stats["fired"]
+        monkeypatch.undo()
+        assert runs[0] == runs[1]
+    folded = gp.load(gemm).graph
+    fold_batchnorm(folded, PassContext())
+    assert ops(folded) == ["Relu", "Gemm"] and folded.nodes[1].attrs["beta"] == 1.0
+    assert_equivalent(gemm, gp.to_proto(folded), rtol=1e-4, atol=1e-4)
