@@ -527,6 +527,8 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     """Apply a rewrite's result (see the module docstring); refuse, leaving the graph as it was,
     when a graph output cannot be rewired."""
     anchor = m.anchor
+    if isinstance(result, gs.Tensor) and len(anchor.outputs) == 1 and anchor.outputs[0] is not result:
+        return _commit_one(m, result, scope, dead)
     news = [result] if isinstance(result, gs.Tensor) else list(result)
     if len(news) > len(anchor.outputs):
         raise TypeError(f"rewrite returned {len(news)} values for {len(anchor.outputs)} outputs of {anchor.op}")
@@ -608,12 +610,78 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
             writer.outputs[writer.outputs.index(new)] = old
         else:
             replace_uses(old, new)
-    for n in m.created:
-        scope.local.add(id(n))
+    _sweep(m, scope, dead)
+    return MatchResult.success()
+
+
+def _commit_one(m: Match, new: gs.Tensor, scope: Scope, dead: set[int]) -> MatchResult:
+    """:func:`_commit` of the common case, an anchor of one output given one other tensor: the
+    same steps and edits in the same order, without the lists of pairs (one rewrite in ~4 of a
+    CNN's passes: fold_batchnorm, fuse_conv_activation, eliminate_identity, merge_transposes)."""
+    anchor = m.anchor
+    old = anchor.outputs[0]
+    outputs = scope.outputs
+    is_out = id(old) in outputs
+    if not old.outputs and not is_out and not any(
+            id(n) not in dead and all(not t.outputs and id(t) not in outputs for t in n.outputs) for n in m.nodes):
+        _discard(m)
+        return MatchResult.fail("the rewrite changes nothing (it replaces no output that is read)")
+    writers = new.inputs
+    writer = writers[0] if len(writers) == 1 else None
+    made = False
+    if writer is not None:
+        for n in m.created:
+            if n is writer:
+                made = True
+                break
+    if not made and is_out and not _movable(new, scope, {id(n) for n in m.created}):
+        _discard(m)
+        return MatchResult.fail(f"'{old.name}' is a graph output and '{new.name}' cannot take its name")
+    take = made or (writer is not None and is_out)  # (and the anchor gives its one output up: cleared)
+    reused = m.reused
+    if reused:
+        for node, _, _ in reused.values():
+            t = node.outputs[0]
+            if not (take and new is t and all(r is anchor for r in t.outputs)):
+                _discard(m)
+                raise TypeError(f"a rewrite used the output of '{node.name}', copied with reuse=True, otherwise "
+                                "than as the anchor's one new value")
+    if take:
+        scope.names(f"{old.name or 'dead'}_old")
+        anchor.outputs.clear()
+        if reused and id(writer) in reused:
+            _, new_inputs, new_attrs = reused[id(writer)]
+            ins = writer.inputs
+            ins.clear()
+            ins.extend(new_inputs)
+            writer.attrs = new_attrs
+            writer.outputs[0] = old
+        else:
+            if old.dtype is None:
+                old.dtype = new.dtype
+            if new.shape is not None and not _static(old.shape) and _static(new.shape):
+                old.shape = new.shape
+            if new.outputs:
+                replace_uses(new, old)
+            writer.outputs[writer.outputs.index(new)] = old
+    else:
+        replace_uses(old, new)
+    _sweep(m, scope, dead)
+    return MatchResult.success()
+
+
+def _sweep(m: Match, scope: Scope, dead: set[int]) -> None:
+    """The new nodes join the scope; the matched nodes nothing reads any more die (but the ones
+    ``copy(reuse=True)`` edited, which live on in their copy's place)."""
+    if m.created:
+        local = scope.local
+        for n in m.created:
+            local.add(id(n))
     # consumers first (the anchor is last): a chain dies in one sweep, and a second finds nothing
     # more (none is needed once all died); the nodes that die are the same in any order (a node
     # dies once nothing reads it)
     outputs = scope.outputs
+    reused = m.reused
     alive = [n for n in m.nodes if id(n) not in dead and not (reused and id(n) in reused)]
     changed = True
     while changed and alive:
@@ -625,8 +693,10 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
                     n.outputs.clear()
                 dead.add(id(n))
                 changed = True
-        alive = [n for n in alive if id(n) not in dead]
-    return MatchResult.success()
+        if changed and len(alive) > 1:
+            alive = [n for n in alive if id(n) not in dead]
+        else:
+            break  # (one node: it died, or nothing changed)
 
 
 def _static(shape) -> bool:

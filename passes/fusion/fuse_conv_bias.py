@@ -53,7 +53,7 @@ class _BatchNormAdd(Rule):
         _, b = self.folded(m)
         inputs = list(bn.inputs)
         inputs[2] = gs.Constant(m.names(f"{bn.name or 'bn'}_bias_fused"), b)
-        return m.copy(bn, inputs=inputs)
+        return m.copy(bn, inputs=inputs, reuse=True)
 
 
 class _ConvAdd(Rule):
@@ -85,7 +85,7 @@ class _ConvAdd(Rule):
     def rewrite(self, m: Match, ctx) -> gs.Tensor:
         conv, _ = m.nodes
         _, _, new = self.folded(m)
-        return m.copy(conv, inputs=with_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), new)))
+        return m.copy(conv, inputs=with_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_fused"), new)), reuse=True)
 
 
 @register

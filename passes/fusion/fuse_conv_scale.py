@@ -58,7 +58,7 @@ class _BatchNormMul(Rule):
         inputs = list(bn.inputs)
         for i, label in ((1, "scale"), (2, "bias")):
             inputs[i] = gs.Constant(m.names(f"{bn.name or 'bn'}_{label}_scaled"), folded[i])
-        return m.copy(bn, inputs=inputs)
+        return m.copy(bn, inputs=inputs, reuse=True)
 
 
 class _ConvMul(Rule):
@@ -102,7 +102,7 @@ class _ConvMul(Rule):
         inputs[1] = gs.Constant(m.names(f"{w.name}_scaled"), weights)
         if bias is not None:
             inputs = with_bias(conv, gs.Constant(m.names(f"{conv.name or 'conv'}_bias_scaled"), bias), inputs)
-        return m.copy(conv, inputs=inputs)
+        return m.copy(conv, inputs=inputs, reuse=True)
 
 
 @register
