@@ -147,10 +147,9 @@ class Match:
     created: list[gs.Node] = dataclasses.field(default_factory=list)
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     graph_outputs: set[int] | None = dataclasses.field(default=None, repr=False)
-    #: id -> (node, its new inputs, its new attrs) of the matched nodes ``copy(..., reuse=True)`` edits
-    #: in place instead of copying (None: none)
-    reused: dict[int, tuple[gs.Node, list[gs.Tensor], dict[str, Any]]] | None = dataclasses.field(default=None,
-                                                                                                  repr=False)
+    #: id -> what ``copy(..., reuse=True)`` / ``op(..., reuse=node)`` asked of a matched node the engine
+    #: edits in place instead of building a new one (None: none)
+    reused: dict[int, "_InPlace"] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def anchor(self) -> gs.Node:
@@ -164,10 +163,19 @@ class Match:
 
     def op(self, op_type: str, inputs: Sequence[gs.Tensor], attrs: dict[str, Any] | None = None, *,
            domain: str | None = None, name: str | None = None, outputs: int | Sequence[bool] = 1,
-           dtype: Any = None, shape: Any = None) -> gs.Variable | list[gs.Variable]:
+           dtype: Any = None, shape: Any = None, reuse: gs.Node | None = None) -> gs.Variable | list[gs.Variable]:
         """A new node ``op_type(inputs)``; returns its output tensor (a list when ``outputs > 1``;
         ``outputs`` may also say per output whether it exists, an absent optional output being
-        the empty tensor). The node enters the graph only if the rewrite is applied."""
+        the empty tensor). The node enters the graph only if the rewrite is applied.
+
+        ``reuse=node``: the new node may be ``node`` edited in place (its op, domain, name,
+        attributes and inputs set, its annotations dropped), as :meth:`copy` ``reuse=True`` says,
+        for a node of one output, ``dtype`` and ``shape`` not given and a ``name`` given."""
+        if (reuse is not None and name is not None and dtype is None and shape is None and outputs == 1
+                and self._reusable(reuse)):
+            label = name or f"{self.anchor.name or op_type.lower()}_{op_type.lower()}"
+            self.names(f"{label}_out")  # (the one name the new node would ask: later names stay the same)
+            return self._reuse(reuse, list(inputs), dict(attrs or {}), (op_type, domain, name))
         label = name or f"{self.anchor.name or op_type.lower()}_{op_type.lower()}"
         present = [True] * outputs if isinstance(outputs, int) else list(outputs)
         outs = [gs.Variable(self.names(f"{label}_out"), dtype=dtype, shape=shape) if keep else gs.Variable.empty()
@@ -198,18 +206,22 @@ class Match:
             # the walk's later names stay the same
             label = node.name or f"{self.anchor.name or node.op.lower()}_{node.op.lower()}"
             self.names(f"{label}_out")
-            if self.reused is None:
-                self.reused = {}
-            self.reused[id(node)] = (node, list(node.inputs) if inputs is None else list(inputs),
-                                     {**node.attrs, **(attrs or {})})
-            self.created.append(node)  # placed where the copy would be, marked as it would be
-            return node.outputs[0]
+            return self._reuse(node, list(node.inputs) if inputs is None else list(inputs),
+                               {**node.attrs, **(attrs or {})}, None)
         outs = self.op(node.op, list(node.inputs) if inputs is None else inputs, {**node.attrs, **(attrs or {})},
                        domain=node.domain, name=node.name, outputs=[bool(t.name) for t in node.outputs] or 1)
         old = A.stored_meta(node)  # a read of ``node`` (A.meta would save it in an undo log and give it a dict)
         if old:
             A.meta(self.created[-1]).update(old)
         return outs if isinstance(outs, gs.Tensor) else outs[0]
+
+    def _reuse(self, node: gs.Node, inputs: list[gs.Tensor], attrs: dict[str, Any],
+               fields: tuple[str, str | None, str] | None) -> gs.Variable:
+        if self.reused is None:
+            self.reused = {}
+        self.reused[id(node)] = _InPlace(node, inputs, attrs, fields)
+        self.created.append(node)  # placed where the new node would be, marked as it would be
+        return node.outputs[0]
 
     def _reusable(self, node: gs.Node) -> bool:
         """Whether ``copy(node, reuse=True)`` may edit ``node`` (see :meth:`copy`): a matched node
@@ -231,6 +243,50 @@ class Match:
     def count(self, key: str, n: int = 1) -> None:
         """Add ``n`` to the pass stat ``key`` (kept only if the rewrite is applied)."""
         self.counts[key] = self.counts.get(key, 0) + n
+
+
+class _InPlace:
+    """What a rewrite asked of a matched node the engine edits in place (:meth:`Match.copy` /
+    :meth:`Match.op` ``reuse``): its new inputs and attributes dict, and for ``op`` its new
+    (op, domain, name); ``was``: the node's name and annotations before (for its provenance)."""
+
+    __slots__ = ("node", "inputs", "attrs", "fields", "was")
+
+    def __init__(self, node: gs.Node, inputs: list[gs.Tensor], attrs: dict[str, Any],
+                 fields: tuple[str, str | None, str] | None):
+        self.node, self.inputs, self.attrs, self.fields, self.was = node, inputs, attrs, fields, None
+
+    def apply(self, old: gs.Tensor) -> None:
+        """The new node's work done on the original: it reads the new inputs (leaves its old ones'
+        readers and joins the new ones' at their end, as a new node reading them and the original
+        dropped would), gets the new attributes dict (and op, domain, name, and no annotations,
+        for ``op``) and writes ``old`` (its own output left unwritten, as the dropped original's
+        was); the new node's own output would have had no dtype, shape or reader to hand on."""
+        node = self.node
+        ins = node.inputs
+        ins.clear()  # (an undo log saves the node here)
+        ins.extend(self.inputs)
+        if self.fields is not None:
+            d = node.__dict__
+            self.was = _Was(node.name, d.get(_META_KEY))
+            node.op, node.domain, node.name = self.fields
+            if _META_KEY in d:
+                del d[_META_KEY]  # (saved with the node; the new node had none before it is marked)
+        node.attrs = self.attrs
+        node.outputs[0] = old
+
+
+class _Was:
+    """A reused node as it was, for :func:`graphpass.ir.annotations.mark_created`'s ``replaced``
+    (its name, and its annotations where ``annotations.get`` reads them)."""
+
+    def __init__(self, name: str, meta: dict | None):
+        self.name = name
+        if meta is not None:
+            self.__dict__[_META_KEY] = meta
+
+
+_META_KEY = "_gp_meta"  # graphpass.ir.annotations' key in a node's __dict__
 
 
 class Rule:
@@ -264,14 +320,20 @@ class Rule:
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         """The chain ``pattern`` ending in ``anchor``, or None."""
         pattern = self.pattern
-        if not pattern or not _std(anchor) or not _is(anchor, pattern[-1]):
+        if not pattern or anchor.domain not in _STD_DOMAINS:  # (_std and _is spelled out: ~15k calls per CNN run)
+            return None
+        last = pattern[-1]
+        if anchor.op != last if isinstance(last, str) else anchor.op not in last:
             return None
         if len(pattern) == 1:
             return scope.match((anchor,))
         chain = [anchor]
         node = anchor
         follow = self.follow or (0,) * (len(pattern) - 1)
-        local, outputs, exclusive = scope.local, scope.outputs, self.exclusive
+        local = scope._local
+        if local is None:
+            local = scope.local
+        outputs, exclusive = scope.outputs, self.exclusive
         for step in range(len(pattern) - 2, -1, -1):
             idx = follow[step]
             want = pattern[step]
@@ -436,7 +498,7 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                     candidates = sorted(candidates + anywhere, key=lambda r: order_of[id(r)])
                 for r in candidates:
                     m = r.match(node, scope)
-                    if m is None or any(id(n) in dead for n in m.nodes):
+                    if m is None or (dead and not dead.isdisjoint(map(id, m.nodes))):
                         continue
                     m.root = graph
                     entry = entries[id(r)]
@@ -467,8 +529,13 @@ def apply_rules(graph: gs.Graph, rules: RuleSet | Sequence[Rule], ctx: PassConte
                             if pos is None:
                                 pos = {id(n): i for i, n in enumerate(order)}
                             unsorted = _reads_later(m, pos)
+                        replaced = m.nodes
+                        if m.reused:  # (an op edited in place: its provenance as it was)
+                            was = {k: e.was for k, e in m.reused.items() if e.was is not None}
+                            if was:
+                                replaced = [was.get(id(n), n) for n in replaced]
                         for n in m.created:
-                            A.mark_created(n, pass_name, replaced=m.nodes)
+                            A.mark_created(n, pass_name, replaced=replaced)
                     break
         finally:  # also when a rule raises: the graph keeps what was rewritten so far, consistently
             if placed:
@@ -560,11 +627,12 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
     if reused:
         # copy(reuse=True): the edited node's output must be the anchor's one new value, read by
         # nothing but the anchor (then the node is dropped where its copy would be)
-        for node, _, _ in reused.values():
+        for e in reused.values():
+            node = e.node
             t = node.outputs[0]
             if not (cleared and len(pairs) == 1 and pairs[0][1] is t and all(r is anchor for r in t.outputs)):
                 _discard(m)
-                raise TypeError(f"a rewrite used the output of '{node.name}', copied with reuse=True, otherwise "
+                raise TypeError(f"a rewrite used the output of '{node.name}', reused in place, otherwise "
                                 "than as the anchor's one new value")
     if not apart and any(id(new) in {id(o) for o, _ in pairs} for _, new in pairs):
         # an output replaced by another output that is itself replaced (two outputs swapped): the
@@ -588,16 +656,7 @@ def _commit(m: Match, result, scope: Scope, dead: set[int]) -> MatchResult:
             take = writer is not None and (id(writer) in created or scope.is_output(old))
         if take:
             if reused and id(writer) in reused:
-                # the copy's work done on the original: it reads the new inputs (left its old
-                # ones' readers, joined the new ones' at their end, as the copy did), gets the
-                # copy's attributes dict and writes ``old`` (its own output left unwritten, as the
-                # dropped original's was); the copy's output had no dtype, shape or reader to hand on
-                _, new_inputs, new_attrs = reused[id(writer)]
-                ins = writer.inputs
-                ins.clear()
-                ins.extend(new_inputs)
-                writer.attrs = new_attrs
-                writer.outputs[0] = old
+                reused[id(writer)].apply(old)
                 continue
             if not cleared:
                 _detach(old, scope)
@@ -640,22 +699,18 @@ def _commit_one(m: Match, new: gs.Tensor, scope: Scope, dead: set[int]) -> Match
     take = made or (writer is not None and is_out)  # (and the anchor gives its one output up: cleared)
     reused = m.reused
     if reused:
-        for node, _, _ in reused.values():
+        for e in reused.values():
+            node = e.node
             t = node.outputs[0]
             if not (take and new is t and all(r is anchor for r in t.outputs)):
                 _discard(m)
-                raise TypeError(f"a rewrite used the output of '{node.name}', copied with reuse=True, otherwise "
+                raise TypeError(f"a rewrite used the output of '{node.name}', reused in place, otherwise "
                                 "than as the anchor's one new value")
     if take:
         scope.names(f"{old.name or 'dead'}_old")
         anchor.outputs.clear()
         if reused and id(writer) in reused:
-            _, new_inputs, new_attrs = reused[id(writer)]
-            ins = writer.inputs
-            ins.clear()
-            ins.extend(new_inputs)
-            writer.attrs = new_attrs
-            writer.outputs[0] = old
+            reused[id(writer)].apply(old)
         else:
             if old.dtype is None:
                 old.dtype = new.dtype

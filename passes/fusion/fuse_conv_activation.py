@@ -104,8 +104,9 @@ class _ConvAct(Rule):
             bias = gs.Constant(m.names(f"{conv.name or 'conv'}_zero_bias"), _zero_bias(elem, cout))
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
         attrs.update(self.activation_attrs(act))
+        # the Conv edited into the fused op when nothing else reads it (the same graph, no new node)
         return m.op(op, [conv.inputs[0], conv.inputs[1], bias], attrs, domain=DOMAIN,
-                    name=m.names(f"{conv.name or 'conv'}_fused"))
+                    name=m.names(f"{conv.name or 'conv'}_fused"), reuse=conv)
 
     def match(self, anchor: gs.Node, scope: Scope) -> Match | None:
         m = super().match(anchor, scope)

@@ -289,3 +289,50 @@ def test_bias_less_convs_each_get_their_own_negative_zero_bias_of_the_conv_type(
     b0, b1 = (n.inputs[2].values for n in graph.nodes)
     assert b0 is not b1 and not np.shares_memory(b0, b1) and np.all(np.signbit(b0)) and np.all(b1 == 0)
     assert_equivalent(model, gp.to_proto(graph, emit="device"), exact=True)
+
+
+def test_the_conv_is_edited_into_the_fused_op_to_the_graph_a_new_node_makes(monkeypatch):
+    """The fused op is the Conv edited in place (Match.op(reuse=conv): op, domain, name, attributes,
+    inputs, the activation's output; its annotations replaced by the fusion's provenance, which
+    names what the Conv was fused from before) where nothing but the activation reads the Conv:
+    the same bytes, node order, readers' order, annotations and stats as a new node, for every
+    activation (SiLU's Conv output has two readers: a new node), a Conv with and without bias, and
+    a Conv folded from a BatchNormalization before. The rollback gives the model back."""
+    from graphpass.ir import model_io
+    from graphpass.ir.journal import Journal
+    from graphpass.passes.framework.rewrite import Match
+
+    def load(model):
+        graph = gp.load(model).graph
+        A.meta(graph.nodes[0]).update({A.PASS: "fold_batchnorm", A.FUSED_FROM: '["conv", "bn"]', "note": "dropped"})
+        return graph, graph.nodes[0]
+
+    for act in sorted(CASES):
+        nodes, _ = CASES[act]
+        model = _model([*nodes, helper.make_node("Neg", ["x"], ["n"], name="side")], bias=act != "Relu")
+        model.graph.output.extend([helper.make_tensor_value_info("n", onnx.TensorProto.FLOAT, [1, 3, 8, 8])])
+        if act == "Relu6":
+            model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                                            onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
+        graph, conv = load(model)  # the rollback of an application that edited the Conv
+        before = model_io.to_proto(graph, emit="device").SerializeToString()
+        with Journal(graph) as j:
+            assert fuse_conv_activation(graph, PassContext()).stats["fired"] == 1
+            assert (conv.domain == "graphpass.ascend" and any(n is conv for n in graph.nodes)) == (act != "SiLU")
+        j.rollback()
+        assert model_io.to_proto(graph, emit="device").SerializeToString() == before
+        assert graph.nodes[0] is conv and conv.op == "Conv" and A.stored_meta(conv)["note"] == "dropped"
+        runs = []
+        for reuse in (True, False):
+            if not reuse:
+                monkeypatch.setattr(Match, "_reusable", lambda self, node: False)
+            graph, conv = load(model)
+            result = fuse_conv_activation(graph, PassContext())
+            fused = next(n for n in graph.nodes if n.domain == "graphpass.ascend")
+            assert (fused is conv) == (reuse and act != "SiLU")
+            assert A.stored_meta(fused) == {A.PASS: "fuse_conv_activation", A.FUSED_FROM: '["conv", "bn"]'}
+            runs.append((gp.to_proto(graph).SerializeToString(), result.stats,
+                         [(n.op, n.name, A.stored_meta(n)) for n in graph.nodes],
+                         [[r.name for r in t.outputs] for n in graph.nodes for t in n.inputs]))
+        monkeypatch.undo()
+        assert runs[0] == runs[1]
