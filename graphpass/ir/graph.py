@@ -279,6 +279,19 @@ def replace_uses_many(pairs: Iterable[tuple[gs.Tensor, gs.Tensor]], graph: gs.Gr
     pairs = [(old, new) for old, new in pairs if old is not new]
     if not pairs:
         return
+    if len(pairs) == 1 and graph is None:  # (one pair, as replace_uses gives: the same edits in the same order)
+        old, new = pairs[0]
+        readers = old.outputs
+        if len(readers) == 1:
+            consumers = [readers[0]]
+        else:
+            consumers = list({id(c): c for c in readers}.values())
+        for consumer in consumers:
+            inputs = consumer.inputs
+            for i, t in enumerate(list(inputs)):
+                if t is old:
+                    inputs[i] = new
+        return
     mapping = {id(old): new for old, new in pairs}
     consumers: dict[int, gs.Node] = {}
     for old, _ in pairs:

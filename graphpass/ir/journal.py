@@ -778,9 +778,20 @@ def _list_hooks() -> dict[str, Any]:
         def __setitem__(self, index, elem):
             if type(index) is int:
                 try:
-                    items = (self.parent_obj, list.__getitem__(self, index), elem)
+                    was = list.__getitem__(self, index)
                 except IndexError:
-                    items = (self.parent_obj, elem)
+                    _touch_seq((self.parent_obj, elem))
+                    return base(self, index, elem)
+                owner = self.parent_obj
+                for j in _ACTIVE:  # (_touch_seq spelled out: the most frequent edit, node.inputs[i] = t)
+                    seen = j._seen
+                    if id(owner) not in seen:
+                        j._save(owner)
+                    if id(was) not in seen:
+                        j._save(was)
+                    if id(elem) not in seen:
+                        j._save(elem)
+                return base(self, index, elem)
             else:
                 new = list(elem) if isinstance(index, slice) else [elem]
                 items = [self.parent_obj, *_items_at(self, index), *new]

@@ -61,19 +61,23 @@ class SyncList(list):
         self._remove_from_elem(self[index])
         list.__delitem__(self, index)
 
+    # (_add_to_elem spelled out in the hot methods below, and the short search of
+    # _remove_from_elem in clear: a rewrite makes several such edits per node it builds or drops)
+
     def __setitem__(self, index, elem):
         self._remove_from_elem(self[index])
         list.__setitem__(self, index, elem)
-        self._add_to_elem(elem)
+        list.append(getattr(elem, self.field_name), self.parent_obj)
 
     def append(self, x):
         list.append(self, x)
-        self._add_to_elem(x)
+        list.append(getattr(x, self.field_name), self.parent_obj)
 
     def extend(self, iterable):
         list.extend(self, iterable)
+        field, owner = self.field_name, self.parent_obj
         for elem in iterable:
-            self._add_to_elem(elem)
+            list.append(getattr(elem, field), owner)
 
     def insert(self, i, x):
         list.insert(self, i, x)
@@ -89,8 +93,18 @@ class SyncList(list):
         return elem
 
     def clear(self):
+        field, owner = self.field_name, self.parent_obj
         for elem in self:
-            self._remove_from_elem(elem)
+            others = getattr(elem, field)
+            for i, x in enumerate(others):
+                if x is owner:
+                    list.__delitem__(others, i)
+                    break
+                if i == 8:  # a long list: _remove_from_elem searches its rest by id
+                    self._remove_from_elem(elem)
+                    break
+            else:
+                list.remove(others, owner)  # not there: gs's ValueError
         list.clear(self)
 
     def __add__(self, other_list):
