@@ -342,6 +342,8 @@ def all_graphs(graph: gs.Graph) -> list[gs.Graph]:
     return out
 
 
+_NODE = gs.Node
+
 #: id(graph) -> (graph, its all_graphs list), while a caller that knows them says so
 _KNOWN: dict[int, tuple[gs.Graph, list[gs.Graph]]] = {}
 
@@ -438,7 +440,9 @@ class Journal:
     def _save(self, obj: Any) -> None:
         """Save ``obj``'s state (the first touch of an object neither saved nor created)."""
         key = id(obj)
-        if isinstance(obj, gs.Tensor):  # (the most saved: a node's edit touches its tensors)
+        if type(obj) is _NODE:  # (gs's own Node told by identity: isinstance walks a Tensor's classes first)
+            self._seen[key] = self._nodes[key] = _NodeState(obj)
+        elif isinstance(obj, gs.Tensor):  # (the most saved: a node's edit touches its tensors)
             self._seen[key] = self._tensors[key] = _TensorState(obj)
         elif isinstance(obj, gs.Node):
             self._seen[key] = self._nodes[key] = _NodeState(obj)
@@ -833,6 +837,29 @@ def _list_hooks() -> dict[str, Any]:
     def clear(base):
         def clear(self):
             owner = self.parent_obj
+            if len(_ACTIVE) == 1 and base is _LEAN_CLEAR:
+                # one journal and graphpass's lean list: each element saved and left (the owner
+                # removed from its mirror list, as SyncList.clear does) in one loop, the owner first
+                j = _ACTIVE[0]
+                seen = j._seen
+                if id(owner) not in seen:
+                    j._save(owner)
+                field = self.field_name
+                for o in list.__iter__(self):
+                    if id(o) not in seen:
+                        j._save(o)  # (before its list changes; another element's change never touches it)
+                    others = getattr(o, field)
+                    for i, x in enumerate(others):
+                        if x is owner:
+                            list.__delitem__(others, i)
+                            break
+                        if i == 8:  # a long list: searched by id (SyncList._remove_from_elem)
+                            self._remove_from_elem(o)
+                            break
+                    else:
+                        list.remove(others, owner)  # not there: gs's ValueError
+                list.clear(self)
+                return None
             for j in _ACTIVE:
                 seen = j._seen
                 if id(owner) not in seen:
@@ -859,11 +886,23 @@ def _list_hooks() -> dict[str, Any]:
             "insert": insert, "remove": remove, "pop": pop, "clear": clear, "sort": sort, "reverse": reverse}
 
 
+#: (class, name) -> (gs's method, its hook): the hooks made once, installed again by every journal
+#: that starts with none recording (~40 per pipeline run)
+_MADE: dict[tuple[type, str], tuple[Any, Any]] = {}
+
+
+_LIST_HOOKS = _list_hooks()
+_LEAN_CLEAR = SyncList.clear  # (the method the fused clear hook above does the work of)
+
+
 def _patch(cls: type, name: str, make: Any) -> None:
     base = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
     _OWN[(cls, name)] = cls.__dict__.get(name)
     _BASE[(cls, name)] = base
-    setattr(cls, name, make(base))
+    made = _MADE.get((cls, name))
+    if made is None or made[0] is not base:
+        made = _MADE[(cls, name)] = (base, make(base))
+    setattr(cls, name, made[1])
 
 
 def _install() -> None:
@@ -873,7 +912,7 @@ def _install() -> None:
     for cls in (gs.Node, gs.Variable, gs.Constant, gs.Graph):
         _patch(cls, "__init__", _wrap_init)
     _patch(gs.Constant, "values", _values_property)
-    for name, make in _list_hooks().items():
+    for name, make in _LIST_HOOKS.items():
         _patch(SynchronizedList, name, make)
 
 
