@@ -623,3 +623,42 @@ def test_replace_uses_many_rewires_as_setitem_does_and_rolls_back():
     assert _wiring(g1) == before
     replace_uses_many([(t1["a"], t1["c"]), (t1["b"], t1["x"])])  # no undo log recording: the same edits
     assert names(g1) == names(g2)
+
+
+def test_clear_and_one_pair_rewiring_under_one_undo_log_edit_as_without_and_roll_back():
+    """The hooked clear of a lean list under one undo log saves and unlinks each element in one
+    loop, and replace_uses_many of one pair skips its tables: the readers' lists are the ones the
+    plain edits give (a node reading one tensor twice, a tensor read by more than nine nodes: the
+    search by id past its first places, a node not first among its readers), and the rollback
+    gives everything back."""
+    from graphpass.ir.graph import replace_uses_many
+
+    def build():
+        x = gs.Variable("x", np.float32, [2])
+        c = gs.Constant("c", np.ones(2, np.float32))
+        nodes = [gs.Node("Add", f"r{i}", inputs=[x, c], outputs=[gs.Variable(f"o{i}", np.float32, [2])]) for i in range(12)]
+        nodes.append(gs.Node("Mul", "twice", inputs=[c, x, c], outputs=[gs.Variable("m", np.float32, [2])]))
+        g = gs.Graph(nodes=nodes, inputs=[x], outputs=[n.outputs[0] for n in nodes], opset=17)
+        return g, nodes, x, c
+
+    def lists(x, c, nodes):
+        return [[n.name for n in x.outputs], [n.name for n in c.outputs], [[t.name for t in n.inputs] for n in nodes]]
+
+    results = []
+    for journal in (True, False):
+        g, nodes, x, c = build()
+        before = _wiring(g)
+        j = Journal(g)
+        if journal:
+            j.start()
+        for k in (10, 3, 12, 0):  # past the ninth place, in the middle, the one reading c twice, the first
+            nodes[k].inputs.clear()
+        y = gs.Variable("y", np.float32, [2])
+        replace_uses_many([(c, y)])  # one pair: every remaining reader of c reads y
+        results.append(lists(x, c, nodes) + [[n.name for n in y.outputs]])
+        if journal:
+            j.stop()
+            j.rollback()
+            assert _wiring(g) == before
+    assert results[0] == results[1]
+    assert results[0][1] == [] and results[0][3] == [f"r{i}" for i in (1, 2, 4, 5, 6, 7, 8, 9, 11)]
