@@ -9,7 +9,7 @@ from onnx import TensorProto
 from graphpass.passes.framework.pass_base import MatchResult
 from graphpass.ir.device_ops import elem_type
 
-__all__ = ["constant_param", "require_constants", "other_input", "with_bias", "per_output_channel",
+__all__ = ["constant_param", "require_constants", "shared_refusal", "other_input", "with_bias", "per_output_channel",
            "channel_operand", "keeps_specials"]
 
 
@@ -34,12 +34,19 @@ def require_constants(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: 
             return MatchResult.fail(f"{label} '{t.name}' is {name}: folding in {name} would round the weights")
         if elem != TensorProto.FLOAT:
             return MatchResult.fail(f"{label} '{t.name}' is {TensorProto.DataType.Name(elem).lower() if elem else 'of unknown type'}, not float32")
+    refusal = shared_refusal(tensors, owner, exclusive)  # (a refusal is falsy: not `or`)
+    return refusal if refusal is not None else MatchResult.success()
+
+
+def shared_refusal(tensors: dict[str, gs.Tensor], owner: gs.Node, exclusive: tuple[str, ...]) -> MatchResult | None:
+    """The refusal of :func:`require_constants` for a tensor of ``exclusive`` that another node than
+    ``owner`` reads, or None."""
     for label in exclusive:
         t = tensors[label]
         readers = [n for n in t.outputs if n is not owner]
         if readers:
             return MatchResult.fail(f"{label} '{t.name}' is shared with {readers[0].op} '{readers[0].name}'")
-    return MatchResult.success()
+    return None
 
 
 def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor:

@@ -31,7 +31,7 @@ from graphpass.passes.framework import MatchResult, PassKind, register
 from graphpass.passes.framework.pass_base import REASSOCIATION
 from graphpass.passes.framework.rewrite import Match, Rule, RulePass
 from graphpass.ir.graph import iter_graphs, peek_values, read_values
-from graphpass.passes.fusion._common import bn_inference_refusal, require_constants
+from graphpass.passes.fusion._common import bn_inference_refusal, require_constants, shared_refusal
 
 __all__ = ["FoldBatchNorm"]
 
@@ -189,10 +189,16 @@ class _FoldInto(Rule):
         refusal = bn_inference_refusal(bn, m.graph)
         if refusal is not None:
             return refusal
-        params = {"scale": bn.inputs[1], "bias": bn.inputs[2], "mean": bn.inputs[3], "var": bn.inputs[4]}
         weights = {"weight": prod.inputs[1]}
         if len(prod.inputs) > 2 and prod.inputs[2].name:
             weights["bias of the producer"] = prod.inputs[2]
+        if self._prefetched(m):
+            # computed before the walk from these very tensors: constants, float32, four vectors of
+            # the weight's channels, every value check passed; what it does not say (whether
+            # another node reads the weight or bias) is asked as below, in the same words
+            refusal = shared_refusal(weights, prod, tuple(weights))
+            return refusal if refusal is not None else MatchResult.success()
+        params = {"scale": bn.inputs[1], "bias": bn.inputs[2], "mean": bn.inputs[3], "var": bn.inputs[4]}
         verdict = require_constants({**weights, **params}, prod, exclusive=tuple(weights))
         if not verdict:
             return verdict
@@ -224,15 +230,23 @@ class _FoldInto(Rule):
         new_w, new_b = self.fold(prod, w, old_b, s, mean, beta)
         return s, w, new_w.astype(np.float32), np.asarray(new_b).astype(np.float32)
 
+    def _prefetched(self, m: Match) -> bool:
+        """Whether the fold was computed before the walk (:func:`_prefetch`) from the same Conv,
+        tensors, values objects and epsilon; then the match holds it (asked once: a fold is
+        checked once)."""
+        if _PREFETCHED is None or type(self) is not _IntoConv:
+            return False
+        bn = m.nodes[1]
+        hit = _PREFETCHED.pop(id(bn), None)
+        if hit is not None and len(hit[0]) == len(key := _key(bn)) and all(map(is_, hit[0], key)):
+            s, w, new_w, new_b, m.bn_var_eps = hit[1]
+            m.bn_folded = (s, w, new_w, new_b)
+            return True
+        return False
+
     def check_values(self, m: Match) -> MatchResult:
         """Folding keeps inf and NaN where the BN puts them (see the module docstring)."""
         prod, bn = m.nodes
-        if _PREFETCHED is not None and type(self) is _IntoConv:
-            hit = _PREFETCHED.pop(id(bn), None)  # (asked once: a fold is checked once)
-            if hit is not None and len(hit[0]) == len(key := _key(bn)) and all(map(is_, hit[0], key)):
-                s, w, new_w, new_b, m.bn_var_eps = hit[1]
-                m.bn_folded = (s, w, new_w, new_b)
-                return MatchResult.success()
         with np.errstate(all="ignore"):
             try:
                 s, w, new_w, new_b = m.bn_folded = self._folded(m)  # (folded(m) without a second errstate)

@@ -389,3 +389,30 @@ def test_the_producer_is_edited_in_place_to_the_graph_a_copy_makes(monkeypatch):
     fold_batchnorm(folded, PassContext())
     assert ops(folded) == ["Relu", "Gemm"] and folded.nodes[1].attrs["beta"] == 1.0
     assert_equivalent(gemm, gp.to_proto(folded), rtol=1e-4, atol=1e-4)
+
+
+def test_a_fold_computed_ahead_still_refuses_a_shared_weight_in_the_same_words(monkeypatch):
+    """A fold computed before the walk skips the checks its computation made (constants, float32,
+    the vectors' lengths, the values) but not whether another node reads the Conv's weight or
+    bias: refused as one by one, with the same reason."""
+    from graphpass.passes.fusion import fold_batchnorm as F
+
+    model = _many_conv_bn({})
+    model.graph.node.append(helper.make_node("Identity", ["w3"], ["w3_copy"], name="peek"))
+    model.graph.node.append(helper.make_node("Identity", ["b5"], ["b5_copy"], name="peek_bias"))
+    model.graph.output.extend([helper.make_tensor_value_info("w3_copy", TensorProto.FLOAT, [4, 4, 3, 3]),
+                               helper.make_tensor_value_info("b5_copy", TensorProto.FLOAT, [4])])
+
+    def run():
+        graph = gp.load(model).graph
+        ctx = PassContext()
+        result = fold_batchnorm(graph, ctx)
+        return gp.to_proto(graph).SerializeToString(), result.stats, [(e.node, e.reason) for e in ctx.explanations]
+
+    assert len(F._prefetch(gp.load(model).graph)) == 12  # every fold computed ahead, the shared ones too
+    together = run()
+    monkeypatch.setattr(F, "_prefetch", lambda graph: {})
+    assert together == run()
+    reasons = dict(together[2])
+    assert together[1]["fired"] == 10 and reasons == {
+        "bn3": "weight 'w3' is shared with Identity 'peek'", "bn5": "bias of the producer 'b5' is shared with Identity 'peek_bias'"}
