@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
 from graphpass.ir.graph import may_have_subgraph, node_dependencies, remove_nodes, subgraph_holders, subgraphs_of
 
 __all__ = ["EliminateDeadNodes"]
@@ -62,6 +62,8 @@ class EliminateDeadNodes(Pass):
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True
+    #: every node no output depends on goes in one run (bodies first), and what stays is live
+    idempotent = True
 
     def __init__(self, *, remove_unused_inputs: bool = False):
         """Args:
@@ -76,4 +78,5 @@ class EliminateDeadNodes(Pass):
             kept = [t for t in graph.inputs if len(t.outputs) or id(t) in outs]
             stats["inputs_removed"] = len(graph.inputs) - len(kept)
             graph.inputs = kept
-        return PassResult(bool(removed or stats.get("inputs_removed")), stats)
+        # a constant has no producer: merging equal ones changes no node's liveness or input's use
+        return PassResult(bool(removed or stats.get("inputs_removed")), stats, survives=frozenset({MERGE_EQUAL_CONSTANTS}))

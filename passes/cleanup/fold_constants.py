@@ -32,7 +32,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphpass.check import verify as _verify
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
 from graphpass.errors import BadModelError
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
@@ -304,8 +304,9 @@ class FoldConstants(Pass):
         # bytes the saved model may still grow by (spent by the folds); None until a fold would
         # grow the file (computing it walks the whole model)
         room: list[int | None] = [None]
+        candidates = [0]  # nodes that read only constants, seen by the sweeps
         for _ in range(self.max_iterations):
-            result = self._fold_once(graph, ctx, room)
+            result = self._fold_once(graph, ctx, room, candidates)
             for k, v in result.stats.items():
                 total[k] = total.get(k, 0) + v
             if not result.modified:
@@ -319,9 +320,14 @@ class FoldConstants(Pass):
                 break
         if total.get("folded") and count_unresolved(graph):
             refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
-        return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
+        modified = any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed"))
+        # no node reads only constants: an edit that swaps a constant for an equal one leaves every
+        # input as constant as it was, so none does after it either (the Constant nodes and
+        # Shape/Size it left are not read through a constant's identity or readers)
+        survives = frozenset({MERGE_EQUAL_CONSTANTS}) if not modified and not candidates[0] else frozenset()
+        return PassResult(modified, total, survives=survives)
 
-    def _fold_once(self, graph: gs.Graph, ctx: PassContext, room: list[int]) -> PassResult:
+    def _fold_once(self, graph: gs.Graph, ctx: PassContext, room: list[int], candidates: list[int]) -> PassResult:
         limit = self.size_limit
         retries = self.max_single_retries
         opsets = [
@@ -364,6 +370,7 @@ class FoldConstants(Pass):
                     continue
                 foldable.append(node)
                 produced.update(id(t) for t in node.outputs)
+            candidates[0] += len(foldable)
             if not foldable:
                 stats["removed"] += self._sweep(g, [])
                 continue
