@@ -21,6 +21,8 @@ __all__ = [
     "iter_graphs",
     "subgraph_holders",
     "may_have_subgraph",
+    "CONTROL_FLOW_OPS",
+    "SUBGRAPHLESS_DOMAINS",
     "subgraphs_of",
     "graph_attributes",
     "subgraph_pairs",
@@ -55,6 +57,11 @@ def _may_have_subgraph(node: gs.Node) -> bool:
 #: whether a node may hold a subgraph (its attributes are not looked at): a pass inlining
 #: :func:`node_dependencies`' common case asks it
 may_have_subgraph = _may_have_subgraph
+
+#: ``may_have_subgraph(n)`` is ``n.op in CONTROL_FLOW_OPS or n.domain not in SUBGRAPHLESS_DOMAINS``
+#: (for a loop over every node that spells it out instead of a call per node)
+CONTROL_FLOW_OPS = _CONTROL_FLOW
+SUBGRAPHLESS_DOMAINS = _NO_SUBGRAPHS
 
 
 def subgraphs_of(node: gs.Node) -> list[gs.Graph]:
