@@ -13,6 +13,7 @@ or nothing are written into its shape (``refined``).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import iter_graphs, peek_values
@@ -54,6 +55,11 @@ def _static(shape) -> bool:
         if d < 0:
             return False
     return True
+
+
+#: the stored types gs decodes to a TRACKED dtype (int64, int32, bool): a weight of another type
+#: has no Vec (from_array refuses its dtype)
+_TRACKED_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
 
 
 class ShapeAnalysis:
@@ -113,6 +119,8 @@ class ShapeAnalysis:
             shape = t.shape
             if shape is None or len(shape) > 1 or (int(shape[0]) if shape else 1) > MAX_ELEMS:
                 vec = None
+            elif type(values) is gs.ir.tensor.LazyValues and values.tensor.data_type not in _TRACKED_TYPES:
+                vec = None  # not decoded to be refused by its dtype (a CNN's float biases: ~2k a run)
             else:
                 vec = from_array(np.asarray(peek_values(t)))
             self._consts[id(t)] = (t, values, vec)
