@@ -56,8 +56,8 @@ _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_i
 
 def _lower_constant_nodes(graph: gs.Graph, outs: set[int]) -> list[gs.Node]:
     lowered = []
-    for node in graph.nodes:
-        if not is_onnx_op(node, "Constant") or len(node.attrs) != 1 or len(node.outputs) != 1:
+    for node in [n for n in graph.nodes if n.op == "Constant"]:  # (the op first: one comprehension)
+        if not is_onnx_op(node) or len(node.attrs) != 1 or len(node.outputs) != 1:
             continue
         (attr, value), = node.attrs.items()
         out = node.outputs[0]
@@ -113,10 +113,13 @@ def _shape_value(node: gs.Node) -> np.ndarray | None:
 
 def _has_unresolved_shape(graph: gs.Graph) -> bool:
     for g in iter_graphs(graph):
-        for n in g.nodes:
-            if is_onnx_op(n, "Shape", "Size") and n.inputs and static_shape(n.inputs[0]) is None:
+        for n in [n for n in g.nodes if n.op in _SHAPE_OPS]:  # (the op first: one comprehension)
+            if is_onnx_op(n) and n.inputs and static_shape(n.inputs[0]) is None:
                 return True
     return False
+
+
+_SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 def _nbytes_known(t: gs.Tensor) -> int | None:
@@ -347,8 +350,8 @@ class FoldConstants(Pass):
 
             # Case 2: Shape/Size from static shapes, computed here (no runtime needed).
             shape_nodes = []
-            for node in g.nodes:
-                if is_onnx_op(node, "Shape", "Size") and node.inputs and len(node.outputs) == 1:
+            for node in [n for n in g.nodes if n.op in _SHAPE_OPS]:  # (the op first: one comprehension)
+                if is_onnx_op(node) and node.inputs and len(node.outputs) == 1:
                     out = node.outputs[0]
                     if isinstance(out, gs.Constant) or id(out) in outs or not len(out.outputs):
                         continue

@@ -27,7 +27,8 @@ from graphpass.passes.framework.pass_base import (EDITS, EXACT, MERGE_EQUAL_CONS
                                                   PassResult, graph_of)
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import lean, model_io
-from graphpass.ir.graph import count_nodes, fingerprint, op_types, toposort
+from graphpass.ir.graph import (CONTROL_FLOW_OPS, SUBGRAPHLESS_DOMAINS, count_nodes, fingerprint, iter_graphs, op_types,
+                                toposort)
 from graphpass.ir.journal import all_graphs, flat_graph, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
@@ -187,8 +188,8 @@ class PassManager(Pass):
                         _check_skip(p, model, graph, ctx, declared[k])
                     continue
                 if seen[0] != version or seen[3] != graphs_made():
-                    graphs = all_graphs(graph)
-                    seen = (version, op_types(graph, graphs), graphs, graphs_made())
+                    graphs, ops = _graphs_and_op_types(graph)
+                    seen = (version, ops, graphs, graphs_made())
                 if not p.can_act(seen[1], ctx):  # nothing it rewrites is in the graph
                     clean[k] = version
                     survive[k] = _KEEP_OP_TYPES  # (can_act reads the op types only)
@@ -245,6 +246,8 @@ class PassManager(Pass):
                     clean.pop(k, None)
                     declared.pop(k, None)
                     edit = result.edit if result.edit in EDITS else None
+                    if edit == MERGE_EQUAL_CONSTANTS and seen[0] == version - 1:
+                        seen = (version, *seen[1:])  # no node or graph changed: same op types, same graphs
                     if edit is not None:
                         # a pass that could not change the version before cannot change this one
                         # (what it survives holds after any number of such edits: its claim is
@@ -282,6 +285,29 @@ class PassManager(Pass):
         return ManagerResult(applied > 0, {"applications": applied, "records": len(records)}, model=model,
                              records=records, skipped=list(self.skipped), explanations=list(ctx.explanations),
                              unavailable=unavailable)
+
+
+def _graphs_and_op_types(graph: gs.Graph) -> tuple[list[gs.Graph], frozenset[str]]:
+    """``all_graphs(graph)`` and ``op_types`` of those graphs, with one walk of the main graph
+    (its op types and domains) when none of its nodes may hold a subgraph (two otherwise)."""
+    nodes = graph.nodes
+    ops = {n.op for n in nodes}
+    if ops.isdisjoint(CONTROL_FLOW_OPS) and {n.domain for n in nodes} <= SUBGRAPHLESS_DOMAINS:
+        fns = getattr(graph, "functions", None)
+        if not fns:
+            return [graph], frozenset(ops)
+        graphs = [graph]  # then the local functions with their bodies, each once (as all_graphs)
+        seen = {id(graph)}
+        for fn in fns:
+            for g in iter_graphs(fn):
+                if id(g) not in seen:
+                    seen.add(id(g))
+                    graphs.append(g)
+        for g in graphs[1:]:
+            ops.update([n.op for n in g.nodes])
+        return graphs, frozenset(ops)
+    graphs = all_graphs(graph)
+    return graphs, op_types(graph, graphs)
 
 
 def _check_skip(p: Pass, model: Any, graph: gs.Graph, ctx: PassContext, why: str) -> None:

@@ -275,3 +275,25 @@ def test_a_cnn_whose_folds_make_equal_constants_needs_no_third_round(tmp_path, m
     assert [n for r, n in full_runs if r == 3] == ["fold_constants", "simplify_shapes", "eliminate_identity",
                                                    "eliminate_common_subexpressions"]
     assert [x for x in full_runs if x[0] < 3] == skipped_runs
+
+
+@pytest.mark.parametrize("name", ["resnet18.torchscript", "vad_control_flow.dynamo", "vad_control_flow.torchscript",
+                                  "llama.dynamo", "nms_detector.dynamo"])
+def test_the_managers_walk_lists_the_graphs_and_op_types_all_graphs_does(name):
+    """One walk of the main graph (op types and domains) when no node of it may hold a body: the
+    same graphs, in the same order, and the same op types as all_graphs + op_types; after
+    fusions made local functions too."""
+    from graphpass.ir.graph import op_types
+    from graphpass.ir.journal import all_graphs
+    from graphpass.passes.framework.manager import _graphs_and_op_types
+
+    graph = gp.load(EXPORTERS / f"{name}.onnx").graph
+    for stage in ([], ["fold_batchnorm", "fuse_conv_activation", "fuse_attention", "fuse_layer_norm"]):
+        for p in stage:
+            all_passes()[p]()(graph, PassContext())
+        graphs, ops = _graphs_and_op_types(graph)
+        expected = all_graphs(graph)
+        assert [id(g) for g in graphs] == [id(g) for g in expected]
+        assert ops == op_types(graph, expected)
+    if name == "resnet18.torchscript":
+        assert graph.functions  # (FusedConvRelu's body: the functions' part of the walk ran)
