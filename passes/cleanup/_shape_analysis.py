@@ -75,7 +75,9 @@ class ShapeAnalysis:
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
             for node in g.nodes:  # in order: each tensor's dims are resolved before its readers ask
                 for t in node.outputs:
-                    self._refine(t)
+                    shape = t.shape
+                    if shape is None or not _static(shape):  # (_refine's own first test, without its call)
+                        self._refine(t)
                 if not is_onnx_op(node) or len(node.outputs) != 1:
                     continue
                 try:
