@@ -43,7 +43,7 @@ from graphpass.ir.size import bytes_bound, freed_bytes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
-from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE, plan
+from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE, SizeMemo, plan
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
 
@@ -401,8 +401,9 @@ class FoldConstants(Pass):
                             guarded.add(id(t))
                         wanted.append(t)
             # Case 4: the size policy, first on the sizes shapes give (unknown: decided after)
+            memo = SizeMemo()  # (nothing changes the batch's nodes or constants until both decisions are made)
             wanted = self._size_policy(graph, wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats,
-                                       room, spend=False)
+                                       room, spend=False, memo=memo)
             if not wanted:
                 continue
             needed = self._needed(wanted, fold_ids)
@@ -427,7 +428,7 @@ class FoldConstants(Pass):
                 computed.append(t)
             # Case 4 again on the computed sizes, over the tensors that can fold
             for t in self._size_policy(graph, computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
-                                       outs, stats, room):
+                                       outs, stats, room, memo=memo):
                 v = values[t.name]
                 if not budget.fits(v.nbytes):
                     stats["over_memory"] += 1
@@ -451,7 +452,7 @@ class FoldConstants(Pass):
 
     def _size_policy(self, graph: gs.Graph, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
                      outs: set[int], stats: dict[str, int], room: list[int | None], *,
-                     spend: bool = True) -> list[gs.Tensor]:
+                     spend: bool = True, memo: SizeMemo | None = None) -> list[gs.Tensor]:
         """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``);
         ``room[0]`` (the model-wide room, computed when first needed) is lowered by what the folds
         chosen spend of it (with ``spend``)."""
@@ -461,7 +462,7 @@ class FoldConstants(Pass):
             return room[0]
 
         fold, grow, over, used = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None,
-                                      room[0] if room[0] is not None else resolve)
+                                      room[0] if room[0] is not None else resolve, memo)
         if used and spend:
             room[0] = resolve() - used
         stats["would_grow"] += len(grow)
