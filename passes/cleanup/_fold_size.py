@@ -38,13 +38,35 @@ import onnx_graphsurgeon as gs
 
 from graphpass.ir.size import constant_overhead, freed_bytes, node_bytes_least
 
-__all__ = ["NODE_ALLOWANCE", "plan"]
+__all__ = ["NODE_ALLOWANCE", "plan", "SizeMemo"]
 
 #: bytes of tensor data a fold may add per node it removes (see the module docstring)
 NODE_ALLOWANCE = 64
 
 #: a component with more (tensors x nodes) than this is not retried tensor by tensor
 _MAX_GREEDY_WORK = 1 << 20
+
+
+class SizeMemo:
+    """The bytes a constant frees and a node takes, each computed once for the two size
+    decisions of one batch (before evaluation, on the sizes shapes give; after it, on the
+    computed ones): nothing changes the nodes or constants between them."""
+
+    def __init__(self) -> None:
+        self._freed: dict[int, tuple[gs.Constant, int]] = {}
+        self._node: dict[int, tuple[gs.Node, int]] = {}
+
+    def freed(self, c: gs.Constant) -> int:
+        hit = self._freed.get(id(c))
+        if hit is None or hit[0] is not c:
+            hit = self._freed[id(c)] = (c, freed_bytes(c))
+        return hit[1]
+
+    def node(self, n: gs.Node) -> int:
+        hit = self._node.get(id(n))
+        if hit is None or hit[0] is not n:
+            hit = self._node[id(n)] = (n, node_bytes_least(n))
+        return hit[1]
 
 
 class _Component:
@@ -54,10 +76,11 @@ class _Component:
 
 
 def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
-            bound: bool = False) -> int:
+            bound: bool = False, memo: SizeMemo | None = None) -> int:
     """Bytes the file grows by when ``chosen`` (tensors produced inside ``nodes``, a component
     in topological order) are folded. ``bound``: the most it can grow (what the model-wide room
     is charged): each new initializer's own overhead counted, nothing for the removed nodes."""
+    memo = memo if memo is not None else SizeMemo()
     chosen_ids = {id(t) for t in chosen}
     removed: set[int] = set()
     for n in reversed(nodes):  # topological order: readers first
@@ -73,15 +96,15 @@ def _growth(chosen: list[gs.Tensor], nodes: list[gs.Node], sizes: dict[int, int]
             if (isinstance(c, gs.Constant) and id(c) not in counted and id(c) not in graph_outputs
                     and all(id(r) in removed for r in c.outputs)):
                 counted.add(id(c))
-                freed += freed_bytes(c)  # the least it took: never pays for more than it freed
+                freed += memo.freed(c)  # the least it took: never pays for more than it freed
     new = sum(sizes.get(id(t), 0) for t in chosen)
     if bound:
         return new + sum(constant_overhead(t.name, len(t.shape) if t.shape is not None else 8) for t in chosen) - freed
-    return new - freed - sum(min(NODE_ALLOWANCE, node_bytes_least(n)) for n in nodes if id(n) in removed)
+    return new - freed - sum(min(NODE_ALLOWANCE, memo.node(n)) for n in nodes if id(n) in removed)
 
 
 def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int], graph_outputs: set[int],
-         growing_limit: int | None, room: int | Callable[[], int] = 0
+         growing_limit: int | None, room: int | Callable[[], int] = 0, memo: SizeMemo | None = None
          ) -> tuple[list[gs.Tensor], list[gs.Tensor], list[gs.Tensor], int]:
     """Split ``wanted`` (boundary tensors of the foldable set, topologically ordered) into the
     ones to fold, the ones refused because the file would grow, and (only with
@@ -95,10 +118,12 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         room: bytes the model may still grow by (see the module docstring), or a function
             computing it, called only when a fold would grow the file (computing it walks the
             whole model); unused with ``growing_limit``.
+        memo: the bytes of the batch's constants and nodes, when the caller decides it twice.
 
     Returns:
         (fold, grow, over, room used).
     """
+    memo = memo if memo is not None else SizeMemo()
     order = {id(n): k for k, n in enumerate(foldable)}
     # components: fold nodes joined through the tensors and constants they share (linear)
     parent: dict[int, int] = {}
@@ -131,14 +156,14 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         if not c.tensors:
             continue
         nodes = sorted(c.nodes.values(), key=lambda n: order[id(n)])
-        if _growth(c.tensors, nodes, sizes, graph_outputs) <= 0:
+        if _growth(c.tensors, nodes, sizes, graph_outputs, memo=memo) <= 0:
             fold.extend(c.tensors)
             continue
         kept: list[gs.Tensor] = []
         if len(c.tensors) > 1 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
-            base = _growth([], nodes, sizes, graph_outputs)
+            base = _growth([], nodes, sizes, graph_outputs, memo=memo)
             for t in c.tensors:
-                g = _growth(kept + [t], nodes, sizes, graph_outputs)
+                g = _growth(kept + [t], nodes, sizes, graph_outputs, memo=memo)
                 if g - base <= 0:
                     kept.append(t)
                     base = g
@@ -147,12 +172,12 @@ def plan(wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int]
         if growing_limit is None and not callable(room) and room - used > 0 \
                 and len(c.tensors) * len(nodes) <= _MAX_GREEDY_WORK:
             # the model-wide room, charged at the most each fold can grow the file
-            base = _growth(kept, nodes, sizes, graph_outputs, bound=True)
+            base = _growth(kept, nodes, sizes, graph_outputs, bound=True, memo=memo)
             taken = {id(t) for t in kept}
             for t in c.tensors:
                 if id(t) in taken:
                     continue
-                g = _growth(kept + [t], nodes, sizes, graph_outputs, bound=True)
+                g = _growth(kept + [t], nodes, sizes, graph_outputs, bound=True, memo=memo)
                 if g - base <= room - used:
                     used += max(0, g - base)
                     kept.append(t)

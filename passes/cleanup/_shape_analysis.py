@@ -13,6 +13,7 @@ or nothing are written into its shape (``refined``).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from graphpass.ir.graph import iter_graphs, peek_values
@@ -56,6 +57,11 @@ def _static(shape) -> bool:
     return True
 
 
+#: the stored types gs decodes to a TRACKED dtype (int64, int32, bool): a weight of another type
+#: has no Vec (from_array refuses its dtype)
+_TRACKED_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
+
+
 class ShapeAnalysis:
     """The symbolic value of every tracked tensor of a graph and its bodies (one walk)."""
 
@@ -69,7 +75,9 @@ class ShapeAnalysis:
         for g in iter_graphs(graph):  # outermost first: a body's outer-scope reads are known
             for node in g.nodes:  # in order: each tensor's dims are resolved before its readers ask
                 for t in node.outputs:
-                    self._refine(t)
+                    shape = t.shape
+                    if shape is None or not _static(shape):  # (_refine's own first test, without its call)
+                        self._refine(t)
                 if not is_onnx_op(node) or len(node.outputs) != 1:
                     continue
                 try:
@@ -113,6 +121,8 @@ class ShapeAnalysis:
             shape = t.shape
             if shape is None or len(shape) > 1 or (int(shape[0]) if shape else 1) > MAX_ELEMS:
                 vec = None
+            elif type(values) is gs.ir.tensor.LazyValues and values.tensor.data_type not in _TRACKED_TYPES:
+                vec = None  # not decoded to be refused by its dtype (a CNN's float biases: ~2k a run)
             else:
                 vec = from_array(np.asarray(peek_values(t)))
             self._consts[id(t)] = (t, values, vec)

@@ -23,7 +23,7 @@ import onnx_graphsurgeon as gs
 from graphpass.ir import annotations as A
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
 from graphpass.ir.graph import iter_graphs, load_lazy, remove_nodes, replace_uses, replace_uses_many
 from graphpass.passes.cleanup._common import is_pure
 
@@ -272,6 +272,10 @@ class EliminateCommonSubexpressions(Pass):
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True
+    #: one sweep merges every group of equal constants and, in topological order with readers
+    #: keyed through the merges, every chain of duplicate nodes (bodies after the graph around
+    #: them); the refusals (graph outputs, impure nodes, unhashable attributes) stay refusals
+    idempotent = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         # one walk for the graphs: merging constants rewires inputs only (no body made or dropped)
@@ -322,4 +326,6 @@ class EliminateCommonSubexpressions(Pass):
             for node in dead:
                 node.inputs.clear()
             remove_nodes(g, dead)
-        return PassResult(bool(stats["constants_merged"] or stats["nodes_merged"]), stats)
+        # equal constants only: readers of a constant read one equal to it (see MERGE_EQUAL_CONSTANTS)
+        edit = MERGE_EQUAL_CONSTANTS if stats["constants_merged"] and not stats["nodes_merged"] else None
+        return PassResult(bool(stats["constants_merged"] or stats["nodes_merged"]), stats, edit=edit)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import EXACT
-from graphpass.ir.graph import may_have_subgraph, node_dependencies, remove_nodes, subgraph_holders, subgraphs_of
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
+from graphpass.ir.graph import (CONTROL_FLOW_OPS, SUBGRAPHLESS_DOMAINS, may_have_subgraph, node_dependencies,
+                                remove_nodes, subgraph_holders, subgraphs_of)
 
 __all__ = ["EliminateDeadNodes"]
 
@@ -24,6 +25,46 @@ def _clean(graph: gs.Graph) -> int:
     for node in subgraph_holders(graph):
         for sub in subgraphs_of(node):
             removed += _clean(sub)
+    dead = _dead_by_sweep(graph)
+    if dead is None:
+        dead = _dead_by_search(graph)
+    return removed + remove_nodes(graph, dead)
+
+
+def _dead_by_sweep(graph: gs.Graph) -> list[gs.Node] | None:
+    """The dead nodes by one sweep from the last node to the first (set operations in C per
+    node), or None when the sweep cannot tell: a node writes an unnamed tensor (a reader's unnamed
+    input is no dependency), or the nodes are out of order (a dead node writes a tensor a live
+    node reads: the search decides).
+
+    A node is live when it writes a needed tensor (a graph output, or a named dependency of a live
+    node) or writes nothing; what the sweep finds live is live. When no node it left dead writes
+    a needed tensor, what it found live reads only what live nodes write: every node the search
+    from the outputs reaches, it found (the search's live set is the least such set)."""
+    nodes = graph.nodes
+    if not all([t.name for n in nodes for t in n.outputs]):
+        return None
+    needed = set(map(id, graph.outputs))
+    disjoint, need = needed.isdisjoint, needed.update
+    cf, plain = CONTROL_FLOW_OPS, SUBGRAPHLESS_DOMAINS
+    dead = []
+    for n in reversed(nodes):
+        outs = n.outputs
+        if outs and disjoint(map(id, outs)):
+            dead.append(n)
+        elif n.op in cf or n.domain not in plain:  # may_have_subgraph: what its bodies capture too
+            need(map(id, node_dependencies(n)))
+        else:  # (an unnamed input is written by no node: needing it needs nothing)
+            need(map(id, n.inputs))
+    for n in dead:
+        if not disjoint(map(id, n.outputs)):
+            return None
+    return dead
+
+
+def _dead_by_search(graph: gs.Graph) -> list[gs.Node]:
+    """The dead nodes by a search from the graph outputs (and the nodes that write nothing) back
+    through the writers of what live nodes read, in any node order."""
     local = {id(n) for n in graph.nodes}
     live: set[int] = set()
     stack = [t for t in graph.outputs]
@@ -42,8 +83,7 @@ def _clean(graph: gs.Graph) -> int:
                 live.add(id(p))
                 # node_dependencies, its common case inline (a call per live node otherwise)
                 stack.extend(node_dependencies(p) if may_have_subgraph(p) else [u for u in p.inputs if u.name])
-    dead = [n for n in graph.nodes if id(n) not in live]
-    return removed + remove_nodes(graph, dead)
+    return [n for n in graph.nodes if id(n) not in live]
 
 
 @register
@@ -62,6 +102,8 @@ class EliminateDeadNodes(Pass):
     kind = PassKind.CLEANUP
     promise = EXACT
     preserves_order = True
+    #: every node no output depends on goes in one run (bodies first), and what stays is live
+    idempotent = True
 
     def __init__(self, *, remove_unused_inputs: bool = False):
         """Args:
@@ -76,4 +118,5 @@ class EliminateDeadNodes(Pass):
             kept = [t for t in graph.inputs if len(t.outputs) or id(t) in outs]
             stats["inputs_removed"] = len(graph.inputs) - len(kept)
             graph.inputs = kept
-        return PassResult(bool(removed or stats.get("inputs_removed")), stats)
+        # a constant has no producer: merging equal ones changes no node's liveness or input's use
+        return PassResult(bool(removed or stats.get("inputs_removed")), stats, survives=frozenset({MERGE_EQUAL_CONSTANTS}))

@@ -28,7 +28,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphpass.passes.framework import PassKind, register
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS, PassResult
 from graphpass.ir.graph import peek_values, read_values
 from graphpass.passes.cleanup._common import prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import constant_source, judges_operand, valid_shape_operand
@@ -192,6 +192,15 @@ class EliminateIdentity(RulePass):
     preserves_order = True
 
     rules = (_Identity(), _Dropout(), _Neutral())
+
+    def survives_edits(self, result: PassResult) -> frozenset[str]:
+        """Nothing matched: no Identity, no inference Dropout, no neutral operand. A merge of equal
+        constants adds no node and keeps every constant's values, shape and dtype (what case 4
+        reads) and every Variable's readers (Dropout's mask): nothing matches after it either."""
+        rules = result.stats.get("rules")
+        if result.modified or not isinstance(rules, RuleCounts) or rules.total("matched"):
+            return frozenset()
+        return frozenset({MERGE_EQUAL_CONSTANTS})
 
     def summarize(self, counts: RuleCounts) -> dict:
         # the only refusal: a graph output whose source cannot take its name

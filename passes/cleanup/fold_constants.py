@@ -32,7 +32,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphpass.check import verify as _verify
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
 from graphpass.errors import BadModelError
 from graphpass.passes.framework import Pass, PassContext, PassKind, PassResult, register
 from graphpass.ir import model_io
@@ -43,7 +43,7 @@ from graphpass.ir.size import bytes_bound, freed_bytes
 from graphpass.ir.shapes import count_unresolved, numel, refresh_shapes, static_shape, tensor_elem_type
 from graphpass.passes.cleanup._common import is_onnx_op, is_pure, prepacked_operand
 from graphpass.passes.cleanup._fold_bounds import bound_nodes, valid_shape_operand
-from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE, plan
+from graphpass.passes.cleanup._fold_size import NODE_ALLOWANCE, SizeMemo, plan
 
 __all__ = ["FoldConstants", "DEFAULT_SIZE_LIMIT"]
 
@@ -56,8 +56,8 @@ _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_i
 
 def _lower_constant_nodes(graph: gs.Graph, outs: set[int]) -> list[gs.Node]:
     lowered = []
-    for node in graph.nodes:
-        if not is_onnx_op(node, "Constant") or len(node.attrs) != 1 or len(node.outputs) != 1:
+    for node in [n for n in graph.nodes if n.op == "Constant"]:  # (the op first: one comprehension)
+        if not is_onnx_op(node) or len(node.attrs) != 1 or len(node.outputs) != 1:
             continue
         (attr, value), = node.attrs.items()
         out = node.outputs[0]
@@ -113,10 +113,13 @@ def _shape_value(node: gs.Node) -> np.ndarray | None:
 
 def _has_unresolved_shape(graph: gs.Graph) -> bool:
     for g in iter_graphs(graph):
-        for n in g.nodes:
-            if is_onnx_op(n, "Shape", "Size") and n.inputs and static_shape(n.inputs[0]) is None:
+        for n in [n for n in g.nodes if n.op in _SHAPE_OPS]:  # (the op first: one comprehension)
+            if is_onnx_op(n) and n.inputs and static_shape(n.inputs[0]) is None:
                 return True
     return False
+
+
+_SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 def _nbytes_known(t: gs.Tensor) -> int | None:
@@ -304,8 +307,9 @@ class FoldConstants(Pass):
         # bytes the saved model may still grow by (spent by the folds); None until a fold would
         # grow the file (computing it walks the whole model)
         room: list[int | None] = [None]
+        candidates = [0]  # nodes that read only constants, seen by the sweeps
         for _ in range(self.max_iterations):
-            result = self._fold_once(graph, ctx, room)
+            result = self._fold_once(graph, ctx, room, candidates)
             for k, v in result.stats.items():
                 total[k] = total.get(k, 0) + v
             if not result.modified:
@@ -319,9 +323,14 @@ class FoldConstants(Pass):
                 break
         if total.get("folded") and count_unresolved(graph):
             refresh_shapes(graph)  # the last round's folds made shapes inferable that nobody re-inferred
-        return PassResult(any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed")), total)
+        modified = any(total.get(k) for k in ("constant_nodes", "shapes", "folded", "removed"))
+        # no node reads only constants: an edit that swaps a constant for an equal one leaves every
+        # input as constant as it was, so none does after it either (the Constant nodes and
+        # Shape/Size it left are not read through a constant's identity or readers)
+        survives = frozenset({MERGE_EQUAL_CONSTANTS}) if not modified and not candidates[0] else frozenset()
+        return PassResult(modified, total, survives=survives)
 
-    def _fold_once(self, graph: gs.Graph, ctx: PassContext, room: list[int]) -> PassResult:
+    def _fold_once(self, graph: gs.Graph, ctx: PassContext, room: list[int], candidates: list[int]) -> PassResult:
         limit = self.size_limit
         retries = self.max_single_retries
         opsets = [
@@ -341,8 +350,8 @@ class FoldConstants(Pass):
 
             # Case 2: Shape/Size from static shapes, computed here (no runtime needed).
             shape_nodes = []
-            for node in g.nodes:
-                if is_onnx_op(node, "Shape", "Size") and node.inputs and len(node.outputs) == 1:
+            for node in [n for n in g.nodes if n.op in _SHAPE_OPS]:  # (the op first: one comprehension)
+                if is_onnx_op(node) and node.inputs and len(node.outputs) == 1:
                     out = node.outputs[0]
                     if isinstance(out, gs.Constant) or id(out) in outs or not len(out.outputs):
                         continue
@@ -364,6 +373,7 @@ class FoldConstants(Pass):
                     continue
                 foldable.append(node)
                 produced.update(id(t) for t in node.outputs)
+            candidates[0] += len(foldable)
             if not foldable:
                 stats["removed"] += self._sweep(g, [])
                 continue
@@ -391,8 +401,9 @@ class FoldConstants(Pass):
                             guarded.add(id(t))
                         wanted.append(t)
             # Case 4: the size policy, first on the sizes shapes give (unknown: decided after)
+            memo = SizeMemo()  # (nothing changes the batch's nodes or constants until both decisions are made)
             wanted = self._size_policy(graph, wanted, foldable, {id(t): _nbytes_known(t) or 0 for t in wanted}, outs, stats,
-                                       room, spend=False)
+                                       room, spend=False, memo=memo)
             if not wanted:
                 continue
             needed = self._needed(wanted, fold_ids)
@@ -417,7 +428,7 @@ class FoldConstants(Pass):
                 computed.append(t)
             # Case 4 again on the computed sizes, over the tensors that can fold
             for t in self._size_policy(graph, computed, foldable, {id(t): int(values[t.name].nbytes) for t in computed},
-                                       outs, stats, room):
+                                       outs, stats, room, memo=memo):
                 v = values[t.name]
                 if not budget.fits(v.nbytes):
                     stats["over_memory"] += 1
@@ -441,7 +452,7 @@ class FoldConstants(Pass):
 
     def _size_policy(self, graph: gs.Graph, wanted: list[gs.Tensor], foldable: list[gs.Node], sizes: dict[int, int],
                      outs: set[int], stats: dict[str, int], room: list[int | None], *,
-                     spend: bool = True) -> list[gs.Tensor]:
+                     spend: bool = True, memo: SizeMemo | None = None) -> list[gs.Tensor]:
         """Case 4: the tensors of ``wanted`` whose fold does not grow the file (see ``_fold_size``);
         ``room[0]`` (the model-wide room, computed when first needed) is lowered by what the folds
         chosen spend of it (with ``spend``)."""
@@ -451,7 +462,7 @@ class FoldConstants(Pass):
             return room[0]
 
         fold, grow, over, used = plan(wanted, foldable, sizes, outs, self.size_limit if self.fold_growing else None,
-                                      room[0] if room[0] is not None else resolve)
+                                      room[0] if room[0] is not None else resolve, memo)
         if used and spend:
             room[0] = resolve() - used
         stats["would_grow"] += len(grow)

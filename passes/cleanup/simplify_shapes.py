@@ -39,7 +39,7 @@ import onnx_graphsurgeon as gs
 from graphpass.passes.cleanup._shape_analysis import ShapeAnalysis
 from graphpass.passes.cleanup._shape_rules import ExpandNoop, Fold, ReshapeNoop, ReshapeTarget, SliceNoop, TileNoop
 from graphpass.passes.framework import PassContext, PassKind, PassResult, register
-from graphpass.passes.framework.pass_base import EXACT
+from graphpass.passes.framework.pass_base import EXACT, MERGE_EQUAL_CONSTANTS
 from graphpass.passes.framework.rewrite import RulePass, apply_rules
 
 __all__ = ["SimplifyShapes"]
@@ -87,4 +87,8 @@ class SimplifyShapes(RulePass):
         stats["refused"] = counts.total("refused")
         stats["dims_resolved"] = analysis.refined
         stats["rules"] = counts
-        return PassResult(counts.total("rewritten") > 0, stats)
+        # nothing matched and no dim was proven: the analysis reads a constant by its values and
+        # shape only, so after equal constants are merged it finds the same (nothing)
+        quiet = not counts.total("matched") and not analysis.refined
+        return PassResult(counts.total("rewritten") > 0, stats,
+                          survives=frozenset({MERGE_EQUAL_CONSTANTS}) if quiet else frozenset())

@@ -80,11 +80,14 @@ class StripDebugInfo(Pass):
                 count["bytes"] += freed
 
         for g in iter_graphs(graph):
-            tensors = list(g.inputs) + list(g.outputs)
-            for n in g.nodes:
+            nodes = g.nodes
+            # the annotated ones first, in comprehensions (most objects have no annotation dict:
+            # a synthetic or torchscript model's none, a dynamo export's nodes all)
+            for n in [n for n in nodes if stored_meta(n)]:
                 strip(n, "nodes")
-                tensors.extend(n.inputs)
-                tensors.extend(n.outputs)
+            tensors = [t for t in g.inputs if stored_meta(t)] + [t for t in g.outputs if stored_meta(t)]
+            tensors += [t for n in nodes for t in n.inputs if stored_meta(t)]
+            tensors += [t for n in nodes for t in n.outputs if stored_meta(t)]
             for t in tensors:
                 if id(t) not in seen:
                     seen.add(id(t))

@@ -15,6 +15,7 @@ The caller's :class:`PassContext` is only read: the passes get a copy whose
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Iterable, Sequence
 
 import onnx_graphsurgeon as gs
@@ -22,10 +23,12 @@ import onnx_graphsurgeon as gs
 from graphpass.errors import GraphpassError, PassError
 from graphpass.passes.framework.context import Explanation, PassContext
 from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, ESTIMATE_EACH_MAX_NODES, PassInstrument
-from graphpass.passes.framework.pass_base import EXACT, Pass, PassKind, PassResult, graph_of
+from graphpass.passes.framework.pass_base import (EDITS, EXACT, MERGE_EQUAL_CONSTANTS, Pass, PassContractError, PassKind,
+                                                  PassResult, graph_of)
 from graphpass.passes.framework.registry import get_pass
 from graphpass.ir import lean, model_io
-from graphpass.ir.graph import count_nodes, op_types, toposort
+from graphpass.ir.graph import (CONTROL_FLOW_OPS, SUBGRAPHLESS_DOMAINS, count_nodes, fingerprint, iter_graphs, op_types,
+                                toposort)
 from graphpass.ir.journal import all_graphs, flat_graph, graphs_made, known_graphs
 from graphpass.ir.shapes import count_unresolved, refresh_shapes, shape_epoch
 
@@ -35,6 +38,9 @@ _RELEASE_NODES = 20_000
 
 #: the module prefix of graphpass's own passes (trusted under journal.flat_graph)
 _OWN_PASSES = "graphpass.passes."
+
+#: the kinds of edit that keep every node's op type: a pass ``can_act`` refused still cannot act
+_KEEP_OP_TYPES = frozenset({MERGE_EQUAL_CONSTANTS})
 
 __all__ = ["PassRecord", "PassManager", "ManagerResult", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
 
@@ -84,6 +90,14 @@ class PassManager(Pass):
     again, once per round (one export), so the next round and the written model see them. Passes named in ``disabled`` are skipped and reported
     in ``result.skipped``. ``instruments`` hook into every application (see
     :mod:`graphpass.infra.instruments`); without any, the manager only runs the passes.
+
+    A pass is not run on a version of the graph it cannot change: one it saw already and changed
+    nothing on; one it made itself when it declares ``idempotent``; one whose only change since
+    it changed nothing is an edit its result ``survives`` (:data:`~.pass_base.EDITS`: equal
+    constants merged); one without its anchors (``can_act``). Each skip only leaves out an
+    application that would have changed nothing; with ``GRAPHPASS_CHECK_SKIPS`` set (the suite
+    sets it) the manager runs every application it skips on a declaration, unrecorded, and raises
+    :class:`PassContractError` if one changes the graph.
     """
 
     name = "pass_manager"
@@ -152,6 +166,13 @@ class PassManager(Pass):
         # already saw the final graph)
         version = 0
         clean: dict[int, int] = {}  # pass position -> the version it last ran on without a change
+        # pass position -> the kinds of edit its last finding of nothing survives (a version made
+        # by such an edit is one it cannot change either: clean on it too)
+        survive: dict[int, frozenset[str]] = {}
+        # pass position -> why it is clean on a version it did not run on (a declaration: checked
+        # by running it anyway under GRAPHPASS_CHECK_SKIPS)
+        declared: dict[int, str] = {}
+        check_skips = os.environ.get("GRAPHPASS_CHECK_SKIPS", "") not in ("", "0")
         # (version, the graph's op types, its graphs): one walk per version, not one per application
         # for the undo log's start (journal.known_graphs) and another for the op types
         # (and the count of graphs made under a journal then: an application that reported no
@@ -160,13 +181,19 @@ class PassManager(Pass):
         for rnd in range(1, max(1, self.max_rounds) + 1):
             changed = False
             for k, p in enumerate(self.passes):
-                if (p.run_once and rnd > 1) or p.name in unavailable or clean.get(k) == version:
+                if (p.run_once and rnd > 1) or p.name in unavailable:
+                    continue
+                if clean.get(k) == version:
+                    if check_skips and k in declared:
+                        _check_skip(p, model, graph, ctx, declared[k])
                     continue
                 if seen[0] != version or seen[3] != graphs_made():
-                    graphs = all_graphs(graph)
-                    seen = (version, op_types(graph, graphs), graphs, graphs_made())
+                    graphs, ops = _graphs_and_op_types(graph)
+                    seen = (version, ops, graphs, graphs_made())
                 if not p.can_act(seen[1], ctx):  # nothing it rewrites is in the graph
                     clean[k] = version
+                    survive[k] = _KEEP_OP_TYPES  # (can_act reads the op types only)
+                    declared.pop(k, None)
                     continue
                 if not all(ins.should_run(p, graph, ctx) for ins in instruments):
                     continue
@@ -217,8 +244,27 @@ class PassManager(Pass):
                     changed = True
                     version += 1
                     clean.pop(k, None)
+                    declared.pop(k, None)
+                    edit = result.edit if result.edit in EDITS else None
+                    if edit == MERGE_EQUAL_CONSTANTS and seen[0] == version - 1:
+                        seen = (version, *seen[1:])  # no node or graph changed: same op types, same graphs
+                    if edit is not None:
+                        # a pass that could not change the version before cannot change this one
+                        # (what it survives holds after any number of such edits: its claim is
+                        # about what the edit keeps)
+                        for j, v in list(clean.items()):
+                            if v == version - 1 and edit in survive.get(j, ()):
+                                clean[j] = version
+                                declared[j] = f"it changed nothing before '{p.name}' made an edit it survives ({edit})"
+                    if p.idempotent:  # it would not change what it just made
+                        clean[k] = version
+                        survive[k] = frozenset()
+                        declared[k] = "it is idempotent and made this version of the graph"
                 else:
                     clean[k] = version
+                    # (a rolled-back application: the graph is as it was, but it claimed nothing)
+                    survive[k] = p.survives_edits(result) if not result.modified else frozenset()
+                    declared.pop(k, None)
                 records.append(rec)
             if stale:
                 unresolved = count_unresolved(graph)
@@ -239,6 +285,40 @@ class PassManager(Pass):
         return ManagerResult(applied > 0, {"applications": applied, "records": len(records)}, model=model,
                              records=records, skipped=list(self.skipped), explanations=list(ctx.explanations),
                              unavailable=unavailable)
+
+
+def _graphs_and_op_types(graph: gs.Graph) -> tuple[list[gs.Graph], frozenset[str]]:
+    """``all_graphs(graph)`` and ``op_types`` of those graphs, with one walk of the main graph
+    (its op types and domains) when none of its nodes may hold a subgraph (two otherwise)."""
+    nodes = graph.nodes
+    ops = {n.op for n in nodes}
+    if ops.isdisjoint(CONTROL_FLOW_OPS) and {n.domain for n in nodes} <= SUBGRAPHLESS_DOMAINS:
+        fns = getattr(graph, "functions", None)
+        if not fns:
+            return [graph], frozenset(ops)
+        graphs = [graph]  # then the local functions with their bodies, each once (as all_graphs)
+        seen = {id(graph)}
+        for fn in fns:
+            for g in iter_graphs(fn):
+                if id(g) not in seen:
+                    seen.add(id(g))
+                    graphs.append(g)
+        for g in graphs[1:]:
+            ops.update([n.op for n in g.nodes])
+        return graphs, frozenset(ops)
+    graphs = all_graphs(graph)
+    return graphs, op_types(graph, graphs)
+
+
+def _check_skip(p: Pass, model: Any, graph: gs.Graph, ctx: PassContext, why: str) -> None:
+    """GRAPHPASS_CHECK_SKIPS: run ``p``, which the manager skipped because ``why``, and raise
+    when it changes the graph (unrecorded: the records and explanations are those of the run
+    without the check)."""
+    before = fingerprint(graph)
+    result = p.apply_to(model, graph, dataclasses.replace(ctx, explanations=[]))
+    if result.modified or fingerprint(graph) != before:
+        raise PassContractError(f"pass '{p.name}' changed a graph the pass manager skipped it on ({why}): "
+                                f"{result.stats}")
 
 
 def _abort(instruments, p, graph, ctx, rec, error) -> None:

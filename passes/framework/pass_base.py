@@ -27,7 +27,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from graphpass.passes.framework.context import PassContext
 
 __all__ = ["PassKind", "PassResult", "MatchResult", "Pass", "PassContractError", "PassPreconditionError",
-           "PassPostconditionError", "Promise", "EXACT", "REASSOCIATION", "graph_of"]
+           "PassPostconditionError", "Promise", "EXACT", "REASSOCIATION", "graph_of", "MERGE_EQUAL_CONSTANTS",
+           "EDITS"]
+
+#: An edit that only makes readers of a Constant read another Constant equal to it in dtype,
+#: shape, bytes (-0.0 is not 0.0, NaN payloads count), export dtype and annotations: the two
+#: differ in name, identity, scope (a body's may become an outer one) and number of readers
+#: only. No node, op type, attribute, Variable, shape or graph input/output changes.
+MERGE_EQUAL_CONSTANTS = "merge_equal_constants"
+
+#: The kinds of edit a :class:`PassResult` may name (``edit``, ``survives``), with what each keeps.
+EDITS = frozenset({MERGE_EQUAL_CONSTANTS})
 
 
 class PassKind(str, enum.Enum):
@@ -52,6 +62,13 @@ class PassResult:
     modified: bool
     stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     model: Any = None
+    #: (a result that changed the graph) the one kind of edit (:data:`EDITS`) the application
+    #: made, when it made only that kind; None: anything may have changed
+    edit: str | None = None
+    #: (a result that changed nothing) kinds of edit (:data:`EDITS`) after which the pass would
+    #: still change nothing: the pass manager does not run it again after such an edit (see
+    #: :meth:`Pass.survives_edits`). A claim the pass proves from what this run saw.
+    survives: frozenset[str] = frozenset()
 
 
 def __getattr__(name: str) -> Any:
@@ -140,6 +157,10 @@ class Pass:
     #: manager does not run the pass on a graph (bodies and functions included) that holds none
     #: of them (see :meth:`can_act`).
     anchor_ops: ClassVar[frozenset[str] | None] = None
+    #: True when an application that changed the graph leaves a graph the pass (same options,
+    #: same context) would not change: the pass manager does not run it on a version of the
+    #: graph only it made. Tested on the corpus (tests/infra/test_manager_skips.py).
+    idempotent: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         if options:  # a pass without options: any keyword is a typo
@@ -202,6 +223,12 @@ class Pass:
         function) have the op types ``ops``: the pass manager then skips it, as it skips a pass
         that already saw the same graph. Default: from :attr:`anchor_ops`."""
         return self.anchor_ops is None or not self.anchor_ops.isdisjoint(ops)
+
+    def survives_edits(self, result: PassResult) -> frozenset[str]:
+        """The kinds of edit (:data:`EDITS`) after which this pass, having changed nothing
+        (``result``), would still change nothing. Default: what the result says
+        (``result.survives``); a pass whose result the rewrite engine makes may read its counts."""
+        return result.survives
 
     # -- the contract ----------------------------------------------------------------------
 
