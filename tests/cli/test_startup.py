@@ -13,6 +13,9 @@ from graphpass.testing import make_model
 
 #: modules of other verbs that an optimize without their options must not import
 NOT_FOR_OPTIMIZE = ("graphpass.cost_model.cann", "graphpass.atc")
+#: the check layer's runners and analysis: an optimize that folds nothing through onnxruntime
+#: and verifies nothing does not import them (fold_constants imports verify on its first session)
+NOT_FOR_PLAIN_OPTIMIZE = ("graphpass.check.verify", "graphpass.check.precision", "onnxruntime")
 
 _LIST = "import sys; from graphpass.cli import main; rc = main(sys.argv[1:]); print(' '.join(sorted(sys.modules)))"
 
@@ -31,6 +34,19 @@ def test_optimize_does_not_read_other_verbs_data(tmp_path):
     modules = set(p.stdout.split())
     assert "graphpass.passes.framework.manager" in modules  # the list is the run's
     assert not modules & set(NOT_FOR_OPTIMIZE)
+    assert not modules & set(NOT_FOR_PLAIN_OPTIMIZE)
+
+
+def test_precision_analysis_still_finds_the_mixed_precision_conversion():
+    """``import graphpass`` registers the conversion the precision analysis checks on without
+    importing the analysis; the analysis, imported later, finds it (and register_converter
+    still replaces it)."""
+    code = ("import sys, graphpass, graphpass.api as api; assert 'graphpass.check.precision' not in sys.modules; "
+            "from graphpass.check import precision as P; import graphpass.check as C; "
+            "assert C.converter is api._mixed_precision_conversion; f = lambda m, mode, keep: m; "
+            "assert P.register_converter(f) is f and C.converter is f; print('ok')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == ["ok"], p.stderr
 
 
 def test_cann_version_help_is_made_when_shown(capsys):
