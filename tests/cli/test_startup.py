@@ -97,3 +97,30 @@ def test_import_pauses_the_collector_and_puts_it_back():
         assert p.returncode == 0, p.stderr
         out = p.stdout.split()
         assert int(out[0]) <= int(runs) and out[1:] == [enabled, "True"], (before, p.stdout)
+
+
+def _parse(parser, argv, capsys):
+    try:
+        out = ("ok", vars(parser.parse_args(argv)))
+    except SystemExit as e:
+        out = ("exit", e.code)
+    captured = capsys.readouterr()
+    return out, captured.out, captured.err
+
+
+def test_the_optimize_parser_alone_parses_helps_and_refuses_as_the_whole_one(capsys):
+    """main builds only the optimize verb's parser for a command line that starts with it."""
+    from graphpass.cli import build_parser
+
+    cases = [["optimize", "m.onnx", "-o", "o.onnx"],
+             ["optimize", "a.onnx", "b.onnx", "-o", "out", "-q", "--profile", "--input-shape", "x:1,3", "--dim", "N=2",
+              "--disable", "fold_constants", "--layout", "greedy", "--explain=", "--emit", "device", "-vv"],
+             ["optimize", "m.onnx", "-o", "o.onnx", "--mixed-precision", "must_keep_origin_dtype", "--keep-fp32", "auto"],
+             ["optimize", "--help"], ["optimize"], ["optimize", "m.onnx"], ["optimize", "m.onnx", "-o", "o", "--bogus"],
+             ["optimize", "m.onnx", "-o", "o", "--layout", "sideways"], ["optimize", "m.onnx", "-o", "o", "--max-rounds", "0"],
+             ["optimize", "m.onnx", "-o", "o", "--mixed-precision", "no_such_mode"]]
+    for argv in cases:
+        whole = _parse(build_parser(), argv, capsys)
+        alone = _parse(build_parser("optimize"), argv, capsys)
+        assert alone == whole, argv
+    assert "usage: graphpass optimize" in _parse(build_parser("optimize"), ["optimize", "--help"], capsys)[1]
