@@ -56,15 +56,18 @@ class Made(list):
     attributes): gs's Constants are not listed, gs's value types not looked at.
     ``other_types``: some value info of a graph it imported (input, output or value_info, read
     or not) has a type other than a tensor type (or one it does not tell: an empty oneof with
-    other fields)."""
+    other fields). ``unsorted``: some node (of any graph it imported) writes a tensor an earlier
+    node, or the node itself, already reads: without it every graph's nodes are in topological
+    order (what ``graph._is_sorted`` finds: a reader met before its producer marks it)."""
 
-    __slots__ = ("attributes", "complete", "other_types")
+    __slots__ = ("attributes", "complete", "other_types", "unsorted")
 
     def __init__(self):
         super().__init__()
         self.attributes: set[int] = set()
         self.complete = True
         self.other_types = False
+        self.unsorted = False
 
 
 def _note_type(vi: onnx.ValueInfoProto, made: "Made | None") -> None:
@@ -238,6 +241,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made:
     way (_filled_list's work without the lists in between: the same lists, in the same order)."""
     attrs = _attributes(proto, outer, local, opset, domains, made) if len(proto.attribute) else {}
     if misc.SynchronizedList is not SyncList:
+        if made is not None:
+            made.unsorted = True  # (not looked for there)
         return _node_generic(proto, outer, local, attrs)
     n = _new_object(_Node)
     append = _list_append
@@ -265,6 +270,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made:
                 t = local[name] = _variable(name)
             else:
                 t = _variable("")
+        elif t.outputs and made is not None:  # read before it is written (or by this node)
+            made.unsorted = True
         append(outputs, t)
         append(t.inputs, n)
     d = n.__dict__

@@ -448,7 +448,9 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
         meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
     _release_proto(graph, kept_types, made if not raw_attrs else None, graphs is None or len(graphs) > 1)
-    toposort(graph)
+    # a graph without bodies whose every reader came after its tensor's writer is sorted already
+    if made.unsorted or not made.complete or graphs is None or len(graphs) > 1:
+        toposort(graph)
     return graph
 
 
