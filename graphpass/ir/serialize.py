@@ -430,7 +430,8 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
         graph = fast_import.import_onnx(model, made)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
-    annotations.read_from_proto(model.graph, graph)
+    if not isinstance(graphs, GraphList) or graphs.metadata:  # else validation's walk saw no metadata_props
+        annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
     # the import looked at every value info's type: without one other than a tensor's, none to keep
