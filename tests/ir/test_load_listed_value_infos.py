@@ -77,3 +77,23 @@ def test_when_the_list_is_made():
     assert inference.infer_shapes_listed(model(), bodies=False)[1] is None  # not asked
     # a shape inference cannot tell: the list is not made (the data-propagation path decides)
     assert inference.infer_shapes_listed(model(op="NonZero"), bodies=False, listed=True)[1] is None
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if "exporters" in p][:12] + [p for p in FILES if "light" in p][:6],
+                         ids=os.path.basename)
+def test_the_same_graph_with_input_shapes_fixed(path, monkeypatch):
+    """With --input-shape the loader infers on a copy with the inputs fixed: the list serves it too."""
+    model = onnx.load(path, load_external_data=False)
+    shapes = {}
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim]
+    real_load = serialize.load
+    monkeypatch.setattr(serialize, "load", lambda source: real_load(source, input_shapes=shapes or None))
+    try:
+        lean, copied, _ = _both(monkeypatch, path)
+    finally:
+        monkeypatch.setattr(serialize, "load", real_load)
+    assert lean == copied
