@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphpass.check import precision as _precision
+import graphpass.check as _check_layer
 from graphpass.cost_model.target import DEFAULT_TARGET, Target
 from graphpass.passes import pipelines
 from graphpass.passes.framework.context import PassContext
@@ -288,4 +288,5 @@ def _mixed_precision_conversion(model, mode: str, keep_fp32):
     return convert_model(model, mode, keep_fp32)
 
 
-_precision.register_converter(_mixed_precision_conversion)
+# precision.register_converter's work, without importing the analysis (optimize never runs it)
+_check_layer.converter = _mixed_precision_conversion

@@ -44,6 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import graphpass.check as _check_layer
 from graphpass.check import verify as V
 from graphpass.reporting import Report, markdown_table, rich_table, text_console
 
@@ -677,16 +678,16 @@ def _fp16_readers(info: _Info, name: str, opset: int) -> list[str]:
 #: ``convert(model, mode, keep_fp32) -> ModelProto``: ``model`` as mixed precision converts it in
 #: ``mode`` with fp16 emulated, each converted node marked ``graphpass.precision = fp16``.
 Converter = Callable[[onnx.ModelProto, str, Sequence[str]], onnx.ModelProto]
-_converter: Converter | None = None
 
 
 def register_converter(convert: Converter) -> Converter:
     """Make ``convert`` the conversion :func:`analyze` checks its findings on by default.
 
     The analysis sits below the passes (it must not import them); ``graphpass.api``, above
-    both, registers the mixed_precision pass's conversion here (``import graphpass`` does)."""
-    global _converter
-    _converter = convert
+    both, registers the mixed_precision pass's conversion (``import graphpass`` does, in
+    ``graphpass.check.converter``, where this writes too: graphpass's import does not load
+    this module)."""
+    _check_layer.converter = convert
     return convert
 
 
@@ -800,7 +801,7 @@ def analyze(model: "ModelLike", feeds: Mapping[str, np.ndarray] | None = None, s
             scale = s
     report = PrecisionReport(tensors, list(keep), scale, findings, info.graphs, not_run, unobserved, False, mode)
     if check and findings:
-        convert = convert or _converter
+        convert = convert or _check_layer.converter
         if convert is None:
             from graphpass.errors import GraphpassError
 

@@ -316,6 +316,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
     fns = {f.name: f for f in model.functions if f.domain == DOMAIN}
     # per body node: whether it has an attribute reference (the call's attributes replace them)
     refs = {name: [any(a.ref_attr_name for a in b.attribute) for b in f.node] for name, f in fns.items()}
+    plans = {name: _body_plan(f, refs[name]) for name, f in fns.items()}
     taken = {x for g in graphs for x in [*(i.name for i in g.initializer), *(i.name for i in g.input),
                                          *(o.name for o in g.output), *(o for n in g.node for o in n.output)] if x}
     # bodies before the graphs holding them: rebuilding a graph's node list copies its nodes
@@ -330,7 +331,7 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
             if f is None:
                 nodes.append(n)
                 continue
-            for b in _expand_call(n, f, taken, refs[f.name]):
+            for b in _expand_call(n, f, taken, refs[f.name], plans[f.name]):
                 if b.op_type == "Constant" and b.domain in ("", "ai.onnx"):
                     body_constants.append(len(nodes))
                 nodes.append(b)
@@ -342,13 +343,20 @@ def to_portable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str],
-                 refs: "list[bool] | None" = None) -> list[onnx.NodeProto]:
+                 refs: "list[bool] | None" = None, plan: "list[tuple] | None" = None) -> list[onnx.NodeProto]:
     """The nodes of ``fn``'s body for the call ``call``, in place of it (what onnx's inliner does,
     without copying the model: a big graph's portable export holds one copy). Formal inputs and
     outputs become the call's tensors, the body's own values get names of their own, attribute
     references take the call's values (an attribute the call does not set is left out), and
     each node the call's name (``call/j_Op``) and annotations. ``refs``: per body node, whether
-    it has an attribute reference (a node without one keeps its attributes as they are)."""
+    it has an attribute reference (a node without one keeps its attributes as they are).
+    ``plan``: :func:`_body_plan` of ``fn`` and ``refs`` when the caller has it (made once per
+    function, not per call).
+
+    Each node is parsed from its serialized fields (the body node's own ones serialized once, in
+    the plan): the same message as a copy of the body node with its inputs, outputs, name,
+    attributes and annotations set (protobuf writes a message's fields in one order, however
+    they were read), without a field set per call."""
     call_inputs = call.input
     fn_inputs = fn.input
     mapping = dict(zip(fn_inputs, call_inputs))
@@ -357,50 +365,89 @@ def _expand_call(call: onnx.NodeProto, fn: onnx.FunctionProto, taken: set[str],
     call_outputs = call.output
     mapping.update(zip(fn.output, call_outputs))
     base = call_outputs[0] if call_outputs and call_outputs[0] else (call.name or fn.name)
-    attrs = {a.name: a for a in call.attribute}
-    meta = call.metadata_props
     prefix = call.name or base
+    meta = b"".join([_record(_META_FIELD, e.SerializeToString()) for e in call.metadata_props])
+    if plan is None:
+        plan = _body_plan(fn, refs)
+    attrs = None
 
-    def rename(v: str) -> str:
+    def rename(v: str) -> bytes:
         if not v:
-            return v
-        if v not in mapping:
+            return b""
+        new = mapping.get(v)
+        if new is None:
             k, new = 0, f"{base}__{fn.name}_{v}"
             while new in taken:
                 k += 1
                 new = f"{base}__{fn.name}_{v}_{k}"
             taken.add(new)
             mapping[v] = new
-        return mapping[v]
+        return new.encode("utf-8")
 
     out = []
-    for j, b in enumerate(fn.node):
-        n = onnx.NodeProto()
-        n.CopyFrom(b)
-        n.input[:] = [rename(v) for v in b.input]
-        n.output[:] = [rename(v) for v in b.output]
-        if refs is None or refs[j]:  # else no attribute refers to the call's: kept as they are
-            kept = []
-            for a in n.attribute:
-                if a.ref_attr_name:
-                    given = attrs.get(a.ref_attr_name)
-                    if given is None:
-                        continue
-                    a2 = onnx.AttributeProto()
-                    a2.CopyFrom(given)
-                    a2.name = a.name
-                    kept.append(a2)
-                else:
-                    kept.append(a)
-            del n.attribute[:]
-            n.attribute.extend(kept)
-        n.name = f"{prefix}/{j}_{b.op_type}"
-        if len(b.metadata_props):
-            del n.metadata_props[:]
-        if meta:
-            n.metadata_props.extend(meta)
-        out.append(n)
+    parse = onnx.NodeProto.FromString
+    for ins, outs, suffix, own, attr_plan in plan:
+        parts = [_record(_INPUT_FIELD, rename(v)) for v in ins]
+        parts += [_record(_OUTPUT_FIELD, rename(v)) for v in outs]
+        parts.append(_record(_NAME_FIELD, (prefix + suffix).encode("utf-8")))
+        parts.append(own)
+        if attr_plan is not None:  # the attributes in their order, references taking the call's values
+            if attrs is None:
+                attrs = {a.name: a for a in call.attribute}
+            for written, ref, name in attr_plan:
+                if written is not None:
+                    parts.append(written)
+                    continue
+                given = attrs.get(ref)
+                if given is None:
+                    continue
+                a2 = onnx.AttributeProto()
+                a2.CopyFrom(given)
+                a2.name = name
+                parts.append(_record(_ATTRIBUTE_FIELD, a2.SerializeToString()))
+        parts.append(meta)
+        out.append(parse(b"".join(parts)))
     return out
+
+
+# NodeProto's field numbers (onnx.proto) of what _expand_call writes per call
+_INPUT_FIELD, _OUTPUT_FIELD, _NAME_FIELD, _ATTRIBUTE_FIELD, _META_FIELD = 1, 2, 3, 5, 9
+
+
+def _record(field: int, data: bytes) -> bytes:
+    """A length-delimited field's record: its key, the length (a varint), the bytes."""
+    n = len(data)
+    if n < 0x80:
+        return bytes((field << 3 | 2, n)) + data
+    head = bytearray((field << 3 | 2,))
+    while n >= 0x80:
+        head.append(n & 0x7F | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + data
+
+
+def _body_plan(fn: onnx.FunctionProto, refs: "list[bool] | None" = None) -> list[tuple]:
+    """Per body node of ``fn``: its inputs, outputs, its name's suffix (``/j_Op``), the record of
+    the fields a call keeps as they are (the node without inputs, outputs, name and annotations;
+    without attributes too where they are written per call), and, for a node with an attribute
+    reference (``refs``; every node without it), its attributes in order: ``(record, None,
+    None)`` for one kept as it is, ``(None, referenced name, name)`` for a reference."""
+    plan = []
+    for j, b in enumerate(fn.node):
+        own = onnx.NodeProto()
+        own.CopyFrom(b)
+        own.ClearField("input")
+        own.ClearField("output")
+        own.ClearField("name")
+        own.ClearField("metadata_props")
+        attr_plan = None
+        if refs is None or refs[j]:
+            own.ClearField("attribute")
+            attr_plan = [(None, a.ref_attr_name, a.name) if a.ref_attr_name
+                         else (_record(_ATTRIBUTE_FIELD, a.SerializeToString()), None, None) for a in b.attribute]
+        plan.append((list(b.input), list(b.output), f"/{j}_{b.op_type}", own.SerializeToString(), attr_plan))
+    return plan
 
 
 def _expand_attention(model: onnx.ModelProto, graphs: "list[onnx.GraphProto] | None" = None) -> bool:

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -362,8 +363,8 @@ def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None
     headers = {i.name: i for i in model.graph.initializer if i.name in originals}
     del model.graph.initializer[:]
     model.graph.initializer.extend(keep)
-    records = [(name, lambda name=name, o=o: _as_proto(name, o, headers.get(name))) for name, o in originals.items()]
-    records += [(t.name, lambda t=t: _read_on_disk(t)) for t in disk]
+    records = [(name, lambda name=name, o=o: _record_body(name, o, headers.get(name))) for name, o in originals.items()]
+    records += [(t.name, lambda t=t: _read_on_disk(t).SerializeToString()) for t in disk]
     with open(dst, "wb") as f:
         f.write(model.SerializeToString())
         # one weight made at a time; the records of small ones go out together (a write call
@@ -371,7 +372,7 @@ def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None
         batch: list[bytes] = []
         held = 0
         for _, make in records:
-            body = make().SerializeToString()
+            body = make()
             inner = _len_field(_INITIALIZER_FIELD, len(body))
             batch += (_len_field(_GRAPH_FIELD, len(inner) + len(body)), inner, body)
             held += len(body)
@@ -384,6 +385,39 @@ def _write_streaming(model: onnx.ModelProto, originals: dict, dst: Path) -> None
 
 #: bytes of small weights' records :func:`_write_streaming` holds before writing them out
 _WRITE_BATCH = 1 << 20
+
+
+def _bytes_as_is() -> dict:
+    """numpy dtype -> ONNX element type of the arrays :func:`onnx.numpy_helper.from_array`
+    writes as their own bytes (numbers and bools in the machine's order, when it is little
+    endian: no packing, no byte swap, no strings)."""
+    if sys.byteorder != "little":
+        return {}
+    kinds = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+             np.float16, np.float32, np.float64)
+    return {np.dtype(k): onnx.helper.np_dtype_to_tensor_dtype(np.dtype(k)) for k in kinds}
+
+
+_BYTES_AS_IS = _bytes_as_is()
+
+
+def _record_body(name: str, original: "onnx.TensorProto | np.ndarray", header: onnx.TensorProto | None = None
+                 ) -> bytes:
+    """``_as_proto(name, original, header).SerializeToString()``. For an array of a plain type
+    (:func:`_bytes_as_is`) with a name, its header without annotations, the message
+    ``from_array`` makes (dims, data_type, name, raw_data) is written directly, in the order
+    protobuf writes its fields: the same bytes without the message and a second copy of the
+    array's bytes (the 10k CNN's 1,332 folded weights: ~10 -> ~4.5 ms)."""
+    if isinstance(original, np.ndarray) and name and (header is None or not len(header.metadata_props)):
+        elem = _BYTES_AS_IS.get(original.dtype)
+        if elem is not None:
+            raw = original.tobytes()
+            encoded = name.encode("utf-8")
+            parts = [b"\x08" + _varint(d) for d in original.shape]  # dims (1), one record each
+            parts += (b"\x10" + _varint(elem), b"\x42" + _varint(len(encoded)), encoded,  # data_type (2), name (8)
+                      b"\x4a" + _varint(len(raw)), raw)  # raw_data (9)
+            return b"".join(parts)
+    return _as_proto(name, original, header).SerializeToString()
 
 
 def _data_names(name: str, per_tensor: bool, avoid: frozenset[str] = frozenset()):

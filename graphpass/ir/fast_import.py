@@ -56,15 +56,18 @@ class Made(list):
     attributes): gs's Constants are not listed, gs's value types not looked at.
     ``other_types``: some value info of a graph it imported (input, output or value_info, read
     or not) has a type other than a tensor type (or one it does not tell: an empty oneof with
-    other fields)."""
+    other fields). ``unsorted``: some node (of any graph it imported) writes a tensor an earlier
+    node, or the node itself, already reads: without it every graph's nodes are in topological
+    order (what ``graph._is_sorted`` finds: a reader met before its producer marks it)."""
 
-    __slots__ = ("attributes", "complete", "other_types")
+    __slots__ = ("attributes", "complete", "other_types", "unsorted")
 
     def __init__(self):
         super().__init__()
         self.attributes: set[int] = set()
         self.complete = True
         self.other_types = False
+        self.unsorted = False
 
 
 def _note_type(vi: onnx.ValueInfoProto, made: "Made | None") -> None:
@@ -145,29 +148,42 @@ def _value_info(vi: onnx.ValueInfoProto, made: "Made | None" = None) -> gs.Tenso
         dtype, shape = known
         return _variable(vi.name, dtype, None if shape is None else list(shape))
     if ty.HasField("tensor_type"):
-        tt = ty.tensor_type
-        dtype = _dtypes.get(tt.elem_type) or _elem_dtype(tt.elem_type)
-        if dtype is not None:
-            shape = None
-            if tt.HasField("shape"):
-                shape = []
-                for dim in tt.shape.dim:
-                    which = dim.WhichOneof("value")  # dim_value and dim_param are a oneof
-                    if which == "dim_param":
-                        shape.append(dim.dim_param)
-                    elif which == "dim_value":
-                        shape.append(dim.dim_value)
-                    else:
-                        shape.append(None)
+        typed = tensor_type(ty)
+        if typed is not None:
             if len(_types) >= _TYPES_KEPT:
                 _types.clear()
-            _types[key] = (dtype, None if shape is None else tuple(shape))
-            return _variable(vi.name, dtype, shape)
+            _types[key] = typed
+            dtype, shape = typed
+            return _variable(vi.name, dtype, None if shape is None else list(shape))
     elif ty.ByteSize() == 0:
         return _variable(vi.name)
     elif made is not None:  # (a oneof left empty beside other fields counts too: the loader then looks)
         made.other_types = True
     return _Importer.import_tensor(vi)  # other value types, unknown dtypes: gs, warning included
+
+
+def tensor_type(ty: onnx.TypeProto) -> "tuple[Any, tuple | None] | None":
+    """``(gs's dtype, shape as a tuple or None)`` of a tensor type as the import reads it (a dim
+    is its number, its name or None), or None for any other type (another value type, a tensor
+    of a dtype numpy does not have, an empty type: the import hands those to gs or notes them)."""
+    if not ty.HasField("tensor_type"):
+        return None
+    tt = ty.tensor_type
+    dtype = _dtypes.get(tt.elem_type) or _elem_dtype(tt.elem_type)
+    if dtype is None:
+        return None
+    if not tt.HasField("shape"):
+        return dtype, None
+    shape = []
+    for dim in tt.shape.dim:
+        which = dim.WhichOneof("value")  # dim_value and dim_param are a oneof
+        if which == "dim_param":
+            shape.append(dim.dim_param)
+        elif which == "dim_value":
+            shape.append(dim.dim_value)
+        else:
+            shape.append(None)
+    return dtype, tuple(shape)
 
 
 def lazy_values(tp: onnx.TensorProto) -> LazyValues:
@@ -238,6 +254,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made:
     way (_filled_list's work without the lists in between: the same lists, in the same order)."""
     attrs = _attributes(proto, outer, local, opset, domains, made) if len(proto.attribute) else {}
     if misc.SynchronizedList is not SyncList:
+        if made is not None:
+            made.unsorted = True  # (not looked for there)
         return _node_generic(proto, outer, local, attrs)
     n = _new_object(_Node)
     append = _list_append
@@ -265,6 +283,8 @@ def _node(proto: onnx.NodeProto, outer: dict, local: dict, opset, domains, made:
                 t = local[name] = _variable(name)
             else:
                 t = _variable("")
+        elif t.outputs and made is not None:  # read before it is written (or by this node)
+            made.unsorted = True
         append(outputs, t)
         append(t.inputs, n)
     d = n.__dict__
@@ -312,9 +332,12 @@ def _node_generic(proto: onnx.NodeProto, outer: dict, local: dict, attrs: dict) 
 
 def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=None, import_domains=None,
                  producer_name: str | None = None, producer_version: str | None = None,
-                 functions: list | None = None, ir_version: int | None = None, made: "Made | None" = None
-                 ) -> gs.Graph:
-    """gs's ``OnnxImporter.import_graph``; ``made``: see :class:`Made`."""
+                 functions: list | None = None, ir_version: int | None = None, made: "Made | None" = None,
+                 value_infos: "list[tuple] | None" = None) -> gs.Graph:
+    """gs's ``OnnxImporter.import_graph``; ``made``: see :class:`Made`. ``value_infos``: the
+    graph's value infos as ``(name, dtype, shape)`` (:func:`tensor_type` of each, every one a
+    tensor type it reads, no name twice), read in place of ``graph.value_info`` (the loader's,
+    from shape inference: graphpass.ir.inference.infer_shapes_listed)."""
     outer = dict(tensor_map) if tensor_map else {}
     local: dict[str, gs.Tensor] = {}
     for tp in graph.initializer:
@@ -326,7 +349,15 @@ def import_graph(graph: onnx.GraphProto, tensor_map: dict | None = None, opset=N
             if made is not None:
                 made.complete = False
             local[name] = _Importer.import_tensor(sp)
-    for vi in graph.value_info:
+    for name, dtype, shape in value_infos if value_infos is not None else ():  # the loop below's, for these
+        have = local.get(name)
+        if have is None:
+            if name not in outer:
+                local[name] = _variable(name, dtype, None if shape is None else list(shape))
+        elif isinstance(have, gs.Variable):
+            have.dtype = have.dtype or dtype
+            have.shape = have.shape or (None if shape is None else list(shape))
+    for vi in graph.value_info if value_infos is None else ():
         have = local.get(vi.name)
         if have is None:
             if vi.name not in outer:
@@ -384,8 +415,10 @@ def _graph(nodes: list, **fields) -> gs.Graph:
     return graph
 
 
-def import_onnx(model: onnx.ModelProto, made: "Made | None" = None) -> gs.Graph:
-    """``gs.import_onnx(model)``, faster (see the module docstring); ``made``: see :class:`Made`."""
+def import_onnx(model: onnx.ModelProto, made: "Made | None" = None, value_infos: "list[tuple] | None" = None
+                ) -> gs.Graph:
+    """``gs.import_onnx(model)``, faster (see the module docstring); ``made``: see :class:`Made`;
+    ``value_infos``: the main graph's, see :func:`import_graph`."""
     if made is not None and len(model.functions):
         made.complete = False
     opset = _Importer.get_opset(model)
@@ -394,4 +427,4 @@ def import_onnx(model: onnx.ModelProto, made: "Made | None" = None) -> gs.Graph:
                  for f in model.functions]
     return import_graph(model.graph, opset=opset, import_domains=domains, producer_name=model.producer_name,
                         producer_version=model.producer_version, functions=functions, ir_version=model.ir_version,
-                        made=made)
+                        made=made, value_infos=value_infos)

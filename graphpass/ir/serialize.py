@@ -50,7 +50,7 @@ from graphpass.ir.external import (
 )
 from graphpass.ir.files import atomic_output, check_output_path, read_regular_file
 from graphpass.ir.graph import graph_attributes, graph_protos, has_subgraph, iter_graphs, subgraph_pairs, toposort
-from graphpass.ir.inference import _apply_input_shapes, _copy_value_info, infer_shapes
+from graphpass.ir.inference import _apply_input_shapes, _copy_output_types, _copy_value_info, infer_shapes_listed
 from graphpass.ir.shapes import record_given
 from graphpass.ir.model import DEFAULT_EMIT, EMIT_FORMS, Model, model_of
 from graphpass.ir.validate import GraphList, _validate_at, parse, validate, validated_graphs  # noqa: F401 - validate: re-exported
@@ -362,11 +362,16 @@ def from_proto(
     freeze_initializer_inputs: bool = False,
     dims: Mapping[str, int] | None = None,
     graphs: _Graphs = None,
+    *,
+    lean: bool = False,
 ) -> gs.Graph:
     """Import a validated ModelProto into a gs.Graph with annotations and model data attached.
 
     ``model`` is changed in place (inferred value_info, initializers moved aside). ``graphs``:
     ``list(graph_protos(model.graph))`` when the caller has it (the loader, from validation).
+    ``lean``: the caller discards ``model`` after (the loader): a model without bodies or
+    value_info of its own may then not get the inferred value_info; the import reads it from
+    inference's list (:func:`~graphpass.ir.inference.infer_shapes_listed`), the same graph.
 
     An initializer that is also a main-graph input (IR >= 4) stays a graph input (a gs.Variable)
     unless ``freeze_initializer_inputs``; its initializer is kept aside and written back by the
@@ -413,24 +418,31 @@ def from_proto(
         model = model2
         graphs = list(graph_protos(model.graph))
         given = _apply_input_shapes(model, input_shapes, dims)
+    value_infos = None
     if shape_inference:
         bodies = len(graphs) > 1
-        inferred = infer_shapes(model, bodies=bodies, outputs=outputs)
+        listed = lean and not bodies and not len(model.graph.value_info)
+        inferred, value_infos = infer_shapes_listed(model, bodies=bodies, outputs=outputs, listed=listed)
         if inferred is not model:
-            _copy_value_info(inferred.graph, model.graph, bodies=bodies)
+            if value_infos is not None:  # the import reads them from the list: only the outputs' types
+                _copy_output_types(inferred.graph, model.graph)
+            else:
+                _copy_value_info(inferred.graph, model.graph, bodies=bodies)
         del inferred  # a whole second copy of the graph: not kept through the import (issue 22)
     with gc_paused():  # the whole build: its objects are all alive, a sweep would find nothing
-        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs, raw_attrs)
+        return _build(model, defaults, declared, given if (input_shapes or dims) else None, graphs, raw_attrs,
+                      value_infos)
 
 
 def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, graphs: list | None = None,
-           raw_attrs: bool = True) -> gs.Graph:
+           raw_attrs: bool = True, value_infos: "list[tuple] | None" = None) -> gs.Graph:
     made = fast_import.Made()
     try:
-        graph = fast_import.import_onnx(model, made)
+        graph = fast_import.import_onnx(model, made, value_infos)
     except Exception as e:
         raise BadModelError(f"cannot import the model: {type(e).__name__}: {e}") from e
-    annotations.read_from_proto(model.graph, graph)
+    if not isinstance(graphs, GraphList) or graphs.metadata:  # else validation's walk saw no metadata_props
+        annotations.read_from_proto(model.graph, graph)
     if given is not None:
         record_given(graph, *given)
     # the import looked at every value info's type: without one other than a tensor's, none to keep
@@ -448,7 +460,9 @@ def _build(model: onnx.ModelProto, defaults: dict, declared: set[str], given, gr
         meta={DECLARED_VALUE_INFO: declared},
     )  # attaches itself to the graph (the back-reference, see graphpass.ir.model)
     _release_proto(graph, kept_types, made if not raw_attrs else None, graphs is None or len(graphs) > 1)
-    toposort(graph)
+    # a graph without bodies whose every reader came after its tensor's writer is sorted already
+    if made.unsorted or not made.complete or graphs is None or len(graphs) > 1:
+        toposort(graph)
     return graph
 
 
@@ -706,7 +720,7 @@ def _load(source, input_shapes, shape_inference, max_memory, freeze_initializer_
     model, held, source_bytes, graphs, on_disk = _load_proto(source, True, limit)
     layout = external.layout_of(model, on_disk)
     graph = from_proto(model, input_shapes=input_shapes, shape_inference=shape_inference,
-                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims, graphs=graphs)
+                       freeze_initializer_inputs=freeze_initializer_inputs, dims=dims, graphs=graphs, lean=True)
     model_of(graph).budget = limits.Budget(limit, held)
     model_of(graph).meta[SOURCE_BYTES] = source_bytes
     if layout is not None:  # else no tensor of the model is on disk: no walk for one

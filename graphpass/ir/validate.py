@@ -74,9 +74,12 @@ class GraphList(list):
     names of the first graph's nodes, in node order (shape inference's check of them), and
     ``external``: whether some tensor the walk met may be stored as external data (an
     initializer or an attribute's tensor with a ``data_location``, or an attribute holding a
-    tensor the walk does not look at: a list of tensors, a tensor beside another type)."""
+    tensor the walk does not look at: a list of tensors, a tensor beside another type), and
+    ``metadata``: whether some node, initializer, input, output or value info of a graph it met
+    has ``metadata_props`` (or a graph has a sparse initializer: not looked at), where
+    annotations.read_from_proto looks for them."""
 
-    __slots__ = ("node_domains", "attr_types", "outputs", "external")
+    __slots__ = ("node_domains", "attr_types", "outputs", "external", "metadata")
 
     def __init__(self):
         super().__init__()
@@ -84,6 +87,7 @@ class GraphList(list):
         self.attr_types: set = set()
         self.outputs: list | None = None
         self.external = False
+        self.metadata = False
 
 
 def _validate(model: onnx.ModelProto, where: str, default: int | None) -> list | None:
@@ -186,9 +190,12 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
     domains_seen, attr_types_seen = seen.node_domains, seen.attr_types
     names: list = []
     defined: set = set(outer)
+    metadata = seen.metadata or len(g.sparse_initializer) > 0
     for holder in (g.input, g.output, g.initializer, g.value_info):
         for t in holder:
             names.append(t.name)
+            if not metadata and len(t.metadata_props):
+                metadata = True
     for i in g.input:
         defined.add(i.name)
     inits = [t.name for t in g.initializer]
@@ -223,6 +230,8 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
             ops_ok.add(op)
         domain = node.domain
         node_names.append(node.name)
+        if not metadata and len(node.metadata_props):
+            metadata = True
         inputs.extend(node.input)
         outputs.extend(node.output)
         attrs = node.attribute
@@ -257,6 +266,7 @@ def _graph_looks_valid(g: onnx.GraphProto, outer: frozenset, default_opset: int 
                 d = declared.get(a.name)
                 if d is not None and t != 0 and d != t:
                     return False
+    seen.metadata = metadata
     "".join(names)  # TypeError on a name that is not text
     "".join(node_names)
     "".join(inputs)

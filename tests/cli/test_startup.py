@@ -13,6 +13,9 @@ from graphpass.testing import make_model
 
 #: modules of other verbs that an optimize without their options must not import
 NOT_FOR_OPTIMIZE = ("graphpass.cost_model.cann", "graphpass.atc")
+#: the check layer's runners and analysis: an optimize that folds nothing through onnxruntime
+#: and verifies nothing does not import them (fold_constants imports verify on its first session)
+NOT_FOR_PLAIN_OPTIMIZE = ("graphpass.check.verify", "graphpass.check.precision", "onnxruntime")
 
 _LIST = "import sys; from graphpass.cli import main; rc = main(sys.argv[1:]); print(' '.join(sorted(sys.modules)))"
 
@@ -31,6 +34,19 @@ def test_optimize_does_not_read_other_verbs_data(tmp_path):
     modules = set(p.stdout.split())
     assert "graphpass.passes.framework.manager" in modules  # the list is the run's
     assert not modules & set(NOT_FOR_OPTIMIZE)
+    assert not modules & set(NOT_FOR_PLAIN_OPTIMIZE)
+
+
+def test_precision_analysis_still_finds_the_mixed_precision_conversion():
+    """``import graphpass`` registers the conversion the precision analysis checks on without
+    importing the analysis; the analysis, imported later, finds it (and register_converter
+    still replaces it)."""
+    code = ("import sys, graphpass, graphpass.api as api; assert 'graphpass.check.precision' not in sys.modules; "
+            "from graphpass.check import precision as P; import graphpass.check as C; "
+            "assert C.converter is api._mixed_precision_conversion; f = lambda m, mode, keep: m; "
+            "assert P.register_converter(f) is f and C.converter is f; print('ok')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == ["ok"], p.stderr
 
 
 def test_cann_version_help_is_made_when_shown(capsys):
@@ -81,3 +97,30 @@ def test_import_pauses_the_collector_and_puts_it_back():
         assert p.returncode == 0, p.stderr
         out = p.stdout.split()
         assert int(out[0]) <= int(runs) and out[1:] == [enabled, "True"], (before, p.stdout)
+
+
+def _parse(parser, argv, capsys):
+    try:
+        out = ("ok", vars(parser.parse_args(argv)))
+    except SystemExit as e:
+        out = ("exit", e.code)
+    captured = capsys.readouterr()
+    return out, captured.out, captured.err
+
+
+def test_the_optimize_parser_alone_parses_helps_and_refuses_as_the_whole_one(capsys):
+    """main builds only the optimize verb's parser for a command line that starts with it."""
+    from graphpass.cli import build_parser
+
+    cases = [["optimize", "m.onnx", "-o", "o.onnx"],
+             ["optimize", "a.onnx", "b.onnx", "-o", "out", "-q", "--profile", "--input-shape", "x:1,3", "--dim", "N=2",
+              "--disable", "fold_constants", "--layout", "greedy", "--explain=", "--emit", "device", "-vv"],
+             ["optimize", "m.onnx", "-o", "o.onnx", "--mixed-precision", "must_keep_origin_dtype", "--keep-fp32", "auto"],
+             ["optimize", "--help"], ["optimize"], ["optimize", "m.onnx"], ["optimize", "m.onnx", "-o", "o", "--bogus"],
+             ["optimize", "m.onnx", "-o", "o", "--layout", "sideways"], ["optimize", "m.onnx", "-o", "o", "--max-rounds", "0"],
+             ["optimize", "m.onnx", "-o", "o", "--mixed-precision", "no_such_mode"]]
+    for argv in cases:
+        whole = _parse(build_parser(), argv, capsys)
+        alone = _parse(build_parser("optimize"), argv, capsys)
+        assert alone == whole, argv
+    assert "usage: graphpass optimize" in _parse(build_parser("optimize"), ["optimize", "--help"], capsys)[1]
