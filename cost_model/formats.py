@@ -153,6 +153,31 @@ class FormatOracle:
             return None
         return key
 
+    def roles(self, nodes: list[gs.Node]) -> list[tuple[tuple | None, NodeRole]]:
+        """``(role_key(node), role(node, copy=False, key=that key))`` of each node: the same keys
+        and roles, with the key put together inline and hashed once (the layout plan's walk over
+        every node)."""
+        const, Constant, get_engine = self.const, gs.Constant, A.get_engine
+        memo, make = self._roles, self._role
+        out: list[tuple[tuple | None, NodeRole]] = []
+        append = out.append
+        for node in nodes:
+            attrs = node.attrs
+            try:  # role_key
+                key = (node.op, node.domain, get_engine(node),
+                       tuple([((tuple(s) if (s := t.shape) is not None else None), t.dtype,
+                               bool(t.name) and not (isinstance(t, Constant) or id(t) in const)) for t in node.inputs]),
+                       tuple([((tuple(s) if (s := t.shape) is not None else None), t.dtype) for t in node.outputs]),
+                       tuple(sorted([(k, str(v)) for k, v in attrs.items()])) if attrs else ())
+                hit = memo.get(key)  # (hashes the key: unhashable, a TypeError)
+            except TypeError:
+                append((None, make(node)))
+                continue
+            if hit is None:
+                hit = memo[key] = make(node)
+            append((key, hit))
+        return out
+
     def role(self, node: gs.Node, copy: bool = True, key: tuple | None | bool = False) -> NodeRole:
         """The node's :class:`NodeRole` (memoized by :meth:`role_key`; ``key``: that key if the
         caller has it). ``copy=False``: the memoized role itself, shared by every node of the

@@ -16,7 +16,6 @@ tensor a body reads is wanted in ND. Tensors of unknown rank or symbolic shape a
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
 
 import onnx_graphsurgeon as gs
 
@@ -27,6 +26,7 @@ from graphpass.passes.layout.solver import Energy, solve
 __all__ = ["LayoutPlan", "Conversion", "MODES"]
 
 MODES = ("optimal", "greedy")
+_UNSET = object()  # an endpoint not looked up yet
 _PLANNED = frozenset({"ND", FIVE_HD})  # the formats of a variable
 
 
@@ -104,16 +104,14 @@ class LayoutPlan:
         nodes = g.nodes
         top = {id(n) for n in nodes}
         memo: dict = {}
-        role_of = o.role
         roles = self.roles
         var_of = self.var_of
+        var_node = self.var_node
         energy = self.energy
-        role_key = o.role_key
+        unary = energy.unary
         role_lists: dict[int, tuple] = {}
         role_costs: dict[int, tuple[float, float]] = {}  # id(role) -> its (ND, NC1HWC0) costs
-        for node in nodes:
-            rkey = role_key(node)
-            role = role_of(node, copy=False, key=rkey)  # read only: one role per key, not a copy per node
+        for node, (rkey, role) in zip(nodes, o.roles(nodes)):  # read only: one role per key, not a copy per node
             roles[id(node)] = role
             if role.kind == "choice":
                 # the nodes of one role (one role key) have the same signature below: costs looked up once
@@ -132,47 +130,104 @@ class LayoutPlan:
                             memo[key] = costs
                     if rkey is not None:
                         role_costs[id(role)] = costs
-                v = energy.add_var(*costs)
-                var_of[id(node)] = v
-                self.var_node.append(node)
-        self._var_end = [_End(var=v) for v in range(energy.n)]
+                var_of[id(node)] = len(unary)  # Energy.add_var
+                unary.append([costs[0], costs[1]])
+                var_node.append(node)
+        energy.n = len(unary)
+        self._var_end = var_end = [_End(var=v) for v in range(energy.n)]
         self._fmt_end: dict[str | None, _End] = {}
         outputs = {id(t) for t in g.outputs}
-        is_runtime, opaque_reason, in_end = o.is_runtime, o.opaque_reason, self._in_end
-        tensors, skipped, terms = self.tensors, self.skipped, self._terms
-        nd = self._end("ND")
+        const, Constant, opaque_reason = o.const, gs.Constant, o.opaque_reason
+        tensors, skipped, price = self.tensors, self.skipped, self._price
+        Variable = gs.Variable
+        add, end_of = energy.add_any_sorted, self._end
+        nd = end_of("ND")
+        # per role (id), the endpoint of each input position (None: the node's variable), filled as met
+        in_ends: dict[int, list] = {}
+        unset = _UNSET
         for t, end in self._produced(g):
-            if not is_runtime(t):
+            if not t.name or isinstance(t, Constant) or id(t) in const:  # not oracle.is_runtime(t)
                 continue
             shape = t.shape
+            static = shape is not None
+            if static:
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        static = False
+                        break
             # a static shape has no reason to be opaque (the oracle words the reason otherwise)
-            if shape is None or not all(type(d) is int and d >= 0 for d in shape):
+            if not static:
                 why = opaque_reason(t)
                 if why:
                     skipped.setdefault(why, None)
                     continue
+            # the tensor's prices: asked of the shape cache by this key (None: of the oracle)
+            tk = tuple(shape) if static and type(t) is Variable else None
             readers: list[_Reader] = []
-            seen: set[int] = set()
-            for consumer in t.outputs:
+            fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
+            found: set[int] = set()  # the readers' variables
+            consumers = t.outputs
+            seen: set[int] | None = set() if len(consumers) > 1 else None
+            for consumer in consumers:
                 c = id(consumer)
-                if c in seen:  # a node reading the tensor twice is listed twice
-                    continue
-                seen.add(c)
+                if seen is not None:
+                    if c in seen:  # a node reading the tensor twice is listed twice
+                        continue
+                    seen.add(c)
                 if c not in top:
                     readers.append(_Reader(nd, consumer, "body"))
+                    fixed.add("ND")
                     continue
                 role = roles[c]
                 if role.kind == "free":
                     continue
+                ends = in_ends.get(id(role))
+                if ends is None:
+                    ends = in_ends[id(role)] = [unset] * len(consumer.inputs)
                 for i, u in enumerate(consumer.inputs):
                     if u is t:
-                        readers.append(_Reader(in_end(consumer, role, i), consumer, "node", i))
+                        e = ends[i] if i < len(ends) else unset
+                        if e is unset:
+                            e = self._in_end(role, i)
+                            if i < len(ends):
+                                ends[i] = e
+                        if e is None:
+                            v = var_of[c]
+                            readers.append(_Reader(var_end[v], consumer, "node", i))
+                            found.add(v)
+                        else:
+                            readers.append(_Reader(e, consumer, "node", i))
+                            fixed.add(e.fmt)
             if id(t) in outputs:
                 readers.append(_Reader(nd, None, "output"))
-            if readers:
-                rec = _Tensor(t, end, readers)
-                tensors.append(rec)
-                terms(rec)
+                fixed.add("ND")
+            if not readers:
+                continue
+            tensors.append(_Tensor(t, end, readers))
+            # the energy's terms of the tensor (each of its prices asked once here)
+            if end.var is None:
+                src = end.fmt
+                energy.constant += sum(price(t, tk, src, f) for f in fixed if f != src)
+                if found:
+                    vars_ = tuple(sorted(found))
+                    for f, val in (("ND", 0), (FIVE_HD, 1)):
+                        if f != src and f not in fixed:
+                            add(val, price(t, tk, src, f), vars_)
+                continue
+            v = end.var
+            if fixed and not fixed <= _PLANNED:
+                for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
+                    unary[v][0] += price(t, tk, "ND", f)
+                    unary[v][1] += price(t, tk, FIVE_HD, f)
+            w = price(t, tk, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
+            found.add(v)
+            members = tuple(sorted(found))
+            energy.constant -= w
+            for f, val in (("ND", 0), (FIVE_HD, 1)):
+                if f in fixed:
+                    energy.constant += w
+                else:
+                    add(val, w, members)
 
     def _end(self, fmt: str | None) -> _End:
         """The endpoint of constant format ``fmt`` (one object per format: endpoints are frozen)."""
@@ -181,30 +236,43 @@ class LayoutPlan:
             hit = self._fmt_end[fmt] = _End(fmt)
         return hit
 
-    def _produced(self, g: gs.Graph) -> Iterable[tuple[gs.Tensor, _End]]:
-        end = self._end
-        for t in g.inputs:
-            yield t, end("ND")
+    def _produced(self, g: gs.Graph) -> list[tuple[gs.Tensor, _End]]:
+        """Every tensor the top graph makes (its inputs, then each node's outputs in order), with
+        the endpoint of its producer."""
+        nd = self._end("ND")
+        out = [(t, nd) for t in g.inputs]
         roles, var_end, var_of = self.roles, self._var_end, self.var_of
+        out_ends: dict[int, list] = {}  # per role (id): each output's constant endpoint, or None (a variable's)
+        append = out.append
         for node in g.nodes:
             role = roles[id(node)]
-            outs = role.outs
+            outputs = node.outputs
+            ends = out_ends.get(id(role))
+            if ends is None or len(ends) != len(outputs):
+                ends = out_ends[id(role)] = self._out_ends(role, len(outputs))
             if role.kind == "choice":
-                outs5 = role.outs5
-                for j, t in enumerate(node.outputs):
-                    if outs[j] != outs5[j]:
-                        yield t, var_end[var_of[id(node)]]
-                    else:
-                        yield t, end(outs[j] if j < len(outs) else "ND")
+                v_end = var_end[var_of[id(node)]]
+                for t, e in zip(outputs, ends):
+                    append((t, v_end if e is None else e))
             else:
-                for j, t in enumerate(node.outputs):
-                    yield t, end(outs[j] if j < len(outs) else "ND")
+                for t, e in zip(outputs, ends):
+                    append((t, e))
+        return out
 
-    def _in_end(self, node: gs.Node, role: NodeRole, i: int) -> _End:
+    def _out_ends(self, role: NodeRole, n: int) -> list[_End | None]:
+        """The producer endpoint of each of ``n`` outputs of a node of ``role`` (None: the node's variable)."""
+        outs, end = role.outs, self._end
+        if role.kind == "choice":
+            outs5 = role.outs5
+            return [None if outs[j] != outs5[j] else end(outs[j] if j < len(outs) else "ND") for j in range(n)]
+        return [end(outs[j] if j < len(outs) else "ND") for j in range(n)]
+
+    def _in_end(self, role: NodeRole, i: int) -> _End | None:
+        """The endpoint input ``i`` of a node of ``role`` wants (None: the node's variable)."""
         if role.kind == "choice":
             f0, f1 = role.ins[i], role.ins5[i]
             if f0 != f1:
-                return self._var_end[self.var_of[id(node)]]
+                return None
             return self._end(f0 or "ND")
         f = role.ins[i] if i < len(role.ins) else "ND"
         return self._end(f or "ND")
@@ -222,51 +290,22 @@ class LayoutPlan:
         shape as it is), so the same figure."""
         shape = t.shape
         if type(t) is gs.Variable and shape is not None and all(type(d) is int and d >= 0 for d in shape):
-            key = (tuple(shape), t.dtype, src, dst)
-            try:
-                hit = self._td.get(key)
-            except TypeError:  # an unhashable dtype: the oracle decides
-                return self.oracle.transdata_us(t, src, dst)
-            if hit is None:
-                hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
-            return hit
+            return self._price(t, tuple(shape), src, dst)
         return self.oracle.transdata_us(t, src, dst)
 
-    def _terms(self, rec: _Tensor) -> None:
-        e, t, w_of = self.energy, rec.tensor, self._transdata_us  # (each tensor's prices asked once here)
-        fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
-        found: set[int] = set()  # the readers' variables
-        for r in rec.readers:
-            end = r.end
-            if end.var is None:
-                fixed.add(end.fmt)
-            else:
-                found.add(end.var)
-        p = rec.producer
-        add = e.add_any_sorted
-        if p.var is None:
-            src = p.fmt
-            e.constant += sum(w_of(t, src, f) for f in fixed if f != src)
-            if found:
-                vars_ = tuple(sorted(found))
-                for f, val in (("ND", 0), (FIVE_HD, 1)):
-                    if f != src and f not in fixed:
-                        add(val, w_of(t, src, f), vars_)
-            return
-        v = p.var
-        if fixed and not fixed <= _PLANNED:
-            for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
-                e.unary[v][0] += w_of(t, "ND", f)
-                e.unary[v][1] += w_of(t, FIVE_HD, f)
-        w = w_of(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
-        found.add(v)
-        members = tuple(sorted(found))
-        e.constant -= w
-        for f, val in (("ND", 0), (FIVE_HD, 1)):
-            if f in fixed:
-                e.constant += w
-            else:
-                add(val, w, members)
+    def _price(self, t: gs.Tensor, shape: tuple | None, src: str, dst: str) -> float:
+        """:meth:`_transdata_us` for the caller that has the key's shape: ``t``'s static shape
+        as a tuple when ``t`` is a variable of static shape, else None."""
+        if shape is None:
+            return self.oracle.transdata_us(t, src, dst)
+        key = (shape, t.dtype, src, dst)
+        try:
+            hit = self._td.get(key)
+        except TypeError:  # an unhashable dtype: the oracle decides
+            return self.oracle.transdata_us(t, src, dst)
+        if hit is None:
+            hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
+        return hit
 
     # -- assignments ---------------------------------------------------------------------
 
