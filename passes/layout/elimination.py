@@ -106,33 +106,35 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
 
     # each factor goes into the factor sets of its variables as it is made: every set gets its
     # factors in increasing number (the order the sets iterate in depends on it)
-    factors_of: list[set[int]] = []
-    neighbours: list[set[int]] = []
-    for v, (c0, c1) in enumerate(unary):
-        scopes.append((v,))
-        tables.append([float(c0), float(c1)])
-        factors_of.append({v})
-        neighbours.append(set())
+    scopes.extend([(v,) for v in range(n)])
+    tables.extend([[float(c0), float(c1)] for c0, c1 in unary])
+    factors_of: list[set[int]] = [{v} for v in range(n)]
+    neighbours: list[set[int]] = [set() for _ in range(n)]
     for value, terms in ((1, any1), (0, any0)):
         for w, vs in terms:
-            vs = tuple(sorted(vs))
             w = float(w)
+            if len(vs) == 2:  # most terms (a tensor read by one other variable): _any_table(2, ...) written out
+                a, b = vs
+                if b < a:
+                    a, b = b, a
+                f = len(scopes)
+                scopes.append((a, b))
+                tables.append([0.0, w, w, w] if value == 1 else [w, w, w, 0.0])
+                factors_of[a].add(f)
+                factors_of[b].add(f)
+                neighbours[a].add(b)
+                neighbours[b].add(a)
+                continue
+            vs = tuple(sorted(vs))
             if len(vs) <= _DIRECT:
                 f = len(scopes)
                 scopes.append(vs)
                 tables.append(_any_table(len(vs), value, w))
-                if len(vs) == 2:
-                    a, b = vs
-                    factors_of[a].add(f)
-                    factors_of[b].add(f)
-                    neighbours[a].add(b)
-                    neighbours[b].add(a)
-                else:
-                    for u in vs:
-                        factors_of[u].add(f)
-                    if len(vs) > 1:
-                        for a, b in itertools.permutations(vs, 2):
-                            neighbours[a].add(b)
+                for u in vs:
+                    factors_of[u].add(f)
+                if len(vs) > 1:
+                    for a, b in itertools.permutations(vs, 2):
+                        neighbours[a].add(b)
                 continue
             z = n_vars  # z = 1: some variable in S takes ``value`` (the term is paid)
             n_vars += 1
