@@ -102,7 +102,8 @@ class LayoutPlan:
     def _build(self) -> None:
         g, o = self.graph, self.oracle
         nodes = g.nodes
-        top = {id(n) for n in nodes}
+        at: dict[int, tuple[NodeRole, int]] = {}  # id(node) of the top graph -> (role, variable or -1)
+        per_node: list[tuple[NodeRole, int]] = []  # the same, in node order
         memo: dict = {}
         roles = self.roles
         var_of = self.var_of
@@ -113,7 +114,10 @@ class LayoutPlan:
         role_costs: dict[int, tuple[float, float]] = {}  # id(role) -> its (ND, NC1HWC0) costs
         for node, (rkey, role) in zip(nodes, o.roles(nodes)):  # read only: one role per key, not a copy per node
             roles[id(node)] = role
-            if role.kind == "choice":
+            if role.kind != "choice":
+                at[id(node)] = rv = (role, -1)
+                per_node.append(rv)
+            else:
                 # the nodes of one role (one role key) have the same signature below: costs looked up once
                 costs = role_costs.get(id(role)) if rkey is not None else None
                 if costs is None:
@@ -130,7 +134,9 @@ class LayoutPlan:
                             memo[key] = costs
                     if rkey is not None:
                         role_costs[id(role)] = costs
-                var_of[id(node)] = len(unary)  # Energy.add_var
+                var_of[id(node)] = v = len(unary)  # Energy.add_var
+                at[id(node)] = rv = (role, v)
+                per_node.append(rv)
                 unary.append([costs[0], costs[1]])
                 var_node.append(node)
         energy.n = len(unary)
@@ -145,7 +151,7 @@ class LayoutPlan:
         # per role (id), the endpoint of each input position (None: the node's variable), filled as met
         in_ends: dict[int, list] = {}
         unset = _UNSET
-        for t, end in self._produced(g):
+        for t, end in self._produced(g, per_node):
             if not t.name or isinstance(t, Constant) or id(t) in const:  # not oracle.is_runtime(t)
                 continue
             shape = t.shape
@@ -174,11 +180,12 @@ class LayoutPlan:
                     if c in seen:  # a node reading the tensor twice is listed twice
                         continue
                     seen.add(c)
-                if c not in top:
+                rv = at.get(c)
+                if rv is None:  # not a node of the top graph
                     readers.append(_Reader(nd, consumer, "body"))
                     fixed.add("ND")
                     continue
-                role = roles[c]
+                role, v = rv
                 if role.kind == "free":
                     continue
                 ends = in_ends.get(id(role))
@@ -192,7 +199,6 @@ class LayoutPlan:
                             if i < len(ends):
                                 ends[i] = e
                         if e is None:
-                            v = var_of[c]
                             readers.append(_Reader(var_end[v], consumer, "node", i))
                             found.add(v)
                         else:
@@ -236,22 +242,21 @@ class LayoutPlan:
             hit = self._fmt_end[fmt] = _End(fmt)
         return hit
 
-    def _produced(self, g: gs.Graph) -> list[tuple[gs.Tensor, _End]]:
+    def _produced(self, g: gs.Graph, per_node: list[tuple[NodeRole, int]]) -> list[tuple[gs.Tensor, _End]]:
         """Every tensor the top graph makes (its inputs, then each node's outputs in order), with
-        the endpoint of its producer."""
+        the endpoint of its producer; ``per_node``: each node's role and variable (-1: none)."""
         nd = self._end("ND")
         out = [(t, nd) for t in g.inputs]
-        roles, var_end, var_of = self.roles, self._var_end, self.var_of
+        var_end = self._var_end
         out_ends: dict[int, list] = {}  # per role (id): each output's constant endpoint, or None (a variable's)
         append = out.append
-        for node in g.nodes:
-            role = roles[id(node)]
+        for node, (role, v) in zip(g.nodes, per_node):
             outputs = node.outputs
             ends = out_ends.get(id(role))
             if ends is None or len(ends) != len(outputs):
                 ends = out_ends[id(role)] = self._out_ends(role, len(outputs))
             if role.kind == "choice":
-                v_end = var_end[var_of[id(node)]]
+                v_end = var_end[v]
                 for t, e in zip(outputs, ends):
                     append((t, v_end if e is None else e))
             else:
