@@ -7,7 +7,8 @@ oracle, never the hardware numbers directly, so the choice minimizes exactly wha
 * :meth:`FormatOracle.role` — what a node does with formats: ``fixed`` (the op-info table
   gives the formats, e.g. Conv takes and gives NC1HWC0), ``choice`` (format-agnostic or reduce
   ops that can run in ND or NC1HWC0), ``nd`` (ND islands, AI CPU and host ops, unknown ops) or
-  ``free`` (Shape/Size read no data);
+  ``free`` (Shape/Size read no data); :meth:`FormatOracle.roles` gives every node's role and
+  memo key in one walk (the layout plan's);
 * :meth:`FormatOracle.node_us` — the estimate of a ``choice`` node in each format (padding
   inflation, the repacking kernel of a Concat of unaligned C in NC1HWC0);
 * :meth:`FormatOracle.transdata_us` — one explicit TransData of a tensor (memory-bound

@@ -217,7 +217,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
                     if sf == scope:
                         total = [a + b for a, b in zip(total, t)]
                     else:
-                        proj = _projection(k, tuple(shape_of[u] for u in sf))
+                        proj = _projection(k, tuple([shape_of[u] for u in sf]))
                         total = [a + t[j] for a, j in zip(total, proj)]
                 # minimum over v: v's bit is bit (k - 1 - axis) of an index of ``total``
                 bit = 1 << (k - 1 - axis)
@@ -233,7 +233,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
             scopes.append(())  # a constant nobody reads
             tables.append(reduced)
             continue
-        rest = tuple(u for u in scope if u != v)
+        rest = (u,) if deg == 1 and u != v else tuple([w for w in scope if w != v])  # (deg 1: its one neighbour)
         scopes.append(rest)
         tables.append(reduced)
         for u in rest:
@@ -243,7 +243,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
             nu = neighbours[u]
             nu.discard(v)
             if deg > 1:
-                nu.update(w for w in rest if w != u)
+                nu.update([w for w in rest if w != u])
             heappush(heap, (len(nu), u))
     x = [0] * n_vars
     for v, scope, total in reversed(trail):
