@@ -54,6 +54,7 @@ class _Tensor:
     tensor: gs.Tensor
     producer: _End
     readers: list[_Reader]
+    shape: tuple | None = None  # the static shape its prices are asked by (None: of the oracle; LayoutPlan._price)
 
 
 @dataclasses.dataclass
@@ -93,7 +94,6 @@ class LayoutPlan:
         self.energy = Energy()
         self.tensors: list[_Tensor] = []
         self.skipped: dict[str, None] = {}  # reasons tensors were left in their origin format
-        self._w: dict[tuple[int, str, str], float] = {}
         self._td: dict[tuple, float] = {}
         self._build()
 
@@ -209,7 +209,7 @@ class LayoutPlan:
                 fixed.add("ND")
             if not readers:
                 continue
-            tensors.append(_Tensor(t, end, readers))
+            tensors.append(_Tensor(t, end, readers, tk))
             # the energy's terms of the tensor (each of its prices asked once here)
             if end.var is None:
                 src = end.fmt
@@ -282,25 +282,10 @@ class LayoutPlan:
         f = role.ins[i] if i < len(role.ins) else "ND"
         return self._end(f or "ND")
 
-    def w(self, t: gs.Tensor, src: str, dst: str) -> float:
-        key = (id(t), src, dst)
-        hit = self._w.get(key)
-        if hit is None:
-            hit = self._w[key] = self._transdata_us(t, src, dst)
-        return hit
-
-    def _transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
-        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst)
-        for a variable of static shape: the oracle's own key for it (its shape is the static
-        shape as it is), so the same figure."""
-        shape = t.shape
-        if type(t) is gs.Variable and shape is not None and all(type(d) is int and d >= 0 for d in shape):
-            return self._price(t, tuple(shape), src, dst)
-        return self.oracle.transdata_us(t, src, dst)
-
     def _price(self, t: gs.Tensor, shape: tuple | None, src: str, dst: str) -> float:
-        """:meth:`_transdata_us` for the caller that has the key's shape: ``t``'s static shape
-        as a tuple when ``t`` is a variable of static shape, else None."""
+        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst) for a
+        variable of static shape (``shape``: that shape as a tuple, None for any other tensor): the
+        oracle's own key for it (its shape is the static shape as it is), so the same figure."""
         if shape is None:
             return self.oracle.transdata_us(t, src, dst)
         key = (shape, t.dtype, src, dst)
@@ -328,6 +313,8 @@ class LayoutPlan:
         op itself cannot run in it (an unaligned Concat computes in ND between TransData and
         converts its output back to NC1HWC0). Returns the compute formats and, for outputs
         stored in another format than computed, that stored format."""
+        if not self.energy.n:  # no choice node: nothing to assign, and only a choice node stores differently
+            return [], {}
         x = [0] * self.energy.n
         stored: dict[int, str] = {}
         fmt: dict[int, str] = {}
@@ -360,22 +347,27 @@ class LayoutPlan:
         format, with ``readers`` empty."""
         stored = stored or {}
         out: list[Conversion] = []
+        price = self._price  # (by the shape the build found)
         for rec in self.tensors:
             p = rec.producer
             src = p.fmt if p.var is None else (FIVE_HD if x[p.var] else "ND")  # _End.resolve
             if stored:
                 keep = stored.get(id(rec.tensor))
                 if keep is not None and keep != src:
-                    out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
+                    out.append(Conversion(rec.tensor, src, keep, [], price(rec.tensor, rec.shape, src, keep)))
                     src = keep
-            by_fmt: dict[str, list[_Reader]] = {}
+            by_fmt: dict[str, list[_Reader]] | None = None  # (made for the few tensors converted)
             for r in rec.readers:
                 end = r.end
                 f = end.fmt if end.var is None else (FIVE_HD if x[end.var] else "ND")
                 if f != src:
-                    by_fmt.setdefault(f, []).append(r)
-            for f, readers in by_fmt.items():
-                out.append(Conversion(rec.tensor, src, f, readers, self.w(rec.tensor, src, f)))
+                    if by_fmt is None:
+                        by_fmt = {f: [r]}
+                    else:
+                        by_fmt.setdefault(f, []).append(r)
+            if by_fmt is not None:
+                for f, readers in by_fmt.items():
+                    out.append(Conversion(rec.tensor, src, f, readers, price(rec.tensor, rec.shape, src, f)))
         return out
 
     def annotations_agree(self, x: list[int]) -> bool:
