@@ -13,7 +13,7 @@ CM = create("ascend910a")
 def test_roles_of_a_graph_are_the_role_keys_and_memoized_roles(light_path, name):
     graph = gp.optimize(onnx.load(light_path(name)), passes=["fold_batchnorm", "fuse_conv_activation"]).graph
     oracle = CM.format_oracle(graph)
-    got = oracle.roles(graph.nodes)
+    got = list(oracle.roles(graph.nodes))
     assert len(got) == len(graph.nodes)
     fresh = CM.format_oracle(graph)  # node by node, on an oracle of its own
     kinds = set()
