@@ -7,7 +7,8 @@ oracle, never the hardware numbers directly, so the choice minimizes exactly wha
 * :meth:`FormatOracle.role` — what a node does with formats: ``fixed`` (the op-info table
   gives the formats, e.g. Conv takes and gives NC1HWC0), ``choice`` (format-agnostic or reduce
   ops that can run in ND or NC1HWC0), ``nd`` (ND islands, AI CPU and host ops, unknown ops) or
-  ``free`` (Shape/Size read no data);
+  ``free`` (Shape/Size read no data); :meth:`FormatOracle.roles` gives every node's role and
+  memo key in one walk (the layout plan's);
 * :meth:`FormatOracle.node_us` — the estimate of a ``choice`` node in each format (padding
   inflation, the repacking kernel of a Concat of unaligned C in NC1HWC0);
 * :meth:`FormatOracle.transdata_us` — one explicit TransData of a tensor (memory-bound
@@ -22,7 +23,7 @@ passes can price; such tensors stay in their origin format).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -152,6 +153,29 @@ class FormatOracle:
         except TypeError:
             return None
         return key
+
+    def roles(self, nodes: Iterable[gs.Node]) -> Iterator[tuple[tuple | None, NodeRole]]:
+        """``(role_key(node), role(node, copy=False, key=that key))`` of each node, one at a time:
+        the same keys and roles, with the key put together inline and hashed once (the layout
+        plan's walk over every node; a key is dropped once the caller moves on: a 100k-node
+        graph's keys held at once were ~20 MB)."""
+        const, Constant, get_engine = self.const, gs.Constant, A.get_engine
+        memo, make = self._roles, self._role
+        for node in nodes:
+            attrs = node.attrs
+            try:  # role_key
+                key = (node.op, node.domain, get_engine(node),
+                       tuple([((tuple(s) if (s := t.shape) is not None else None), t.dtype,
+                               bool(t.name) and not (isinstance(t, Constant) or id(t) in const)) for t in node.inputs]),
+                       tuple([((tuple(s) if (s := t.shape) is not None else None), t.dtype) for t in node.outputs]),
+                       tuple(sorted([(k, str(v)) for k, v in attrs.items()])) if attrs else ())
+                hit = memo.get(key)  # (hashes the key: unhashable, a TypeError)
+            except TypeError:
+                yield None, make(node)
+                continue
+            if hit is None:
+                hit = memo[key] = make(node)
+            yield key, hit
 
     def role(self, node: gs.Node, copy: bool = True, key: tuple | None | bool = False) -> NodeRole:
         """The node's :class:`NodeRole` (memoized by :meth:`role_key`; ``key``: that key if the

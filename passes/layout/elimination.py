@@ -106,33 +106,35 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
 
     # each factor goes into the factor sets of its variables as it is made: every set gets its
     # factors in increasing number (the order the sets iterate in depends on it)
-    factors_of: list[set[int]] = []
-    neighbours: list[set[int]] = []
-    for v, (c0, c1) in enumerate(unary):
-        scopes.append((v,))
-        tables.append([float(c0), float(c1)])
-        factors_of.append({v})
-        neighbours.append(set())
+    scopes.extend([(v,) for v in range(n)])
+    tables.extend([[float(c0), float(c1)] for c0, c1 in unary])
+    factors_of: list[set[int]] = [{v} for v in range(n)]
+    neighbours: list[set[int]] = [set() for _ in range(n)]
     for value, terms in ((1, any1), (0, any0)):
         for w, vs in terms:
-            vs = tuple(sorted(vs))
             w = float(w)
+            if len(vs) == 2:  # most terms (a tensor read by one other variable): _any_table(2, ...) written out
+                a, b = vs
+                if b < a:
+                    a, b = b, a
+                f = len(scopes)
+                scopes.append((a, b))
+                tables.append([0.0, w, w, w] if value == 1 else [w, w, w, 0.0])
+                factors_of[a].add(f)
+                factors_of[b].add(f)
+                neighbours[a].add(b)
+                neighbours[b].add(a)
+                continue
+            vs = tuple(sorted(vs))
             if len(vs) <= _DIRECT:
                 f = len(scopes)
                 scopes.append(vs)
                 tables.append(_any_table(len(vs), value, w))
-                if len(vs) == 2:
-                    a, b = vs
-                    factors_of[a].add(f)
-                    factors_of[b].add(f)
-                    neighbours[a].add(b)
-                    neighbours[b].add(a)
-                else:
-                    for u in vs:
-                        factors_of[u].add(f)
-                    if len(vs) > 1:
-                        for a, b in itertools.permutations(vs, 2):
-                            neighbours[a].add(b)
+                for u in vs:
+                    factors_of[u].add(f)
+                if len(vs) > 1:
+                    for a, b in itertools.permutations(vs, 2):
+                        neighbours[a].add(b)
                 continue
             z = n_vars  # z = 1: some variable in S takes ``value`` (the term is paid)
             n_vars += 1
@@ -215,7 +217,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
                     if sf == scope:
                         total = [a + b for a, b in zip(total, t)]
                     else:
-                        proj = _projection(k, tuple(shape_of[u] for u in sf))
+                        proj = _projection(k, tuple([shape_of[u] for u in sf]))
                         total = [a + t[j] for a, j in zip(total, proj)]
                 # minimum over v: v's bit is bit (k - 1 - axis) of an index of ``total``
                 bit = 1 << (k - 1 - axis)
@@ -231,7 +233,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
             scopes.append(())  # a constant nobody reads
             tables.append(reduced)
             continue
-        rest = tuple(u for u in scope if u != v)
+        rest = (u,) if deg == 1 and u != v else tuple([w for w in scope if w != v])  # (deg 1: its one neighbour)
         scopes.append(rest)
         tables.append(reduced)
         for u in rest:
@@ -241,7 +243,7 @@ def eliminate(unary, any1, any0, max_width: int = 12) -> list[int] | None:
             nu = neighbours[u]
             nu.discard(v)
             if deg > 1:
-                nu.update(w for w in rest if w != u)
+                nu.update([w for w in rest if w != u])
             heappush(heap, (len(nu), u))
     x = [0] * n_vars
     for v, scope, total in reversed(trail):

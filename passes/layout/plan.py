@@ -16,7 +16,6 @@ tensor a body reads is wanted in ND. Tensors of unknown rank or symbolic shape a
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
 
 import onnx_graphsurgeon as gs
 
@@ -27,6 +26,7 @@ from graphpass.passes.layout.solver import Energy, solve
 __all__ = ["LayoutPlan", "Conversion", "MODES"]
 
 MODES = ("optimal", "greedy")
+_UNSET = object()  # an endpoint not looked up yet
 _PLANNED = frozenset({"ND", FIVE_HD})  # the formats of a variable
 
 
@@ -54,6 +54,7 @@ class _Tensor:
     tensor: gs.Tensor
     producer: _End
     readers: list[_Reader]
+    shape: tuple | None = None  # the static shape its prices are asked by (None: of the oracle; LayoutPlan._price)
 
 
 @dataclasses.dataclass
@@ -93,7 +94,6 @@ class LayoutPlan:
         self.energy = Energy()
         self.tensors: list[_Tensor] = []
         self.skipped: dict[str, None] = {}  # reasons tensors were left in their origin format
-        self._w: dict[tuple[int, str, str], float] = {}
         self._td: dict[tuple, float] = {}
         self._build()
 
@@ -102,20 +102,22 @@ class LayoutPlan:
     def _build(self) -> None:
         g, o = self.graph, self.oracle
         nodes = g.nodes
-        top = {id(n) for n in nodes}
+        at: dict[int, tuple[NodeRole, int]] = {}  # id(node) of the top graph -> (role, variable or -1)
+        per_node: list[tuple[NodeRole, int]] = []  # the same, in node order
         memo: dict = {}
-        role_of = o.role
         roles = self.roles
         var_of = self.var_of
+        var_node = self.var_node
         energy = self.energy
-        role_key = o.role_key
+        unary = energy.unary
         role_lists: dict[int, tuple] = {}
         role_costs: dict[int, tuple[float, float]] = {}  # id(role) -> its (ND, NC1HWC0) costs
-        for node in nodes:
-            rkey = role_key(node)
-            role = role_of(node, copy=False, key=rkey)  # read only: one role per key, not a copy per node
+        for node, (rkey, role) in zip(nodes, o.roles(nodes)):  # read only: one role per key, not a copy per node
             roles[id(node)] = role
-            if role.kind == "choice":
+            if role.kind != "choice":
+                at[id(node)] = rv = (role, -1)
+                per_node.append(rv)
+            else:
                 # the nodes of one role (one role key) have the same signature below: costs looked up once
                 costs = role_costs.get(id(role)) if rkey is not None else None
                 if costs is None:
@@ -132,47 +134,106 @@ class LayoutPlan:
                             memo[key] = costs
                     if rkey is not None:
                         role_costs[id(role)] = costs
-                v = energy.add_var(*costs)
-                var_of[id(node)] = v
-                self.var_node.append(node)
-        self._var_end = [_End(var=v) for v in range(energy.n)]
+                var_of[id(node)] = v = len(unary)  # Energy.add_var
+                at[id(node)] = rv = (role, v)
+                per_node.append(rv)
+                unary.append([costs[0], costs[1]])
+                var_node.append(node)
+        energy.n = len(unary)
+        self._var_end = var_end = [_End(var=v) for v in range(energy.n)]
         self._fmt_end: dict[str | None, _End] = {}
         outputs = {id(t) for t in g.outputs}
-        is_runtime, opaque_reason, in_end = o.is_runtime, o.opaque_reason, self._in_end
-        tensors, skipped, terms = self.tensors, self.skipped, self._terms
-        nd = self._end("ND")
-        for t, end in self._produced(g):
-            if not is_runtime(t):
+        const, Constant, opaque_reason = o.const, gs.Constant, o.opaque_reason
+        tensors, skipped, price = self.tensors, self.skipped, self._price
+        Variable = gs.Variable
+        add, end_of = energy.add_any_sorted, self._end
+        nd = end_of("ND")
+        # per role (id), the endpoint of each input position (None: the node's variable), filled as met
+        in_ends: dict[int, list] = {}
+        unset = _UNSET
+        for t, end in self._produced(g, per_node):
+            if not t.name or isinstance(t, Constant) or id(t) in const:  # not oracle.is_runtime(t)
                 continue
             shape = t.shape
+            static = shape is not None
+            if static:
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        static = False
+                        break
             # a static shape has no reason to be opaque (the oracle words the reason otherwise)
-            if shape is None or not all(type(d) is int and d >= 0 for d in shape):
+            if not static:
                 why = opaque_reason(t)
                 if why:
                     skipped.setdefault(why, None)
                     continue
+            # the tensor's prices: asked of the shape cache by this key (None: of the oracle)
+            tk = tuple(shape) if static and type(t) is Variable else None
             readers: list[_Reader] = []
-            seen: set[int] = set()
-            for consumer in t.outputs:
+            fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
+            found: set[int] = set()  # the readers' variables
+            consumers = t.outputs
+            seen: set[int] | None = set() if len(consumers) > 1 else None
+            for consumer in consumers:
                 c = id(consumer)
-                if c in seen:  # a node reading the tensor twice is listed twice
-                    continue
-                seen.add(c)
-                if c not in top:
+                if seen is not None:
+                    if c in seen:  # a node reading the tensor twice is listed twice
+                        continue
+                    seen.add(c)
+                rv = at.get(c)
+                if rv is None:  # not a node of the top graph
                     readers.append(_Reader(nd, consumer, "body"))
+                    fixed.add("ND")
                     continue
-                role = roles[c]
+                role, v = rv
                 if role.kind == "free":
                     continue
+                ends = in_ends.get(id(role))
+                if ends is None:
+                    ends = in_ends[id(role)] = [unset] * len(consumer.inputs)
                 for i, u in enumerate(consumer.inputs):
                     if u is t:
-                        readers.append(_Reader(in_end(consumer, role, i), consumer, "node", i))
+                        e = ends[i] if i < len(ends) else unset
+                        if e is unset:
+                            e = self._in_end(role, i)
+                            if i < len(ends):
+                                ends[i] = e
+                        if e is None:
+                            readers.append(_Reader(var_end[v], consumer, "node", i))
+                            found.add(v)
+                        else:
+                            readers.append(_Reader(e, consumer, "node", i))
+                            fixed.add(e.fmt)
             if id(t) in outputs:
                 readers.append(_Reader(nd, None, "output"))
-            if readers:
-                rec = _Tensor(t, end, readers)
-                tensors.append(rec)
-                terms(rec)
+                fixed.add("ND")
+            if not readers:
+                continue
+            tensors.append(_Tensor(t, end, readers, tk))
+            # the energy's terms of the tensor (each of its prices asked once here)
+            if end.var is None:
+                src = end.fmt
+                energy.constant += sum(price(t, tk, src, f) for f in fixed if f != src)
+                if found:
+                    vars_ = tuple(sorted(found))
+                    for f, val in (("ND", 0), (FIVE_HD, 1)):
+                        if f != src and f not in fixed:
+                            add(val, price(t, tk, src, f), vars_)
+                continue
+            v = end.var
+            if fixed and not fixed <= _PLANNED:
+                for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
+                    unary[v][0] += price(t, tk, "ND", f)
+                    unary[v][1] += price(t, tk, FIVE_HD, f)
+            w = price(t, tk, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
+            found.add(v)
+            members = tuple(sorted(found))
+            energy.constant -= w
+            for f, val in (("ND", 0), (FIVE_HD, 1)):
+                if f in fixed:
+                    energy.constant += w
+                else:
+                    add(val, w, members)
 
     def _end(self, fmt: str | None) -> _End:
         """The endpoint of constant format ``fmt`` (one object per format: endpoints are frozen)."""
@@ -181,92 +242,60 @@ class LayoutPlan:
             hit = self._fmt_end[fmt] = _End(fmt)
         return hit
 
-    def _produced(self, g: gs.Graph) -> Iterable[tuple[gs.Tensor, _End]]:
-        end = self._end
-        for t in g.inputs:
-            yield t, end("ND")
-        roles, var_end, var_of = self.roles, self._var_end, self.var_of
-        for node in g.nodes:
-            role = roles[id(node)]
-            outs = role.outs
+    def _produced(self, g: gs.Graph, per_node: list[tuple[NodeRole, int]]) -> list[tuple[gs.Tensor, _End]]:
+        """Every tensor the top graph makes (its inputs, then each node's outputs in order), with
+        the endpoint of its producer; ``per_node``: each node's role and variable (-1: none)."""
+        nd = self._end("ND")
+        out = [(t, nd) for t in g.inputs]
+        var_end = self._var_end
+        out_ends: dict[int, list] = {}  # per role (id): each output's constant endpoint, or None (a variable's)
+        append = out.append
+        for node, (role, v) in zip(g.nodes, per_node):
+            outputs = node.outputs
+            ends = out_ends.get(id(role))
+            if ends is None or len(ends) != len(outputs):
+                ends = out_ends[id(role)] = self._out_ends(role, len(outputs))
             if role.kind == "choice":
-                outs5 = role.outs5
-                for j, t in enumerate(node.outputs):
-                    if outs[j] != outs5[j]:
-                        yield t, var_end[var_of[id(node)]]
-                    else:
-                        yield t, end(outs[j] if j < len(outs) else "ND")
+                v_end = var_end[v]
+                for t, e in zip(outputs, ends):
+                    append((t, v_end if e is None else e))
             else:
-                for j, t in enumerate(node.outputs):
-                    yield t, end(outs[j] if j < len(outs) else "ND")
+                for t, e in zip(outputs, ends):
+                    append((t, e))
+        return out
 
-    def _in_end(self, node: gs.Node, role: NodeRole, i: int) -> _End:
+    def _out_ends(self, role: NodeRole, n: int) -> list[_End | None]:
+        """The producer endpoint of each of ``n`` outputs of a node of ``role`` (None: the node's variable)."""
+        outs, end = role.outs, self._end
+        if role.kind == "choice":
+            outs5 = role.outs5
+            return [None if outs[j] != outs5[j] else end(outs[j] if j < len(outs) else "ND") for j in range(n)]
+        return [end(outs[j] if j < len(outs) else "ND") for j in range(n)]
+
+    def _in_end(self, role: NodeRole, i: int) -> _End | None:
+        """The endpoint input ``i`` of a node of ``role`` wants (None: the node's variable)."""
         if role.kind == "choice":
             f0, f1 = role.ins[i], role.ins5[i]
             if f0 != f1:
-                return self._var_end[self.var_of[id(node)]]
+                return None
             return self._end(f0 or "ND")
         f = role.ins[i] if i < len(role.ins) else "ND"
         return self._end(f or "ND")
 
-    def w(self, t: gs.Tensor, src: str, dst: str) -> float:
-        key = (id(t), src, dst)
-        hit = self._w.get(key)
+    def _price(self, t: gs.Tensor, shape: tuple | None, src: str, dst: str) -> float:
+        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst) for a
+        variable of static shape (``shape``: that shape as a tuple, None for any other tensor): the
+        oracle's own key for it (its shape is the static shape as it is), so the same figure."""
+        if shape is None:
+            return self.oracle.transdata_us(t, src, dst)
+        key = (shape, t.dtype, src, dst)
+        try:
+            hit = self._td.get(key)
+        except TypeError:  # an unhashable dtype: the oracle decides
+            return self.oracle.transdata_us(t, src, dst)
         if hit is None:
-            hit = self._w[key] = self._transdata_us(t, src, dst)
+            hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
         return hit
-
-    def _transdata_us(self, t: gs.Tensor, src: str, dst: str) -> float:
-        """The oracle's price of a TransData of ``t``, asked once per (shape, dtype, src, dst)
-        for a variable of static shape: the oracle's own key for it (its shape is the static
-        shape as it is), so the same figure."""
-        shape = t.shape
-        if type(t) is gs.Variable and shape is not None and all(type(d) is int and d >= 0 for d in shape):
-            key = (tuple(shape), t.dtype, src, dst)
-            try:
-                hit = self._td.get(key)
-            except TypeError:  # an unhashable dtype: the oracle decides
-                return self.oracle.transdata_us(t, src, dst)
-            if hit is None:
-                hit = self._td[key] = self.oracle.transdata_us(t, src, dst)
-            return hit
-        return self.oracle.transdata_us(t, src, dst)
-
-    def _terms(self, rec: _Tensor) -> None:
-        e, t, w_of = self.energy, rec.tensor, self._transdata_us  # (each tensor's prices asked once here)
-        fixed: set[str] = set()  # the constant formats readers want (filled in reader order)
-        found: set[int] = set()  # the readers' variables
-        for r in rec.readers:
-            end = r.end
-            if end.var is None:
-                fixed.add(end.fmt)
-            else:
-                found.add(end.var)
-        p = rec.producer
-        add = e.add_any_sorted
-        if p.var is None:
-            src = p.fmt
-            e.constant += sum(w_of(t, src, f) for f in fixed if f != src)
-            if found:
-                vars_ = tuple(sorted(found))
-                for f, val in (("ND", 0), (FIVE_HD, 1)):
-                    if f != src and f not in fixed:
-                        add(val, w_of(t, src, f), vars_)
-            return
-        v = p.var
-        if fixed and not fixed <= _PLANNED:
-            for f in fixed - {"ND", FIVE_HD}:  # e.g. FRACTAL_NZ: its price depends on v's format
-                e.unary[v][0] += w_of(t, "ND", f)
-                e.unary[v][1] += w_of(t, FIVE_HD, f)
-        w = w_of(t, "ND", FIVE_HD)  # symmetric: bytes in + bytes out
-        found.add(v)
-        members = tuple(sorted(found))
-        e.constant -= w
-        for f, val in (("ND", 0), (FIVE_HD, 1)):
-            if f in fixed:
-                e.constant += w
-            else:
-                add(val, w, members)
 
     # -- assignments ---------------------------------------------------------------------
 
@@ -284,6 +313,8 @@ class LayoutPlan:
         op itself cannot run in it (an unaligned Concat computes in ND between TransData and
         converts its output back to NC1HWC0). Returns the compute formats and, for outputs
         stored in another format than computed, that stored format."""
+        if not self.energy.n:  # no choice node: nothing to assign, and only a choice node stores differently
+            return [], {}
         x = [0] * self.energy.n
         stored: dict[int, str] = {}
         fmt: dict[int, str] = {}
@@ -316,22 +347,27 @@ class LayoutPlan:
         format, with ``readers`` empty."""
         stored = stored or {}
         out: list[Conversion] = []
+        price = self._price  # (by the shape the build found)
         for rec in self.tensors:
             p = rec.producer
             src = p.fmt if p.var is None else (FIVE_HD if x[p.var] else "ND")  # _End.resolve
             if stored:
                 keep = stored.get(id(rec.tensor))
                 if keep is not None and keep != src:
-                    out.append(Conversion(rec.tensor, src, keep, [], self.w(rec.tensor, src, keep)))
+                    out.append(Conversion(rec.tensor, src, keep, [], price(rec.tensor, rec.shape, src, keep)))
                     src = keep
-            by_fmt: dict[str, list[_Reader]] = {}
+            by_fmt: dict[str, list[_Reader]] | None = None  # (made for the few tensors converted)
             for r in rec.readers:
                 end = r.end
                 f = end.fmt if end.var is None else (FIVE_HD if x[end.var] else "ND")
                 if f != src:
-                    by_fmt.setdefault(f, []).append(r)
-            for f, readers in by_fmt.items():
-                out.append(Conversion(rec.tensor, src, f, readers, self.w(rec.tensor, src, f)))
+                    if by_fmt is None:
+                        by_fmt = {f: [r]}
+                    else:
+                        by_fmt.setdefault(f, []).append(r)
+            if by_fmt is not None:
+                for f, readers in by_fmt.items():
+                    out.append(Conversion(rec.tensor, src, f, readers, price(rec.tensor, rec.shape, src, f)))
         return out
 
     def annotations_agree(self, x: list[int]) -> bool:

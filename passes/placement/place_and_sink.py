@@ -27,6 +27,8 @@ from graphpass.ir.shapes import refresh_shapes, static_shape
 
 __all__ = ["PlaceAndSink"]
 
+_LOOPS = frozenset({"Loop", "Scan"})
+
 
 def _engine_blocker(body: gs.Graph, engines: dict[int, tuple[str, str]]) -> str | None:
     """A node of the body (nested bodies too) that is not on AI Core (case 3), or None."""
@@ -96,8 +98,8 @@ class PlaceAndSink(Pass):
         blockers: dict[int, str | None] = {}
         shape_blocked = []
         for g in iter_graphs(graph):
-            for node in g.nodes:
-                if node.op in ("Loop", "Scan") and engines.get(id(node), ("AICORE",))[0] != "compile-time":
+            for node in [n for n in g.nodes if n.op in _LOOPS]:
+                if engines.get(id(node), ("AICORE",))[0] != "compile-time":
                     body = node.attrs.get("body")
                     if not isinstance(body, gs.Graph):
                         blockers[id(node)] = "no body graph"
@@ -108,18 +110,21 @@ class PlaceAndSink(Pass):
         if shape_blocked and refresh_shapes(graph):
             for node in shape_blocked:
                 blockers[id(node)] = _shape_blocker(node.attrs["body"], engines)
+        aicore = ("AICORE", "")
+        get_meta, set_engine, ENGINE = A.stored_meta, A.set_engine, A.ENGINE
         for g in iter_graphs(graph):
             for node in g.nodes:
-                engine, why = engines.get(id(node), ("AICORE", ""))
+                engine, why = engines.get(id(node), aicore)
                 if engine == "compile-time":
                     continue
                 stats[engine] = stats.get(engine, 0) + 1
-                if A.get_engine(node) != engine:
-                    A.set_engine(node, engine)
+                d = get_meta(node)
+                if d is None or d.get(ENGINE) != engine:  # A.get_engine(node) != engine
+                    set_engine(node, engine)
                     changed += 1
                 if engine != "AICORE":
                     ctx.explain(self.name, node, f"runs on {engine}: {why or 'no AI Core kernel'}")
-                if node.op in ("Loop", "Scan"):
+                if node.op in _LOOPS:
                     blocker = blockers.get(id(node))
                     if blocker is None:
                         if A.get(node, A.SINK) != "device":
