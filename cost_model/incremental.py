@@ -92,6 +92,44 @@ class IncrementalEstimate:
         # large part of the graph is estimated plainly: the state would not be used)
         self._full(graph, node_records=node_records, keep=full_fraction is None)
 
+    @classmethod
+    def deferred(cls, model: AscendCostModel, graph: gs.Graph, **options: Any) -> "IncrementalEstimate":
+        """The state a plain full estimate of ``graph`` leaves (``full_fraction`` the default),
+        its report and engines not made yet: :meth:`adopt` gives them (made elsewhere: the cost
+        veto estimates the input graph in a forked child, see
+        ``graphpass.passes.framework.instruments.CostVeto``). Until then :attr:`report` and
+        :attr:`engines` are None; a full estimate (:meth:`full`) replaces the state as usual."""
+        self = cls.__new__(cls)
+        self.m = model
+        self.full_fraction = FULL_FRACTION
+        self.options = options
+        self.full_estimates = 0
+        self.updates = 0
+        self.refuse_full = Counter()
+        self.fallbacks = Counter()
+        self._undo = None
+        self._saved = None
+        self.enabled = True
+        # as _full(keep=False) leaves it
+        self._before_full = None
+        self.fresh = True
+        self.unseen = False
+        self.engines = self.report = self.total = None
+        self.valid = False
+        self.cx = self.w = self.entries = self.us_of = self.head_of = self.groups = None
+        self.conv = self.cross = self.conv_us = self.cross_rec = None
+        self._io, self._order = self._io_key(graph), list(map(id, graph.nodes))
+        self._deferred = True
+        return self
+
+    def adopt(self, report: CostReport, engines: dict | None) -> None:
+        """The deferred estimate's figures (see :meth:`deferred`): counted as the full estimate
+        it is; they become the state's report and engines unless a full estimate has replaced
+        the state since."""
+        self.full_estimates += 1
+        if self.__dict__.pop("_deferred", False):
+            self.engines, self.report, self.total = engines, report, report.total_us
+
     # -- the full estimate ------------------------------------------------------------------
 
     def full(self, graph: gs.Graph, reason: str) -> CostReport:
@@ -113,6 +151,7 @@ class IncrementalEstimate:
             self.fallbacks[reason] += 1
         self.full_estimates += 1
         self._undo = None
+        self._deferred = False  # (the state is this estimate's: see adopt)
         self.fresh = True  # self.report (a full report) is a fresh estimate's
         self.unseen = False
         if not keep:
