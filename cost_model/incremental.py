@@ -96,7 +96,7 @@ class IncrementalEstimate:
     def deferred(cls, model: AscendCostModel, graph: gs.Graph, **options: Any) -> "IncrementalEstimate":
         """The state a plain full estimate of ``graph`` leaves (``full_fraction`` the default),
         its report and engines not made yet: :meth:`adopt` gives them (made elsewhere: the cost
-        veto estimates the input graph in a forked child, see
+        veto estimates the graph in a forked child, see
         ``graphpass.passes.framework.instruments.CostVeto``). Until then :attr:`report` and
         :attr:`engines` are None; a full estimate (:meth:`full`) replaces the state as usual."""
         self = cls.__new__(cls)
@@ -107,12 +107,19 @@ class IncrementalEstimate:
         self.updates = 0
         self.refuse_full = Counter()
         self.fallbacks = Counter()
-        self._undo = None
-        self._saved = None
         self.enabled = True
-        # as _full(keep=False) leaves it
-        self._before_full = None
-        self.fresh = True
+        self._defer(graph)
+        return self
+
+    def defer(self, graph: gs.Graph, reason: str) -> None:
+        """As :meth:`full` (counted under ``reason``) and :meth:`commit`, the estimate itself
+        made elsewhere and given by :meth:`adopt` (see :meth:`deferred`)."""
+        self.fallbacks[reason] += 1
+        self._defer(graph)
+
+    def _defer(self, graph: gs.Graph) -> None:
+        self._undo = self._saved = self._before_full = None
+        self.fresh = True  # as _full(keep=False) leaves the state
         self.unseen = False
         self.engines = self.report = self.total = None
         self.valid = False
@@ -120,14 +127,14 @@ class IncrementalEstimate:
         self.conv = self.cross = self.conv_us = self.cross_rec = None
         self._io, self._order = self._io_key(graph), list(map(id, graph.nodes))
         self._deferred = True
-        return self
 
-    def adopt(self, report: CostReport, engines: dict | None) -> None:
-        """The deferred estimate's figures (see :meth:`deferred`): counted as the full estimate
-        it is; they become the state's report and engines unless a full estimate has replaced
-        the state since."""
+    def adopt(self, report: CostReport, engines: dict | None, current: bool) -> None:
+        """A deferred estimate's figures (see :meth:`deferred`), counted as the full estimate it
+        is; ``current``: the estimate the state was deferred for, which becomes the state's
+        report and engines unless an estimate has replaced the state since."""
         self.full_estimates += 1
-        if self.__dict__.pop("_deferred", False):
+        if current and self.__dict__.get("_deferred"):
+            self._deferred = False
             self.engines, self.report, self.total = engines, report, report.total_us
 
     # -- the full estimate ------------------------------------------------------------------

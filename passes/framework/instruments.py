@@ -137,6 +137,8 @@ class _ChildEstimate:
         if pid == 0:  # pragma: no cover  (the child: coverage does not follow it)
             _child_main(target, graph, options, fd)
         self.pid, self.fd = pid, fd
+        self.records: list = []  # the records holding _AWAITED for this estimate's cost
+        self.initial = False  # the estimate of the run's input graph
         self._file = None
         self._finalizer = weakref.finalize(self, _reap, pid, fd)  # a run that ends without exit or abort
 
@@ -223,8 +225,8 @@ def _child_main(target: Target, graph: gs.Graph, options: dict[str, Any], fd: in
 
 
 class _Awaited:
-    """The cost of the input graph while a forked child estimates it (:class:`CostVeto`): only
-    stored into records (filled in when the child's report is read), never computed with."""
+    """The cost of the graph while a forked child estimates it (:class:`CostVeto`): only stored
+    into records (filled in when the child's report is read), never computed with."""
 
     __slots__ = ()
 
@@ -233,6 +235,29 @@ class _Awaited:
 
 
 _AWAITED = _Awaited()
+
+
+class _AwaitedPlacement:
+    """``ctx.placement`` while the engines and report it hands over are a forked child's: not
+    None (a pass may only ask whether it is judged), and read (unpacked) it waits for them."""
+
+    __slots__ = ("veto",)
+
+    def __init__(self, veto: "CostVeto"):
+        self.veto = veto
+
+    def _pair(self) -> tuple:
+        self.veto._resolve()
+        return self.veto._engines, self.veto._report
+
+    def __iter__(self):
+        return iter(self._pair())
+
+    def __getitem__(self, i):
+        return self._pair()[i]
+
+    def __len__(self) -> int:
+        return 2
 
 
 class PassInstrument:
@@ -326,6 +351,29 @@ class CostVeto(PassInstrument):
     graph (a full estimate's, or the state's: totals, breakdown, TransData counts and time,
     crossings, no per-node records), else a fresh one.
 
+    Forked (``fork``: None decides, True skips the thread checks, False never): the plain full
+    estimates whose figures are not needed at once are made by a forked child on the graph as it
+    is while this process goes on (a second CPU does them; the work is not less, ~0.1 s of CPU a
+    10k-node estimate, and the pages either process writes while the child lives are copied): the
+    input graph's, read when a scored application changes the graph or hands over its engines
+    (``ctx.placement`` unpacked), an application of a graph of at most ``ESTIMATE_EACH_MAX_NODES``
+    nodes is updated from it, an annotation edit is judged by its engines, or the run ends; and
+    the catch-up before a scored application (the unscored ones before it left the estimate
+    behind), read in the same cases. Until then the kept cost is a placeholder that records
+    store (filled in when the child's report is read), and the state is the one a plain full
+    estimate leaves (``IncrementalEstimate.deferred``): the run, its records, reports and
+    statistics are those of an estimate made here. Only the run's own target with the
+    incremental estimate and without ``check_incremental``, on Linux (``os.fork``,
+    ``os.memfd_create``) with a second CPU, a graph of ``ESTIMATE_EACH_MAX_NODES`` to
+    ``FORK_MAX_NODES`` nodes, no other Python thread and no native thread but those alive when
+    numpy loaded (OpenBLAS's, which stop themselves at a fork); the environment variable
+    ``GRAPHPASS_NO_FORK`` set to a non-empty value other than ``0`` turns it off (see
+    :func:`fork_blocker`). The child writes nothing but its result (into an anonymous memory
+    file) and ends with ``os._exit``; an exception it raised is raised here, and a child that
+    died (a signal, the OOM killer) is a ``RuntimeError``: the graph it estimated is gone, so
+    its figures cannot be made again, and a report without them would be wrong. A run that
+    ends with an error kills and reaps its children.
+
     The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
     model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
     when the target has no estimates, e.g. ``none``) and ``initial_report`` (the target's
@@ -349,9 +397,9 @@ class CostVeto(PassInstrument):
         self.check_incremental = check_incremental
         self.incremental = incremental
         self.fork = fork
-        self.forked = False  # whether the last run estimated its input graph in a forked child
-        self._child: _ChildEstimate | None = None
-        self._awaiting: list = []  # records holding _AWAITED
+        self.forked = False  # whether the last run made an estimate in a forked child
+        self._child: _ChildEstimate | None = None  # the child whose estimate _AWAITED stands for
+        self._children: list[_ChildEstimate] = []  # those not read yet
         self._inc = None  # the IncrementalEstimate of the graph, when the target gives one
         self.incremental_stats: dict[str, Any] | None = None
         self._journal: Journal | None = None
@@ -390,7 +438,8 @@ class CostVeto(PassInstrument):
         self.incremental_stats = None
         self.forked = False
         self._child = None
-        self._awaiting = []
+        self._children = []
+        self._stale = False
         if self._fork_now(graph):
             # the input graph's estimate (the largest of the run) is made by a forked child while
             # this process runs the unscored applications ahead of the first scored one; the
@@ -400,10 +449,9 @@ class CostVeto(PassInstrument):
 
             check_estimate_options(dict(self.cost_options))  # (a bad option fails here, as inline)
             self._inc = IncrementalEstimate.deferred(self.target._hardware, graph, **self.cost_options)
-            self._child = _ChildEstimate(self.target, graph, self.cost_options)
-            self.forked = True
+            self._fork(graph).initial = True
             self.initial_report = self._report = None
-            self.initial_cost = self._cost = _AWAITED
+            self.initial_cost = _AWAITED
         else:
             if self.incremental and self._given is None and self.active:
                 # checked: every edit is updated, however much it touched (the update is what is checked)
@@ -435,46 +483,75 @@ class CostVeto(PassInstrument):
             log.debug("cost veto: the input graph is estimated inline: %s", why)
         return why is None
 
-    def _resolve(self) -> None:
-        """Read the forked child's estimate of the input graph (waiting for it): the initial
-        report and cost, the records that held its cost, and, while no estimate of this process
-        has replaced it, the state the inline estimate would have left."""
-        child = self._child
+    def _fork(self, graph: gs.Graph) -> _ChildEstimate:
+        """A forked child estimates ``graph`` as it is; its cost is awaited (see :meth:`_resolve`)."""
+        child = _ChildEstimate(self.target, graph, self.cost_options)
+        self._children.append(child)
+        self._child = child
+        self._cost = _AWAITED
+        self._report = self._engines = None
+        self.forked = True
+        return child
+
+    def _resolve(self, child: "_ChildEstimate | None" = None) -> None:
+        """Read a forked child's estimate (waiting for it; default: the one the kept cost
+        awaits): the records that held its cost, the initial report and cost for the input
+        graph's, and for the one the kept cost awaits, the state an estimate made here would
+        have left."""
         if child is None:
-            return
-        self._child = None
+            child = self._child
+            if child is None:
+                return
+        current = child is self._child
+        if current:
+            self._child = None
+        self._children.remove(child)
         try:
             with profiling.phase("cost estimate"):
                 report = child.result()
-                awaited = self._cost is _AWAITED
-                engines = child.engines() if awaited else None
+                engines = child.engines() if current else None
         finally:
             child.close()
-        self.initial_report, self.initial_cost = report, report.total_us
-        self._inc.adopt(report, engines)
-        if awaited:
+        if child.initial:
+            self.initial_report, self.initial_cost = report, report.total_us
+        self._inc.adopt(report, engines, current=current)
+        if current:
             self._cost = report.total_us
             if not self._stale:  # (a stale one is cleared: as inline)
                 self._report, self._engines = report, engines
-        for rec in self._awaiting:
+        for rec in child.records:
             if rec.cost_before_us is _AWAITED:
                 rec.cost_before_us = report.total_us
             if rec.cost_after_us is _AWAITED:
                 rec.cost_after_us = report.total_us
-        self._awaiting = []
+
+    def _fork_catch_up(self, graph: gs.Graph) -> bool:
+        """The catch-up estimate before a scored application (see :meth:`before`) made in a
+        forked child, when it is a plain full one and the run forks: its figures are read when
+        the application changes the graph (it is judged against them), hands them over
+        (``ctx.placement`` read), or at the run's end; an application that changes nothing
+        only stores the cost in its record."""
+        inc = self._inc
+        if inc is None or not (self._refresh or inc.unseen) or not self._fork_now(graph):
+            return False
+        inc.defer(graph, "shapes refreshed by the manager" if self._refresh else "edits no update saw")
+        self._pending = None
+        self._refresh = False
+        self._fork(graph)
+        self._stale = False
+        return True
 
     def before(self, pass_, graph, ctx, record):
         self._scored = pass_.scored_in(ctx) and not pass_.required
-        if (self._cost is _AWAITED and not self._stale
-                and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)):
-            # the input graph's figures are what this application is judged or updated against
-            self._resolve()
-        if self._stale and self._scored and self._cost is not None:
+        if self._stale and self._scored and self._cost is not None and self._fork_catch_up(graph):
+            pass
+        elif self._stale and self._scored and self._cost is not None:
             # an unscored application above ESTIMATE_EACH_MAX_NODES left the estimate behind:
             # judge this one against the graph as it is now, not as it was (issue 21)
             report = self._catch_up(graph)
             self._report = report
             self._cost = report.total_us if report is not None else None
+            self._child = None
             self._stale = False
         self._merged = None
         if (self._pending is not None and self._scored and not self._stale and self._inc is not None
@@ -490,9 +567,12 @@ class CostVeto(PassInstrument):
         if (self._scored and not self._stale and self._engines is not None and self._report is not None
                 and self.cost_options.get("precision_mode") == ctx.cost_options.get("precision_mode")):
             ctx.placement = (self._engines, self._report)  # the graph as it is now: the pass may reuse them
+        elif (cost is _AWAITED and self._scored and not self._stale
+              and self.cost_options.get("precision_mode") == ctx.cost_options.get("precision_mode")):
+            ctx.placement = _AwaitedPlacement(self)
         record.cost_before_us = cost
         if cost is _AWAITED:
-            self._awaiting.append(record)
+            self._child.records.append(record)
         self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
         self._before_bytes = None
         if self._scored and cost is not None and self.check_rollback:
@@ -532,13 +612,18 @@ class CostVeto(PassInstrument):
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         kept = (self._report, self._engines)
         report = None
-        if (self._cost is _AWAITED and not self._stale and journal is not None
-                and journal.annotation_edits() is not None):
-            self._resolve()  # the edit is judged unchanged by the input graph's engines
+        awaited = cost is _AWAITED and not self._stale and journal is not None
+        if awaited and journal.annotation_edits() is not None:
+            self._resolve()  # the edit is judged unchanged by the engines of the child's estimate
+            kept, cost, awaited = (self._report, self._engines), self._cost, False
+            record.cost_before_us = cost
+        unchanged = self._unchanged_estimate(journal)
+        if awaited and not unchanged and self._estimate_after:
+            self._resolve()  # judged against (scored) or updated from (a small graph) the child's estimate
             kept, cost = (self._report, self._engines), self._cost
             record.cost_before_us = cost
-        if self._unchanged_estimate(journal):
-            if cost is _AWAITED:  # the input graph's estimate stands: read from the child later
+        if unchanged:
+            if cost is _AWAITED:  # the child's estimate stands: read later
                 journal.stop()
                 record.cost_after_us = cost
                 self._before_bytes = None
@@ -583,6 +668,7 @@ class CostVeto(PassInstrument):
                 self._inc.commit()
                 self._merged = None
             self._cost = new_cost
+            self._child = None  # (a child's estimate awaited until now: only its records' figures)
             self._report = report
             self._stale = False  # an estimate of the graph as it is now
         elif cost is not None:
@@ -640,9 +726,9 @@ class CostVeto(PassInstrument):
 
     def abort(self, pass_, graph, ctx, record, error):
         ctx.placement = None
-        if self._child is not None:  # the run ends with the error: the child is not waited for
-            child, self._child = self._child, None
-            child.close()
+        self._child = None
+        while self._children:  # the run ends with the error: no child is waited for
+            self._children.pop().close()
         journal, self._journal = self._journal, None
         if journal is not None and journal.recording:
             journal.rollback()
@@ -713,7 +799,9 @@ class CostVeto(PassInstrument):
         return report
 
     def exit(self, manager, graph, ctx):
-        self._resolve()  # (the child's report: the input graph's figures)
+        self._resolve()  # the kept cost's first, with its engines (the final report may be its)
+        while self._children:  # (the input graph's figures, records' costs)
+            self._resolve(self._children[0])
         if self._inc is not None:
             self.incremental_stats = self._inc.stats()
             log.debug("cost veto estimates: %s", self.incremental_stats)

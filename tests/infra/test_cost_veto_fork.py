@@ -31,7 +31,7 @@ def _synthetic(family: str, nodes: int) -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def models():
-    return {f: _synthetic(f, 6000) for f in ("cnn", "transformer")}
+    return {**{f: _synthetic(f, 6000) for f in ("cnn", "transformer")}, "cnn10k": _synthetic("cnn", 10_000)}
 
 
 @pytest.fixture
@@ -80,6 +80,51 @@ def test_forked_and_inline_runs_are_identical(family, models, monkeypatch, vetoe
     assert forked[4] == inline[4] and forked[5] == inline[5]
     assert all(isinstance(c, (float, type(None))) for r in forked[3] for c in r[1:3])  # none left awaited
     assert forked[2]["full"] >= 2
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """The pids of the children forked (each one an estimate)."""
+    pids = []
+    orig = I._ChildEstimate.__init__
+
+    def init(self, *a):
+        orig(self, *a)
+        pids.append(self.pid)
+
+    monkeypatch.setattr(I._ChildEstimate, "__init__", init)
+    return pids
+
+
+def test_the_catch_up_estimate_is_forked_too(models, monkeypatch, vetoes, forks):
+    """The 10k CNN: the input graph's estimate, then the catch-up before the first scored
+    application (after the cleanups, ~6k nodes); neither read before a scored application
+    changes the graph."""
+    forked = _run(models["cnn10k"], monkeypatch, vetoes, True)
+    assert len(forks) == 2
+    assert forked == _run(models["cnn10k"], monkeypatch, vetoes, False)
+    assert len(forks) == 2
+
+
+def test_a_pass_reading_the_placement_waits_for_the_child(models, monkeypatch, vetoes, forks):
+    """place_and_sink takes the veto's engines and report (ctx.placement) of the catch-up
+    estimate a child makes: unpacked, they are waited for (the suite's shared-placement check
+    compares them with a fresh placement)."""
+    monkeypatch.setenv("GRAPHPASS_CHECK_SHARED_PLACEMENT", "1")
+    kw = dict(passes=["strip_debug_info", "fold_constants", "eliminate_identity", "place_and_sink"])
+    forked = _run(models["cnn10k"], monkeypatch, vetoes, True, **kw)
+    assert len(forks) == 2
+    assert forked == _run(models["cnn10k"], monkeypatch, vetoes, False, **kw)
+    seen = []
+    orig = I.CostVeto._resolve
+
+    def resolve(self, child=None):
+        seen.append((child, self._child is not None and child is None, self._journal is not None))
+        orig(self, child)
+
+    monkeypatch.setattr(I.CostVeto, "_resolve", resolve)
+    _run(models["cnn10k"], monkeypatch, vetoes, True, **kw)
+    assert seen[0][1] and seen[0][2]  # the first read: the awaited estimate, inside the pass (its journal open)
 
 
 def test_first_application_scored_waits_for_the_child(models, monkeypatch, vetoes):
