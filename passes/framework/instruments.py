@@ -131,8 +131,11 @@ class _ChildEstimate:
 
     def __init__(self, target: Target, graph: gs.Graph, options: dict[str, Any]):
         fd = os.memfd_create("graphpass-estimate", os.MFD_CLOEXEC)
-        sys.stdout.flush()  # (nothing buffered is written twice: the child never flushes)
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # (nothing buffered is written twice: the child never flushes)
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # none, closed, or a broken pipe: the run will say
+                pass
         pid = os.fork()
         if pid == 0:  # pragma: no cover  (the child: coverage does not follow it)
             _child_main(target, graph, options, fd)
@@ -205,6 +208,7 @@ def _child_main(target: Target, graph: gs.Graph, options: dict[str, Any], fd: in
         for k in (0, 1, 2):  # never a byte on the parent's stdout or stderr (logging, warnings)
             os.dup2(null, k)
         sys.stdin = sys.stdout = sys.stderr = open(os.devnull, "r+")  # (streams on other descriptors)
+        sys.dont_write_bytecode = True  # (a module first imported here: no .pyc written)
         logging.disable(logging.CRITICAL)  # (handlers hold the streams they were given)
         try:
             inc = target.incremental_estimate(graph, **options)  # as CostVeto.enter inline

@@ -269,3 +269,32 @@ def test_a_run_that_fails_kills_and_reaps_the_child(models, monkeypatch, vetoes)
     assert veto.forked and pids
     with pytest.raises(ChildProcessError):  # reaped: no zombie left
         os.waitpid(pids[0], os.WNOHANG)
+
+
+@pytest.mark.parametrize("engine", ["AICORE", "AICPU"])
+def test_an_annotation_edit_before_any_estimate(engine, models, monkeypatch, vetoes):
+    """An unscored application that only writes an engine annotation is judged by the engines of
+    the child's estimate (read for it): the engine the estimate chose (AICORE: the kept estimate
+    stands) or not (AICPU: left to the next estimate)."""
+    from graphpass.ir import annotations as A
+    from graphpass.passes.framework import CostVeto, PassContext, PassManager, get_pass
+
+    class _Annotate(gp.Pass):
+        name = "annotate_one_relu"
+        summary = "an engine annotation on one Relu"
+        kind = gp.PassKind.CLEANUP
+
+        def run(self, graph, ctx):
+            A.set_engine(next(n for n in graph.nodes if n.op == "Relu"), engine)
+            return gp.PassResult(True, {})
+
+    def run(fork):
+        graph = gp.as_model(onnx.ModelProto.FromString(models["cnn"].SerializeToString())).graph
+        veto = CostVeto(fork=fork)
+        out = PassManager([_Annotate(), get_pass("fold_batchnorm")()], instruments=[veto]).run(
+            graph, PassContext(target=Target.load()))
+        assert veto.forked is fork
+        return ([(r.name, r.cost_before_us, r.cost_after_us, r.modified, r.rolled_back) for r in out.records],
+                veto.initial_cost, veto.final_cost, veto.incremental_stats)
+
+    assert run(True) == run(False)
