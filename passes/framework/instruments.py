@@ -98,11 +98,21 @@ _KNOWN_TASKS = (_tasks() or frozenset()) if (threading.active_count() == 1 and "
     else frozenset({str(threading.get_native_id())})
 
 
-def fork_blocker(nodes: int, *, threads: bool = True) -> str | None:
-    """Why the cost veto does not estimate the input graph of ``nodes`` nodes in a forked child
-    (None: it does). ``threads``: check that no thread but the main one (and the harmless ones
-    of numpy's OpenBLAS) is alive; a forked child holds only the forking thread, and a lock
-    another thread held at the fork stays held in the child."""
+def _busy_cpus() -> float:
+    """The machine's load: the 1-minute load average (0 when unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def fork_blocker(nodes: int, *, checks: bool = True) -> str | None:
+    """Why the cost veto does not estimate a graph of ``nodes`` nodes in a forked child (None:
+    it does). ``checks``: check that no thread but the main one (and the harmless ones of
+    numpy's OpenBLAS) is alive (a forked child holds only the forking thread, and a lock another
+    thread held at the fork stays held in the child), and that a CPU is idle: on a machine
+    whose CPUs are all busy the child only takes turns with the run, which then does more work
+    (the child's copied pages) for nothing."""
     if os.environ.get("GRAPHPASS_NO_FORK", "") not in ("", "0"):
         return "GRAPHPASS_NO_FORK is set"
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or not hasattr(os, "sched_getaffinity"):
@@ -113,12 +123,16 @@ def fork_blocker(nodes: int, *, threads: bool = True) -> str | None:
         return f"at most {ESTIMATE_EACH_MAX_NODES} nodes: every application is estimated"
     if nodes > FORK_MAX_NODES:
         return f"more than {FORK_MAX_NODES} nodes: the child's copy-on-write pages could double the memory"
-    if threads:
+    if checks:
         if threading.active_count() != 1:
             return "another Python thread is alive"
         tasks = _tasks()
         if tasks is None or not tasks <= _KNOWN_TASKS | {str(threading.get_native_id())}:
             return "another native thread is alive"
+        cpus = len(os.sched_getaffinity(0))
+        load = _busy_cpus()
+        if load > cpus - 0.5:
+            return f"no idle CPU (load average {load:.1f} on {cpus} CPUs)"
     return None
 
 
@@ -355,8 +369,8 @@ class CostVeto(PassInstrument):
     graph (a full estimate's, or the state's: totals, breakdown, TransData counts and time,
     crossings, no per-node records), else a fresh one.
 
-    Forked (``fork``: None decides, True skips the thread checks, False never): the plain full
-    estimates whose figures are not needed at once are made by a forked child on the graph as it
+    Forked (``fork``: None decides, True skips the thread and load checks, False never): the plain
+    full estimates whose figures are not needed at once are made by a forked child on the graph as it
     is while this process goes on (a second CPU does them; the work is not less, ~0.1 s of CPU a
     10k-node estimate, and the pages either process writes while the child lives are copied): the
     input graph's, read when a scored application changes the graph or hands over its engines
@@ -368,7 +382,9 @@ class CostVeto(PassInstrument):
     estimate leaves (``IncrementalEstimate.deferred``): the run, its records, reports and
     statistics are those of an estimate made here. Only the run's own target with the
     incremental estimate and without ``check_incremental``, on Linux (``os.fork``,
-    ``os.memfd_create``) with a second CPU, a graph of ``ESTIMATE_EACH_MAX_NODES`` to
+    ``os.memfd_create``) with a second CPU idle (the 1-minute load average below the CPUs
+    less one half: on a busy machine the child only takes turns with the run, which then does
+    more work in all and ends later), a graph of ``ESTIMATE_EACH_MAX_NODES`` to
     ``FORK_MAX_NODES`` nodes, no other Python thread and no native thread but those alive when
     numpy loaded (OpenBLAS's, which stop themselves at a fork); the environment variable
     ``GRAPHPASS_NO_FORK`` set to a non-empty value other than ``0`` turns it off (see
@@ -477,12 +493,12 @@ class CostVeto(PassInstrument):
         """Whether this run's input graph is estimated in a forked child: the run's own target
         with the incremental estimate and no development check of it (that one keeps the state of
         the input graph's estimate), ``fork`` not False and :func:`fork_blocker` none (``fork``
-        True: without its thread checks)."""
+        True: without its thread and load checks)."""
         if (self.fork is False or not self.incremental or self._given is not None or not self.active
                 or self.check_incremental or not self.target.has_hardware
                 or self.target.cost_model is not self.target._hardware):
             return False
-        why = fork_blocker(len(graph.nodes), threads=self.fork is None)
+        why = fork_blocker(len(graph.nodes), checks=self.fork is None)
         if why is not None:
             log.debug("cost veto: the input graph is estimated inline: %s", why)
         return why is None
