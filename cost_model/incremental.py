@@ -92,6 +92,51 @@ class IncrementalEstimate:
         # large part of the graph is estimated plainly: the state would not be used)
         self._full(graph, node_records=node_records, keep=full_fraction is None)
 
+    @classmethod
+    def deferred(cls, model: AscendCostModel, graph: gs.Graph, **options: Any) -> "IncrementalEstimate":
+        """The state a plain full estimate of ``graph`` leaves (``full_fraction`` the default),
+        its report and engines not made yet: :meth:`adopt` gives them (made elsewhere: the cost
+        veto estimates the graph in a forked child, see
+        ``graphpass.passes.framework.instruments.CostVeto``). Until then :attr:`report` and
+        :attr:`engines` are None; a full estimate (:meth:`full`) replaces the state as usual."""
+        self = cls.__new__(cls)
+        self.m = model
+        self.full_fraction = FULL_FRACTION
+        self.options = options
+        self.full_estimates = 0
+        self.updates = 0
+        self.refuse_full = Counter()
+        self.fallbacks = Counter()
+        self.enabled = True
+        self._defer(graph)
+        return self
+
+    def defer(self, graph: gs.Graph, reason: str) -> None:
+        """As :meth:`full` (counted under ``reason``) and :meth:`commit`, the estimate itself
+        made elsewhere and given by :meth:`adopt` (see :meth:`deferred`)."""
+        self.fallbacks[reason] += 1
+        self._defer(graph)
+
+    def _defer(self, graph: gs.Graph) -> None:
+        self._undo = self._saved = self._before_full = None
+        self.fresh = True  # as _full(keep=False) leaves the state
+        self.unseen = False
+        self.engines = self.report = self.total = None
+        self.valid = False
+        self.cx = self.w = self.entries = self.us_of = self.head_of = self.groups = None
+        self.conv = self.cross = self.conv_us = self.cross_rec = None
+        self._io, self._order = self._io_key(graph), list(map(id, graph.nodes))
+        self._deferred = True
+
+    def adopt(self, report: CostReport, engines: dict | None, current: bool) -> None:
+        """A deferred estimate's figures (see :meth:`deferred`), counted as the full estimate it
+        is; ``current``: the estimate the state was deferred for, which becomes the state's
+        report and engines unless an estimate has replaced the state since."""
+        self.full_estimates += 1
+        if current and self.__dict__.get("_deferred"):
+            self._deferred = False
+            self.engines, self.report, self.total = engines, report, report.total_us
+
     # -- the full estimate ------------------------------------------------------------------
 
     def full(self, graph: gs.Graph, reason: str) -> CostReport:
@@ -113,6 +158,7 @@ class IncrementalEstimate:
             self.fallbacks[reason] += 1
         self.full_estimates += 1
         self._undo = None
+        self._deferred = False  # (the state is this estimate's: see adopt)
         self.fresh = True  # self.report (a full report) is a fresh estimate's
         self.unseen = False
         if not keep:

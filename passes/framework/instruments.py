@@ -21,10 +21,16 @@ last (it times the pass alone), :class:`CostVeto` before it is seen by everythin
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
+import pickle
+import signal
+import sys
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -57,6 +63,8 @@ __all__ = [
     "standard_instruments",
     "CONTRACT_CHECK_MAX_NODES",
     "ESTIMATE_EACH_MAX_NODES",
+    "FORK_MAX_NODES",
+    "fork_blocker",
 ]
 
 #: Above this many nodes (or 4x as many node inputs and outputs) the per-pass fingerprint of
@@ -66,7 +74,208 @@ CONTRACT_CHECK_MAX_NODES = 5_000
 #: Up to this many nodes every pass application is estimated (else only the scored ones).
 ESTIMATE_EACH_MAX_NODES = 5_000
 
+#: Above ``ESTIMATE_EACH_MAX_NODES`` and up to this many nodes the cost veto estimates the input
+#: graph in a forked child (see :class:`CostVeto`); above it the copies of the pages both
+#: processes write could add up to a second copy of a large process's memory.
+FORK_MAX_NODES = 300_000
+
 log = logging.getLogger(__name__)
+
+
+def _tasks() -> frozenset[str] | None:
+    """The process's threads (Linux: their ids), or None when they cannot be listed."""
+    try:
+        return frozenset(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+# The threads alive when this module is first imported, once numpy has been (it starts
+# OpenBLAS's worker threads, which stop themselves before a fork and start again after it:
+# pthread_atfork handlers): they are known to be harmless to a forked child. Only when no other
+# Python thread runs and onnxruntime is not loaded (its thread pools), else none but the main one.
+_KNOWN_TASKS = (_tasks() or frozenset()) if (threading.active_count() == 1 and "onnxruntime" not in sys.modules) \
+    else frozenset({str(threading.get_native_id())})
+
+
+def _busy_cpus() -> float:
+    """The machine's load: the 1-minute load average (0 when unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def fork_blocker(nodes: int, *, checks: bool = True) -> str | None:
+    """Why the cost veto does not estimate a graph of ``nodes`` nodes in a forked child (None:
+    it does). ``checks``: check that no thread but the main one (and the harmless ones of
+    numpy's OpenBLAS) is alive (a forked child holds only the forking thread, and a lock another
+    thread held at the fork stays held in the child), and that a CPU is idle: on a machine
+    whose CPUs are all busy the child only takes turns with the run, which then does more work
+    (the child's copied pages) for nothing."""
+    if os.environ.get("GRAPHPASS_NO_FORK", "") not in ("", "0"):
+        return "GRAPHPASS_NO_FORK is set"
+    if not hasattr(os, "fork") or not hasattr(os, "memfd_create") or not hasattr(os, "sched_getaffinity"):
+        return "no os.fork and os.memfd_create (Linux)"
+    if len(os.sched_getaffinity(0)) < 2:
+        return "one CPU: the child would only take turns with the run"
+    if nodes <= ESTIMATE_EACH_MAX_NODES:
+        return f"at most {ESTIMATE_EACH_MAX_NODES} nodes: every application is estimated"
+    if nodes > FORK_MAX_NODES:
+        return f"more than {FORK_MAX_NODES} nodes: the child's copy-on-write pages could double the memory"
+    if checks:
+        if threading.active_count() != 1:
+            return "another Python thread is alive"
+        tasks = _tasks()
+        if tasks is None or not tasks <= _KNOWN_TASKS | {str(threading.get_native_id())}:
+            return "another native thread is alive"
+        cpus = len(os.sched_getaffinity(0))
+        load = _busy_cpus()
+        if load > cpus - 0.5:
+            return f"no idle CPU (load average {load:.1f} on {cpus} CPUs)"
+    return None
+
+
+class _ChildEstimate:
+    """The estimate of a graph made in a forked child (:meth:`CostVeto.enter`): the child walks
+    the graph as it was at the fork (its own copy-on-write copy of the memory), writes the report
+    (totals, no per-node records) and the engines by node id (the ids of the parent's nodes:
+    the same addresses) into an anonymous memory file and exits with ``os._exit``, without
+    writing to stdout, stderr or any file."""
+
+    def __init__(self, target: Target, graph: gs.Graph, options: dict[str, Any]):
+        fd = os.memfd_create("graphpass-estimate", os.MFD_CLOEXEC)
+        for stream in (sys.stdout, sys.stderr):  # (nothing buffered is written twice: the child never flushes)
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # none, closed, or a broken pipe: the run will say
+                pass
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover  (the child: coverage does not follow it)
+            _child_main(target, graph, options, fd)
+        self.pid, self.fd = pid, fd
+        self.records: list = []  # the records holding _AWAITED for this estimate's cost
+        self.initial = False  # the estimate of the run's input graph
+        self._file = None
+        self._finalizer = weakref.finalize(self, _reap, pid, fd)  # a run that ends without exit or abort
+
+    def result(self) -> tuple[Any, Any]:
+        """``(report, engines loader)``: waits for the child; raises what the estimate raised,
+        or a RuntimeError when the child died or wrote something unreadable."""
+        if self._file is None:
+            pid = self.pid
+            _, status = os.waitpid(pid, 0)
+            self._finalizer.detach()
+            f = self._file = os.fdopen(self.fd, "rb")
+            f.seek(0)
+            try:
+                if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+                    raise RuntimeError(f"exit status {status}")
+                kind, value = pickle.load(f)
+            except Exception as e:
+                why = f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else str(e) or type(e).__name__
+                f.close()
+                raise RuntimeError(f"the cost estimate of the input graph, made in a forked child process, failed "
+                                   f"({why}); the environment variable GRAPHPASS_NO_FORK=1 makes it in the "
+                                   f"process itself") from None
+            if kind == "error":
+                f.close()
+                raise value
+            self._report = value
+        return self._report
+
+    def engines(self) -> Any:
+        """The engines by node id (read once, after :meth:`result`)."""
+        engines = pickle.load(self._file)
+        self._file.close()
+        return engines
+
+    def close(self) -> None:
+        if self._file is None:
+            self._finalizer()  # kills and reaps the child
+        elif not self._file.closed:
+            self._file.close()
+
+
+def _reap(pid: int, fd: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _child_main(target: Target, graph: gs.Graph, options: dict[str, Any], fd: int) -> None:  # pragma: no cover
+    """The forked child's whole life: estimate, write the result into ``fd``, ``os._exit``."""
+    code = 70
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once (the parent has its own)
+        gc.disable()  # short-lived: a collection would only copy pages the parent still shares
+        null = os.open(os.devnull, os.O_RDWR)
+        for k in (0, 1, 2):  # never a byte on the parent's stdout or stderr (logging, warnings)
+            os.dup2(null, k)
+        sys.stdin = sys.stdout = sys.stderr = open(os.devnull, "r+")  # (streams on other descriptors)
+        sys.dont_write_bytecode = True  # (a module first imported here: no .pyc written)
+        logging.disable(logging.CRITICAL)  # (handlers hold the streams they were given)
+        try:
+            inc = target.incremental_estimate(graph, **options)  # as CostVeto.enter inline
+            head, tail = ("ok", inc.report), inc.engines
+        except BaseException as e:
+            try:
+                pickle.dumps(e)
+                head = ("error", e)
+            except Exception:
+                head = ("error", RuntimeError(f"the cost estimate raised {type(e).__name__}: {e}"))
+            tail = None
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            pickle.dump(head, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(tail, f, protocol=pickle.HIGHEST_PROTOCOL)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+class _Awaited:
+    """The cost of the graph while a forked child estimates it (:class:`CostVeto`): only stored
+    into records (filled in when the child's report is read), never computed with."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<estimated in a child process>"
+
+
+_AWAITED = _Awaited()
+
+
+class _AwaitedPlacement:
+    """``ctx.placement`` while the engines and report it hands over are a forked child's: not
+    None (a pass may only ask whether it is judged), and read (unpacked) it waits for them."""
+
+    __slots__ = ("veto",)
+
+    def __init__(self, veto: "CostVeto"):
+        self.veto = veto
+
+    def _pair(self) -> tuple:
+        self.veto._resolve()
+        return self.veto._engines, self.veto._report
+
+    def __iter__(self):
+        return iter(self._pair())
+
+    def __getitem__(self, i):
+        return self._pair()[i]
+
+    def __len__(self) -> int:
+        return 2
 
 
 class PassInstrument:
@@ -160,6 +369,31 @@ class CostVeto(PassInstrument):
     graph (a full estimate's, or the state's: totals, breakdown, TransData counts and time,
     crossings, no per-node records), else a fresh one.
 
+    Forked (``fork``: None decides, True skips the thread and load checks, False never): the plain
+    full estimates whose figures are not needed at once are made by a forked child on the graph as it
+    is while this process goes on (a second CPU does them; the work is not less, ~0.1 s of CPU a
+    10k-node estimate, and the pages either process writes while the child lives are copied): the
+    input graph's, read when a scored application changes the graph or hands over its engines
+    (``ctx.placement`` unpacked), an application of a graph of at most ``ESTIMATE_EACH_MAX_NODES``
+    nodes is updated from it, an annotation edit is judged by its engines, or the run ends; and
+    the catch-up before a scored application (the unscored ones before it left the estimate
+    behind), read in the same cases. Until then the kept cost is a placeholder that records
+    store (filled in when the child's report is read), and the state is the one a plain full
+    estimate leaves (``IncrementalEstimate.deferred``): the run, its records, reports and
+    statistics are those of an estimate made here. Only the run's own target with the
+    incremental estimate and without ``check_incremental``, on Linux (``os.fork``,
+    ``os.memfd_create``) with a second CPU idle (the 1-minute load average below the CPUs
+    less one half: on a busy machine the child only takes turns with the run, which then does
+    more work in all and ends later), a graph of ``ESTIMATE_EACH_MAX_NODES`` to
+    ``FORK_MAX_NODES`` nodes, no other Python thread and no native thread but those alive when
+    numpy loaded (OpenBLAS's, which stop themselves at a fork); the environment variable
+    ``GRAPHPASS_NO_FORK`` set to a non-empty value other than ``0`` turns it off (see
+    :func:`fork_blocker`). The child writes nothing but its result (into an anonymous memory
+    file) and ends with ``os._exit``; an exception it raised is raised here, and a child that
+    died (a signal, the OOM killer) is a ``RuntimeError``: the graph it estimated is gone, so
+    its figures cannot be made again, and a report without them would be wrong. A run that
+    ends with an error kills and reaps its children.
+
     The estimates come from ``target`` (a :class:`graphpass.Target` or its name, or a cost
     model of one's own), by default the run's own (``ctx.target``). After the run: ``initial_cost`` / ``final_cost`` (us, None
     when the target has no estimates, e.g. ``none``) and ``initial_report`` (the target's
@@ -168,7 +402,7 @@ class CostVeto(PassInstrument):
 
     def __init__(self, target: "Target | str | CostModel | None" = None, cost_options: dict[str, Any] | None = None,
                  check_rollback: bool | None = None, check_incremental: bool | None = None,
-                 incremental: bool = True):
+                 incremental: bool = True, fork: bool | None = None):
         self._given = target
         self.target: Target | None = None
         self.cost_options = dict(cost_options or {})
@@ -182,6 +416,10 @@ class CostVeto(PassInstrument):
             check_incremental = os.environ.get("GRAPHPASS_CHECK_INCREMENTAL", "") not in ("", "0")
         self.check_incremental = check_incremental
         self.incremental = incremental
+        self.fork = fork
+        self.forked = False  # whether the last run made an estimate in a forked child
+        self._child: _ChildEstimate | None = None  # the child whose estimate _AWAITED stands for
+        self._children: list[_ChildEstimate] = []  # those not read yet
         self._inc = None  # the IncrementalEstimate of the graph, when the target gives one
         self.incremental_stats: dict[str, Any] | None = None
         self._journal: Journal | None = None
@@ -218,30 +456,122 @@ class CostVeto(PassInstrument):
         self._merged = None  # the pending edits the current application's update took in
         self._refresh = False
         self.incremental_stats = None
-        if self.incremental and self._given is None and self.active:
-            # checked: every edit is updated, however much it touched (the update is what is checked)
-            self._inc = self.target.incremental_estimate(graph, _full_fraction=0 if self.check_incremental else None,
-                                                         **self.cost_options)
-        if self._inc is not None:
-            report, self._engines = self._inc.report, self._inc.engines
+        self.forked = False
+        self._child = None
+        self._children = []
+        self._stale = False
+        if self._fork_now(graph):
+            # the input graph's estimate (the largest of the run) is made by a forked child while
+            # this process runs the unscored applications ahead of the first scored one; the
+            # state is the one a plain full estimate leaves, its figures read when needed
+            from graphpass.cost_model.base import check_estimate_options
+            from graphpass.cost_model.incremental import IncrementalEstimate
+
+            check_estimate_options(dict(self.cost_options))  # (a bad option fails here, as inline)
+            self._inc = IncrementalEstimate.deferred(self.target._hardware, graph, **self.cost_options)
+            self._fork(graph).initial = True
+            self.initial_report = self._report = None
+            self.initial_cost = _AWAITED
         else:
-            report = self._estimate(graph)
-        self.initial_report = self._report = report
-        self.initial_cost = self._cost = report.total_us if report is not None else None
+            if self.incremental and self._given is None and self.active:
+                # checked: every edit is updated, however much it touched (the update is what is checked)
+                self._inc = self.target.incremental_estimate(graph, _full_fraction=0 if self.check_incremental else None,
+                                                             **self.cost_options)
+            if self._inc is not None:
+                report, self._engines = self._inc.report, self._inc.engines
+            else:
+                report = self._estimate(graph)
+            self.initial_report = self._report = report
+            self.initial_cost = self._cost = report.total_us if report is not None else None
         self.final_cost = None
         self.final_report = None
         self._journal = None
         self._before_bytes = None
         self._stale = False
 
+    def _fork_now(self, graph: gs.Graph) -> bool:
+        """Whether this run's input graph is estimated in a forked child: the run's own target
+        with the incremental estimate and no development check of it (that one keeps the state of
+        the input graph's estimate), ``fork`` not False and :func:`fork_blocker` none (``fork``
+        True: without its thread and load checks)."""
+        if (self.fork is False or not self.incremental or self._given is not None or not self.active
+                or self.check_incremental or not self.target.has_hardware
+                or self.target.cost_model is not self.target._hardware):
+            return False
+        why = fork_blocker(len(graph.nodes), checks=self.fork is None)
+        if why is not None:
+            log.debug("cost veto: the input graph is estimated inline: %s", why)
+        return why is None
+
+    def _fork(self, graph: gs.Graph) -> _ChildEstimate:
+        """A forked child estimates ``graph`` as it is; its cost is awaited (see :meth:`_resolve`)."""
+        child = _ChildEstimate(self.target, graph, self.cost_options)
+        self._children.append(child)
+        self._child = child
+        self._cost = _AWAITED
+        self._report = self._engines = None
+        self.forked = True
+        return child
+
+    def _resolve(self, child: "_ChildEstimate | None" = None) -> None:
+        """Read a forked child's estimate (waiting for it; default: the one the kept cost
+        awaits): the records that held its cost, the initial report and cost for the input
+        graph's, and for the one the kept cost awaits, the state an estimate made here would
+        have left."""
+        if child is None:
+            child = self._child
+            if child is None:
+                return
+        current = child is self._child
+        if current:
+            self._child = None
+        self._children.remove(child)
+        try:
+            with profiling.phase("cost estimate"):
+                report = child.result()
+                engines = child.engines() if current else None
+        finally:
+            child.close()
+        if child.initial:
+            self.initial_report, self.initial_cost = report, report.total_us
+        self._inc.adopt(report, engines, current=current)
+        if current:
+            self._cost = report.total_us
+            if not self._stale:  # (a stale one is cleared: as inline)
+                self._report, self._engines = report, engines
+        for rec in child.records:
+            if rec.cost_before_us is _AWAITED:
+                rec.cost_before_us = report.total_us
+            if rec.cost_after_us is _AWAITED:
+                rec.cost_after_us = report.total_us
+
+    def _fork_catch_up(self, graph: gs.Graph) -> bool:
+        """The catch-up estimate before a scored application (see :meth:`before`) made in a
+        forked child, when it is a plain full one and the run forks: its figures are read when
+        the application changes the graph (it is judged against them), hands them over
+        (``ctx.placement`` read), or at the run's end; an application that changes nothing
+        only stores the cost in its record."""
+        inc = self._inc
+        if inc is None or not (self._refresh or inc.unseen) or not self._fork_now(graph):
+            return False
+        inc.defer(graph, "shapes refreshed by the manager" if self._refresh else "edits no update saw")
+        self._pending = None
+        self._refresh = False
+        self._fork(graph)
+        self._stale = False
+        return True
+
     def before(self, pass_, graph, ctx, record):
         self._scored = pass_.scored_in(ctx) and not pass_.required
-        if self._stale and self._scored and self._cost is not None:
+        if self._stale and self._scored and self._cost is not None and self._fork_catch_up(graph):
+            pass
+        elif self._stale and self._scored and self._cost is not None:
             # an unscored application above ESTIMATE_EACH_MAX_NODES left the estimate behind:
             # judge this one against the graph as it is now, not as it was (issue 21)
             report = self._catch_up(graph)
             self._report = report
             self._cost = report.total_us if report is not None else None
+            self._child = None
             self._stale = False
         self._merged = None
         if (self._pending is not None and self._scored and not self._stale and self._inc is not None
@@ -257,7 +587,12 @@ class CostVeto(PassInstrument):
         if (self._scored and not self._stale and self._engines is not None and self._report is not None
                 and self.cost_options.get("precision_mode") == ctx.cost_options.get("precision_mode")):
             ctx.placement = (self._engines, self._report)  # the graph as it is now: the pass may reuse them
+        elif (cost is _AWAITED and self._scored and not self._stale
+              and self.cost_options.get("precision_mode") == ctx.cost_options.get("precision_mode")):
+            ctx.placement = _AwaitedPlacement(self)
         record.cost_before_us = cost
+        if cost is _AWAITED:
+            self._child.records.append(record)
         self._estimate_after = cost is not None and (self._scored or record.nodes_before <= ESTIMATE_EACH_MAX_NODES)
         self._before_bytes = None
         if self._scored and cost is not None and self.check_rollback:
@@ -297,7 +632,22 @@ class CostVeto(PassInstrument):
         # still recording: a lazy weight the estimate loads is put back as it was on a rollback
         kept = (self._report, self._engines)
         report = None
-        if self._unchanged_estimate(journal):
+        awaited = cost is _AWAITED and not self._stale and journal is not None
+        if awaited and journal.annotation_edits() is not None:
+            self._resolve()  # the edit is judged unchanged by the engines of the child's estimate
+            kept, cost, awaited = (self._report, self._engines), self._cost, False
+            record.cost_before_us = cost
+        unchanged = self._unchanged_estimate(journal)
+        if awaited and not unchanged and self._estimate_after:
+            self._resolve()  # judged against (scored) or updated from (a small graph) the child's estimate
+            kept, cost = (self._report, self._engines), self._cost
+            record.cost_before_us = cost
+        if unchanged:
+            if cost is _AWAITED:  # the child's estimate stands: read later
+                journal.stop()
+                record.cost_after_us = cost
+                self._before_bytes = None
+                return
             # the edit cannot change the estimate (engines the kept estimate chose, written as
             # annotations; a Constant input swapped for an equal one): the kept estimate stands,
             # for an unscored application too (no catch-up estimate later for it)
@@ -338,6 +688,7 @@ class CostVeto(PassInstrument):
                 self._inc.commit()
                 self._merged = None
             self._cost = new_cost
+            self._child = None  # (a child's estimate awaited until now: only its records' figures)
             self._report = report
             self._stale = False  # an estimate of the graph as it is now
         elif cost is not None:
@@ -357,7 +708,8 @@ class CostVeto(PassInstrument):
           read them, constants of at most 64 elements; a larger one by shape and dtype).
         A weight a pass loaded (gs's ``values`` getter) is no change to the estimate: it reads a
         constant's values alike on disk and in memory."""
-        if (journal is None or self._engines is None or self._report is None or self._stale
+        awaited = self._cost is _AWAITED  # (the input graph's report and engines, in the child: see _after)
+        if (journal is None or (not awaited and (self._engines is None or self._report is None)) or self._stale
                 or self._pending is not None or (self._inc is not None and (self._refresh or self._inc.unseen))):
             return False
         edits = journal.annotation_edits()
@@ -394,6 +746,9 @@ class CostVeto(PassInstrument):
 
     def abort(self, pass_, graph, ctx, record, error):
         ctx.placement = None
+        self._child = None
+        while self._children:  # the run ends with the error: no child is waited for
+            self._children.pop().close()
         journal, self._journal = self._journal, None
         if journal is not None and journal.recording:
             journal.rollback()
@@ -464,6 +819,9 @@ class CostVeto(PassInstrument):
         return report
 
     def exit(self, manager, graph, ctx):
+        self._resolve()  # the kept cost's first, with its engines (the final report may be its)
+        while self._children:  # (the input graph's figures, records' costs)
+            self._resolve(self._children[0])
         if self._inc is not None:
             self.incremental_stats = self._inc.stats()
             log.debug("cost veto estimates: %s", self.incremental_stats)
