@@ -271,7 +271,7 @@ def test_the_veto_judges_against_a_fresh_estimate_after_unestimated_applications
     from toy_passes import BreakRelu, NegCost, chain_model
 
     from graphpass.passes.framework import CostVeto, Pass, PassKind, PassManager, PassResult
-    from graphpass.passes.framework import instruments as I
+    from graphpass.passes.framework import cost_veto
 
     class NegToIdentity(Pass):  # unscored; makes the graph cheaper by 10 under NegCost
         name = "neg_to_identity"
@@ -284,7 +284,7 @@ def test_the_veto_judges_against_a_fresh_estimate_after_unestimated_applications
                 n.op = "Identity"
             return PassResult(bool(hit))
 
-    monkeypatch.setattr(I, "ESTIMATE_EACH_MAX_NODES", 0)  # every graph counts as big
+    monkeypatch.setattr(cost_veto, "ESTIMATE_EACH_MAX_NODES", 0)  # every graph counts as big
     graph = gp.load(chain_model()).graph
     records = PassManager([NegToIdentity, BreakRelu], instruments=[CostVeto(NegCost())])(graph).records
     broke = next(r for r in records if r.name == "break_relu")

@@ -12,11 +12,11 @@ import pytest
 
 import graphpass as gp
 from graphpass.cost_model.target import Target
-from graphpass.passes.framework import instruments as I
+from graphpass.passes.framework import forked_estimate as F, instruments as I
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(I.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1, checks=False) is not None,
+pytestmark = pytest.mark.skipif(F.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1, checks=False) is not None,
                                 reason="no fork here (not Linux, or one CPU)")
 
 
@@ -50,8 +50,8 @@ def vetoes(monkeypatch):
     monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
     monkeypatch.setenv("GRAPHPASS_CHECK_KEPT_COST", "1")
     monkeypatch.delenv("GRAPHPASS_NO_FORK", raising=False)
-    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())
-    monkeypatch.setattr(I, "_busy_cpus", lambda: 0.0)  # (the suite's machine may be busy)
+    monkeypatch.setattr(F, "_KNOWN_TASKS", F._tasks())
+    monkeypatch.setattr(F, "_busy_cpus", lambda: 0.0)  # (the suite's machine may be busy)
     return seen
 
 
@@ -87,13 +87,13 @@ def test_forked_and_inline_runs_are_identical(family, models, monkeypatch, vetoe
 def forks(monkeypatch):
     """The pids of the children forked (each one an estimate)."""
     pids = []
-    orig = I._ChildEstimate.__init__
+    orig = F._ChildEstimate.__init__
 
     def init(self, *a):
         orig(self, *a)
         pids.append(self.pid)
 
-    monkeypatch.setattr(I._ChildEstimate, "__init__", init)
+    monkeypatch.setattr(F._ChildEstimate, "__init__", init)
     return pids
 
 
@@ -147,28 +147,28 @@ def test_constant_swaps_before_any_estimate_keep_the_childs_figures(models, monk
 
 def test_fork_blocker_reasons(monkeypatch):
     monkeypatch.delenv("GRAPHPASS_NO_FORK", raising=False)
-    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())
-    monkeypatch.setattr(I, "_busy_cpus", lambda: 0.0)
+    monkeypatch.setattr(F, "_KNOWN_TASKS", F._tasks())
+    monkeypatch.setattr(F, "_busy_cpus", lambda: 0.0)
     n = I.ESTIMATE_EACH_MAX_NODES + 1
-    assert I.fork_blocker(n) is None
+    assert F.fork_blocker(n) is None
     cpus = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(I, "_busy_cpus", lambda: cpus - 0.4)  # every CPU busy: the child would only take turns
-    assert "no idle CPU" in I.fork_blocker(n)
-    assert I.fork_blocker(n, checks=False) is None
-    monkeypatch.setattr(I, "_busy_cpus", lambda: cpus - 0.6)
-    assert I.fork_blocker(n) is None
-    assert "at most" in I.fork_blocker(I.ESTIMATE_EACH_MAX_NODES)  # every application estimated anyway
-    assert "more than" in I.fork_blocker(I.FORK_MAX_NODES + 1)  # copy-on-write memory
+    monkeypatch.setattr(F, "_busy_cpus", lambda: cpus - 0.4)  # every CPU busy: the child would only take turns
+    assert "no idle CPU" in F.fork_blocker(n)
+    assert F.fork_blocker(n, checks=False) is None
+    monkeypatch.setattr(F, "_busy_cpus", lambda: cpus - 0.6)
+    assert F.fork_blocker(n) is None
+    assert "at most" in F.fork_blocker(I.ESTIMATE_EACH_MAX_NODES)  # every application estimated anyway
+    assert "more than" in F.fork_blocker(F.FORK_MAX_NODES + 1)  # copy-on-write memory
     monkeypatch.setenv("GRAPHPASS_NO_FORK", "1")
-    assert "GRAPHPASS_NO_FORK" in I.fork_blocker(n)
+    assert "GRAPHPASS_NO_FORK" in F.fork_blocker(n)
     monkeypatch.setenv("GRAPHPASS_NO_FORK", "0")
-    assert I.fork_blocker(n) is None
+    assert F.fork_blocker(n) is None
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        assert "Python thread" in I.fork_blocker(n)
-        assert I.fork_blocker(n, checks=False) is None
+        assert "Python thread" in F.fork_blocker(n)
+        assert F.fork_blocker(n, checks=False) is None
     finally:
         stop.set()
         t.join()
@@ -180,7 +180,7 @@ def test_fork_blocker_reasons(monkeypatch):
     started.wait()
     try:
         assert threading.active_count() == 1
-        assert "native thread" in I.fork_blocker(n)
+        assert "native thread" in F.fork_blocker(n)
     finally:
         stop.set()
 
@@ -190,9 +190,9 @@ def test_known_native_threads_exclude_onnxruntime():
     imported first (its pool) leaves none known but the main thread."""
     import subprocess
 
-    code = ("import os, sys; {}; from graphpass.passes.framework import instruments as I; "
-            "print(len(I._KNOWN_TASKS), len(os.listdir('/proc/self/task')), "
-            "I.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1))")
+    code = ("import os, sys; {}; from graphpass.passes.framework import forked_estimate as F, instruments as I; "
+            "print(len(F._KNOWN_TASKS), len(os.listdir('/proc/self/task')), "
+            "F.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1))")
     env = {**os.environ, "GRAPHPASS_NO_FORK": "0"}
     plain = subprocess.run([sys.executable, "-c", code.format("pass")], capture_output=True, text=True, env=env)
     assert plain.stdout.split()[-1] == "None" or "no idle CPU" in plain.stdout, plain.stderr  # forks (if a CPU idles)
@@ -252,13 +252,13 @@ def test_a_run_that_fails_kills_and_reaps_the_child(models, monkeypatch, vetoes)
     from graphpass.errors import PassError
 
     pids = []
-    orig = I._ChildEstimate.__init__
+    orig = F._ChildEstimate.__init__
 
     def init(self, *a):
         orig(self, *a)
         pids.append(self.pid)
 
-    monkeypatch.setattr(I._ChildEstimate, "__init__", init)
+    monkeypatch.setattr(F._ChildEstimate, "__init__", init)
 
     class _Raises(gp.Pass):
         name = "raises_at_once"

@@ -25,6 +25,8 @@ from graphpass.passes.framework import (
     standard_instruments,
 )
 from graphpass.passes.framework import instruments as I
+from graphpass.passes.framework import cost_veto
+from graphpass.passes.framework.cost_veto import _same_constant
 from graphpass.ir.graph import count_nodes
 from graphpass.testing import assert_equivalent, ops
 from toy_passes import BreakRelu, Liar, NegCost, chain_model
@@ -365,7 +367,7 @@ def test_a_constant_swapped_for_an_equal_one_needs_no_estimate(monkeypatch):
 
 def test_an_unscored_swap_leaves_no_catch_up_estimate(monkeypatch):
     calls = _count_estimates(monkeypatch)
-    monkeypatch.setattr(I, "ESTIMATE_EACH_MAX_NODES", 0)  # unscored applications are not estimated
+    monkeypatch.setattr(cost_veto, "ESTIMATE_EACH_MAX_NODES", 0)  # unscored applications are not estimated
     unscored = type("_Unscored", (_SwapsConstant,), {"name": "swaps_unscored", "kind": PassKind.CLEANUP,
                                                      "scored": None})
     graph = gp.load(_two_adds()).graph
@@ -402,12 +404,12 @@ def test_a_constant_of_more_than_64_elements_is_compared_by_shape_and_dtype_only
     import onnx_graphsurgeon as gs
 
     a = gs.Constant("a", np.zeros((8, 9), np.float32))
-    assert I._same_constant(a, gs.Constant("b", np.ones((8, 9), np.float32)))  # the estimate never reads them
-    assert not I._same_constant(a, gs.Constant("b", np.ones((9, 8), np.float32)))
+    assert _same_constant(a, gs.Constant("b", np.ones((8, 9), np.float32)))  # the estimate never reads them
+    assert not _same_constant(a, gs.Constant("b", np.ones((9, 8), np.float32)))
     small = gs.Constant("s", np.zeros(64, np.float32))
-    assert not I._same_constant(small, gs.Constant("t", np.ones(64, np.float32)))  # small: values compared
+    assert not _same_constant(small, gs.Constant("t", np.ones(64, np.float32)))  # small: values compared
     ints = gs.Constant("i", np.zeros(100, np.int64))  # (the estimate folds integer tables of at most 64)
-    assert I._same_constant(ints, gs.Constant("j", np.ones(100, np.int64)))
+    assert _same_constant(ints, gs.Constant("j", np.ones(100, np.int64)))
     table = gs.Constant("t", np.zeros(8, np.int64))
-    assert not I._same_constant(table, gs.Constant("u", np.ones(8, np.int64)))
-    assert I._same_constant(table, gs.Constant("v", np.zeros(8, np.int64)))
+    assert not _same_constant(table, gs.Constant("u", np.ones(8, np.int64)))
+    assert _same_constant(table, gs.Constant("v", np.zeros(8, np.int64)))

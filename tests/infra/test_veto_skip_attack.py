@@ -18,7 +18,7 @@ import graphpass as gp
 from graphpass.ir import annotations as A
 from graphpass.ir.journal import Journal
 from graphpass.passes.framework import CostVeto, Pass, PassContext, PassKind, PassManager, PassResult
-from graphpass.passes.framework import instruments as I
+from graphpass.passes.framework import cost_veto as I
 from graphpass.testing import make_model
 
 TARGET = "ascend910a"
