@@ -12,12 +12,12 @@ from onnx import helper as h
 from _files import FILES, loaded  # noqa: E402 - tests/ir/_files.py
 from graphpass.errors import BadModelError
 from graphpass.ir import fast_import, serialize
-from graphpass.ir.graph import _is_sorted, iter_graphs
+from graphpass.ir.graph import _is_sorted, iter_graphs, subgraph_holders
 
 
 def _sorted(g):
     producer_of = {id(t): i for i, n in enumerate(g.nodes) for t in n.outputs}
-    return _is_sorted(g.nodes, producer_of)
+    return _is_sorted(g.nodes, producer_of, subgraph_holders(g))
 
 
 def test_no_note_means_every_graph_is_sorted_on_the_corpus():
