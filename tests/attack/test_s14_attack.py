@@ -1,0 +1,105 @@
+"""Session 14's hostile review (issue 22): the forked cost estimate, the pass manager's skips and
+the rewrite engine's reuse on inputs their own tests did not use. A bug in the code the lead is
+moving (passes/framework/instruments.py, cost_model/incremental.py) is a strict xfail here, its
+fix described in the review's report."""
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+import graphpass as gp
+from graphpass.cost_model.target import Target
+from graphpass.passes.framework import instruments as I
+
+ROOT = Path(__file__).resolve().parents[2]
+
+forks_here = pytest.mark.skipif(I.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1, checks=False) is not None,
+                                reason="no fork here (not Linux, or one CPU)")
+
+
+@pytest.fixture(scope="module")
+def cnn6k() -> bytes:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _synthetic
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return _synthetic.residual_stack(6000).SerializeToString()
+
+
+@pytest.fixture
+def forkable(monkeypatch):
+    """As tests/infra/test_cost_veto_fork.py's ``vetoes``: the veto forks whenever asked to (the
+    suite's machine may be busy; the test process's idle onnxruntime threads taken as known);
+    the incremental check off (it never forks)."""
+    monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
+    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())
+    monkeypatch.setattr(I, "_busy_cpus", lambda: 0.0)
+    pids = []  # the children forked
+    orig = I._ChildEstimate.__init__
+
+    def init(self, *a):
+        orig(self, *a)
+        pids.append(self.pid)
+
+    monkeypatch.setattr(I._ChildEstimate, "__init__", init)
+    return pids
+
+
+def _outcome(model: bytes, monkeypatch, fork: bool, **kw):
+    """The output bytes, or the exception's type, message and option."""
+    monkeypatch.setenv("GRAPHPASS_NO_FORK", "0" if fork else "1")
+    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())  # (an earlier run's onnxruntime threads: idle)
+    try:
+        result = gp.optimize(onnx.ModelProto.FromString(model), **kw)
+    except Exception as e:
+        return ("raised", type(e).__name__, str(e), getattr(e, "option", None))
+    return ("ok", result.model.to_proto().SerializeToString())
+
+
+@forks_here
+@pytest.mark.xfail(strict=True, reason="instruments.py: a forked estimate's error read in CostVeto.after is raised "
+                   "inside the pass's application, so the manager wraps it as that pass's PassError; inline the same "
+                   "error comes from CostVeto.enter unwrapped")
+def test_an_estimate_error_is_the_same_error_forked_or_inline(cnn6k, monkeypatch, forkable):
+    def broken(self, graph, **kw):
+        raise ValueError("the estimate broke")
+
+    monkeypatch.setattr(Target, "incremental_estimate", broken)
+    for passes in (["fold_batchnorm"], ["eliminate_identity", "fold_batchnorm"]):
+        inline = _outcome(cnn6k, monkeypatch, False, passes=passes)
+        assert inline[:3] == ("raised", "ValueError", "the estimate broke")
+        forkable.clear()
+        forked = _outcome(cnn6k, monkeypatch, True, passes=passes)
+        assert forkable
+        assert forked == inline  # forked: PassError "pass 'fold_batchnorm' failed: ValueError: ..."
+
+
+@forks_here
+@pytest.mark.xfail(strict=True, reason="instruments.py _child_main sets SIGINT to SIG_DFL even when the process "
+                   "ignores SIGINT (a background job of a shell script, nohup-like launchers): a Ctrl-C to the "
+                   "process group kills the child only and the run fails (RuntimeError, exit 3) where inline it "
+                   "completes")
+def test_a_run_that_ignores_sigint_is_not_failed_by_one(cnn6k, monkeypatch, forkable):
+    """The group's SIGINT reaching the child during its estimate (simulated: the estimate sends it
+    to its own process) while the run ignores SIGINT."""
+    orig = Target.incremental_estimate
+
+    def interrupted(self, graph, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # ignored inline, as in the parent
+        return orig(self, graph, **kw)
+
+    monkeypatch.setattr(Target, "incremental_estimate", interrupted)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        inline = _outcome(cnn6k, monkeypatch, False)
+        assert inline[0] == "ok"
+        forked = _outcome(cnn6k, monkeypatch, True)
+        assert forkable
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert forked == inline  # forked: RuntimeError "... failed (killed by signal 2) ..."
