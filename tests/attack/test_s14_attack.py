@@ -148,3 +148,60 @@ def test_a_fork_that_fails_falls_back_to_the_estimate_inline(call, cnn6k, monkey
 
     monkeypatch.setattr(I.os, call, refused)
     assert _outcome(cnn6k, monkeypatch, True) == inline
+
+
+def _conv_read_in_a_body(follower: str) -> onnx.ModelProto:
+    """Conv -> ``follower`` (the op a fusion folds into the Conv, editing it in place with
+    reuse=True) while an If's branches read the Conv's output from the outer scope (a reader gs
+    does not list among the tensor's consumers)."""
+    import numpy as np
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+    rng = np.random.default_rng(1)
+    inits = [nh.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "W"),
+             nh.from_array(rng.standard_normal(4).astype(np.float32), "B")]
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv")]
+    if follower == "BatchNormalization":
+        for n, v in (("s", rng.random(4) + .5), ("o", rng.standard_normal(4)), ("mu", rng.standard_normal(4)),
+                     ("var", rng.random(4) + .5)):
+            inits.append(nh.from_array(v.astype(np.float32), n))
+        nodes.append(h.make_node("BatchNormalization", ["c", "s", "o", "mu", "var"], ["y"]))
+    elif follower == "Relu":
+        nodes.append(h.make_node("Relu", ["c"], ["y"]))
+    else:  # Add (fuse_conv_bias), Mul (fuse_conv_scale)
+        inits.append(nh.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "k"))
+        nodes.append(h.make_node(follower, ["c", "k"], ["y"]))
+    vi = lambda n: h.make_tensor_value_info(n, T.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    then_g = h.make_graph([h.make_node("Identity", ["c"], ["t_out"])], "then", [], [vi("t_out")])
+    else_g = h.make_graph([h.make_node("Neg", ["c"], ["e_out"])], "else", [], [vi("e_out")])
+    nodes.append(h.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g))
+    g = h.make_graph(nodes, "g", [vi("x"), h.make_tensor_value_info("cond", T.BOOL, [])], [vi("y"), vi("z")], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("follower,pass_name", [("BatchNormalization", "fold_batchnorm"),
+                                                ("Relu", "fuse_conv_activation"),
+                                                ("Add", "fuse_conv_bias"), ("Mul", "fuse_conv_scale")])
+def test_reuse_leaves_a_conv_read_inside_a_body(follower, pass_name):
+    """engine2's in-place edit (Match.copy/op reuse) must not edit a Conv whose output a body
+    reads: the body would read the fused values. Refused, with the reason; outputs unchanged."""
+    import numpy as np
+
+    from graphpass.testing import assert_equivalent, check_full
+
+    model = _conv_read_in_a_body(follower)
+    check_full(model)
+    result = gp.optimize(onnx.ModelProto.FromString(model.SerializeToString()), passes=[pass_name])
+    out = result.model.to_proto()
+    assert [n.op for n in result.model.graph.nodes] == ["Conv", follower, "If"]
+    assert not any(r.modified for r in result.report.passes if r.name == pass_name)
+    # the control: the bodies reading x instead, the pass folds the follower into the Conv
+    control = onnx.ModelProto.FromString(model.SerializeToString())
+    for attr in control.graph.node[-1].attribute:
+        attr.g.node[0].input[0] = "x"
+    fused = gp.optimize(control, passes=[pass_name])
+    assert any(r.modified for r in fused.report.passes if r.name == pass_name)
+    assert len(fused.model.graph.nodes) == 2
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    for cond in (True, False):
+        assert_equivalent(model, out, feeds={"x": x, "cond": np.array(cond)}, exact=True)
