@@ -249,7 +249,13 @@ class CostVeto(PassInstrument):
         self._children.remove(child)
         try:
             with profiling.phase("cost estimate"):
-                report = child.result()
+                try:
+                    report = child.result()
+                except Exception as e:
+                    # the estimate's own error, as inline (raised by enter, before any pass): the
+                    # manager does not make it the failure of the pass it happens to surface in
+                    e.graphpass_estimate_error = True
+                    raise
                 engines = child.engines() if current else None
         finally:
             child.close()

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["FORK_MAX_NODES", "fork_blocker"]
 
+log = logging.getLogger(__name__)
+
 #: Above ``ESTIMATE_EACH_MAX_NODES`` and up to this many nodes the cost veto estimates the input
 #: graph in a forked child (see :class:`CostVeto`); above it the copies of the pages both
 #: processes write could add up to a second copy of a large process's memory.
@@ -73,6 +75,10 @@ def fork_blocker(nodes: int, *, checks: bool = True) -> str | None:
         return "no os.fork and os.memfd_create (Linux)"
     if len(os.sched_getaffinity(0)) < 2:
         return "one CPU: the child would only take turns with the run"
+    if signal.getsignal(signal.SIGCHLD) not in (signal.SIG_DFL, None):
+        # ignored (inherited across exec) or a handler that reaps: the child's exit status may be
+        # gone when the veto waits for it
+        return "SIGCHLD is ignored or handled"
     if nodes <= ESTIMATE_EACH_MAX_NODES:
         return f"at most {ESTIMATE_EACH_MAX_NODES} nodes: every application is estimated"
     if nodes > FORK_MAX_NODES:
@@ -98,24 +104,45 @@ class _ChildEstimate:
     writing to stdout, stderr or any file."""
 
     def __init__(self, target: Target, graph: gs.Graph, options: dict[str, Any]):
-        fd = os.memfd_create("graphpass-estimate", os.MFD_CLOEXEC)
+        self.records: list = []  # the records holding _AWAITED for this estimate's cost
+        self.initial = False  # the estimate of the run's input graph
+        self._file = None
+        self._here: tuple[Any, Any] | None = None  # (report, engines) when no child could be made
+        self.pid: int | None = None
+        self.fd: int | None = None
+        try:
+            fd = os.memfd_create("graphpass-estimate", os.MFD_CLOEXEC)
+        except OSError as e:  # (a sandbox, no memory): the estimate made here, at once
+            self._estimate_here(target, graph, options, e)
+            return
         for stream in (sys.stdout, sys.stderr):  # (nothing buffered is written twice: the child never flushes)
             try:
                 stream.flush()
             except (AttributeError, OSError, ValueError):  # none, closed, or a broken pipe: the run will say
                 pass
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # EAGAIN at a process limit, ENOMEM under strict overcommit, EPERM in a sandbox
+            os.close(fd)
+            self._estimate_here(target, graph, options, e)
+            return
         if pid == 0:  # pragma: no cover  (the child: coverage does not follow it)
             _child_main(target, graph, options, fd)
         self.pid, self.fd = pid, fd
-        self.records: list = []  # the records holding _AWAITED for this estimate's cost
-        self.initial = False  # the estimate of the run's input graph
-        self._file = None
         self._finalizer = weakref.finalize(self, _reap, pid, fd)  # a run that ends without exit or abort
+
+    def _estimate_here(self, target: Target, graph: gs.Graph, options: dict[str, Any], error: OSError) -> None:
+        """No child could be made: the estimate the child would have made, made in this process now
+        (the graph is as the child would have seen it)."""
+        log.info("cost veto: no forked child (%s): the estimate is made in the process", error)
+        inc = target.incremental_estimate(graph, **options)
+        self._here = (inc.report, inc.engines)
 
     def result(self) -> tuple[Any, Any]:
         """``(report, engines loader)``: waits for the child; raises what the estimate raised,
         or a RuntimeError when the child died or wrote something unreadable."""
+        if self._here is not None:
+            return self._here[0]
         if self._file is None:
             pid = self.pid
             _, status = os.waitpid(pid, 0)
@@ -140,11 +167,15 @@ class _ChildEstimate:
 
     def engines(self) -> Any:
         """The engines by node id (read once, after :meth:`result`)."""
+        if self._here is not None:
+            return self._here[1]
         engines = pickle.load(self._file)
         self._file.close()
         return engines
 
     def close(self) -> None:
+        if self._here is not None:
+            return
         if self._file is None:
             self._finalizer()  # kills and reaps the child
         elif not self._file.closed:
@@ -170,7 +201,8 @@ def _child_main(target: Target, graph: gs.Graph, options: dict[str, Any], fd: in
     """The forked child's whole life: estimate, write the result into ``fd``, ``os._exit``."""
     code = 70
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once (the parent has its own)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (ignored by the run: ignored here too)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once (the parent has its own)
         gc.disable()  # short-lived: a collection would only copy pages the parent still shares
         null = os.open(os.devnull, os.O_RDWR)
         for k in (0, 1, 2):  # never a byte on the parent's stdout or stderr (logging, warnings)

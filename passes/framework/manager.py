@@ -232,6 +232,8 @@ class PassManager(Pass):
                     raise
                 except Exception as e:
                     _abort(instruments, p, graph, ctx, rec, e)
+                    if getattr(e, "graphpass_estimate_error", False):  # a forked estimate of the graph before it
+                        raise
                     raise PassError(p.name, history, e) from e
                 except BaseException as e:  # KeyboardInterrupt & co.: no undo log is left recording
                     _abort(instruments, p, graph, ctx, rec, e)

@@ -1,7 +1,8 @@
 """Session 14's hostile review (issue 22): the forked cost estimate, the pass manager's skips and
-the rewrite engine's reuse on inputs their own tests did not use. A bug in the code the lead is
-moving (passes/framework/instruments.py, cost_model/incremental.py) is a strict xfail here, its
-fix described in the review's report."""
+the rewrite engine's reuse on inputs their own tests did not use. The four bugs it found in the
+forked estimate (passes/framework/forked_estimate.py, cost_veto.py) were strict xfails first:
+the estimate's error blamed on a pass, SIGINT reset in a run that ignores it, SIGCHLD ignored or
+handled, a refused fork or memfd."""
 
 import os
 import signal
@@ -13,11 +14,11 @@ import pytest
 
 import graphpass as gp
 from graphpass.cost_model.target import Target
-from graphpass.passes.framework import instruments as I
+from graphpass.passes.framework import forked_estimate as F, instruments as I
 
 ROOT = Path(__file__).resolve().parents[2]
 
-forks_here = pytest.mark.skipif(I.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1, checks=False) is not None,
+forks_here = pytest.mark.skipif(F.fork_blocker(I.ESTIMATE_EACH_MAX_NODES + 1, checks=False) is not None,
                                 reason="no fork here (not Linux, or one CPU)")
 
 
@@ -37,23 +38,23 @@ def forkable(monkeypatch):
     suite's machine may be busy; the test process's idle onnxruntime threads taken as known);
     the incremental check off (it never forks)."""
     monkeypatch.setenv("GRAPHPASS_CHECK_INCREMENTAL", "0")
-    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())
-    monkeypatch.setattr(I, "_busy_cpus", lambda: 0.0)
+    monkeypatch.setattr(F, "_KNOWN_TASKS", F._tasks())
+    monkeypatch.setattr(F, "_busy_cpus", lambda: 0.0)
     pids = []  # the children forked
-    orig = I._ChildEstimate.__init__
+    orig = F._ChildEstimate.__init__
 
     def init(self, *a):
         orig(self, *a)
         pids.append(self.pid)
 
-    monkeypatch.setattr(I._ChildEstimate, "__init__", init)
+    monkeypatch.setattr(F._ChildEstimate, "__init__", init)
     return pids
 
 
 def _outcome(model: bytes, monkeypatch, fork: bool, **kw):
     """The output bytes, or the exception's type, message and option."""
     monkeypatch.setenv("GRAPHPASS_NO_FORK", "0" if fork else "1")
-    monkeypatch.setattr(I, "_KNOWN_TASKS", I._tasks())  # (an earlier run's onnxruntime threads: idle)
+    monkeypatch.setattr(F, "_KNOWN_TASKS", F._tasks())  # (an earlier run's onnxruntime threads: idle)
     try:
         result = gp.optimize(onnx.ModelProto.FromString(model), **kw)
     except Exception as e:
@@ -62,9 +63,6 @@ def _outcome(model: bytes, monkeypatch, fork: bool, **kw):
 
 
 @forks_here
-@pytest.mark.xfail(strict=True, reason="instruments.py: a forked estimate's error read in CostVeto.after is raised "
-                   "inside the pass's application, so the manager wraps it as that pass's PassError; inline the same "
-                   "error comes from CostVeto.enter unwrapped")
 def test_an_estimate_error_is_the_same_error_forked_or_inline(cnn6k, monkeypatch, forkable):
     def broken(self, graph, **kw):
         raise ValueError("the estimate broke")
@@ -80,10 +78,6 @@ def test_an_estimate_error_is_the_same_error_forked_or_inline(cnn6k, monkeypatch
 
 
 @forks_here
-@pytest.mark.xfail(strict=True, reason="instruments.py _child_main sets SIGINT to SIG_DFL even when the process "
-                   "ignores SIGINT (a background job of a shell script, nohup-like launchers): a Ctrl-C to the "
-                   "process group kills the child only and the run fails (RuntimeError, exit 3) where inline it "
-                   "completes")
 def test_a_run_that_ignores_sigint_is_not_failed_by_one(cnn6k, monkeypatch, forkable):
     """The group's SIGINT reaching the child during its estimate (simulated: the estimate sends it
     to its own process) while the run ignores SIGINT."""
@@ -106,10 +100,6 @@ def test_a_run_that_ignores_sigint_is_not_failed_by_one(cnn6k, monkeypatch, fork
 
 
 @forks_here
-@pytest.mark.xfail(strict=True, reason="instruments.py: with SIGCHLD ignored (SIG_IGN, inherited across exec from "
-                   "the launching process) the kernel reaps the child at once and _ChildEstimate.result's waitpid "
-                   "raises ChildProcessError (ECHILD): the run fails (exit 3, blamed on fold_batchnorm) where inline "
-                   "it completes; the same with a host program's SIGCHLD handler that reaps every child. Fix: fork_blocker refuses unless SIGCHLD is SIG_DFL, and result() reads the memfd on ECHILD")
 @pytest.mark.parametrize("handler", ["ignored", "reaping"])
 def test_a_process_that_ignores_sigchld_still_optimizes(handler, cnn6k, monkeypatch, forkable):
     """SIGCHLD ignored, or handled by the host program with a handler that reaps every child
@@ -132,10 +122,6 @@ def test_a_process_that_ignores_sigchld_still_optimizes(handler, cnn6k, monkeypa
 
 
 @forks_here
-@pytest.mark.xfail(strict=True, reason="instruments.py: a fork or memfd_create that fails (EAGAIN at a cgroup's pids "
-                   "limit or RLIMIT_NPROC, ENOMEM under strict overcommit, EPERM/ENOSYS under a seccomp sandbox) "
-                   "raises out of CostVeto.enter/before and the run fails where inline it completes; fix: "
-                   "_ChildEstimate's OSError -> log and estimate inline (CostVeto._fork falls back)")
 @pytest.mark.parametrize("call", ["fork", "memfd_create"])
 def test_a_fork_that_fails_falls_back_to_the_estimate_inline(call, cnn6k, monkeypatch, forkable):
     import errno
@@ -146,7 +132,7 @@ def test_a_fork_that_fails_falls_back_to_the_estimate_inline(call, cnn6k, monkey
     def refused(*a, **kw):
         raise OSError(errno.EAGAIN if call == "fork" else errno.EPERM, f"{call} refused")
 
-    monkeypatch.setattr(I.os, call, refused)
+    monkeypatch.setattr(F.os, call, refused)
     assert _outcome(cnn6k, monkeypatch, True) == inline
 
 
