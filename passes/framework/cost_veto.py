@@ -17,7 +17,7 @@ from graphpass.cost_model.target import Target
 from graphpass.passes.framework.forked_estimate import (
     _AWAITED, _AwaitedPlacement, _ChildEstimate, fork_blocker,
 )
-from graphpass.passes.framework.instrument_base import ESTIMATE_EACH_MAX_NODES, PassInstrument
+from graphpass.passes.framework.instrument_base import ESTIMATE_EACH_MAX_NODES, PassInstrument, not_the_pass
 from graphpass.passes.framework.pass_base import Pass
 from graphpass.ir import annotations as A, model_io, profiling
 from graphpass.ir.journal import Journal
@@ -254,8 +254,7 @@ class CostVeto(PassInstrument):
                 except Exception as e:
                     # the estimate's own error, as inline (raised by enter, before any pass): the
                     # manager does not make it the failure of the pass it happens to surface in
-                    e.graphpass_estimate_error = True
-                    raise
+                    raise not_the_pass(e)
                 engines = child.engines() if current else None
         finally:
             child.close()

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from graphpass.passes.framework.context import PassContext
     from graphpass.passes.framework.manager import PassRecord, PassManager
 
-__all__ = ["PassInstrument", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES"]
+__all__ = ["PassInstrument", "CONTRACT_CHECK_MAX_NODES", "ESTIMATE_EACH_MAX_NODES", "not_the_pass", "is_not_the_pass"]
 
 #: Above this many nodes (or 4x as many node inputs and outputs) the per-pass fingerprint of
 #: :class:`ContractCheck` is skipped unless asked for explicitly: it is a development aid.
@@ -53,3 +53,16 @@ class PassInstrument:
 
     def exit(self, manager: "PassManager", graph: gs.Graph, ctx: "PassContext") -> None:
         pass
+
+
+def not_the_pass(error: BaseException) -> BaseException:
+    """Mark ``error``, raised by an instrument's hook, as not the failure of the pass it surfaced
+    around: the manager re-raises it as it is instead of as a ``PassError`` naming that pass (a
+    forked estimate of the graph as it was before the pass, read only after it). Returns ``error``."""
+    error.graphpass_not_the_pass = True  # type: ignore[attr-defined]
+    return error
+
+
+def is_not_the_pass(error: BaseException) -> bool:
+    """Whether :func:`not_the_pass` marked ``error``."""
+    return getattr(error, "graphpass_not_the_pass", False) is True

@@ -22,6 +22,7 @@ import onnx_graphsurgeon as gs
 
 from graphpass.errors import GraphpassError, PassError
 from graphpass.passes.framework.context import Explanation, PassContext
+from graphpass.passes.framework.instrument_base import is_not_the_pass
 from graphpass.passes.framework.instruments import CONTRACT_CHECK_MAX_NODES, ESTIMATE_EACH_MAX_NODES, PassInstrument
 from graphpass.passes.framework.pass_base import (EDITS, EXACT, MERGE_EQUAL_CONSTANTS, Pass, PassContractError, PassKind,
                                                   PassResult, graph_of)
@@ -232,7 +233,7 @@ class PassManager(Pass):
                     raise
                 except Exception as e:
                     _abort(instruments, p, graph, ctx, rec, e)
-                    if getattr(e, "graphpass_estimate_error", False):  # a forked estimate of the graph before it
+                    if is_not_the_pass(e):  # an instrument's own (a forked estimate of the graph before it)
                         raise
                     raise PassError(p.name, history, e) from e
                 except BaseException as e:  # KeyboardInterrupt & co.: no undo log is left recording
